@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from duckmob.errors import DuckmobError
 
 US_PER_S = 1_000_000
+NO_TIME = np.iinfo(np.int64).min  # ts of a point whose table carries no time (e.g. a PrivTrace synthetic table)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,11 @@ class Trajectories:
     @property
     def n_trajectories(self) -> int:
         return len(self.offsets) - 1
+
+    @property
+    def has_time(self) -> bool:
+        """False when the source had no timestamps (all ts NULL); ``ts`` then holds NO_TIME."""
+        return not (len(self.ts) and self.ts[0] == NO_TIME)
 
     @property
     def n_points(self) -> int:
@@ -148,7 +154,7 @@ def _to_numpy(col: pa.Array, dtype) -> np.ndarray:
 
 
 def from_points(points: pa.StructArray | pa.Table, bbox=None, outside: str = "fail",
-                min_points: int = 2) -> tuple[Trajectories, CleaningReport]:
+                min_points: int = 2, time_required: bool = True) -> tuple[Trajectories, CleaningReport]:
     """Build validated, cleaned :class:`Trajectories` from Arrow points.
 
     ``points`` has fields ``traj_id`` (integer), ``ts`` (timestamp), ``lat``, ``lon`` (double) and optionally
@@ -159,6 +165,10 @@ def from_points(points: pa.StructArray | pa.Table, bbox=None, outside: str = "fa
     (``[min_lat, min_lon, max_lat, max_lon]``, edges included) are dropped when ``outside='drop'`` or
     refused when ``outside='fail'``; trajectories left with fewer than ``min_points`` points are dropped.
     The input is never modified.
+
+    With ``time_required=False`` a table whose ``ts`` is entirely NULL is accepted (synthetic output of a
+    method that models no time): points are ordered by ``seq`` (or kept in table order) and ``ts`` holds
+    :data:`NO_TIME`.
     """
     if outside not in ("fail", "drop"):
         raise DuckmobError(f"outside := '{outside}' is not an option: use 'drop' (drop points outside the bbox "
@@ -169,7 +179,8 @@ def from_points(points: pa.StructArray | pa.Table, bbox=None, outside: str = "fa
         raise DuckmobError("the trajectory table is empty: give a table with at least one trajectory of 2 points")
     names = points.type.names if isinstance(points, pa.StructArray) else points.column_names
     cols = {k: _column(points, k) for k in ("traj_id", "ts", "lat", "lon")}
-    for k in ("traj_id", "ts"):
+    timeless = (not time_required) and cols["ts"].null_count == n
+    for k in ("traj_id",) if timeless else ("traj_id", "ts"):
         nulls = cols[k].null_count
         if nulls:
             raise DuckmobError(f"{nulls} points have a NULL {k}: filter them out first "
@@ -180,7 +191,11 @@ def from_points(points: pa.StructArray | pa.Table, bbox=None, outside: str = "fa
             raise DuckmobError(f"{nulls} points have a NULL or NaN {k}: filter them out first "
                                f"(WHERE {k} IS NOT NULL AND NOT isnan({k}))")
     traj = _to_numpy(cols["traj_id"], np.int64)
-    ts = _to_numpy(cols["ts"], np.int64)
+    if timeless:
+        ts = (_to_numpy(_column(points, "seq"), np.int64) if "seq" in names
+              else np.arange(n, dtype=np.int64))
+    else:
+        ts = _to_numpy(cols["ts"], np.int64)
     lat = _to_numpy(cols["lat"], np.float64)
     lon = _to_numpy(cols["lon"], np.float64)
     if "user_id" in names and _column(points, "user_id").null_count < n:
@@ -227,6 +242,8 @@ def from_points(points: pa.StructArray | pa.Table, bbox=None, outside: str = "fa
     offsets = offsets_from_sorted_keys(traj)
     report.trajectories_in = len(np.unique(_to_numpy(cols["traj_id"], np.int64)))
     starts = offsets[:-1]
+    if timeless:
+        ts = np.full(len(ts), NO_TIME, dtype=np.int64)
     out = Trajectories(offsets, traj[starts], user[starts], ts, lat, lon)
     short = out.lengths < min_points
     if short.any():
@@ -245,7 +262,7 @@ def to_arrow(traj: Trajectories) -> pa.Table:
         "traj_id": np.repeat(traj.traj_id, traj.lengths),
         "user_id": np.repeat(traj.user_id, traj.lengths),
         "seq": seq,
-        "ts": pa.array(traj.ts, pa.int64()).cast(pa.timestamp("us")),
+        "ts": pa.array(traj.ts, pa.int64(), mask=traj.ts == NO_TIME).cast(pa.timestamp("us")),
         "lat": traj.lat,
         "lon": traj.lon,
     })
