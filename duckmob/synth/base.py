@@ -1,0 +1,81 @@
+"""One interface for every synthesizer (the smartnoise-synth / scikit-learn shape).
+
+A :class:`Synthesizer` is created with public hyper-parameters only. ``privacy_event(eps, delta)`` says, from
+those public parameters alone, what ``fit`` will spend (so the ledger can refuse before any data is read).
+``fit`` spends the budget once and returns a :class:`Model`; ``Model.sample(n, rng)`` is free
+post-processing and can be called again. A model serialises to bytes so it can be stored in the database.
+
+Data flows one way: Trajectories (ragged points) -> the method's own discretisation -> privatised statistics or
+a trained model -> sampled cells -> points (uniform within cells) -> Trajectories.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+
+from duckmob.grid import BBox, cell_bounds
+from duckmob.trajectories import NO_TIME, Trajectories
+
+
+class Model(ABC):
+    """A fitted synthesizer: everything in it is differentially private (or public configuration)."""
+
+    method: ClassVar[str]
+
+    @abstractmethod
+    def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
+        """Draw ``n`` synthetic trajectories (traj_id 0..n-1; ts = NO_TIME where time is not modelled)."""
+
+    @abstractmethod
+    def to_bytes(self) -> bytes:
+        """Serialise (numpy ``.npz`` or torch state); no raw data is ever inside."""
+
+    @classmethod
+    @abstractmethod
+    def from_bytes(cls, blob: bytes) -> "Model":
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Public parameters of the fit (shown by mob_models())."""
+        return {}
+
+
+class Synthesizer(ABC):
+    """A method with its public hyper-parameters."""
+
+    method: ClassVar[str]
+
+    def __init__(self, bbox, **params):
+        self.bbox = BBox.of(bbox)
+        self.params = params
+
+    @abstractmethod
+    def privacy_event(self, eps: float, delta: float):
+        """The accounting event ``fit(eps, delta)`` will spend, from public parameters only."""
+
+    @abstractmethod
+    def fit(self, data: Trajectories, eps: float, delta: float, noise) -> Model:
+        """Fit under (eps, delta)-DP using ``noise`` (a duckmob.privacy.noise.NoiseSource) for all noise."""
+
+
+def points_in_cells(cells: np.ndarray, bbox, w: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A point drawn uniformly (in degrees) inside each cell of a w x w grid over ``bbox``: (lat, lon)."""
+    a, b, c, d = cell_bounds(cells, bbox, w)
+    u = rng.random((2, len(cells)))
+    return a + (c - a) * u[0], b + (d - b) * u[1]
+
+
+def trajectories_from_cells(lengths: np.ndarray, lat: np.ndarray, lon: np.ndarray,
+                            ts: np.ndarray | None = None) -> Trajectories:
+    """Assemble synthetic Trajectories (traj_id 0..n-1, user_id -1) from per-trajectory lengths and points."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(lengths)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    if ts is None:
+        ts = np.full(int(offsets[-1]), NO_TIME, dtype=np.int64)
+    return Trajectories(offsets, np.arange(n, dtype=np.int64), np.full(n, -1, dtype=np.int64),
+                        np.asarray(ts, dtype=np.int64), np.asarray(lat, dtype=np.float64),
+                        np.asarray(lon, dtype=np.float64))
