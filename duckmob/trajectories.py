@@ -266,3 +266,48 @@ def to_arrow(traj: Trajectories) -> pa.Table:
         "lat": traj.lat,
         "lon": traj.lon,
     })
+
+
+def inspect(points: pa.StructArray | pa.Table, bbox=None) -> list[dict]:
+    """A data-quality report: one row per check (check, count, action) without raising.
+
+    What :func:`from_points` would refuse (NULL/NaN/out-of-range values), repair (unsorted points, duplicate
+    timestamps) or drop (points outside ``bbox`` with outside := 'drop', trajectories shorter than 2 points).
+    """
+    n = len(points) if isinstance(points, pa.StructArray) else points.num_rows
+    rows = [{"check": "points", "count": n, "action": "read"}]
+    if n == 0:
+        rows.append({"check": "empty table", "count": 1, "action": "refused: give a table with trajectories"})
+        return rows
+    cols = {k: _column(points, k) for k in ("traj_id", "ts", "lat", "lon")}
+    traj = _to_numpy(cols["traj_id"].fill_null(-1), np.int64)
+    rows.append({"check": "trajectories", "count": len(np.unique(traj)), "action": "read"})
+
+    def add(name, count, action):
+        rows.append({"check": name, "count": int(count), "action": action if count else "ok"})
+
+    add("NULL traj_id", cols["traj_id"].null_count, "refused: filter with WHERE traj_id IS NOT NULL")
+    add("NULL ts", cols["ts"].null_count, "refused: filter with WHERE ts IS NOT NULL")
+    lat = _to_numpy(cols["lat"].fill_null(np.nan), np.float64)
+    lon = _to_numpy(cols["lon"].fill_null(np.nan), np.float64)
+    add("NULL or NaN lat/lon", (np.isnan(lat) | np.isnan(lon)).sum(),
+        "refused: filter with WHERE NOT isnan(lat) AND NOT isnan(lon)")
+    add("lat outside [-90, 90]", (np.abs(lat) > 90).sum(), "refused: lat/lon must be WGS 84 degrees")
+    add("lon outside [-180, 180]", (np.abs(lon) > 180).sum(), "refused: lat/lon must be WGS 84 degrees")
+    ts = _to_numpy(cols["ts"].fill_null(0), np.int64)
+    by_traj = np.argsort(traj, kind="stable")
+    gt, gts = traj[by_traj], ts[by_traj]
+    add("points out of time order", ((gt[1:] == gt[:-1]) & (gts[1:] < gts[:-1])).sum(),
+        "repaired: sorted by (traj_id, ts)")
+    order = np.lexsort((ts, traj))
+    st, sts = traj[order], ts[order]
+    same = st[1:] == st[:-1]
+    add("duplicate timestamps", (same & (sts[1:] == sts[:-1])).sum(), "repaired: first point kept")
+    if bbox is not None:
+        from duckmob.grid import BBox
+        box = BBox.of(bbox)
+        add("points outside bbox", (~box.contains(lat, lon)).sum(),
+            "dropped with outside := 'drop' (refused with the default 'fail')")
+    keys, counts = np.unique(st[np.concatenate([[True], ~(same & (sts[1:] == sts[:-1]))])], return_counts=True)
+    add("trajectories with fewer than 2 points", (counts < 2).sum(), "dropped")
+    return rows

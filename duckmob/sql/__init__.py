@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Callable
 
 import duckdb
+import pyarrow as pa
 
 AREAS = ("trajectories", "privacy", "evaluate", "synth")
 
@@ -35,6 +36,38 @@ class Udf:
     native: bool = False
     special_nulls: bool = False  # the function sees NULLs itself (otherwise NULL in -> NULL out)
     extra: dict = field(default_factory=dict)
+
+
+# The struct every trajectory-taking UDF receives (built by the mob_points macro in trajectories.sql).
+POINTS_TYPE = "STRUCT(traj_id BIGINT, user_id BIGINT, ts TIMESTAMP, lat DOUBLE, lon DOUBLE, seq BIGINT)[]"
+
+
+def scalar(arg):
+    """The value of a constant UDF argument (arrow UDFs receive whole columns)."""
+    value = arg[0]
+    return value.as_py() if hasattr(value, "as_py") else value
+
+
+def points(arg) -> pa.StructArray:
+    """The points of a ``list({...})`` argument (one row holding every point) as one StructArray."""
+    if isinstance(arg, pa.ChunkedArray):
+        arg = arg.combine_chunks()
+    values = arg.values if len(arg) == 1 else arg.flatten()
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return values
+
+
+def one_row(table: pa.Table | pa.StructArray) -> pa.ListArray:
+    """Wrap a result table as the single LIST(STRUCT) value a table macro unnests."""
+    if isinstance(table, pa.Table):
+        table = table.combine_chunks()
+        struct = pa.StructArray.from_arrays([table.column(i).chunk(0) if table.column(i).num_chunks else
+                                             pa.array([], table.schema.field(i).type)
+                                             for i in range(table.num_columns)], names=table.column_names)
+    else:
+        struct = table
+    return pa.ListArray.from_arrays(pa.array([0, len(struct)], pa.int32()), struct)
 
 
 def _area_modules():

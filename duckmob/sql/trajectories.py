@@ -1,0 +1,88 @@
+"""SQL layer for trajectories, grids and stay points: hidden UDFs behind the macros in trajectories.sql."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from duckmob import grid, staypoints
+from duckmob.sql import POINTS_TYPE, Udf, one_row, points, scalar
+from duckmob.trajectories import from_points, inspect
+
+_TS = pa.timestamp("us")
+
+
+def _ts(values: np.ndarray) -> pa.Array:
+    return pa.array(values, pa.int64()).cast(_TS)
+
+
+def _user(values: np.ndarray) -> pa.Array:
+    return pa.array(values, pa.int64(), mask=values < 0)
+
+
+def _load(pts, bbox=None, outside="fail", time_required=True):
+    traj, _report = from_points(points(pts), bbox=bbox, outside=outside, time_required=time_required)
+    return traj
+
+
+def _staypoints(pts, radius_m, min_minutes):
+    traj = _load(pts)
+    stays = staypoints.detect(traj, scalar(radius_m), scalar(min_minutes))
+    idx = stays["traj"]
+    first_of_traj = np.concatenate([[0], np.cumsum(np.bincount(idx, minlength=traj.n_trajectories))[:-1]])
+    seq = np.arange(len(idx)) - first_of_traj[idx]
+    return one_row(pa.table({
+        "traj_id": traj.traj_id[idx], "seq": seq,
+        "arrive_ts": _ts(stays["arrive_ts"]), "leave_ts": _ts(stays["leave_ts"]),
+        "lat": stays["lat"], "lon": stays["lon"],
+    }))
+
+
+def _cell_sequences(pts, bbox, w, stay_points, radius_m, min_minutes, outside):
+    bbox, w = scalar(bbox), grid.check_width(scalar(w))
+    traj = _load(pts, bbox=bbox, outside=scalar(outside))
+    seqs = staypoints.cell_sequences(traj, bbox, w, bool(scalar(stay_points)), scalar(radius_m),
+                                     scalar(min_minutes))
+    offsets = pa.array(seqs.offsets.astype(np.int32))
+    return one_row(pa.table({
+        "traj_id": seqs.traj_id, "user_id": _user(seqs.user_id),
+        "cells": pa.ListArray.from_arrays(offsets, pa.array(seqs.cells)),
+        "ts": pa.ListArray.from_arrays(offsets, _ts(seqs.ts)),
+    }))
+
+
+def _check(pts, bbox):
+    rows = inspect(points(pts), scalar(bbox))
+    return one_row(pa.table({k: [r[k] for r in rows] for k in ("check", "count", "action")},
+                            schema=pa.schema([("check", pa.string()), ("count", pa.int64()),
+                                              ("action", pa.string())])))
+
+
+def _assign_pois(pois, bbox, w):
+    pois = points(pois)
+    ids = pois.field("poi_id")
+    cells = grid.assign_pois(pois.field("lat").to_numpy(zero_copy_only=False),
+                             pois.field("lon").to_numpy(zero_copy_only=False), scalar(bbox), scalar(w))
+    return one_row(pa.table({"poi_id": ids, "cell": cells}))
+
+
+def _check_bbox(bbox):
+    # Validates a bbox once per call so the scalar macros fail with duckmob's message, not a wrong number.
+    grid.BBox.of(scalar(bbox))
+    return pa.array([True] * len(bbox))
+
+
+def udfs(con) -> list[Udf]:
+    sp_row = "STRUCT(traj_id BIGINT, seq BIGINT, arrive_ts TIMESTAMP, leave_ts TIMESTAMP, lat DOUBLE, lon DOUBLE)[]"
+    seq_row = "STRUCT(traj_id BIGINT, user_id BIGINT, cells BIGINT[], ts TIMESTAMP[])[]"
+    return [
+        Udf("_mob_staypoints", _staypoints, [POINTS_TYPE, "DOUBLE", "DOUBLE"], sp_row),
+        Udf("_mob_cell_sequences", _cell_sequences,
+            [POINTS_TYPE, "DOUBLE[]", "BIGINT", "BOOLEAN", "DOUBLE", "DOUBLE", "VARCHAR"], seq_row,
+            special_nulls=True),
+        Udf("_mob_check", _check, [POINTS_TYPE, "DOUBLE[]"],
+            "STRUCT(\"check\" VARCHAR, count BIGINT, action VARCHAR)[]", special_nulls=True),
+        Udf("_mob_assign_pois", _assign_pois, ["STRUCT(poi_id BIGINT, lat DOUBLE, lon DOUBLE)[]", "DOUBLE[]",
+                                               "BIGINT"], "STRUCT(poi_id BIGINT, cell BIGINT)[]"),
+        Udf("_mob_check_bbox", _check_bbox, ["DOUBLE[]"], "BOOLEAN", special_nulls=True),
+    ]

@@ -1,0 +1,74 @@
+"""Hierarchical location encoding (HRNet §2.5, §3.2): a root vector expanded by a 2x2 quad deconvolution per
+quadtree depth, so ``w * w`` location vectors cost O(log w) parameters instead of an O(w^2) embedding matrix.
+
+Level ``l`` (0..d, ``w = 2**d``) is the ``2**l`` x ``2**l`` grid over the public bounding box, cells numbered as
+in :mod:`duckmob.grid` (``id = row * 2**l + col``, row from latitude, column from longitude). One quad
+deconvolution maps each vector ``M[x, y]`` of level ``l`` to its four children ``M'[2x + dx, 2y + dy]``
+(HRNet §2.5: ``M'[2x+dx, 2y+dy, k] = sum_k' kernel_k[dx, dy, k'] M[x, y, k']``, plus a bias): a
+``Linear(dim, 4 dim)`` whose output is reshaped into the 2 x 2 children, which is exactly a
+``ConvTranspose2d(dim, dim, kernel_size=2, stride=2)`` but runs under opacus's per-sample-gradient hooks in
+every mode.
+
+Per-sample gradients: the encoding does not depend on the input, but DP-SGD needs each example's gradient
+with respect to the deconvolution weights. The tree is therefore evaluated once per example of the batch
+(the root is an ``nn.Embedding`` looked up at index 0 for every example), so opacus's standard ``Embedding``
+and ``Linear`` grad samplers give exact per-example gradients. Without DP (pre-training, generation) the same
+modules run with a batch of one.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from duckmob.errors import DuckmobError
+
+
+def quad_children_order(x: torch.Tensor, side: int) -> torch.Tensor:
+    """Rearrange ``(B, side*side, 4, dim)`` (children 0..3 = (dx, dy) in (0,0), (0,1), (1,0), (1,1) of each
+    parent, parents in grid id order) into ``(B, (2 side)^2, dim)`` in grid id order of the finer level."""
+    b, _, _, dim = x.shape
+    x = x.reshape(b, side, side, 2, 2, dim)          # (B, row, col, dx, dy, dim)
+    x = x.permute(0, 1, 3, 2, 4, 5)                  # (B, row, dx, col, dy, dim)
+    return x.reshape(b, 4 * side * side, dim)
+
+
+class QuadDeconv(nn.Module):
+    """One 2D quad deconvolution layer (HRNet §2.5): (B, 4**l, dim) -> (B, 4**(l+1), dim)."""
+
+    def __init__(self, dim: int, activation: bool = False):
+        super().__init__()
+        self.dim = dim
+        self.linear = nn.Linear(dim, 4 * dim)
+        self.activation = nn.Tanh() if activation else nn.Identity()
+
+    def forward(self, m: torch.Tensor) -> torch.Tensor:
+        b, n, dim = m.shape
+        side = int(round(n ** 0.5))
+        out = self.linear(m).reshape(b, n, 4, dim)
+        return self.activation(quad_children_order(out, side))
+
+
+class HierarchicalEncoding(nn.Module):
+    """``theta_root`` followed by ``depth`` quad deconvolutions (HRNet §3.2.1: M_d = deconv^d(theta_root)).
+
+    ``forward(batch)`` returns the list ``[M_0, M_1, ..., M_depth]`` with ``M_l`` of shape
+    ``(batch, 4**l, dim)``: the encoding ``hiencode_l(cell)`` of every cell of every level, repeated per example.
+    Parameters: ``dim + depth * (4 dim^2 + 4 dim)``, i.e. O(log n_cells).
+    """
+
+    def __init__(self, dim: int, depth: int, activation: bool = False):
+        super().__init__()
+        if depth < 1:
+            raise DuckmobError(f"the hierarchical encoding needs a grid of at least 2x2 (depth >= 1), got depth {depth}")
+        self.dim, self.depth = dim, depth
+        self.root = nn.Embedding(1, dim)
+        nn.init.normal_(self.root.weight, std=1.0)
+        self.deconvs = nn.ModuleList(QuadDeconv(dim, activation) for _ in range(depth))
+
+    def forward(self, batch: int) -> list[torch.Tensor]:
+        idx = torch.zeros(batch, 1, dtype=torch.long, device=self.root.weight.device)
+        levels = [self.root(idx)]
+        for layer in self.deconvs:
+            levels.append(layer(levels[-1]))
+        return levels
