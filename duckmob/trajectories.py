@@ -216,12 +216,12 @@ def from_points(points: pa.StructArray | pa.Table, bbox=None, outside: str = "fa
     # Sort by (traj_id, ts) only when needed: a stable check first keeps sorted input at O(m).
     in_order = (traj[1:] > traj[:-1]) | ((traj[1:] == traj[:-1]) & (ts[1:] >= ts[:-1]))
     if not in_order.all():
-        misplaced = ~in_order & (traj[1:] == traj[:-1])
-        report.unsorted_trajectories = len(np.unique(traj[1:][misplaced]))
+        by_traj = np.argsort(traj, kind="stable")
+        gt, gts = traj[by_traj], ts[by_traj]
+        backwards = (gt[1:] == gt[:-1]) & (gts[1:] < gts[:-1])
+        report.unsorted_trajectories = len(np.unique(gt[1:][backwards]))
         order = np.lexsort((ts, traj))
         traj, ts, lat, lon, user = traj[order], ts[order], lat[order], lon[order], user[order]
-        if (~in_order & (traj[1:] != traj[:-1])).any() and not report.unsorted_trajectories:
-            report.notes.append("grouped the points by traj_id (they were interleaved)")
     keep = np.ones(len(traj), dtype=bool)
     keep[1:] = (traj[1:] != traj[:-1]) | (ts[1:] != ts[:-1])
     report.duplicate_timestamps = int((~keep).sum())

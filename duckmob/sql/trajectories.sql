@@ -73,12 +73,12 @@ SELECT
          THEN error('duckmob: trajectory id column ' || traj_col || ' has type ' || typeof(traj_id) ||
                     ', not an integer: number the trajectories, e.g. dense_rank() OVER (ORDER BY ' || traj_col || '), or name another column with traj_col := ...')
          ELSE traj_id::BIGINT END AS traj_id,
-    CASE WHEN typeof(user_id) NOT IN ('NULL', 'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'UTINYINT',
+    CASE WHEN typeof(user_id) NOT IN ('NULL', '"NULL"', 'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'UTINYINT',
                                       'USMALLINT', 'UINTEGER', 'UBIGINT', 'HUGEINT')
          THEN error('duckmob: user id column ' || user_col || ' has type ' || typeof(user_id) ||
                     ', not an integer: number the users, e.g. dense_rank() OVER (ORDER BY ' || user_col || ')')
          ELSE user_id::BIGINT END AS user_id,
-    CASE WHEN typeof(ts) NOT IN ('NULL', 'TIMESTAMP', 'TIMESTAMP_S', 'TIMESTAMP_MS', 'TIMESTAMP_NS', 'DATE')
+    CASE WHEN typeof(ts) NOT IN ('NULL', '"NULL"', 'TIMESTAMP', 'TIMESTAMP_S', 'TIMESTAMP_MS', 'TIMESTAMP_NS', 'DATE')
          THEN error('duckmob: time column ' || ts_col || ' has type ' || typeof(ts) ||
                     ', not TIMESTAMP: cast it, e.g. ' || ts_col || '::TIMESTAMP or to_timestamp(' || ts_col || ') for epoch seconds, or name another column with ts_col := ...')
          ELSE ts::TIMESTAMP END AS ts,

@@ -1,0 +1,3 @@
+from duckmob.cli import main
+
+raise SystemExit(main())
