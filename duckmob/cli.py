@@ -1,11 +1,12 @@
 """``python -m duckmob`` / ``duckmob``: a SQL shell with every duckmob function registered.
 
-    duckmob [DATABASE] [-c SQL] [-f FILE.sql] [--traceback]     run SQL (or read it from standard input)
+    duckmob [DATABASE] [-c SQL] [-f FILE.sql] [-o OUT] [--traceback]   run SQL (or read it from standard input)
     duckmob [DATABASE]                                          interactive prompt when standard input is a terminal
     duckmob demo                                                the demo on the shipped GeoLife sample
 
 Statements end with ``;`` and may span lines. Results print as aligned tables with their run time. Errors print
-as one line (``--traceback`` shows Python's traceback too). Dot commands: .tables, .schema [NAME], .timer on|off,
+as one line (``--traceback`` shows Python's traceback too). ``-o OUT.parquet`` (or ``.csv``) writes the result of
+the last statement to a file. Dot commands: .tables, .schema [NAME], .timer on|off,
 .help, .quit. Results go to files with plain SQL: ``COPY (FROM synthesize(...)) TO 'out.parquet'``.
 """
 
@@ -37,18 +38,24 @@ class Shell:
         self.show_traceback = show_traceback
         self.timer = True
 
-    def run_sql(self, text: str) -> bool:
-        """Run every statement in ``text``; return False if one failed (the rest are skipped)."""
+    def run_sql(self, text: str, output: str | None = None) -> bool:
+        """Run every statement in ``text``; return False if one failed (the rest are skipped).
+
+        With ``output`` (a .parquet or .csv path) the last statement's result is written there instead of shown.
+        """
         try:
             statements = self.con.extract_statements(text)
         except duckdb.Error as exc:
             return self._fail(exc)
-        for stmt in statements:
+        for i, stmt in enumerate(statements):
             t0 = time.perf_counter()
             try:
                 rel = self.con.sql(stmt.query)
-                if rel is not None:
-                    self.out.write(rel.__str__() if hasattr(rel, "__str__") else "")
+                if rel is not None and output is not None and i == len(statements) - 1:
+                    write_result(rel, output)
+                    self.err.write(f"wrote {output}\n")
+                elif rel is not None:
+                    self.out.write(str(rel))
                     self.out.write("\n")
             except (duckdb.Error, duckmob.DuckmobError, ValueError) as exc:
                 return self._fail(exc)
@@ -123,6 +130,16 @@ class Shell:
         return 0
 
 
+def write_result(rel, path: str) -> None:
+    """Write a query result to Parquet or CSV, chosen by the file's extension."""
+    if path.endswith(".parquet"):
+        rel.write_parquet(path)
+    elif path.endswith(".csv"):
+        rel.write_csv(path, header=True)
+    else:
+        raise duckmob.DuckmobError(f"cannot write {path!r}: name a .parquet or .csv file")
+
+
 def _complete(text: str) -> bool:
     """True when ``text`` ends a statement: a ';' at the end, outside quotes."""
     stripped = text.rstrip()
@@ -148,18 +165,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("database", nargs="?", default=":memory:", help="database file (default: in memory)")
     parser.add_argument("-c", "--command", help="SQL to run, then exit")
     parser.add_argument("-f", "--file", help="a .sql file to run, then exit")
+    parser.add_argument("-o", "--output", help="write the last statement's result to this .parquet or .csv file")
     parser.add_argument("--traceback", action="store_true", help="show Python tracebacks on errors")
     args = parser.parse_args(argv)
-    con = duckmob.connect(args.database)
+    try:
+        con = duckmob.connect(args.database)
+    except duckdb.Error as exc:
+        sys.stderr.write(f"Error: cannot open {args.database}: {one_line(exc)}\n")
+        return 1
     shell = Shell(con, show_traceback=args.traceback)
     try:
         if args.command is not None:
-            return 0 if shell.run_sql(args.command) else 1
+            return 0 if shell.run_sql(args.command, args.output) else 1
         if args.file is not None:
-            with open(args.file, encoding="utf-8") as fh:
-                return 0 if shell.run_sql(fh.read()) else 1
+            try:
+                with open(args.file, encoding="utf-8") as fh:
+                    text = fh.read()
+            except OSError as exc:
+                sys.stderr.write(f"Error: cannot read {args.file}: {exc.strerror}\n")
+                return 1
+            return 0 if shell.run_sql(text, args.output) else 1
         if sys.stdin.isatty():
+            # DuckDB's own progress bar for long statements, in a terminal only.
+            con.execute("SET enable_progress_bar = true")
             return shell.interactive()
-        return 0 if shell.run_sql(sys.stdin.read()) else 1
+        return 0 if shell.run_sql(sys.stdin.read(), args.output) else 1
     finally:
         con.close()

@@ -39,7 +39,7 @@ def _staypoints(pts, radius_m, min_minutes):
 
 
 def _cell_sequences(pts, bbox, w, stay_points, radius_m, min_minutes, outside):
-    bbox, w = scalar(bbox), grid.check_width(scalar(w))
+    bbox, w = grid.BBox.of(scalar(bbox)), grid.check_width(scalar(w))
     traj = _load(pts, bbox=bbox, outside=scalar(outside))
     seqs = staypoints.cell_sequences(traj, bbox, w, bool(scalar(stay_points)), scalar(radius_m),
                                      scalar(min_minutes))
