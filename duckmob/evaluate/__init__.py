@@ -1,0 +1,98 @@
+"""Evaluation of a synthetic trajectory table against the real one: one function per metric, with its formula.
+
+``evaluate(real, synth, bbox, **options)`` returns one row per metric: ``metric``, ``value``,
+``lower_is_better``, ``source`` (paper and section), ``description`` (one line: what was measured, units).
+Families (``families=[...]``): ``hrnet`` (hrnet.py), ``privtrace`` (privtrace.py), ``pategail``
+(pategail.py), ``lestyan`` (lestyan.py), ``adatrace`` (adatrace.py); shared helpers live in common.py,
+downstream tasks in downstream.py, privacy attacks in audit.py, pictures in plots.py.
+
+NOT differentially private: every number here reads the real table exactly. The evaluation is for the data
+owner, to judge a synthetic table before releasing it; publishing these figures publishes facts about the
+real data outside any privacy budget.
+
+Both tables are loaded with :func:`duckmob.trajectories.from_points` (``outside='drop'``,
+``time_required=False``: a synthetic table whose ``ts`` is all NULL is accepted and its time-based metrics
+are NULL with the reason in the description; ``min_points=1``: nothing else is dropped). Informational rows
+``real_trajectories`` and ``synth_trajectories`` say how many trajectories were compared and what cleaning did.
+"""
+
+from __future__ import annotations
+
+import time
+from importlib import import_module
+
+import pyarrow as pa
+
+from duckmob.errors import DuckmobError
+from duckmob.evaluate.common import FAMILIES, Metric, Options, Side, rng
+from duckmob.grid import BBox
+from duckmob.trajectories import Trajectories, from_points
+
+RESULT_SCHEMA = pa.schema([("metric", pa.string()), ("value", pa.float64()), ("lower_is_better", pa.bool_()),
+                           ("source", pa.string()), ("description", pa.string())])
+
+
+def load_side(points, bbox, name: str) -> tuple[Side, Metric]:
+    """A :class:`Side` from Arrow points (or ready :class:`Trajectories`), plus its informational row."""
+    box = BBox.of(bbox)
+    if isinstance(points, Side):
+        return points, _info(name, points.n, "given ready")
+    if isinstance(points, Trajectories):
+        inside = box.contains(points.lat, points.lon)
+        traj = points if inside.all() else points.take_points(inside)
+        notes = f"dropped {int((~inside).sum())} points outside the bounding box" if not inside.all() else \
+            "nothing dropped"
+    else:
+        try:
+            traj, report = from_points(points, bbox=box, outside="drop", min_points=1, time_required=False)
+        except DuckmobError as exc:
+            raise DuckmobError(f"{name} table: {exc}") from None
+        notes = "; ".join(report.messages()) or "nothing dropped"
+    if traj.n_trajectories == 0:
+        raise DuckmobError(f"the {name} table has no trajectory inside the bbox: check the bbox and the table")
+    return Side(traj, box, name), _info(name, traj.n_trajectories, notes)
+
+
+def _info(name: str, n: int, notes: str) -> Metric:
+    return Metric(f"{name}_trajectories", float(n), None, "duckmob",
+                  f"trajectories compared from the {name} table ({notes})")
+
+
+def family_module(name: str):
+    return import_module(f"duckmob.evaluate.{name}")
+
+
+def evaluate(real, synth, bbox, timings: dict | None = None, **options) -> list[dict]:
+    """Compare ``synth`` with ``real``: a list of row dicts (metric, value, lower_is_better, source, description).
+
+    ``real`` and ``synth`` are Arrow tables / struct arrays of points (traj_id, ts, lat, lon, optional user_id,
+    seq) or :class:`Trajectories`. ``bbox`` is the public ``[min_lat, min_lon, max_lat, max_lon]``; points
+    outside it are dropped on both sides. Options: see :class:`duckmob.evaluate.common.Options` (``families``,
+    ``w``, ``bins``, ``n_queries``, ``seed``, ...). ``timings``, if given, receives seconds per family.
+    A value is None where a metric is undefined (e.g. time-based metrics without timestamps).
+    NOT differentially private: for the data owner only (see the module docstring).
+    """
+    opts = Options.of(**options)
+    t0 = time.perf_counter()
+    real_side, real_info = load_side(real, bbox, "real")
+    synth_side, synth_info = load_side(synth, bbox, "synth")
+    if timings is not None:
+        timings["load"] = time.perf_counter() - t0
+    rows = [real_info, synth_info]
+    for family in FAMILIES:
+        if family not in opts.families:
+            continue
+        t = time.perf_counter()
+        # One generator per family, seeded alike: a family's queries do not depend on which others run.
+        rows.extend(family_module(family).metrics(real_side, synth_side, opts, rng(opts.seed)))
+        if timings is not None:
+            timings[family] = time.perf_counter() - t
+    return [r.as_dict() for r in rows]
+
+
+def to_table(rows: list[dict]) -> pa.Table:
+    """The rows of :func:`evaluate` as a pyarrow Table with :data:`RESULT_SCHEMA`."""
+    return pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
+
+
+__all__ = ["evaluate", "to_table", "load_side", "Options", "Metric", "Side", "FAMILIES", "RESULT_SCHEMA"]

@@ -1,0 +1,184 @@
+"""HRNet's evaluation metrics (Shibata et al., hrnet.txt §5.1.4 and App. A.3), on the w x w grid (w = 32).
+
+Trajectories are compared as cell sequences (consecutive duplicates collapsed), as HRNet compares its
+stay-point sequences; feed stay-point tables (``mob_staypoints``) on both sides to reproduce its setting.
+L_start is the ``top_starts`` (30) cells where the most REAL trajectories start (App. A.3.1); a start cell
+where no synthetic trajectory starts scores ln 2, the maximum, for that start.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from duckmob.evaluate.common import (DAY_US, LN2, Metric, Options, Side, are, bernoulli_jsd, diameters_m, jsd,
+                                     lookup, path_lengths_m, pattern_counts, query_counts, require_time,
+                                     shared_histograms, top_patterns)
+
+SOURCE = "HRNet §5.1.4, App. A.3"
+
+
+def top_start_cells(real: Side, w: int, k: int) -> np.ndarray:
+    """The ``k`` cells where the most real trajectories start (ties: smaller cell id), only cells with starts."""
+    counts = np.bincount(real.cells(w).start, minlength=w * w)
+    order = np.lexsort((np.arange(w * w), -counts))[:k]
+    return order[counts[order] > 0]
+
+
+def _start_index(side: Side, w: int, starts: np.ndarray) -> np.ndarray:
+    lut = np.full(w * w, -1, dtype=np.int64)
+    lut[starts] = np.arange(len(starts))
+    return lut[side.cells(w).start]
+
+
+def _start_totals(side: Side, w: int, starts: np.ndarray) -> np.ndarray:
+    sidx = _start_index(side, w, starts)
+    return np.bincount(sidx[sidx >= 0], minlength=len(starts)).astype(np.float64)
+
+
+def conditional_counts(side: Side, w: int, starts: np.ndarray, what: str) -> np.ndarray:
+    """(len(starts) x w*w) counts of trajectories starting in each start cell, by a cell-valued outcome.
+
+    ``destination``: the last cell (Eq. 11); ``transition``: the second cell (Eq. 12; trajectories of one cell
+    have none); ``waypoint``: every cell visited (Eq. 10); ``route``: every cell the straight-segment route
+    passes (Eq. 15)."""
+    cs = side.cells(w)
+    sidx = _start_index(side, w, starts)
+    c = w * w
+    k = len(starts)
+    if what in ("destination", "transition"):
+        if what == "destination":
+            outcome, ok = cs.end, sidx >= 0
+        else:
+            has_next = cs.lengths >= 2
+            outcome = cs.cells[np.minimum(cs.offsets[:-1] + 1, len(cs.cells) - 1)]
+            ok = (sidx >= 0) & has_next
+        return np.bincount(sidx[ok] * c + outcome[ok], minlength=k * c).reshape(k, c).astype(np.float64)
+    mat = side.visits(w) if what == "waypoint" else side.routes(w)
+    rows = np.flatnonzero(sidx >= 0)
+    pick = sp.csr_matrix((np.ones(len(rows), dtype=np.float32), (sidx[rows], rows)), shape=(k, side.n))
+    return np.asarray((pick @ mat).todense(), dtype=np.float64)
+
+
+def conditional_jsd(real: Side, synth: Side, w: int, starts: np.ndarray, what: str) -> float:
+    """Mean over L_start of JSD(p_start || q_start) (App. A.3.1).
+
+    destination / transition: the distributions over all cells. waypoint / route: for each cell l the
+    Bernoulli "l is in the trajectory" given the start, JSD averaged over all w*w cells, then over starts.
+    Nats, in [0, ln 2]."""
+    if len(starts) == 0:
+        return float("nan")
+    po = conditional_counts(real, w, starts, what)
+    ps = conditional_counts(synth, w, starts, what)
+    if what in ("destination", "transition"):
+        return float(np.mean(jsd(po, ps)))
+    n_o = _start_totals(real, w, starts)
+    n_s = _start_totals(synth, w, starts)
+    p = po / np.maximum(n_o, 1)[:, None]
+    q = ps / np.maximum(n_s, 1)[:, None]
+    per_start = bernoulli_jsd(p, q).mean(axis=1)
+    per_start = np.where(n_s > 0, per_start, LN2)
+    return float(np.mean(per_start))
+
+
+def location_at_times(side: Side, w: int, n_times: int) -> np.ndarray:
+    """(n_times x w*w) counts of trajectories in each cell at the instants t_k = k * 24 h / n_times of the day.
+
+    A trajectory is at cell v[i] at time t when t[i] <= t < t[i+1] (HRNet App. A.3 "density at t"; the end is the
+    time of its last point). Times are time of day, unwrapped across midnight from the trajectory's first
+    point, so a trajectory crossing midnight is seen at the early-morning instants too."""
+    cs = side.cells(w)
+    t = side.traj
+    own = cs.owner
+    first_ts = t.ts[t.offsets[:-1]]
+    base = np.mod(first_ts, DAY_US) - first_ts
+    big = np.int64(1) << 40  # µs, about 12.7 days: longer stretches are not looked at
+    rel = np.minimum(cs.ts + base[own], big - 1)
+    end_rel = t.ts[t.offsets[1:] - 1] + base
+    keys = own * big + rel
+    instants = np.arange(n_times, dtype=np.int64) * (DAY_US // n_times)
+    when = (instants[:, None] + np.array([0, DAY_US], dtype=np.int64)[None, :]).ravel()  # today, tomorrow
+    traj = np.repeat(np.arange(side.n, dtype=np.int64), len(when))
+    tq = np.tile(when, side.n)
+    pos = np.searchsorted(keys, traj * big + tq, side="right") - 1
+    ok = (pos >= cs.offsets[traj]) & (tq < end_rel[traj]) & (tq < big)
+    slot = np.tile(np.repeat(np.arange(n_times), 2), side.n)
+    c = w * w
+    return np.bincount(slot[ok] * c + cs.cells[pos[ok]], minlength=n_times * c).reshape(n_times, c)
+
+
+def random_cell_sets(n_cells: int, n_queries: int, max_fraction: float, generator) -> np.ndarray:
+    """(n_queries x n_cells) boolean: each row a set of 1 .. max(1, max_fraction * n_cells) cells drawn
+    uniformly without replacement (HRNet App. A.3: "500 random sets of POIs", a random number of POIs each)."""
+    top = max(1, int(round(max_fraction * n_cells)))
+    sizes = generator.integers(1, top + 1, size=n_queries)
+    rank = np.argsort(np.argsort(generator.random((n_queries, n_cells)), axis=1), axis=1)
+    return rank < sizes[:, None]
+
+
+def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
+    w = opts.w
+    out = []
+    starts = top_start_cells(real, w, opts.top_starts)
+    k = len(starts)
+    eq = {"waypoint": "Eq. 10", "destination": "Eq. 11", "transition": "Eq. 12", "route": "Eq. 15"}
+    what_is = {
+        "waypoint": "Bernoulli JSD of 'cell is visited' given the start cell, averaged over all cells",
+        "destination": "JSD of the last cell given the start cell",
+        "transition": "JSD of the second cell given the start cell",
+        "route": "Bernoulli JSD of 'cell is on the route (points joined by straight segments)' given the start",
+    }
+    for what in ("waypoint", "destination", "transition", "route"):
+        out.append(Metric(f"hrnet_{what}_jsd", conditional_jsd(real, synth, w, starts, what), True,
+                          f"{SOURCE} ({eq[what]})",
+                          f"{what_is[what]}; mean over the top {k} real start cells, {w}x{w} grid, nats"))
+
+    dist_o = path_lengths_m(*real.cell_path(w))
+    dist_s = path_lengths_m(*synth.cell_path(w))
+    out.append(Metric("hrnet_travel_distance_jsd", jsd(*shared_histograms(dist_o, dist_s, opts.bins)), True,
+                      f"{SOURCE} (Eq. 13)",
+                      f"JSD of travel distance (metres between consecutive cell centres, {w}x{w} grid), "
+                      f"{opts.bins} bins on [0, real max], nats"))
+    dia_o = diameters_m(*real.cell_path(w))
+    dia_s = diameters_m(*synth.cell_path(w))
+    out.append(Metric("hrnet_diameter_jsd", jsd(*shared_histograms(dia_o, dia_s, opts.bins)), True,
+                      f"{SOURCE} (Eq. 14)",
+                      f"JSD of diameter (largest metres between two cell centres, {w}x{w} grid), "
+                      f"{opts.bins} bins on [0, real max], nats"))
+
+    why = require_time(real, synth)
+    if why:
+        out.append(Metric("hrnet_density_t_jsd", None, True, SOURCE, f"{why}: density at t needs time"))
+    else:
+        lo_ = location_at_times(real, w, opts.n_times)
+        ls_ = location_at_times(synth, w, opts.n_times)
+        used = lo_.sum(axis=1) > 0
+        value = float(np.mean(jsd(lo_[used], ls_[used]))) if used.any() else float("nan")
+        out.append(Metric("hrnet_density_t_jsd", value, True, SOURCE,
+                          f"JSD of where trajectories are at each of {opts.n_times} instants of the day, mean over "
+                          f"the {int(used.sum())} instants with real trajectories under way, nats"))
+
+    phi = opts.phi * real.n
+    scale = real.n / synth.n
+    sets = random_cell_sets(w * w, opts.n_queries, opts.max_set_fraction, generator)
+    value = are(query_counts(real.visits(w), sets), scale * query_counts(synth.visits(w), sets), phi)
+    out.append(Metric("hrnet_traj_density_are", value, True, SOURCE,
+                      f"ARE of the number of trajectories visiting {opts.n_queries} random sets of 1-"
+                      f"{max(1, round(opts.max_set_fraction * w * w))} cells; synthetic counts x n_real/n_synth, "
+                      f"phi = {phi:g} ({opts.phi:g} n_real)"))
+
+    n_max = pattern_max_len(w, 6)
+    ko, co = pattern_counts(real.cells(w), 3, n_max, per_trajectory=True)
+    ks, cs = pattern_counts(synth.cells(w), 3, n_max, per_trajectory=True)
+    top = top_patterns(ko, co, opts.top_patterns)
+    value = are(co[top], scale * lookup(ks, cs, ko[top]), phi) if len(top) else float("nan")
+    out.append(Metric("hrnet_traj_pattern_are", value, True, SOURCE,
+                      f"ARE of the number of trajectories containing each of the top {len(top)} real patterns of "
+                      f"3-{n_max} consecutive cells; synthetic counts x n_real/n_synth, phi = {phi:g}"))
+    return out
+
+
+def pattern_max_len(w: int, wanted: int) -> int:
+    """The longest pattern (<= wanted) whose 64-bit key fits on a w x w grid (a longer pattern is never more
+    frequent than its prefix, so it rarely reaches a top-200 list)."""
+    return max(2, min(wanted, int(62 // np.log2(w * w + 1))))

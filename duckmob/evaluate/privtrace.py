@@ -1,0 +1,47 @@
+"""PrivTrace's evaluation metrics (Wang et al., privtrace.txt §5.1 and App. B.4).
+
+Length and diameter are measured on the points as given (metres); trajectory density counts trajectories
+whose route passes through random circles; transition patterns are counted on a 20 x 20 grid.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from duckmob.evaluate.common import (Metric, Options, Side, are, bbox_sides_m, circle_counts, circle_queries,
+                                     jsd, lookup, pattern_counts, shared_histograms, top_patterns)
+
+SOURCE = "PrivTrace §5.1, App. B.4"
+
+
+def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
+    out = []
+    b = opts.bins
+    out.append(Metric("privtrace_length_jsd", jsd(*shared_histograms(real.length_m, synth.length_m, b)), True,
+                      SOURCE, f"JSD of trajectory length (sum of metres between consecutive points), {b} bins "
+                              "on [0, real max], nats"))
+    out.append(Metric("privtrace_diameter_jsd", jsd(*shared_histograms(real.diameter_m, synth.diameter_m, b)),
+                      True, SOURCE, f"JSD of trajectory diameter (largest metres between two points), {b} bins "
+                                    "on [0, real max], nats"))
+
+    phi = opts.phi * real.n
+    scale = real.n / synth.n
+    longer = max(bbox_sides_m(real.bbox))
+    lo, hi = opts.radius_range
+    circles = circle_queries(real.bbox, opts.n_queries, (lo * longer, hi * longer), generator)
+    co, cs = circle_counts([real.routes(opts.query_w), synth.routes(opts.query_w)], real.bbox, opts.query_w,
+                           circles)
+    out.append(Metric("privtrace_density_are", are(co, scale * cs, phi), True, SOURCE,
+                      f"ARE of the number of trajectories passing {opts.n_queries} random circles (radius "
+                      f"{lo * longer:.0f}-{hi * longer:.0f} m; routes on a {opts.query_w}x{opts.query_w} grid); "
+                      f"synthetic counts x n_real/n_synth, phi = {phi:g}"))
+
+    pw = opts.pattern_w
+    ko, cnt_o = pattern_counts(real.cells(pw), 2, 5, per_trajectory=False)
+    ks, cnt_s = pattern_counts(synth.cells(pw), 2, 5, per_trajectory=False)
+    top = top_patterns(ko, cnt_o, opts.top_patterns)
+    value = are(cnt_o[top], scale * lookup(ks, cnt_s, ko[top]), phi) if len(top) else float("nan")
+    out.append(Metric("privtrace_pattern_are", value, True, SOURCE,
+                      f"ARE of the occurrences of the top {len(top)} real transition patterns of 2-5 cells on a "
+                      f"{pw}x{pw} grid; synthetic counts x n_real/n_synth, phi = {phi:g}"))
+    return out
