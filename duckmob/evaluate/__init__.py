@@ -18,6 +18,7 @@ are NULL with the reason in the description; ``min_points=1``: nothing else is d
 
 from __future__ import annotations
 
+import sys
 import time
 from importlib import import_module
 
@@ -43,6 +44,7 @@ def load_side(points, bbox, name: str) -> tuple[Side, Metric]:
         notes = f"dropped {int((~inside).sum())} points outside the bounding box" if not inside.all() else \
             "nothing dropped"
     else:
+        points = _without_empty_seq(points)
         try:
             traj, report = from_points(points, bbox=box, outside="drop", min_points=1, time_required=False)
         except DuckmobError as exc:
@@ -51,6 +53,21 @@ def load_side(points, bbox, name: str) -> tuple[Side, Metric]:
     if traj.n_trajectories == 0:
         raise DuckmobError(f"the {name} table has no trajectory inside the bbox: check the bbox and the table")
     return Side(traj, box, name), _info(name, traj.n_trajectories, notes)
+
+
+def _without_empty_seq(points):
+    """Drop a ``seq`` column that is entirely NULL (mob_points always supplies one): points are then kept in
+    table order rather than ordered by a column of NULLs."""
+    names = points.type.names if isinstance(points, pa.StructArray) else points.column_names
+    if "seq" not in names:
+        return points
+    col = points.field("seq") if isinstance(points, pa.StructArray) else points.column("seq")
+    if col.null_count < len(col):
+        return points
+    keep = [n for n in names if n != "seq"]
+    if isinstance(points, pa.StructArray):
+        return pa.StructArray.from_arrays([points.field(n) for n in keep], names=keep)
+    return points.select(keep)
 
 
 def _info(name: str, n: int, notes: str) -> Metric:
@@ -95,4 +112,36 @@ def to_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
 
 
-__all__ = ["evaluate", "to_table", "load_side", "Options", "Metric", "Side", "FAMILIES", "RESULT_SCHEMA"]
+def sql_literal(text: str) -> str:
+    """A SQL string literal for a table name (quotes doubled)."""
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def table_points(con, name: str) -> pa.Table:
+    """The points of table/view ``name`` on ``con`` through the ``mob_points`` contract (column checks)."""
+    from duckmob.sql import register
+
+    register(con)
+    return con.sql(f"SELECT * FROM mob_points({sql_literal(name)})").to_arrow_table()
+
+
+def evaluate_connection(con, real: str, synth: str, bbox=None, **options) -> pa.Table:
+    """``duckmob.evaluate(con, 'real', 'synth', bbox=[...], **options)``: the rows of ``FROM mob_evaluate(...)``
+    as a pyarrow Table (columns metric, value, lower_is_better, source, description; ``.to_pylist()`` gives
+    a list of dicts). ``real`` and ``synth`` name tables or views visible to ``con`` (temp tables included).
+    NOT differentially private: for the data owner only."""
+    return to_table(evaluate(table_points(con, real), table_points(con, synth), bbox, **options))
+
+
+class _CallableModule(type(sys.modules[__name__])):
+    """``duckmob.evaluate`` is both this package and the public function ``duckmob.evaluate(con, ...)``: once
+    the package is imported, Python binds the attribute ``duckmob.evaluate`` to the package, so calling the
+    package does what the function does."""
+
+    def __call__(self, con, real, synth, **options):
+        return evaluate_connection(con, real, synth, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
+__all__ = ["evaluate", "evaluate_connection", "table_points", "to_table", "load_side", "Options", "Metric", "Side", "FAMILIES", "RESULT_SCHEMA"]

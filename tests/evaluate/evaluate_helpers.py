@@ -19,8 +19,9 @@ def center(row: int, col: int) -> tuple[float, float]:
 
 def table(paths: list[list[tuple[int, int]]], with_time: bool = True, start_hour: int = 8,
           first_id: int = 0) -> pa.Table:
-    """A points table: trajectory i visits the centres of the cells ``paths[i]`` (row, col), one point a minute."""
-    rows = {"traj_id": [], "ts": [], "lat": [], "lon": []}
+    """A points table: trajectory i visits the centres of the cells ``paths[i]`` (row, col), one point a minute
+    (or no time, ordered by ``seq``)."""
+    rows = {"traj_id": [], "ts": [], "lat": [], "lon": [], "seq": []}
     t0 = dt.datetime(2008, 5, 1, start_hour, 0, 0)
     for i, path in enumerate(paths):
         for j, (r, c) in enumerate(path):
@@ -29,10 +30,12 @@ def table(paths: list[list[tuple[int, int]]], with_time: bool = True, start_hour
             rows["ts"].append(t0 + dt.timedelta(minutes=j) if with_time else None)
             rows["lat"].append(lat)
             rows["lon"].append(lon)
+            rows["seq"].append(j)
     return pa.table({"traj_id": pa.array(rows["traj_id"], pa.int64()),
                      "ts": pa.array(rows["ts"], pa.timestamp("us")),
                      "lat": pa.array(rows["lat"], pa.float64()),
-                     "lon": pa.array(rows["lon"], pa.float64())})
+                     "lon": pa.array(rows["lon"], pa.float64()),
+                     "seq": pa.array(rows["seq"], pa.int64())})
 
 
 def city(n: int = 60, seed: int = 0) -> list[list[tuple[int, int]]]:

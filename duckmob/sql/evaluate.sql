@@ -1,0 +1,25 @@
+-- Evaluation of a synthetic trajectory table against the real one (duckmob/evaluate). NOT differentially
+-- private: these functions read the real table exactly; they are for the data owner, before a release.
+-- Tables need traj_id, ts (may be all NULL in a synthetic table), lat, lon and optionally user_id, seq
+-- (see mob_points); points outside the declared bbox are dropped on both sides.
+
+-- One row per metric: metric, value, lower_is_better, source (paper, section), description (one line).
+-- families: any of ['hrnet', 'privtrace', 'pategail', 'lestyan', 'adatrace'] (NULL = all); w: grid width;
+-- bins: histogram bins; n_queries: random queries; seed: evaluation randomness (NULL = fixed default);
+-- further options as in duckmob.evaluate.common.Options.
+CREATE OR REPLACE TEMP MACRO mob_evaluate(real, synth, bbox := NULL, families := NULL, w := NULL, bins := NULL,
+                                         n_queries := NULL, seed := NULL, phi := NULL, top_starts := NULL,
+                                         top_patterns := NULL, pattern_w := NULL, n_times := NULL,
+                                         query_w := NULL, radius_range := NULL, adatrace_radius := NULL,
+                                         top_k := NULL, emd_sample := NULL) AS TABLE
+SELECT unnest(_mob_evaluate(
+    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+     FROM mob_points(real)),
+    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+     FROM mob_points(synth)),
+    bbox,
+    json_object('families', families, 'w', w, 'bins', bins, 'n_queries', n_queries, 'seed', seed, 'phi', phi,
+                'top_starts', top_starts, 'top_patterns', top_patterns, 'pattern_w', pattern_w,
+                'n_times', n_times, 'query_w', query_w, 'radius_range', radius_range,
+                'adatrace_radius', adatrace_radius, 'top_k', top_k, 'emd_sample', emd_sample)::VARCHAR),
+    recursive := true);
