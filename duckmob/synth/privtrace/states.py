@@ -1,0 +1,165 @@
+"""PrivTrace's two-layer grid (§4.2) as a set of Markov states, and trajectories as state sequences.
+
+The first layer is a uniform K x K grid over the public bounding box. A first-layer cell that many trajectories
+pass through is split into kappa x kappa second-layer cells; both the unsplit first-layer cells and the
+second-layer cells are the states of the Markov models (§4.2, "Difference from AdaTrace").
+
+Choice made here (the paper allows any kappa): kappa is a power of two, kappa = 2**e with 0 <= e <= D. Every
+state is then a square block of a fine *base grid* of W = K * 2**D cells per side, which makes three things
+exact and vectorised: a point's state is a formula of its base cell; two states are neighbours when any of
+their base cells touch (8-neighbourhood: an edge or a corner); and a straight line stepped one base cell at a
+time visits a chain of neighbouring states, which is how gaps between consecutive fixes are filled in (PrivTrace
+interpolates between non-adjacent cells so that every transition of a state sequence is between neighbours —
+that is what lets the transition support be restricted to neighbours, a data-independent set).
+
+Everything here is public: the grid is a function of the bbox, K, D and the per-cell exponents, which are
+themselves post-processing of noisy densities.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from duckmob.errors import DuckmobError
+from duckmob.grid import BBox
+
+
+class StateGrid:
+    """Two-layer grid: ``K`` x ``K`` first-layer cells over ``bbox``, cell ``c`` split into 2**split[c] squared.
+
+    Attributes (all derived, numpy): ``m`` states; ``row0``, ``col0``, ``size`` — each state's block on the base
+    grid (base cells, W = K * 2**depth per side); ``first`` — the first state id of each first-layer cell.
+    States are numbered first-layer cell by cell (row-major), then row-major inside a split cell.
+    """
+
+    def __init__(self, bbox, K: int, depth: int, split: np.ndarray):
+        self.bbox = BBox.of(bbox)
+        self.K, self.depth = int(K), int(depth)
+        split = np.asarray(split, dtype=np.int64).reshape(-1)
+        if self.K < 1 or len(split) != self.K * self.K:
+            raise DuckmobError(f"a {K}x{K} grid needs {K * K} split exponents, got {len(split)}")
+        if split.min() < 0 or split.max() > self.depth:
+            raise DuckmobError(f"split exponents must lie in 0..{depth}")
+        self.split = split
+        self.W = self.K << self.depth
+        per_cell = np.left_shift(1, 2 * split)                      # 4**e states per first-layer cell
+        self.first = np.concatenate([[0], np.cumsum(per_cell)]).astype(np.int64)
+        self.m = int(self.first[-1])
+        cell = np.repeat(np.arange(self.K * self.K), per_cell)
+        local = np.arange(self.m) - self.first[cell]
+        e = split[cell]
+        side = np.left_shift(1, e)
+        self.size = np.left_shift(1, self.depth - e)                 # block side in base cells
+        self.row0 = (cell // self.K << self.depth) + (local // side) * self.size
+        self.col0 = (cell % self.K << self.depth) + (local % side) * self.size
+        self._neighbours = None
+
+    # -- points -> states -------------------------------------------------------------------------------
+    def base_coords(self, lat, lon) -> tuple[np.ndarray, np.ndarray]:
+        """Continuous base-grid coordinates (row, col) of points, clipped into [0, W)."""
+        b = self.bbox
+        r = (np.asarray(lat, dtype=np.float64) - b.min_lat) / (b.max_lat - b.min_lat) * self.W
+        c = (np.asarray(lon, dtype=np.float64) - b.min_lon) / (b.max_lon - b.min_lon) * self.W
+        top = np.nextafter(float(self.W), 0.0)
+        return np.clip(r, 0.0, top), np.clip(c, 0.0, top)
+
+    def state_of_base(self, R: np.ndarray, C: np.ndarray) -> np.ndarray:
+        """State id of integer base cells (R, C)."""
+        R, C = np.asarray(R, dtype=np.int64), np.asarray(C, dtype=np.int64)
+        cell = (R >> self.depth) * self.K + (C >> self.depth)
+        e = self.split[cell]
+        mask = (1 << self.depth) - 1
+        shift = self.depth - e
+        return self.first[cell] + ((R & mask) >> shift << e) + ((C & mask) >> shift)
+
+    def state_of(self, lat, lon) -> np.ndarray:
+        """State id of each point (points must lie inside the bbox; edges fall in the last row/column)."""
+        r, c = self.base_coords(lat, lon)
+        return self.state_of_base(np.floor(r).astype(np.int64), np.floor(c).astype(np.int64))
+
+    # -- geometry ---------------------------------------------------------------------------------------
+    def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR adjacency of the states (8-neighbourhood on the base grid): (offsets int64[m+1], dst int64[E]).
+
+        Neighbour lists are sorted ascending; a state is not its own neighbour. Data-independent.
+        """
+        if self._neighbours is None:
+            R, C = np.meshgrid(np.arange(self.W), np.arange(self.W), indexing="ij")
+            S = self.state_of_base(R, C)
+            pairs = []
+            for a, b in ((S[:, :-1], S[:, 1:]), (S[:-1, :], S[1:, :]), (S[:-1, :-1], S[1:, 1:]),
+                         (S[:-1, 1:], S[1:, :-1])):
+                diff = a != b
+                pairs.append(a[diff] * self.m + b[diff])
+                pairs.append(b[diff] * self.m + a[diff])
+            keys = np.unique(np.concatenate(pairs))
+            src, dst = keys // self.m, keys % self.m
+            offsets = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=self.m))]).astype(np.int64)
+            self._neighbours = (offsets, dst.astype(np.int64))
+        return self._neighbours
+
+    def bounds(self, states) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(min_lat, min_lon, max_lat, max_lon) of each state, degrees."""
+        s = np.asarray(states, dtype=np.int64)
+        b = self.bbox
+        dlat = (b.max_lat - b.min_lat) / self.W
+        dlon = (b.max_lon - b.min_lon) / self.W
+        r0, c0, sz = self.row0[s], self.col0[s], self.size[s]
+        return (b.min_lat + r0 * dlat, b.min_lon + c0 * dlon,
+                b.min_lat + (r0 + sz) * dlat, b.min_lon + (c0 + sz) * dlon)
+
+    def centres(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lat, lon) of every state's centre, degrees."""
+        a, b, c, d = self.bounds(np.arange(self.m))
+        return (a + c) / 2, (b + d) / 2
+
+    def sample_points(self, states, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """A point drawn uniformly (in degrees) inside each state's cell (PrivTrace Alg. 1, step 3)."""
+        a, b, c, d = self.bounds(states)
+        u = rng.random((2, len(a)))
+        return a + (c - a) * u[0], b + (d - b) * u[1]
+
+
+def uniform_grid(bbox, K: int) -> StateGrid:
+    """The first layer alone: K x K states."""
+    return StateGrid(bbox, K, 0, np.zeros(K * K, dtype=np.int64))
+
+
+def state_sequences(grid: StateGrid, offsets: np.ndarray, lat: np.ndarray,
+                    lon: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Discretise trajectories into state sequences whose consecutive states are neighbours.
+
+    ``offsets`` (n + 1) cut the points ``lat``, ``lon`` (degrees, inside the bbox) into n trajectories.
+    Between two consecutive fixes in different states the straight segment is sampled every base cell (at most
+    one base cell per axis a step), so the states visited in between are filled in; then runs of one state
+    are collapsed to one visit. Returns ``(seq_offsets int64[n+1], states int64[total], traj int64[total])``;
+    every trajectory keeps at least one state. Vectorised over points (no loop over trajectories).
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n = len(offsets) - 1
+    n_pts = int(offsets[-1])
+    if n_pts == 0:
+        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    r, c = grid.base_coords(lat, lon)
+    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    has_next = np.zeros(n_pts, dtype=bool)
+    has_next[:-1] = owner[1:] == owner[:-1]
+    nxt = np.minimum(np.arange(n_pts) + 1, n_pts - 1)
+    dr = np.where(has_next, r[nxt] - r, 0.0)
+    dc = np.where(has_next, c[nxt] - c, 0.0)
+    cell_change = has_next & ((np.floor(r) != np.floor(r[nxt])) | (np.floor(c) != np.floor(c[nxt])))
+    steps = np.where(cell_change, np.maximum(1, np.ceil(np.maximum(np.abs(dr), np.abs(dc)))), 1).astype(np.int64)
+    total = int(steps.sum())
+    src = np.repeat(np.arange(n_pts, dtype=np.int64), steps)
+    k = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(steps) - steps, steps)
+    f = k / steps[src]
+    top = np.nextafter(float(grid.W), 0.0)
+    R = np.floor(np.clip(r[src] + f * dr[src], 0.0, top)).astype(np.int64)
+    C = np.floor(np.clip(c[src] + f * dc[src], 0.0, top)).astype(np.int64)
+    states = grid.state_of_base(R, C)
+    own = owner[src]
+    keep = np.ones(total, dtype=bool)
+    keep[1:] = (own[1:] != own[:-1]) | (states[1:] != states[:-1])
+    states, own = states[keep], own[keep]
+    seq_offsets = np.concatenate([[0], np.cumsum(np.bincount(own, minlength=n))]).astype(np.int64)
+    return seq_offsets, states, own

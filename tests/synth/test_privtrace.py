@@ -1,0 +1,257 @@
+"""PrivTrace components against the paper's equations on small hand-made data, and the fit/sample pipeline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.synth import privacy_standin
+
+privacy_standin.install()
+
+from duckmob.errors import DuckmobError  # noqa: E402
+from duckmob.privacy.noise import NoiseSource  # noqa: E402
+from duckmob.synth.privtrace import PrivTrace, PrivTraceModel  # noqa: E402
+from duckmob.synth.privtrace.markov import (Support, add_laplace, normcut_rows,  # noqa: E402
+                                            select_second_order, transition_counts)
+from duckmob.synth.privtrace.states import StateGrid, state_sequences, uniform_grid  # noqa: E402
+from duckmob.synth.privtrace.trips import hop_distances, trip_distribution  # noqa: E402
+from duckmob.synth.privtrace.walk import (cumulative_rows, hazard, length_bins,  # noqa: E402
+                                          length_histogram, random_walks)
+from duckmob.trajectories import Trajectories  # noqa: E402
+
+BOX = [0.0, 0.0, 1.0, 1.0]
+
+
+def _traj(paths: list[list[tuple[float, float]]]) -> Trajectories:
+    lengths = [len(p) for p in paths]
+    pts = np.array([xy for p in paths for xy in p], dtype=float)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    n = len(paths)
+    return Trajectories(offsets, np.arange(n), np.full(n, -1), np.arange(len(pts)), pts[:, 0], pts[:, 1])
+
+
+# ---------------------------------------------------------------------------------------------- the grid
+
+def test_two_layer_grid_states_and_geometry():
+    # 2 x 2 first layer; cell 3 (top right) split 2 x 2 -> 3 + 4 = 7 states
+    g = StateGrid(BOX, 2, 1, np.array([0, 0, 0, 1]))
+    assert g.m == 7 and g.W == 4
+    assert g.state_of([0.1, 0.1, 0.6, 0.9, 0.9], [0.1, 0.9, 0.6, 0.6, 0.9]).tolist() == [0, 1, 3, 5, 6]
+    a, b, c, d = g.bounds(np.array([0, 6]))
+    assert np.allclose([a[0], b[0], c[0], d[0]], [0, 0, 0.5, 0.5])
+    assert np.allclose([a[1], b[1], c[1], d[1]], [0.75, 0.75, 1, 1])
+    off, dst = g.neighbours()
+    nb = {s: set(dst[off[s]:off[s + 1]].tolist()) for s in range(g.m)}
+    assert nb[0] == {1, 2, 3}                       # corner contact with subcell 3 counts (8-neighbourhood)
+    assert nb[1] == {0, 2, 3, 4}                    # the big cell below the split cell touches 3 and 4
+    assert nb[6] == {3, 4, 5}
+    assert all(s in nb[t] for s in nb for t in nb[s])   # symmetric
+
+
+def test_state_sequences_fill_gaps_with_neighbours_and_collapse_repeats():
+    g = uniform_grid(BOX, 4)
+    t = _traj([[(0.05, 0.05), (0.06, 0.06), (0.95, 0.95)], [(0.6, 0.1)]])
+    off, states, owner = state_sequences(g, t.offsets, t.lat, t.lon)
+    assert off.tolist() == [0, 4, 5]
+    assert states[:4].tolist() == [0, 5, 10, 15]    # the diagonal, repeats collapsed
+    assert states[4] == 8 and owner.tolist() == [0, 0, 0, 0, 1]
+    # every consecutive pair is a neighbour pair on any grid, e.g. a random two-layer one
+    rng = np.random.default_rng(0)
+    g2 = StateGrid(BOX, 3, 2, rng.integers(0, 3, 9))
+    t2 = _traj([[tuple(p) for p in rng.random((20, 2))] for _ in range(30)])
+    off, states, owner = state_sequences(g2, t2.offsets, t2.lat, t2.lon)
+    support = Support.of(g2.m, *g2.neighbours())
+    inner = owner[1:] == owner[:-1]
+    support.edge_index(states[:-1][inner], states[1:][inner])   # raises if a pair is not adjacent
+    assert (states[:-1][inner] != states[1:][inner]).all()
+
+
+# ----------------------------------------------------------------------------------------- the counts
+
+def _line_support(m):
+    # states 0 - 1 - 2 - ... in a line
+    offs = [0]
+    dst = []
+    for s in range(m):
+        nb = [x for x in (s - 1, s + 1) if 0 <= x < m]
+        dst += nb
+        offs.append(len(dst))
+    return Support.of(m, np.array(offs), np.array(dst))
+
+
+def test_transition_counts_are_length_normalised_as_in_appendix_b2():
+    sup = _line_support(3)          # D = 2; columns: neighbours then end at column 2
+    seq_off = np.array([0, 3, 4])   # T1 = (0, 1, 2), T2 = (1,)
+    states = np.array([0, 1, 2, 1])
+    start, first, second = transition_counts(sup, seq_off, states)
+    # T1 has |T| + 1 = 4 first-order transitions each 1/4; T2 has 2 each 1/2
+    assert np.allclose(start, [0.25, 0.5, 0.0])
+    assert np.isclose(first[0, 0], 0.25)            # 0 -> 1 (only neighbour of 0)
+    assert np.isclose(first[1, 1], 0.25)            # 1 -> 2 (second neighbour of 1)
+    assert np.isclose(first[2, 2], 0.25)            # 2 -> end
+    assert np.isclose(first[1, 2], 0.5)             # T2: 1 -> end
+    # second order: T1 triples (start,0,1) (0,1,2) (1,2,end) each 1/3; T2 triple (start,1,end) weight 1
+    assert np.isclose(second[0, 0], 1 / 3)
+    e01 = sup.edge_index(np.array([0]), np.array([1]))[0]
+    e12 = sup.edge_index(np.array([1]), np.array([2]))[0]
+    assert np.isclose(second[3 + e01, 1], 1 / 3)
+    assert np.isclose(second[3 + e12, 2], 1 / 3)
+    assert np.isclose(second[1, 2], 1.0)
+    # each trajectory adds exactly 1 to the L1 norm of each table (Theorem 2: sensitivity 1)
+    assert np.isclose(start.sum() + first.sum(), 2.0) and np.isclose(second.sum(), 2.0)
+    assert (first[~sup.mask1()] == 0).all() and (second[~sup.mask2()] == 0).all()
+
+
+def test_one_trajectory_changes_each_table_by_at_most_one_in_l1():
+    rng = np.random.default_rng(3)
+    g = StateGrid(BOX, 3, 1, rng.integers(0, 2, 9))
+    t = _traj([[tuple(p) for p in rng.random((rng.integers(1, 15), 2))] for _ in range(40)])
+    off, states, _ = state_sequences(g, t.offsets, t.lat, t.lon)
+    sup = Support.of(g.m, *g.neighbours())
+    full = transition_counts(sup, off, states)
+    for drop in range(0, 40, 7):
+        keep = np.ones(40, bool)
+        keep[drop] = False
+        t2 = t.take(keep)
+        o2, s2, _ = state_sequences(g, t2.offsets, t2.lat, t2.lon)
+        part = transition_counts(sup, o2, s2)
+        d1 = np.abs(full[0] - part[0]).sum() + np.abs(full[1] - part[1]).sum()
+        d2 = np.abs(full[2] - part[2]).sum()
+        assert d1 <= 1 + 1e-9 and d2 <= 1 + 1e-9
+
+
+def test_noise_covers_the_whole_support_and_nothing_else():
+    sup = _line_support(5)
+    mask = sup.mask1()
+    noisy = add_laplace(np.zeros(mask.shape), mask, 1.0, NoiseSource(0))
+    assert (noisy[mask] != 0).all() and (noisy[~mask] == 0).all()
+    # Laplace(scale) statistically: mean |x| = scale
+    big = add_laplace(np.zeros(200_000), None, 2.5, NoiseSource(1))
+    assert abs(np.abs(big).mean() - 2.5) < 0.05
+
+
+def test_normcut_rows_matches_appendix_b6_example():
+    out = normcut_rows(np.array([[-5.0, 1.0, 7.0]]))
+    assert np.allclose(out, [[0, 0, 3]])
+
+
+def test_model_selection_follows_section_4_6():
+    sup = _line_support(4)
+    first = np.zeros((4, 3))
+    first[1] = [100, 10, 5]     # dominant: 100 / 10 >= 5 -> first order
+    first[2] = [60, 40, 5]      # not dominant, large -> second order
+    first[3] = [0.5, 0, 0.1]    # below theta1 -> first order
+    use2 = select_second_order(first, sup, scale=1.0, theta2=5.0)
+    assert use2.tolist() == [False, False, True, False]
+
+
+# ------------------------------------------------------------------------------------- trip distribution
+
+def test_trip_distribution_satisfies_margins_and_total():
+    sup = _line_support(6)
+    b = np.array([3.0, 0, 0, 0, 0, 1.0])
+    q = np.array([0, 0, 1.0, 0, 0, 3.0])
+    p, info = trip_distribution(b, q, n_trips=24.0, offsets=sup.offsets, dst=sup.dst)
+    hops = hop_distances(sup.offsets, sup.dst, np.arange(6))
+    assert hops[0, 5] == 5 and hops[2, 2] == 0
+    assert np.isclose(p.sum(), 1) and p[1:5].sum() == 0
+    # the u-weighted mean length (hops + 2) matches N / sum(b) = 6
+    assert abs(info["mean_length"] - 6.0) < 0.01
+    # starts at 0 go to far ends (long trips) and are up-weighted relative to b
+    assert p[0] / p[5] > b[0] / b[5]
+
+
+# ----------------------------------------------------------------------------------------- lengths and walk
+
+def test_length_hazard_reproduces_the_histogram():
+    edges = length_bins(60)
+    assert edges[0] == 1 and edges[-1] == 61 and (np.diff(edges) >= 1).all()
+    lengths = np.array([1, 1, 2, 5, 5, 5, 30, 60, 200])
+    h = length_histogram(lengths, edges)
+    assert h.sum() == 9 and h[0] == 2 and h[-1] == 2    # 60 and 200 (clipped) share the last bin
+    probs = np.zeros(len(edges) - 1)
+    probs[[0, 3]] = [0.25, 0.75]                          # P(len = 1) = .25, P(len = 4) = .75
+    hz = hazard(edges, probs)
+    assert np.isclose(hz[1], 0.25) and np.isclose(hz[2], 0) and np.isclose(hz[4], 1.0)
+
+
+def test_random_walk_lengths_follow_the_histogram_and_moves_follow_rows():
+    sup = _line_support(3)
+    nbr = sup.padded_neighbours()
+    rows = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])   # 0 -> 1 -> 2 -> 1 -> 2 ...
+    cum1, ok1 = cumulative_rows(rows)
+    cum2, ok2 = cumulative_rows(np.ones((3 + sup.n_edges, 2)))
+    edges = length_bins(10)
+    probs = np.zeros(len(edges) - 1)
+    probs[[1, 4]] = [0.5, 0.5]                             # lengths 2 and 5
+    off, states = random_walks(
+        20_000, np.random.default_rng(0), p_start=np.array([1.0, 0, 0]), cum1=cum1, ok1=ok1, cum2=cum2,
+        ok2=ok2, use2=np.zeros(3, bool), neighbours=np.maximum(nbr, 0), edge_offsets=sup.offsets,
+        end_propensity=np.ones(3), hazard_by_len=hazard(edges, probs))
+    L = np.diff(off)
+    assert set(np.unique(L).tolist()) == {2, 5}
+    assert abs((L == 2).mean() - 0.5) < 0.02
+    assert states[off[0]:off[1]].tolist() in ([0, 1], [0, 1, 2, 1, 2])
+
+
+# ------------------------------------------------------------------------------------------- pipeline
+
+def _toy(n=300, seed=0) -> Trajectories:
+    rng = np.random.default_rng(seed)
+    paths = []
+    for _ in range(n):
+        a, b = rng.random(2) * 0.4 + 0.1, rng.random(2) * 0.4 + 0.5
+        k = rng.integers(2, 30)
+        f = np.linspace(0, 1, k)[:, None]
+        pts = a + f * (b - a) + rng.normal(0, 0.01, (k, 2))
+        paths.append([tuple(p) for p in np.clip(pts, 0, 1)])
+    return _traj(paths)
+
+
+def test_fit_and_sample_are_deterministic_under_a_seed_and_round_trip():
+    data = _toy()
+    pt = PrivTrace(BOX, K=4)
+    m1 = pt.fit(data, 1.0, 0.0, NoiseSource(5))
+    m2 = pt.fit(data, 1.0, 0.0, NoiseSource(5))
+    assert m1.to_bytes() == m2.to_bytes()
+    s1 = m1.sample(200, np.random.default_rng(9))
+    s2 = PrivTraceModel.from_bytes(m1.to_bytes()).sample(200, np.random.default_rng(9))
+    assert np.array_equal(s1.offsets, s2.offsets) and np.array_equal(s1.lat, s2.lat)
+    assert s1.n_trajectories == 200 and not s1.has_time
+    assert ((s1.lat >= 0) & (s1.lat <= 1) & (s1.lon >= 0) & (s1.lon <= 1)).all()
+    m3 = pt.fit(data, 1.0, 0.0, NoiseSource(6))
+    assert m3.to_bytes() != m1.to_bytes()
+
+
+def test_generated_lengths_match_real_ones_at_high_eps():
+    data = _toy(2000, seed=1)
+    model = PrivTrace(BOX, K=4).fit(data, 20.0, 0.0, NoiseSource(2))
+    off, states, _ = state_sequences(model.grid, data.offsets, data.lat, data.lon)
+    real = np.diff(off)
+    syn = np.diff(model.sample_states(4000, np.random.default_rng(1))[0])
+    assert abs(syn.mean() - real.mean()) < 0.1 * real.mean()
+    assert abs(np.median(syn) - np.median(real)) <= 2
+
+
+def test_privacy_event_is_the_sum_of_the_parts():
+    from duckmob.privacy import accounting
+
+    ev = PrivTrace(BOX).privacy_event(1.0, 1e-6)
+    assert abs(accounting.epsilon(ev, 1e-6) - 1.0) < 0.02
+
+
+def test_bad_inputs_give_clear_errors():
+    data = _toy(50)
+    with pytest.raises(DuckmobError, match="eps must be a positive number"):
+        PrivTrace(BOX).fit(data, 0.0, 0.0, NoiseSource(0))
+    with pytest.raises(DuckmobError, match="eps must be a positive number"):
+        PrivTrace(BOX).privacy_event(-1.0, 0.0)
+    with pytest.raises(DuckmobError, match="unknown PrivTrace parameter"):
+        PrivTrace(BOX, kapa=3)
+    model = PrivTrace(BOX, K=3).fit(data, 1.0, 0.0, NoiseSource(0))
+    with pytest.raises(DuckmobError, match="n must be a positive"):
+        model.sample(0, np.random.default_rng(0))
+    empty = Trajectories(np.zeros(1, np.int64), *(np.zeros(0, np.int64),) * 3, np.zeros(0), np.zeros(0))
+    with pytest.raises(DuckmobError, match="no trajectory"):
+        PrivTrace(BOX).fit(empty, 1.0, 0.0, NoiseSource(0))
