@@ -33,8 +33,37 @@ def _evaluate(real, synth, bbox, options):
     return _rows(evaluate(points(real), points(synth), scalar(bbox), **_options(options)))
 
 
+def _sides(real, synth, bbox):
+    from duckmob.evaluate import load_side
+
+    bbox = scalar(bbox)
+    return load_side(points(real), bbox, "real")[0], load_side(points(synth), bbox, "synth")[0]
+
+
+def _path_row(path: str) -> pa.ListArray:
+    return one_row(pa.table({"path": pa.array([path], pa.string())}))
+
+
+def _plot_density(real, synth, bbox, path, w):
+    from duckmob.evaluate.plots import density_png
+    from duckmob.grid import check_width
+
+    return _path_row(density_png(*_sides(real, synth, bbox), scalar(path), check_width(scalar(w))))
+
+
+def _plot_distributions(real, synth, bbox, path, bins):
+    from duckmob.evaluate.plots import distributions_png
+
+    return _path_row(distributions_png(*_sides(real, synth, bbox), scalar(path), int(scalar(bins))))
+
+
 def udfs(con) -> list[Udf]:
     return [
         Udf("_mob_evaluate", _evaluate, [POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "VARCHAR"], METRIC_ROW,
             special_nulls=True),
+        Udf("_mob_plot_density", _plot_density, [POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "VARCHAR", "BIGINT"],
+            "STRUCT(path VARCHAR)[]", side_effects=True, special_nulls=True),
+        Udf("_mob_plot_distributions", _plot_distributions,
+            [POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "VARCHAR", "BIGINT"], "STRUCT(path VARCHAR)[]",
+            side_effects=True, special_nulls=True),
     ]

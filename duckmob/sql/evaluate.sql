@@ -23,3 +23,23 @@ SELECT unnest(_mob_evaluate(
                 'n_times', n_times, 'query_w', query_w, 'radius_range', radius_range,
                 'adatrace_radius', adatrace_radius, 'top_k', top_k, 'emd_sample', emd_sample)::VARCHAR),
     recursive := true);
+
+-- Side-by-side heatmaps of how many trajectories pass each cell of a w x w grid (like PrivTrace Fig. 3):
+-- shared logarithmic colour scale, colourbar. Writes a PNG; returns one row with its absolute path.
+CREATE OR REPLACE TEMP MACRO mob_plot_density(real, synth, path := 'density.png', bbox := NULL, w := 64) AS TABLE
+SELECT unnest(_mob_plot_density(
+    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+     FROM mob_points(real)),
+    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+     FROM mob_points(synth)),
+    bbox, path, w), recursive := true);
+
+-- Length and diameter distributions of both tables on shared bins, with their JSD. Writes a PNG; returns its path.
+CREATE OR REPLACE TEMP MACRO mob_plot_distributions(real, synth, path := 'distributions.png', bbox := NULL,
+                                                   bins := 50) AS TABLE
+SELECT unnest(_mob_plot_distributions(
+    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+     FROM mob_points(real)),
+    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+     FROM mob_points(synth)),
+    bbox, path, bins), recursive := true);
