@@ -2,7 +2,8 @@
 quadtree depth, so ``w * w`` location vectors cost O(log w) parameters instead of an O(w^2) embedding matrix.
 
 Level ``l`` (0..d, ``w = 2**d``) is the ``2**l`` x ``2**l`` grid over the public bounding box, cells numbered as
-in :mod:`duckmob.grid` (``id = row * 2**l + col``, row from latitude, column from longitude). One quad
+in :mod:`duckmob.grid` (``id = row * 2**l + col``, row from latitude, column from longitude); inside the model
+cells are held in Z-order (:func:`morton`), where a parent's four children are contiguous. One quad
 deconvolution maps each vector ``M[x, y]`` of level ``l`` to its four children ``M'[2x + dx, 2y + dy]``
 (HRNet §2.5: ``M'[2x+dx, 2y+dy, k] = sum_k' kernel_k[dx, dy, k'] M[x, y, k']``, plus a bias): a
 ``Linear(dim, 4 dim)`` whose output is reshaped into the 2 x 2 children, which is exactly a
@@ -24,17 +25,35 @@ from torch import nn
 from duckmob.errors import DuckmobError
 
 
-def quad_children_order(x: torch.Tensor, side: int) -> torch.Tensor:
-    """Rearrange ``(B, side*side, 4, dim)`` (children 0..3 = (dx, dy) in (0,0), (0,1), (1,0), (1,1) of each
-    parent, parents in grid id order) into ``(B, (2 side)^2, dim)`` in grid id order of the finer level."""
-    b, _, _, dim = x.shape
-    x = x.reshape(b, side, side, 2, 2, dim)          # (B, row, col, dx, dy, dim)
-    x = x.permute(0, 1, 3, 2, 4, 5)                  # (B, row, dx, col, dy, dim)
-    return x.reshape(b, 4 * side * side, dim)
+def morton(cells, w: int):
+    """Z-order (Morton) index of grid cells ``row * w + col`` on a ``w = 2**d`` grid: the bits of row and column
+    interleaved (row bit above column bit), so the four children of Morton index ``z`` at the next level are
+    ``4 z + 2 dx + dy`` and the ancestor at ``k`` levels up is ``z >> 2 k`` (HRNet's up_i). Works on numpy
+    arrays and torch tensors of integers."""
+    row, col = cells // w, cells % w
+    z = row * 0
+    bit = 0
+    while (1 << bit) < w:
+        z = z + (((row >> bit) & 1) << (2 * bit + 1)) + (((col >> bit) & 1) << (2 * bit))
+        bit += 1
+    return z
+
+
+def unmorton(z, w: int):
+    """Inverse of :func:`morton`: grid cell ids ``row * w + col`` from Z-order indices."""
+    row = z * 0
+    col = z * 0
+    bit = 0
+    while (1 << bit) < w:
+        row = row + (((z >> (2 * bit + 1)) & 1) << bit)
+        col = col + (((z >> (2 * bit)) & 1) << bit)
+        bit += 1
+    return row * w + col
 
 
 class QuadDeconv(nn.Module):
-    """One 2D quad deconvolution layer (HRNet §2.5): (B, 4**l, dim) -> (B, 4**(l+1), dim)."""
+    """One 2D quad deconvolution layer (HRNet §2.5): (B, 4**l, dim) -> (B, 4**(l+1), dim), in Z-order, where
+    the children of vector ``z`` are rows ``4 z .. 4 z + 3`` (a reshape of the Linear's output, no copy)."""
 
     def __init__(self, dim: int, activation: bool = False):
         super().__init__()
@@ -44,16 +63,15 @@ class QuadDeconv(nn.Module):
 
     def forward(self, m: torch.Tensor) -> torch.Tensor:
         b, n, dim = m.shape
-        side = int(round(n ** 0.5))
-        out = self.linear(m).reshape(b, n, 4, dim)
-        return self.activation(quad_children_order(out, side))
+        return self.activation(self.linear(m).reshape(b, 4 * n, dim))
 
 
 class HierarchicalEncoding(nn.Module):
     """``theta_root`` followed by ``depth`` quad deconvolutions (HRNet §3.2.1: M_d = deconv^d(theta_root)).
 
     ``forward(batch)`` returns the list ``[M_0, M_1, ..., M_depth]`` with ``M_l`` of shape
-    ``(batch, 4**l, dim)``: the encoding ``hiencode_l(cell)`` of every cell of every level, repeated per example.
+    ``(batch, 4**l, dim)``: the encoding ``hiencode_l`` of every cell of level l in Z-order (:func:`morton`),
+    repeated per example.
     Parameters: ``dim + depth * (4 dim^2 + 4 dim)``, i.e. O(log n_cells).
     """
 

@@ -1,0 +1,350 @@
+"""HRNet (Takagi et al., PVLDB 2024) and its DP-SGD baseline as duckmob synthesizers.
+
+``HRNet(bbox, **params).fit(trajectories, eps, delta, noise)`` releases one model under (eps, delta)-DP, with
+the trajectory as the privacy unit (adding or removing one trajectory); ``model.sample(n, rng)`` is free
+post-processing. ``Baseline`` is the paper's §2.3 baseline (embedding matrix + GRU + linear scoring) trained
+the same way, without pre-training.
+
+What ``fit`` spends, composed in one PLD accountant (:func:`duckmob.privacy.accounting.epsilon`) and meant to be
+recorded in the ledger once (``model.event``):
+
+1. a noisy trajectory count ``N~ = N + Laplace(1 / eps_count)`` (sensitivity 1), ``eps_count = count_share * eps``;
+   it sets the expected batch ``b = sqrt(N~)`` (paper: batch sqrt(N)), the sampling rate ``q = b / N~`` and
+   the pre-training budget;
+2. (HRNet with ``pretrain``) DPTRAN, ``eps_pre`` from HRNet eq. 9 with c = 0.018 on public parameters and ``N~``
+   (see :mod:`.pretrain`);
+3. DP-SGD: ``steps = ceil(epochs / q)`` Poisson-sampled steps at rate ``q`` with clipping norm
+   ``max_grad_norm``. **The noise multiplier is calibrated** (bisection on sigma; the number of steps is fixed
+   by ``epochs``) so that the composition of 1-3 is (eps, delta)-DP by the PLD accountant.
+
+Only public parameters and DP releases shape the run: the bbox is declared, N is noisy, lengths are truncated
+at the public ``max_len``, time slots are fixed fractions of the day.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from duckmob.errors import DuckmobError
+from duckmob.grid import BBox, assign_pois, haversine_m, quadtree_depth
+from duckmob.synth.base import Model, Synthesizer
+from duckmob.synth.hrnet._privacy import accounting
+from duckmob.synth.hrnet.encoding import morton
+from duckmob.synth.hrnet.generate import sample_sequences, to_trajectories, zorder_to_grid
+from duckmob.synth.hrnet.model import BaselineModel, HRNetModel
+from duckmob.synth.hrnet.pretrain import (PRETRAIN_LEVEL, dptran, pretrain, pretraining_epsilon,
+                                          transition_targets)
+from duckmob.synth.hrnet.train import TrainingData, dp_sgd_train, training_arrays
+from duckmob.trajectories import CellSequences, Trajectories
+
+DEFAULTS: dict[str, Any] = dict(
+    w=32,                  # grid width (a power of two); HRNet's GeoLife setting
+    n_time=5,              # time slots of the day (the reference's 5 bins)
+    max_len=16,            # public cap on cells per trajectory (longer ones are truncated)
+    stay_points=True, radius_m=200.0, min_minutes=30.0,   # Li et al. 2008 stay points (HRNet §5.1.2)
+    loc_dim=32, time_dim=16, hidden=64, key_dim=32,       # HRNet: loc_dim 32 matches Table 2's growth per depth
+    epochs=30, batch_size=None,                           # None: sqrt(noisy N) (the paper's choice)
+    lr=1e-3, max_grad_norm=1.0,
+    count_share=0.01,      # share of eps for the noisy count
+    pretrain=True, multitask=True, c=0.018, pretrain_max_share=0.5,
+    pretrain_iterations=3000, pretrain_batch=100, pretrain_lr=1e-3,
+    n_hint=10_000,         # public guess of N, used only by privacy_event() before any data is read
+    pois=None,             # optional public scattered POIs [[lat, lon], ...] (HRNet §3.2.2)
+    base_date="2008-01-01",  # synthetic times lie on this (public) date and the days after it
+    device=None,           # None: CUDA when available, else CPU
+    progress=None,         # None: tqdm in a terminal, off in CI
+)
+
+
+def _device(spec) -> torch.device:
+    if spec is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(spec)
+
+
+def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps: float, delta: float,
+                               rtol: float = 0.005) -> float:
+    """Smallest noise multiplier sigma (to ``rtol``) with
+    ``epsilon(compose(fixed + [dp_sgd(sigma, sample_rate, steps)]), delta) <= eps`` by the PLD accountant.
+
+    The RDP accountant (fast, never tighter than PLD) brackets sigma first; bisection in log sigma with the PLD
+    accountant then needs a handful of evaluations. Raises DuckmobError when even sigma = 1000 does not fit.
+    """
+    from dp_accounting import rdp
+
+    def pld_eps(sigma):
+        return accounting.epsilon(accounting.compose(fixed + [accounting.dp_sgd(sigma, sample_rate, steps)]), delta)
+
+    def rdp_eps(sigma):
+        acc = rdp.RdpAccountant()
+        acc.compose(accounting.compose(fixed + [accounting.dp_sgd(sigma, sample_rate, steps)]).to_dp_event())
+        return acc.get_epsilon(delta)
+
+    lo, hi = 1e-2, 1e3
+    if rdp_eps(hi) > eps and pld_eps(hi) > eps:
+        raise DuckmobError(f"eps = {eps} is too small for DP-SGD with {steps} steps after the other releases: "
+                           "raise eps or lower epochs")
+    while hi / lo > 1.01:                      # RDP bracket: rdp_eps(hi) <= eps, so pld_eps(hi) <= eps too
+        mid = math.sqrt(hi * lo)
+        lo, hi = (lo, mid) if rdp_eps(mid) <= eps else (mid, hi)
+    # Illinois regula falsi on f(log sigma) = log pld_eps(sigma) - log eps: a few PLD evaluations
+    lo = hi / 1.5
+    f_hi, f_lo = math.log(pld_eps(hi) / eps), math.log(pld_eps(lo) / eps)
+    while f_lo <= 0:                           # rare: make sure lo is infeasible for PLD
+        hi, f_hi = lo, f_lo
+        lo /= 1.5
+        f_lo = math.log(pld_eps(lo) / eps)
+    side = 0
+    while hi / lo > 1 + rtol:
+        x_lo, x_hi = math.log(lo), math.log(hi)
+        x = x_hi - f_hi * (x_hi - x_lo) / (f_hi - f_lo)
+        x = min(max(x, x_lo + 0.1 * rtol), x_hi - 0.1 * rtol)
+        mid = math.exp(x)
+        f_mid = math.log(pld_eps(mid) / eps)
+        if f_mid <= 0:
+            hi, f_hi = mid, f_mid
+            if side == 1:
+                f_lo /= 2
+            side = 1
+        else:
+            lo, f_lo = mid, f_mid
+            if side == -1:
+                f_hi /= 2
+            side = -1
+        if abs(f_mid) < rtol / 10 and f_mid <= 0:
+            break
+    return hi
+
+
+class _Base(Synthesizer):
+    method: ClassVar[str]
+    uses_pretraining: ClassVar[bool]
+
+    def __init__(self, bbox, **params):
+        unknown = set(params) - set(DEFAULTS)
+        if unknown:
+            raise DuckmobError(f"unknown {self.method} parameter(s) {sorted(unknown)}: use {sorted(DEFAULTS)}")
+        cfg = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
+        super().__init__(bbox, **cfg)
+        self.pois = None
+        if cfg["pois"] is not None:
+            pois = np.asarray(cfg["pois"], dtype=np.float64).reshape(-1, 2)
+            depth = max(1, math.ceil(math.log(max(len(pois), 2), 4)))
+            cfg["w"] = 1 << depth
+            self.pois = pois
+            self.poi_leaf = assign_pois(pois[:, 0], pois[:, 1], self.bbox, cfg["w"])
+        self.depth = quadtree_depth(cfg["w"])
+        for k in ("n_time", "max_len", "epochs", "loc_dim", "hidden", "time_dim", "key_dim"):
+            if int(cfg[k]) != cfg[k] or cfg[k] < 1:
+                raise DuckmobError(f"{k} must be a positive integer, got {cfg[k]!r}")
+        self.cfg = cfg
+
+    # -- accounting ---------------------------------------------------------------------------------
+    def _check_budget(self, eps, delta):
+        if not (eps > 0 and math.isfinite(eps)):
+            raise DuckmobError(f"eps must be a positive number, got {eps}")
+        if not 0 < delta < 1:
+            raise DuckmobError(f"{self.method} trains with DP-SGD and needs 0 < delta < 1 (e.g. delta := 1e-5), "
+                               f"got {delta}")
+
+    def plan(self, eps: float, delta: float, n_noisy: float) -> dict[str, Any]:
+        """The run's privacy parameters from public parameters and the noisy count (see module docstring)."""
+        cfg = self.cfg
+        eps_count = cfg["count_share"] * eps
+        n = max(float(n_noisy), 1.0)
+        eps_pre = 0.0
+        if self.uses_pretraining and cfg["pretrain"]:
+            eps_pre = pretraining_epsilon(eps - eps_count, n, cfg["w"], PRETRAIN_LEVEL, cfg["c"],
+                                          cfg["pretrain_max_share"])
+        batch = float(cfg["batch_size"] or math.sqrt(n))
+        q = min(1.0, batch / n)
+        steps = int(math.ceil(cfg["epochs"] / q))
+        fixed = [accounting.laplace(eps_count)] + ([accounting.laplace(eps_pre)] if eps_pre > 0 else [])
+        sigma = calibrate_noise_multiplier(fixed, q, steps, eps, delta)
+        event = accounting.compose(fixed + [accounting.dp_sgd(sigma, q, steps)])
+        return dict(eps_count=eps_count, eps_pre=eps_pre, batch=q * n, sample_rate=q, steps=steps,
+                    noise_multiplier=sigma, event=event)
+
+    def privacy_event(self, eps: float, delta: float):
+        """The planned spend for ``n_hint`` trajectories (public), for the ledger's check before data is read.
+        The fit's actual event (with the noisy count in place of n_hint) is ``model.event``; both have
+        epsilon <= eps at delta by calibration."""
+        self._check_budget(eps, delta)
+        return self.plan(eps, delta, self.cfg["n_hint"])["event"]
+
+    # -- data ------------------------------------------------------------------------------------------
+    def cell_sequences(self, data: Trajectories) -> CellSequences:
+        """Stay-point cell sequences (first fix, stay points, last fix; duplicates collapsed) on the grid, or on
+        the leaves assigned to the public POIs (each point snapped to its nearest POI)."""
+        from duckmob.staypoints import cell_sequences, collapse_repeats, stay_trajectories
+
+        cfg = self.cfg
+        if self.pois is None:
+            return cell_sequences(data, self.bbox, cfg["w"], cfg["stay_points"], cfg["radius_m"],
+                                  cfg["min_minutes"])
+        traj = stay_trajectories(data, cfg["radius_m"], cfg["min_minutes"]) if cfg["stay_points"] else data
+        nearest = np.empty(traj.n_points, dtype=np.int64)
+        for lo in range(0, traj.n_points, 4096):
+            d = haversine_m(traj.lat[lo:lo + 4096, None], traj.lon[lo:lo + 4096, None],
+                            self.pois[None, :, 0], self.pois[None, :, 1])
+            nearest[lo:lo + 4096] = d.argmin(1)
+        cells = self.poi_leaf[nearest]
+        keep = collapse_repeats(traj.offsets, cells)
+        counts = np.bincount(traj.point_traj()[keep], minlength=traj.n_trajectories)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return CellSequences(offsets, traj.traj_id, traj.user_id, cells[keep], traj.ts[keep])
+
+    def build(self) -> torch.nn.Module:
+        raise NotImplementedError
+
+    # -- fit -------------------------------------------------------------------------------------------
+    def fit(self, data: Trajectories, eps: float, delta: float, noise) -> "FittedModel":
+        """Fit under (eps, delta)-DP (trajectory-level); see the module docstring for the privacy map."""
+        self._check_budget(eps, delta)
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        device = _device(cfg["device"])
+        rng = noise.generator()
+        seqs = self.cell_sequences(data)
+        arrays = training_arrays(seqs, cfg["w"], cfg["n_time"], cfg["max_len"], zorder=self.zorder)
+        has_time = data.has_time
+        # (1) noisy count, sensitivity 1
+        n_noisy = float(arrays.n + noise.laplace(1.0 / (cfg["count_share"] * eps), 1)[0])
+        plan = self.plan(eps, delta, n_noisy)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(rng.integers(2 ** 62)))
+            model = self.build()
+        timings = {"prepare_s": time.perf_counter() - t0}
+        # (2) pre-training on DPTRAN
+        if plan["eps_pre"] > 0:
+            t1 = time.perf_counter()
+            noisy = dptran(seqs, cfg["w"], plan["eps_pre"], noise)
+            pretrain(model, transition_targets(noisy), iterations=cfg["pretrain_iterations"],
+                     batch=cfg["pretrain_batch"], lr=cfg["pretrain_lr"], rng=rng, device=device,
+                     progress=cfg["progress"])
+            timings["pretrain_s"] = time.perf_counter() - t1
+        # (3) DP-SGD
+        log = dp_sgd_train(model, arrays, sample_rate=plan["sample_rate"], steps=plan["steps"],
+                           noise_multiplier=plan["noise_multiplier"], max_grad_norm=cfg["max_grad_norm"],
+                           lr=cfg["lr"], expected_batch_size=plan["batch"], rng=rng, device=device,
+                           progress=cfg["progress"])
+        timings.update(dp_sgd_s=log.seconds, epoch_s=log.epoch_seconds, total_s=time.perf_counter() - t0)
+        event = plan["event"]
+        info = dict(method=self.method, eps=eps, delta=delta,
+                    epsilon_accounted=accounting.epsilon(event, delta), n_noisy=n_noisy,
+                    eps_count=plan["eps_count"], eps_pretrain=plan["eps_pre"], sample_rate=plan["sample_rate"],
+                    steps=plan["steps"], noise_multiplier=plan["noise_multiplier"], expected_batch=plan["batch"],
+                    has_time=has_time, seeded=getattr(noise, "seeded", False),
+                    n_parameters=sum(p.numel() for p in model.parameters()))
+        config = {k: v for k, v in cfg.items() if k not in ("device", "progress", "pois")}
+        pois = None if self.pois is None else self.pois.tolist()
+        return FittedModel(self.method, self.bbox.as_list(), config, pois,
+                           {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                           event.to_json(), info, timings)
+
+
+class HRNet(_Base):
+    """HRNet: hierarchical location encoding, multi-resolution multi-task loss, private pre-training."""
+
+    method = "hrnet"
+    uses_pretraining = True
+    zorder = True
+
+    def build(self) -> HRNetModel:
+        c = self.cfg
+        return HRNetModel(self.depth, c["n_time"], c["loc_dim"], c["time_dim"], c["hidden"], c["key_dim"],
+                          multitask=c["multitask"])
+
+
+class Baseline(_Base):
+    """The paper's baseline (§2.3): embedding matrices + GRU + linear scoring, DP-SGD, no pre-training."""
+
+    method = "baseline"
+    uses_pretraining = False
+    zorder = False
+
+    def build(self) -> BaselineModel:
+        c = self.cfg
+        return BaselineModel(self.depth, c["n_time"], c["loc_dim"], c["time_dim"], c["hidden"])
+
+
+_KINDS = {"hrnet": HRNet, "baseline": Baseline}
+
+
+class FittedModel(Model):
+    """A fitted HRNet or baseline: public configuration, DP weights, the spent event and timings."""
+
+    method = "hrnet"
+
+    def __init__(self, method: str, bbox: list, config: dict, pois, state: dict, event_json: str,
+                 info: dict, timings: dict):
+        self.method = method
+        self.bbox, self.config, self.pois = bbox, config, pois
+        self.state, self.event_json, self.info, self.timings = state, event_json, info, timings
+        self._net = None
+
+    @property
+    def event(self):
+        """The accounting event this fit spent (record it in the ledger once)."""
+        return accounting.Event.from_json(self.event_json) if hasattr(accounting.Event, "from_json") \
+            else self.event_json
+
+    def network(self) -> torch.nn.Module:
+        if self._net is None:
+            synth = _KINDS[self.method](self.bbox, **{**self.config, "pois": self.pois})
+            with torch.random.fork_rng(devices=[]):
+                net = synth.build()
+            net.load_state_dict(self.state)
+            self._net = net
+        return self._net
+
+    def sample(self, n: int, rng: np.random.Generator, device=None) -> Trajectories:
+        """Draw ``n`` synthetic trajectories (post-processing; vectorised over trajectories)."""
+        if int(n) != n or n < 1:
+            raise DuckmobError(f"n must be a positive integer number of trajectories, got {n!r}")
+        cfg = self.config
+        dev = _device(device)
+        allowed = None
+        if self.pois is not None:
+            pois = np.asarray(self.pois)
+            leaf = assign_pois(pois[:, 0], pois[:, 1], BBox.of(self.bbox), cfg["w"])
+            allowed = np.zeros(cfg["w"] ** 2, dtype=bool)
+            allowed[morton(leaf, cfg["w"]) if self.method == "hrnet" else leaf] = True
+        lengths, cells, slots = sample_sequences(self.network(), int(n), cfg["max_len"], rng, dev, allowed=allowed)
+        if self.method == "hrnet":
+            cells = zorder_to_grid(cells, cfg["w"])
+        base = int(np.datetime64(cfg["base_date"], "us").astype(np.int64))
+        slots = slots if self.info.get("has_time", True) else None
+        traj = to_trajectories(lengths, cells, slots, self.bbox, cfg["w"], cfg["n_time"], base, rng)
+        if self.pois is not None:
+            # leaves without a POI are masked at sampling, so every cell maps back to its POI's position
+            lookup = np.full(cfg["w"] ** 2, -1, dtype=np.int64)
+            lookup[leaf] = np.arange(len(leaf))
+            which = lookup[cells]
+            traj = Trajectories(traj.offsets, traj.traj_id, traj.user_id, traj.ts,
+                                pois[which, 0].copy(), pois[which, 1].copy())
+        return traj
+
+    def to_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        torch.save(dict(method=self.method, bbox=self.bbox, config=self.config, pois=self.pois,
+                        state=self.state, event_json=self.event_json, info=self.info, timings=self.timings), buf)
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> "FittedModel":
+        d = torch.load(io.BytesIO(blob), weights_only=True)
+        return cls(d["method"], d["bbox"], d["config"], d["pois"], d["state"], d["event_json"], d["info"],
+                   d["timings"])
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.info, **{k: v for k, v in self.config.items()}}
+
+
+__all__ = ["HRNet", "Baseline", "FittedModel", "calibrate_noise_multiplier", "DEFAULTS"]

@@ -1,0 +1,118 @@
+"""Generation (HRNet §2.3.3): sample the chain rule of eq. 1 for all n trajectories at once.
+
+Every output is learned: step 1 starts from the start token, so the first cell is drawn from the model; each
+step draws the next cell (or the end token, which sets the length) from the finest-resolution distribution and
+its time slot from the time head; nothing is copied from real trajectories. The previous cell is masked out at
+each step, because the training sequences have consecutive duplicates collapsed (a property of the data
+domain, not of the data); the end token is masked at step 1 so a trajectory has at least one cell, and
+``max_len`` cells end a trajectory. Sampling is vectorised over trajectories (in chunks of ``chunk`` rows to bound
+memory); the loop is over steps only.
+
+Points: a cell becomes a point drawn uniformly inside it; a time slot of the day becomes a time drawn uniformly
+inside the slot, on day ``base_day`` (a public date, µs since the epoch) plus as many days as the slot sequence
+wraps around midnight, sorted within a trajectory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from duckmob.synth.base import points_in_cells, trajectories_from_cells
+from duckmob.synth.hrnet.encoding import unmorton
+from duckmob.synth.hrnet.train import torch_generator
+from duckmob.trajectories import NO_TIME, Trajectories
+
+DAY_US = 86_400_000_000
+
+
+def _gru_cell(model):
+    return next(m for m in model.gru.modules() if type(m).__name__ == "DPGRUCell")
+
+
+@torch.no_grad()
+def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, device: torch.device,
+                     chunk: int = 16384, allowed: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Draw ``n`` sequences: (lengths (n,), cells (sum lengths,) in the model's index order (Z-order for HRNet,
+    grid ids for the baseline), time slots (sum lengths,)). Vectorised over trajectories. ``allowed`` (bool over
+    cells, same order) masks cells that cannot occur (leaves without a POI)."""
+    model.to(device).eval()
+    gen = torch_generator(rng, device)
+    cell_fn = _gru_cell(model)
+    leaf = model.leaf_vectors()[None] if hasattr(model, "next_logits") else None
+    table = model.leaf_vectors()
+    start = model.start_vector()
+    banned = None
+    if allowed is not None:
+        banned = torch.as_tensor(~np.append(allowed, True), device=device)  # the end token stays allowed
+    out_len, out_cells, out_slots = [], [], []
+    for lo in range(0, n, chunk):
+        b = min(chunk, n - lo)
+        h = torch.zeros(b, cell_fn.hidden_size, device=device)
+        loc = start.expand(b, -1)
+        slot_in = torch.full((b,), model.n_time, dtype=torch.long, device=device)
+        prev = torch.full((b,), -1, dtype=torch.long, device=device)
+        alive = torch.ones(b, dtype=torch.bool, device=device)
+        length = torch.zeros(b, dtype=torch.long, device=device)
+        cells = torch.zeros(b, max_len, dtype=torch.long, device=device)
+        slots = torch.zeros(b, max_len, dtype=torch.long, device=device)
+        for step in range(max_len):
+            h = cell_fn(torch.cat([model.time_emb(slot_in), loc], dim=1), h)
+            logits = model.next_logits(h, leaf) if leaf is not None else model.loc_head(h)
+            logits = logits.clone()
+            if banned is not None:
+                logits[:, banned] = -torch.inf
+            has_prev = prev >= 0
+            logits[has_prev, prev[has_prev]] = -torch.inf
+            if step == 0:
+                logits[:, model.end] = -torch.inf
+            nxt = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=gen)[:, 0]
+            slot = torch.multinomial(torch.softmax(model.time_head(h), dim=1), 1, generator=gen)[:, 0]
+            alive &= nxt != model.end
+            if not alive.any():
+                break
+            cells[:, step] = torch.where(alive, nxt, 0)
+            slots[:, step] = slot
+            length += alive.long()
+            prev = torch.where(alive, nxt, prev)
+            loc = table[prev.clamp(min=0)]
+            slot_in = slot
+        keep = torch.arange(max_len, device=device)[None, :] < length[:, None]
+        out_len.append(length.cpu().numpy())
+        out_cells.append(cells[keep].cpu().numpy())
+        out_slots.append(slots[keep].cpu().numpy())
+    return np.concatenate(out_len), np.concatenate(out_cells), np.concatenate(out_slots)
+
+
+def slot_times(lengths: np.ndarray, slots: np.ndarray, n_time: int, base_day_us: int,
+               rng: np.random.Generator) -> np.ndarray:
+    """Timestamps (µs) from time slots: uniform inside each slot, a new day whenever the slot goes back, sorted
+    within each trajectory (only ties inside one slot are reordered). Vectorised."""
+    n = len(lengths)
+    owner = np.repeat(np.arange(n), lengths)
+    first = np.zeros(len(slots), dtype=bool)
+    first[np.concatenate([[0], np.cumsum(lengths)[:-1]])[lengths > 0]] = True
+    back = np.zeros(len(slots), dtype=np.int64)
+    back[1:] = (slots[1:] < slots[:-1]) & ~first[1:]
+    csum = np.cumsum(back)
+    day = csum - np.repeat(csum[first], lengths[lengths > 0])
+    slot_us = DAY_US // n_time
+    ts = base_day_us + day * DAY_US + slots * slot_us + (rng.random(len(slots)) * slot_us).astype(np.int64)
+    order = np.lexsort((ts, owner))
+    return ts[order]
+
+
+def to_trajectories(lengths: np.ndarray, cells: np.ndarray, slots: np.ndarray | None, bbox, w: int, n_time: int,
+                    base_day_us: int, rng: np.random.Generator) -> Trajectories:
+    """Synthetic Trajectories from sampled grid cells (points uniform in cells) and slots (NO_TIME if None)."""
+    lat, lon = points_in_cells(cells, bbox, w, rng)
+    if slots is None:
+        ts = np.full(len(cells), NO_TIME, dtype=np.int64)
+    else:
+        ts = slot_times(lengths, slots, n_time, base_day_us, rng)
+    return trajectories_from_cells(lengths, lat, lon, ts)
+
+
+def zorder_to_grid(cells: np.ndarray, w: int) -> np.ndarray:
+    return unmorton(cells.astype(np.int64), w)

@@ -1,0 +1,169 @@
+"""The HRNet generator (HRNet §3, Algorithm 1) and the paper's baseline (§2.3), as torch modules.
+
+Both model a stay-point trajectory ``v = [(l_1, t_1), ..., (l_L, t_L)]`` by the chain rule (eq. 1):
+``Pr(v) = prod_i Pr(l_i | v_<i) Pr(t_i | v_<i)`` followed by an end token, so the start cell, the length and the
+times are all learned (nothing is copied from real trajectories at generation).
+
+* Input at step i: ``encode(v_{i-1}) = [M_time[t_{i-1}], loc(l_{i-1})]`` (eq. 2); step 1 sees a learned start
+  token (time index ``n_time``, location vector ``start``).
+* Prefix encoder: opacus ``DPGRU`` (``nn.GRU`` is refused by opacus's per-sample gradients).
+* Time head: ``softmax(g_time(h_i))`` over ``n_time`` slots of the day.
+* Baseline location head: ``softmax(g_POI(h_i))`` over the ``w*w`` cells plus the end token; location input
+  from an embedding matrix (O(w^2) parameters).
+* HRNet location head (§3.3, §3.4): ``query = f_query(h_i)``, ``key_l = f_key(hiencode_r(l))`` for every cell
+  ``l`` of every resolution ``r = 1..d`` (plus one learned end key shared by all resolutions),
+  ``Pr(l^r | v_<i) = softmax_l(query . key_l)``. The multi-task loss sums the cross entropy of every resolution
+  against the ancestor ``up_r(l_i)`` of the true cell (``multitask=False`` keeps resolution d only).
+
+``forward`` returns the per-example loss (sum over steps and resolutions), so DP-SGD clips one trajectory's
+whole contribution.
+"""
+
+from __future__ import annotations
+
+import torch
+from opacus.layers import DPGRU
+from torch import nn
+from torch.nn import functional as F
+
+from duckmob.synth.hrnet.encoding import HierarchicalEncoding
+
+
+def ancestor_targets(z: torch.Tensor, depth: int, level: int) -> torch.Tensor:
+    """``up_level`` (HRNet §3.4.2) of Z-order leaf indices: the Z-order index of the covering cell at ``level``."""
+    return z >> (2 * (depth - level))
+
+
+class _Sequence(nn.Module):
+    """Shared parts: time embedding, start token, DPGRU prefix encoder, time head."""
+
+    def __init__(self, depth: int, n_time: int, loc_dim: int, time_dim: int, hidden: int):
+        super().__init__()
+        self.depth, self.n_time = depth, n_time
+        self.n_cells = 4 ** depth
+        self.end = self.n_cells  # index of the end token in location targets
+        self.time_emb = nn.Embedding(n_time + 1, time_dim)  # index n_time = start token
+        self.gru = DPGRU(loc_dim + time_dim, hidden, batch_first=True)
+        self.time_head = nn.Linear(hidden, n_time)
+
+    def encode_inputs(self, loc_in: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
+        """[M_time[t], loc] for the shifted inputs: position 0 is the start token."""
+        b = times.shape[0]
+        t_in = torch.cat([torch.full((b, 1), self.n_time, dtype=times.dtype, device=times.device),
+                          times[:, :-1]], dim=1)
+        return torch.cat([self.time_emb(t_in), loc_in], dim=-1)
+
+    def time_loss(self, h: torch.Tensor, times: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        logits = self.time_head(h)
+        ce = F.cross_entropy(logits.transpose(1, 2), times.clamp(0, self.n_time - 1), reduction="none")
+        return (ce * valid).sum(1)
+
+
+def _masks(lengths: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(location-target mask incl. the end token, time-target mask) of shape (B, steps)."""
+    pos = torch.arange(steps, device=lengths.device)[None, :]
+    return (pos <= lengths[:, None]).float(), (pos < lengths[:, None]).float()
+
+
+def _loc_targets(cells: torch.Tensor, lengths: torch.Tensor, end: int) -> torch.Tensor:
+    """Targets per step: the cell, then the end token at position ``length`` (truncated sequences: none)."""
+    pos = torch.arange(cells.shape[1], device=cells.device)[None, :]
+    return torch.where(pos == lengths[:, None], torch.full_like(cells, end), cells)
+
+
+class HRNetModel(_Sequence):
+    """HRNet: hierarchical location encoding + DPGRU + multi-resolution query/key scoring + time head.
+
+    Cells are Z-order leaf indices (:func:`duckmob.synth.hrnet.encoding.morton`). ``f_key`` is linear, so
+    ``query . f_key(m) = f_key^T(query) . m + query . b_key`` and the bias term is the same for every cell:
+    scores are computed as ``f_key^T(query) . m`` without materialising a key per cell and example
+    (same function, a fraction of the cost). The end token's key is a learned vector in query space.
+    """
+
+    def __init__(self, depth: int, n_time: int = 5, loc_dim: int = 32, time_dim: int = 16, hidden: int = 64,
+                 key_dim: int = 32, multitask: bool = True, deconv_activation: bool = False):
+        super().__init__(depth, n_time, loc_dim, time_dim, hidden)
+        self.multitask = multitask
+        self.encoding = HierarchicalEncoding(loc_dim, depth, deconv_activation)
+        self.start = nn.Embedding(1, loc_dim)
+        self.f_query = nn.Linear(hidden, key_dim)
+        self.f_key_t = nn.Linear(key_dim, loc_dim, bias=False)  # f_key's weight, applied on the query side
+        self.end_key = nn.Linear(key_dim, 1, bias=False)        # query . key_end
+
+    @property
+    def levels(self) -> list[int]:
+        return list(range(1, self.depth + 1)) if self.multitask else [self.depth]
+
+    def scores(self, query: torch.Tensor, m_r: torch.Tensor) -> torch.Tensor:
+        """Logits (B, 4**r + 1, T): ``query . key_l`` for every cell of one level, the end token last."""
+        cell = torch.einsum("btk,bnk->bnt", self.f_key_t(query), m_r)
+        return torch.cat([cell, self.end_key(query).transpose(1, 2)], dim=1)
+
+    def run(self, cells: torch.Tensor, times: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """GRU states h_i (B, T, hidden) for inputs shifted by one (start token first), and the encoding."""
+        b, steps = cells.shape
+        m = self.encoding(b)
+        leaf = m[self.depth]
+        idx = cells[:, : steps - 1].clamp(0, self.n_cells - 1)
+        loc = torch.gather(leaf, 1, idx[..., None].expand(-1, -1, leaf.shape[-1]))
+        start = self.start(torch.zeros(b, 1, dtype=torch.long, device=cells.device))
+        x = self.encode_inputs(torch.cat([start, loc], dim=1), times)
+        h, _ = self.gru(x)
+        return h, m
+
+    def forward(self, cells: torch.Tensor, times: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Per-example loss: sum over steps of the multi-resolution location CE (incl. end) + the time CE.
+
+        ``cells`` (Z-order leaf indices), ``times`` (slots): (B, T) int64, padded; ``lengths``: (B,) true
+        lengths; position ``lengths`` (when < T) is the end target.
+        """
+        h, m = self.run(cells, times)
+        loc_valid, time_valid = _masks(lengths, cells.shape[1])
+        query = self.f_query(h)
+        targets = _loc_targets(cells, lengths, -1)
+        loss = self.time_loss(h, times, time_valid)
+        for r in self.levels:
+            n_r = 4 ** r
+            tgt = torch.where(targets < 0, torch.full_like(targets, n_r),
+                              ancestor_targets(targets.clamp(min=0), self.depth, r))
+            ce = F.cross_entropy(self.scores(query, m[r]), tgt, reduction="none")
+            loss = loss + (ce * loc_valid).sum(1)
+        return loss
+
+    def next_logits(self, h: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
+        """Finest-resolution logits (B, 4**d + 1), end last, for states h (B, hidden) and leaf vectors (1, n, dim)."""
+        query = self.f_query(h)
+        return torch.cat([self.f_key_t(query) @ leaf[0].T, self.end_key(query)], dim=1)
+
+    def leaf_vectors(self) -> torch.Tensor:
+        """(n_cells, loc_dim) input vectors of the leaf cells (Z-order)."""
+        return self.encoding(1)[self.depth][0]
+
+    def start_vector(self) -> torch.Tensor:
+        return self.start.weight[0]
+
+
+class BaselineModel(_Sequence):
+    """The paper's baseline (§2.3): embedding matrices + GRU + a linear scoring head over all cells."""
+
+    def __init__(self, depth: int, n_time: int = 5, loc_dim: int = 64, time_dim: int = 16, hidden: int = 64):
+        super().__init__(depth, n_time, loc_dim, time_dim, hidden)
+        self.loc_emb = nn.Embedding(self.n_cells + 1, loc_dim)  # index n_cells = start token
+        self.loc_head = nn.Linear(hidden, self.n_cells + 1)     # index n_cells = end token
+
+    def forward(self, cells: torch.Tensor, times: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        b, steps = cells.shape
+        loc_in = torch.cat([torch.full((b, 1), self.n_cells, dtype=cells.dtype, device=cells.device),
+                            cells[:, : steps - 1].clamp(0, self.n_cells - 1)], dim=1)
+        h, _ = self.gru(self.encode_inputs(self.loc_emb(loc_in), times))
+        loc_valid, time_valid = _masks(lengths, steps)
+        logits = self.loc_head(h)
+        tgt = _loc_targets(cells, lengths, self.end)
+        ce = F.cross_entropy(logits.transpose(1, 2), tgt, reduction="none")
+        return (ce * loc_valid).sum(1) + self.time_loss(h, times, time_valid)
+
+    def leaf_vectors(self) -> torch.Tensor:
+        return self.loc_emb.weight[: self.n_cells]
+
+    def start_vector(self) -> torch.Tensor:
+        return self.loc_emb.weight[self.n_cells]

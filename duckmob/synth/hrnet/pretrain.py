@@ -1,0 +1,129 @@
+"""Private pre-training (HRNet §4): a noisy coarse-to-fine transition matrix DPTRAN and a KL fit to it.
+
+* DPTRAN (eq. 3, 4): ``TRAN[r, l] = sum_v 1[v moves from a cell inside region r (level ``level``, 4**level
+  regions) to cell l] / |v|``. Privacy map: a trajectory has at most |v| - 1 distinct (region, cell) transitions,
+  each weighted 1/|v|, so adding or removing one trajectory changes the matrix by at most 1 in L1; Laplace noise
+  of scale 1/eps_pre on every one of the 4**level x w*w entries (a data-independent support) makes the release
+  eps_pre-DP. Everything after it (normcut, normalisation, the pre-training itself) is post-processing.
+* Pre-training (§4.2): a temporary module maps a Dirichlet(1) mixture of region encodings
+  ``x = sum_r r_r hiencode_level(r)`` to a query-like state; the loss is ``KL(sum_r r_r DPTRAN[r] || model)``
+  (eq. 6), summed over resolutions when the model is multi-task (the target aggregated to each resolution).
+  It trains the location encoding, f_query and f_key; the GRU is not pre-trained (DPTRAN has no prefixes).
+* Budget split (eq. 9 in the form of App. A.1 and the reference code): ``eps_pre = c 4**level w^2 ln(w^2) / |D|``
+  with c = 0.018, from public parameters and a noisy count |D| (eq. 9's body writes log(w); App. A.1 and the
+  reference use log(w^2), which we follow). Capped at ``max_share`` of the budget left.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from duckmob.grid import parent
+from duckmob.synth.hrnet._privacy import normcut
+from duckmob.synth.hrnet.encoding import morton
+from duckmob.synth.hrnet.model import HRNetModel
+from duckmob.synth.hrnet.train import progress_enabled, torch_generator
+from duckmob.trajectories import CellSequences
+
+PRETRAIN_LEVEL = 2  # HRNet §4.2.3: first-order transitions from the 4 x 4 regions
+
+
+def pretraining_epsilon(eps_left: float, n_noisy: float, w: int, level: int = PRETRAIN_LEVEL, c: float = 0.018,
+                        max_share: float = 0.5) -> float:
+    """HRNet eq. 9 / App. A.1: ``min(c 4**level w^2 ln(w^2) / |D|, max_share * eps_left)``.
+
+    ``n_noisy`` is a DP count (never the exact one); the paper's cap is the whole budget, ours leaves at least
+    ``1 - max_share`` of it to DP-SGD.
+    """
+    n = max(float(n_noisy), 1.0)
+    return float(min(c * 4 ** level * w * w * math.log(w * w) / n, max_share * eps_left))
+
+
+def coarse_to_fine_counts(seqs: CellSequences, w: int, level: int = PRETRAIN_LEVEL) -> np.ndarray:
+    """Exact TRAN_level (eq. 3): (4**level, w*w) float64, grid ids on both axes; each trajectory adds L1 <= 1.
+
+    Distinct (region, next cell) pairs per trajectory, each weighted 1/|v| (|v| = number of cells). Vectorised.
+    """
+    n_cells = w * w
+    lengths = seqs.lengths
+    owner = np.repeat(np.arange(seqs.n_trajectories, dtype=np.int64), lengths)
+    cells = seqs.cells.astype(np.int64)
+    has_next = np.ones(len(cells), dtype=bool)
+    has_next[seqs.offsets[1:][lengths > 0] - 1] = False   # the last cell of each trajectory starts no transition
+    src = np.flatnonzero(has_next)
+    region = parent(cells[src], w, level)
+    pair = region * n_cells + cells[src + 1]
+    key = np.unique(owner[src] * (4 ** level * n_cells) + pair)  # distinct pairs per trajectory
+    traj = key // (4 ** level * n_cells)
+    weight = 1.0 / lengths[traj]
+    tran = np.bincount(key % (4 ** level * n_cells), weights=weight, minlength=4 ** level * n_cells)
+    return tran.reshape(4 ** level, n_cells)
+
+
+def dptran(seqs: CellSequences, w: int, eps: float, noise, level: int = PRETRAIN_LEVEL) -> np.ndarray:
+    """The eps-DP release DPTRAN_level (eq. 4): TRAN + Laplace(1/eps) on every entry (sensitivity 1, see the
+    module docstring). Returns the raw noisy matrix (4**level, w*w)."""
+    tran = coarse_to_fine_counts(seqs, w, level)
+    return tran + noise.laplace(1.0 / eps, tran.shape)
+
+
+def transition_targets(noisy: np.ndarray) -> np.ndarray:
+    """Post-processing of DPTRAN into row-stochastic targets: PrivTrace's normcut per row (keep the largest
+    entries up to the noisy row total), then normalise; a row left empty becomes the mean of the others
+    (uniform if all are empty)."""
+    kept = np.clip(normcut(noisy, axis=1), 0, None)
+    sums = kept.sum(1, keepdims=True)
+    prob = np.divide(kept, sums, out=np.zeros_like(kept), where=sums > 0)
+    empty = sums[:, 0] <= 0
+    if empty.all():
+        return np.full_like(noisy, 1.0 / noisy.shape[1])
+    prob[empty] = prob[~empty].mean(0)
+    return prob
+
+
+def pretrain(model: HRNetModel, targets: np.ndarray, *, iterations: int, batch: int, lr: float,
+             rng: np.random.Generator, device: torch.device, level: int = PRETRAIN_LEVEL,
+             progress: bool | None = None) -> None:
+    """Fit ``model``'s encoding, f_query and f_key to ``targets`` (4**level, w*w; grid ids, rows sum to 1) with the
+    Dirichlet(1)-mixing KL loss (HRNet eq. 6). Post-processing of a DP release: no budget. In place."""
+    from tqdm import tqdm
+
+    depth = model.depth
+    w = 1 << depth
+    n_regions = 4 ** level
+    # grid ids -> Z-order on both axes
+    tz = np.empty_like(targets)
+    tz[np.ix_(morton(np.arange(n_regions), 1 << level), morton(np.arange(w * w), w))] = targets
+    target = torch.as_tensor(tz, dtype=torch.float32, device=device)
+    hidden = model.f_query.in_features
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(rng.integers(2 ** 62)))
+        temp = nn.Sequential(nn.Linear(model.encoding.dim, hidden), nn.Tanh()).to(device)
+    model.to(device).train()
+    params = (list(model.encoding.parameters()) + list(model.f_query.parameters())
+              + list(model.f_key_t.parameters()) + list(temp.parameters()))
+    opt = torch.optim.Adam(params, lr=lr)
+    levels = [r for r in model.levels if r >= 1]
+    show = progress_enabled() if progress is None else progress
+    gen = torch_generator(rng, torch.device("cpu"))
+    for _ in tqdm(range(iterations), desc="hrnet pre-training", disable=not show, leave=False):
+        # Dirichlet(1) = normalised Exp(1) draws
+        mix = -torch.log(torch.rand(batch, n_regions, generator=gen).clamp_min(1e-12))
+        mix = (mix / mix.sum(1, keepdim=True)).to(device)
+        m = model.encoding(1)
+        x = mix @ m[level][0]
+        q = model.f_key_t(model.f_query(temp(x)))
+        want = mix @ target                                     # (batch, n_cells) in Z-order
+        loss = 0.0
+        for r in levels:
+            logp = F.log_softmax(q @ m[r][0].T, dim=1)
+            want_r = want.reshape(batch, 4 ** r, -1).sum(-1)
+            loss = loss + F.kl_div(logp, want_r, reduction="batchmean")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()

@@ -1,0 +1,152 @@
+"""DP-SGD training (HRNet Algorithm 1; Abadi et al. 2016) with opacus, and its privacy accounting.
+
+Privacy map of one DP-SGD run: every example (one trajectory, the privacy unit) enters a step with probability
+``sample_rate`` (Poisson sampling, opacus's ``UniformWithReplacementSampler`` at exactly the rate given to the
+accountant); its gradient (the sum of its whole loss over steps and resolutions) is clipped to L2 norm
+``max_grad_norm`` by opacus's per-sample clipping, so adding or removing one trajectory moves the summed
+gradient by at most ``max_grad_norm``; Gaussian noise of standard deviation ``noise_multiplier *
+max_grad_norm`` is added to the sum. ``steps`` such steps are the Poisson-subsampled Gaussian mechanism
+composed ``steps`` times: :func:`duckmob.privacy.accounting.dp_sgd(noise_multiplier, sample_rate, steps)`.
+
+Training data are numpy arrays (padded cell/time matrices), never Python objects per trajectory; each step
+gathers its batch by fancy indexing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from opacus import GradSampleModule
+from opacus.optimizers import DPOptimizer
+from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+
+from duckmob.errors import DuckmobError
+from duckmob.grid import time_slot
+from duckmob.synth.hrnet.encoding import morton
+from duckmob.trajectories import NO_TIME, CellSequences
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """Padded training arrays: ``cells`` (N, max_len + 1) Z-order leaf indices, ``times`` (N, max_len + 1) time
+    slots, ``lengths`` (N,) number of cells (<= max_len; longer sequences are truncated, a per-record
+    transformation that needs no budget)."""
+
+    cells: np.ndarray
+    times: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.lengths)
+
+
+def training_arrays(seqs: CellSequences, w: int, n_time: int, max_len: int, zorder: bool = True) -> TrainingData:
+    """Turn cell sequences into padded arrays (vectorised; no loop over trajectories).
+
+    Times are slots of the day (:func:`duckmob.grid.time_slot`); a table without time gives slot 0 everywhere.
+    Cells are Z-order indices (HRNet) when ``zorder`` else grid ids (baseline). Empty sequences are dropped
+    (a per-record transformation).
+    """
+    lengths = np.minimum(seqs.lengths, max_len).astype(np.int64)
+    n = len(lengths)
+    pos = np.arange(len(seqs.cells), dtype=np.int64) - np.repeat(seqs.offsets[:-1], seqs.lengths)
+    owner = np.repeat(np.arange(n, dtype=np.int64), seqs.lengths)
+    keep = pos < max_len
+    cells = np.zeros((n, max_len + 1), dtype=np.int64)
+    times = np.zeros((n, max_len + 1), dtype=np.int64)
+    kept = seqs.cells[keep].astype(np.int64)
+    cells[owner[keep], pos[keep]] = morton(kept, w) if zorder else kept
+    ts = seqs.ts[keep]
+    if len(ts) and ts[0] != NO_TIME:
+        times[owner[keep], pos[keep]] = time_slot(ts, n_time)
+    alive = lengths > 0
+    return TrainingData(cells[alive], times[alive], lengths[alive])
+
+
+def progress_enabled() -> bool:
+    """tqdm on in a terminal, off in CI or when stderr is not a terminal."""
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def torch_generator(rng: np.random.Generator, device: torch.device) -> torch.Generator:
+    """A torch generator seeded from ``rng`` (itself derived from the NoiseSource)."""
+    g = torch.Generator(device=device)
+    g.manual_seed(int(rng.integers(2 ** 62)))
+    return g
+
+
+@dataclass
+class TrainingLog:
+    """Timing only: the loss on the private data is never recorded or shown (it is not a DP release)."""
+
+    steps: int = 0
+    seconds: float = 0.0
+    epoch_seconds: list | None = None
+
+
+def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: float, steps: int,
+                 noise_multiplier: float, max_grad_norm: float, lr: float, expected_batch_size: float,
+                 rng: np.random.Generator, device: torch.device, progress: bool | None = None) -> TrainingLog:
+    """Train ``model`` in place with DP-SGD (HRNet Algorithm 1) for ``steps`` Poisson-sampled steps.
+
+    ``model(cells, times, lengths)`` must return the per-example loss. Gradients are averaged by the
+    public ``expected_batch_size`` (= sample_rate x the noisy count), never by a data-dependent size.
+    The batch sampler, the per-sample clipping and the Gaussian noise are opacus's; their randomness comes
+    from one torch generator seeded from ``rng``. Privacy: see the module docstring; the caller accounts
+    ``dp_sgd(noise_multiplier, sample_rate, steps)``.
+    """
+    if not 0 < sample_rate <= 1:
+        raise DuckmobError(f"the DP-SGD sampling rate must be in (0, 1], got {sample_rate}")
+    gen = torch_generator(rng, torch.device("cpu"))
+    noise_gen = torch_generator(rng, device)
+    model.to(device).train()
+    gsm = GradSampleModule(model, batch_first=True, loss_reduction="mean")
+    optimizer = DPOptimizer(torch.optim.Adam(gsm.parameters(), lr=lr), noise_multiplier=noise_multiplier,
+                            max_grad_norm=max_grad_norm, expected_batch_size=max(1, round(expected_batch_size)),
+                            loss_reduction="mean", generator=noise_gen)
+    sampler = UniformWithReplacementSampler(num_samples=data.n, sample_rate=sample_rate, generator=gen,
+                                            steps=steps)
+    assert sampler.sample_rate == sample_rate  # the rate the accountant is told is the rate used
+    cells = torch.from_numpy(data.cells)
+    times = torch.from_numpy(data.times)
+    lengths = torch.from_numpy(data.lengths)
+    width = data.cells.shape[1]
+    steps_per_epoch = max(1, round(1 / sample_rate))
+    log = TrainingLog(epoch_seconds=[])
+    show = progress_enabled() if progress is None else progress
+    from tqdm import tqdm
+
+    bar = tqdm(total=steps, desc="hrnet DP-SGD", unit="step", disable=not show, leave=False)
+    start = epoch_start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        for step, batch in enumerate(sampler):
+            idx = torch.as_tensor(batch, dtype=torch.long)
+            weight = 1.0
+            if len(idx) == 0:
+                # An empty Poisson batch: a zero-weight example makes every per-sample gradient zero, so the
+                # step is pure noise, exactly what the accountant assumes.
+                idx, weight = torch.zeros(1, dtype=torch.long), 0.0
+            lb = lengths[idx]
+            t = min(int(lb.max()) + 1, width)
+            optimizer.zero_grad(set_to_none=True)
+            loss = gsm(cells[idx, :t].to(device), times[idx, :t].to(device), lb.to(device))
+            (loss.mean() * weight).backward()
+            optimizer.step()
+            bar.update(1)
+            if (step + 1) % steps_per_epoch == 0:
+                now = time.perf_counter()
+                log.epoch_seconds.append(now - epoch_start)
+                epoch_start = now
+    bar.close()
+    log.steps = steps
+    log.seconds = time.perf_counter() - start
+    gsm.to_standard_module()  # removes opacus's hooks and per-sample buffers from the model
+    return log

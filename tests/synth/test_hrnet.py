@@ -1,0 +1,229 @@
+"""HRNet: encoding, per-sample clipping, accounting, pre-training counts, end-to-end fit + sample."""
+
+from __future__ import annotations
+
+import warnings
+
+import dp_accounting
+import numpy as np
+import pytest
+import torch
+
+from duckmob.errors import DuckmobError
+from duckmob.grid import cell_of, parent
+from duckmob.synth.hrnet import Baseline, FittedModel, HRNet, calibrate_noise_multiplier
+from duckmob.synth.hrnet._privacy import NoiseSource, accounting
+from duckmob.synth.hrnet.encoding import HierarchicalEncoding, morton, unmorton
+from duckmob.synth.hrnet.generate import slot_times
+from duckmob.synth.hrnet.model import BaselineModel, HRNetModel
+from duckmob.synth.hrnet.pretrain import coarse_to_fine_counts, pretraining_epsilon, transition_targets
+from duckmob.trajectories import CellSequences, Trajectories
+
+BOX = [39.8, 116.2, 40.2, 116.6]
+
+
+def toy_trajectories(n=300, seed=0) -> Trajectories:
+    """Commuters between a few home/work places, 2-5 points, hourly fixes (no stay-point step needed)."""
+    rng = np.random.default_rng(seed)
+    places = np.array([[39.85, 116.25], [39.95, 116.35], [40.05, 116.45], [40.15, 116.55], [39.9, 116.5]])
+    lengths = rng.integers(2, 6, n)
+    m = lengths.sum()
+    which = rng.integers(0, len(places), m)
+    lat = places[which, 0] + rng.normal(0, 0.005, m)
+    lon = places[which, 1] + rng.normal(0, 0.005, m)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    start = np.repeat(1_200_000_000_000_000 + rng.integers(0, 10, n) * 3_600_000_000, lengths)
+    step = np.arange(m) - np.repeat(offsets[:-1], lengths)
+    ts = start + step * 3_600_000_000
+    return Trajectories(offsets.astype(np.int64), np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64) % 7,
+                        ts.astype(np.int64), lat, lon)
+
+
+TINY = dict(w=8, epochs=2, pretrain_iterations=50, stay_points=False, max_len=6, progress=False, device="cpu")
+
+
+def test_morton_matches_grid_parents():
+    w = 16
+    cells = np.arange(w * w)
+    z = morton(cells, w)
+    assert sorted(z) == list(range(w * w))
+    assert (unmorton(z, w) == cells).all()
+    for level in range(5):
+        assert (morton(parent(cells, w, level), 1 << level) == z >> (2 * (4 - level))).all()
+
+
+def test_encoding_children_are_contiguous_deconvolution():
+    enc = HierarchicalEncoding(dim=4, depth=2)
+    m = enc(1)
+    assert [t.shape[1] for t in m] == [1, 4, 16]
+    # the 4 children of Z-order vector z at level 2 are rows 4z..4z+3, a linear image of the parent
+    lin = enc.deconvs[1].linear
+    expect = lin(m[1][0]).reshape(4, 4, 4).reshape(16, 4)
+    assert torch.allclose(m[2][0], expect)
+
+
+def test_parameter_count_grows_logarithmically():
+    """Table 2: each quadtree depth adds a constant (4 dim^2 + 4 dim); the baseline grows with w^2."""
+    def count(model):
+        return sum(p.numel() for p in model.parameters())
+
+    hr = [count(HRNetModel(d, loc_dim=32, key_dim=32)) for d in (3, 4, 5, 6)]
+    base = [count(BaselineModel(d, loc_dim=32)) for d in (3, 4, 5, 6)]
+    assert np.diff(hr).tolist() == [4 * 32 * 32 + 4 * 32] * 3
+    assert hr[-1] < 60_000
+    assert base[-1] > 4 * base[1] and base[-1] - base[-2] > 100 * (hr[-1] - hr[-2]) / 10
+
+
+def _batch(model_cls, depth=3, b=6, t=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    n = 4 ** depth
+    cells = torch.randint(0, n, (b, t), generator=g)
+    times = torch.randint(0, 5, (b, t), generator=g)
+    lengths = torch.randint(1, t, (b,), generator=g)
+    return cells, times, lengths
+
+
+@pytest.mark.parametrize("model_cls", [HRNetModel, BaselineModel])
+def test_per_sample_gradients_are_exact_and_clipped(model_cls):
+    """opacus's per-sample gradients (hooks through the per-example encoding tree) equal each example's own
+    autograd gradient, and after clipping every example's gradient norm is <= C."""
+    from opacus import GradSampleModule
+    from opacus.optimizers import DPOptimizer
+
+    torch.manual_seed(0)
+    model = model_cls(3, loc_dim=8, time_dim=4, hidden=8, **({"key_dim": 8} if model_cls is HRNetModel else {}))
+    cells, times, lengths = _batch(model_cls)
+    b = len(lengths)
+    own = []
+    for i in range(b):
+        model.zero_grad()
+        model(cells[i:i + 1], times[i:i + 1], lengths[i:i + 1]).sum().backward()
+        own.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    own = torch.stack(own)
+    gsm = GradSampleModule(model, loss_reduction="mean")
+    clip = 0.05
+    opt = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=0.0), noise_multiplier=0.0, max_grad_norm=clip,
+                      expected_batch_size=b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gsm(cells, times, lengths).mean().backward()
+    per = torch.cat([p.grad_sample.reshape(b, -1) for p in gsm.parameters()], dim=1)
+    assert torch.allclose(per, own, atol=1e-5, rtol=1e-4)
+    norms = own.norm(dim=1)
+    assert (norms > clip).all()  # clipping is active for every example
+    opt.step()
+    summed = torch.cat([p.summed_grad.flatten() for p in gsm.parameters()])
+    expect = (own * (clip / (norms + 1e-6)).clamp(max=1.0)[:, None]).sum(0)
+    assert torch.allclose(summed, expect, atol=1e-6)
+    clipped_norms = (own * (clip / (norms + 1e-6))[:, None]).norm(dim=1)
+    assert (clipped_norms <= clip + 1e-6).all()
+
+
+def test_accountant_matches_dp_accounting_directly():
+    q, steps, delta = 0.01, 1000, 1e-5
+    fixed = [accounting.laplace(0.02), accounting.laplace(0.2)]
+    sigma = calibrate_noise_multiplier(fixed, q, steps, 2.0, delta)
+    acc = dp_accounting.pld.PLDAccountant()
+    acc.compose(dp_accounting.ComposedDpEvent([
+        dp_accounting.LaplaceDpEvent(1 / 0.02), dp_accounting.LaplaceDpEvent(1 / 0.2),
+        dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)]))
+    independent = acc.get_epsilon(delta)
+    ours = accounting.epsilon(accounting.compose(fixed + [accounting.dp_sgd(sigma, q, steps)]), delta)
+    assert independent == pytest.approx(ours, rel=1e-3)
+    assert 1.97 < ours <= 2.0  # calibrated tightly, never above the target
+    assert independent < 0.02 + 0.2 + ours  # PLD composition beats adding the parts (which would exceed 2)
+
+
+def test_coarse_to_fine_counts_bound_and_value():
+    w = 4
+    # trajectory A: cells 0 -> 5 -> 0 -> 5 (repeated transition counted once), B: 15 -> 14, C: 3 (no move)
+    seqs = CellSequences(np.array([0, 4, 6, 7]), np.arange(3), np.arange(3),
+                         np.array([0, 5, 0, 5, 15, 14, 3]), np.zeros(7, dtype=np.int64))
+    tran = coarse_to_fine_counts(seqs, w, level=1)
+    assert tran.shape == (4, 16)
+    expect = np.zeros((4, 16))
+    expect[0, 5] += 1 / 4       # region of 0 -> 5
+    expect[0, 0] += 1 / 4       # region of 5 (= region 0) -> 0
+    expect[3, 14] += 1 / 2
+    assert np.allclose(tran, expect)
+    # each trajectory adds L1 mass < 1 on random data
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 12, 50)
+    cells = rng.integers(0, 64, lengths.sum())
+    off = np.concatenate([[0], np.cumsum(lengths)])
+    s = CellSequences(off, np.arange(50), np.arange(50), cells, np.zeros(len(cells), dtype=np.int64))
+    for i in range(50):
+        one = CellSequences(np.array([0, lengths[i]]), np.array([0]), np.array([0]), cells[off[i]:off[i + 1]],
+                            np.zeros(lengths[i], dtype=np.int64))
+        assert coarse_to_fine_counts(one, 8, 2).sum() < 1
+    assert coarse_to_fine_counts(s, 8, 2).sum() < 50
+
+
+def test_transition_targets_rows_are_distributions():
+    rng = np.random.default_rng(1)
+    noisy = rng.laplace(0, 5, (16, 64))
+    noisy[3, 7] += 200
+    p = transition_targets(noisy)
+    assert np.allclose(p.sum(1), 1) and (p >= 0).all()
+    assert p[3].argmax() == 7
+
+
+def test_budget_split_eq9():
+    # reference code: 0.018 n ln(n) / (N / 16) with n = 1024 cells
+    assert pretraining_epsilon(10.0, 10_000, 32) == pytest.approx(0.018 * 1024 * np.log(1024) * 16 / 10_000)
+    assert pretraining_epsilon(0.2, 10_000, 32) == pytest.approx(0.1)  # capped at half the budget left
+
+
+def test_slot_times_sorted_and_in_slots():
+    rng = np.random.default_rng(0)
+    lengths = np.array([3, 2, 1])
+    slots = np.array([1, 1, 0, 4, 2, 3])
+    ts = slot_times(lengths, slots, 5, 0, rng)
+    day = 86_400_000_000
+    assert (ts[1] >= ts[0]) and ts[2] >= day  # slot 0 after slot 1 is the next day
+    assert ts[4] >= day and ts[3] < day
+    assert ((ts % day) // (day // 5) == slots).all()
+
+
+def test_tiny_fit_and_sample_end_to_end():
+    data = toy_trajectories()
+    synth = HRNet(BOX, **TINY)
+    model = synth.fit(data, 2.0, 1e-5, NoiseSource(7))
+    info = model.info
+    assert info["epsilon_accounted"] <= 2.0 + 1e-9 and info["eps_pretrain"] > 0
+    assert info["steps"] == int(np.ceil(2 / info["sample_rate"]))
+    out = model.sample(500, np.random.default_rng(3))
+    assert out.n_trajectories == 500
+    assert (out.lengths >= 1).all() and (out.lengths <= TINY["max_len"]).all()
+    cells = cell_of(out.lat, out.lon, BOX, 8)
+    assert (cells >= 0).all()
+    same = cells[1:] == cells[:-1]
+    same[np.cumsum(out.lengths)[:-1] - 1] = False   # pairs across trajectories do not count
+    assert not same.any()                            # no consecutive duplicate cells
+    assert out.has_time and (np.diff(out.ts)[np.diff(np.repeat(np.arange(500), out.lengths)) == 0] >= 0).all()
+    # deterministic under fixed seeds, and survives serialisation
+    again = FittedModel.from_bytes(model.to_bytes()).sample(500, np.random.default_rng(3))
+    assert np.array_equal(again.lat, out.lat) and np.array_equal(again.ts, out.ts)
+    model2 = synth.fit(data, 2.0, 1e-5, NoiseSource(7))
+    assert all(torch.equal(model.state[k], model2.state[k]) for k in model.state)
+
+
+def test_baseline_fit_and_event():
+    data = toy_trajectories(200)
+    synth = Baseline(BOX, **TINY)
+    planned = synth.privacy_event(1.0, 1e-5)
+    assert accounting.epsilon(planned, 1e-5) <= 1.0 + 1e-9
+    model = synth.fit(data, 1.0, 1e-5, NoiseSource(3))
+    assert model.info["eps_pretrain"] == 0
+    out = model.sample(100, np.random.default_rng(0))
+    assert out.n_trajectories == 100
+
+
+def test_bad_parameters_are_refused():
+    with pytest.raises(DuckmobError, match="delta"):
+        HRNet(BOX, **TINY).fit(toy_trajectories(20), 1.0, 0.0, NoiseSource(0))
+    with pytest.raises(DuckmobError, match="unknown"):
+        HRNet(BOX, epoch=3)
+    with pytest.raises(DuckmobError, match="w = 2"):
+        HRNet(BOX, w=12)
