@@ -38,15 +38,15 @@ def od_emd_m(real: Side, synth: Side, w: int, rows_o: np.ndarray, rows_s: np.nda
         return float("nan")
     pick_o = np.sort(rng(seed).permutation(len(rows_o))[:n])
     pick_s = np.sort(rng(seed).permutation(len(rows_s))[:n])
-    ends = []
-    for side, rows in ((real, rows_o[pick_o]), (synth, rows_s[pick_s])):
-        cs = side.cells(w)
-        s_lat, s_lon = cell_center(cs.start[rows], side.bbox, w)
-        e_lat, e_lon = cell_center(cs.end[rows], side.bbox, w)
-        ends.append((s_lat, s_lon, e_lat, e_lon))
-    (a, b, c, d), (e, f, g, h) = ends
-    cost = (haversine_m(a[:, None], b[:, None], e[None, :], f[None, :]) +
-            haversine_m(c[:, None], d[:, None], g[None, :], h[None, :]))
+    cs_o, cs_s = real.cells(w), synth.cells(w)
+    so, eo = cs_o.start[rows_o[pick_o]], cs_o.end[rows_o[pick_o]]
+    ss, es = cs_s.start[rows_s[pick_s]], cs_s.end[rows_s[pick_s]]
+    # Distances between the few cells involved, once (haversine), then looked up for every pair of trips.
+    cells, inv = np.unique(np.concatenate([so, eo, ss, es]), return_inverse=True)
+    lat, lon = cell_center(cells, real.bbox, w)
+    dist = haversine_m(lat[:, None], lon[:, None], lat[None, :], lon[None, :])
+    so, eo, ss, es = np.split(inv, 4)
+    cost = dist[so][:, ss] + dist[eo][:, es]
     r, col = linear_sum_assignment(cost)
     return float(cost[r, col].mean())
 
