@@ -1,0 +1,12 @@
+"""The privacy core: one noise sampler, NormCut, length-normalised counting, accounting and the budget ledger.
+
+- :mod:`duckmob.privacy.noise`: ``NoiseSource`` — Laplace noise on a power-of-two grid (Mironov-safe), and the
+  post-processing ``generator()``.
+- :mod:`duckmob.privacy.normcut`: PrivTrace's NormCut (App. B.6, Algorithm 2).
+- :mod:`duckmob.privacy.counting`: length-normalised transition counts (PrivTrace §4.3, HRNet §4.1) and their
+  noisy release; contribution bounding.
+- :mod:`duckmob.privacy.accounting`: privacy events and their epsilon (PLD accountant of dp_accounting).
+- :mod:`duckmob.privacy.ledger`: per-source budgets and the record of every release, in the user's database.
+
+Mechanisms, accounting and the ledger do not reach into each other beyond these names.
+"""
