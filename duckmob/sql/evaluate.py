@@ -57,10 +57,25 @@ def _plot_distributions(real, synth, bbox, path, bins):
     return _path_row(distributions_png(*_sides(real, synth, bbox), scalar(path), int(scalar(bins))))
 
 
+def _audit(members, non_members, synth, bbox, w, k, seed):
+    from duckmob.evaluate import load_side
+    from duckmob.evaluate.audit import audit
+    from duckmob.grid import check_width
+
+    bbox = scalar(bbox)
+    sides = [load_side(points(p), bbox, name)[0]
+             for p, name in ((members, "members"), (non_members, "non_members"), (synth, "synth"))]
+    seed = scalar(seed)
+    rows = audit(*sides, w=check_width(scalar(w)), k=scalar(k), seed=None if seed is None else int(seed))
+    return _rows([r.as_dict() for r in rows])
+
+
 def udfs(con) -> list[Udf]:
     return [
         Udf("_mob_evaluate", _evaluate, [POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "VARCHAR"], METRIC_ROW,
             special_nulls=True),
+        Udf("_mob_audit", _audit, [POINTS_TYPE, POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "BIGINT", "BIGINT", "BIGINT"],
+            METRIC_ROW, special_nulls=True),
         Udf("_mob_plot_density", _plot_density, [POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "VARCHAR", "BIGINT"],
             "STRUCT(path VARCHAR)[]", side_effects=True, special_nulls=True),
         Udf("_mob_plot_distributions", _plot_distributions,

@@ -43,3 +43,18 @@ SELECT unnest(_mob_plot_distributions(
     (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
      FROM mob_points(synth)),
     bbox, path, bins), recursive := true);
+
+-- Privacy audit by attacks (PateGail): membership inference (members = real trajectories the synthesizer was
+-- trained on, non_members = real ones it never saw; the attacker scores by distance to the nearest synthetic
+-- trajectory) and uniqueness (highest overlap of each real trajectory with one synthetic trajectory).
+-- Same row shape as mob_evaluate. An attack can show a leak, never prove there is none.
+CREATE OR REPLACE TEMP MACRO mob_audit(members, non_members, synth, bbox := NULL, w := 32, k := 16,
+                                      seed := NULL) AS TABLE
+SELECT unnest(_mob_audit(
+    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+     FROM mob_points(members)),
+    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+     FROM mob_points(non_members)),
+    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+     FROM mob_points(synth)),
+    bbox, w, k, seed::BIGINT), recursive := true);
