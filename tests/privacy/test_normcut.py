@@ -91,3 +91,16 @@ def test_properties(x):
         changed = (new != np.maximum(row, 0))
         if changed.any() and new.sum() > 0:
             assert (new[row > row[changed].max()] == row[row > row[changed].max()]).all()
+
+
+def test_ties_are_cut_in_index_order():
+    assert normcut(np.array([-3.0, 2.0, 2.0, 2.0])).tolist() == [0.0, 0.0, 1.0, 2.0]
+    assert normcut(np.array([[2.0, -4.0, 2.0, 2.0, 5.0]])).tolist() == [[0.0, 0.0, 0.0, 2.0, 5.0]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 12)), elements=st.integers(-4, 4)))
+def test_many_ties_match_algorithm2(x):
+    out = normcut(x)
+    for row, new in zip(x, out):
+        np.testing.assert_allclose(new, algorithm2(row), atol=1e-12)
