@@ -70,10 +70,60 @@ def _audit(members, non_members, synth, bbox, w, k, seed):
     return _rows([r.as_dict() for r in rows])
 
 
+def _read_modes(con, source: str) -> pa.Table:
+    """Mode labels from a Parquet file or a (non-temporary) table name."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from duckmob.errors import DuckmobError
+
+    if os.path.isfile(os.path.expanduser(source)):
+        return pq.read_table(os.path.expanduser(source))
+    try:
+        return con.cursor().sql(f"SELECT user_id, start, \"end\", mode FROM {source}").to_arrow_table()
+    except Exception:
+        raise DuckmobError(f"cannot read mode labels from {source!r}: give a Parquet file path or a table "
+                           "(not a TEMP table) with user_id, start, end, mode") from None
+
+
+def _downstream(con):
+    def run(real, synth, synth_modes, bbox, task, w, modes, seed):
+        import numpy as np
+
+        from duckmob.errors import DuckmobError
+        from duckmob.evaluate.downstream import downstream
+        from duckmob.grid import check_width
+
+        real_side, synth_side = _sides(real, synth, bbox)
+        task, seed, source = scalar(task), scalar(seed), scalar(modes)
+        labels = None
+        if task == "mode":
+            pairs = points(synth_modes)
+            ids = pairs.field("traj_id").to_numpy(zero_copy_only=False)
+            names = np.asarray(pairs.field("mode").to_pylist(), dtype=object)
+            order = np.argsort(ids, kind="stable")
+            pos = np.clip(np.searchsorted(ids[order], synth_side.traj.traj_id), 0, max(len(ids) - 1, 0))
+            labels = names[order][pos] if len(ids) else np.array([None] * synth_side.n, dtype=object)
+            if len(ids) == 0 or any(v is None for v in labels):
+                raise DuckmobError("task := 'mode' needs a mode column in the synthetic table with a mode for "
+                                   "every trajectory (synthesize each mode's trips separately, then stack them)")
+            labels = labels.astype(str)
+        rows = downstream(real_side, synth_side, task, w=check_width(scalar(w)),
+                          seed=None if seed is None else int(seed), synth_modes=labels,
+                          modes=_read_modes(con, source) if (task == "mode" and source) else None)
+        return _rows([r.as_dict() for r in rows])
+
+    return run
+
+
 def udfs(con) -> list[Udf]:
     return [
         Udf("_mob_evaluate", _evaluate, [POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "VARCHAR"], METRIC_ROW,
             special_nulls=True),
+        Udf("_mob_downstream", _downstream(con),
+            [POINTS_TYPE, POINTS_TYPE, "STRUCT(traj_id BIGINT, mode VARCHAR)[]", "DOUBLE[]", "VARCHAR", "BIGINT",
+             "VARCHAR", "BIGINT"], METRIC_ROW, special_nulls=True),
         Udf("_mob_audit", _audit, [POINTS_TYPE, POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "BIGINT", "BIGINT", "BIGINT"],
             METRIC_ROW, special_nulls=True),
         Udf("_mob_plot_density", _plot_density, [POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "VARCHAR", "BIGINT"],

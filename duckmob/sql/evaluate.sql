@@ -58,3 +58,21 @@ SELECT unnest(_mob_audit(
     (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
      FROM mob_points(synth)),
     bbox, w, k, seed::BIGINT), recursive := true);
+
+-- Downstream utility, trained on the synthetic table and tested on the real one (pass HELD-OUT real
+-- trajectories): task := 'next_location' (Acc@1, Acc@5), 'mode' (transport-mode accuracy and macro F1; the
+-- synthetic table needs a mode column, one mode per trajectory, and modes := a Parquet path or table of labels
+-- user_id, start, end, mode joined to the real fixes by user and time) or 'commute' (mean commute distance per
+-- destination cell). Same row shape as mob_evaluate, with real-trained references where they apply.
+CREATE OR REPLACE TEMP MACRO mob_downstream(real, synth, bbox := NULL, task := 'next_location', w := 32,
+                                           modes := NULL, seed := NULL) AS TABLE
+SELECT unnest(_mob_downstream(
+    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+     FROM mob_points(real)),
+    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+     FROM mob_points(synth)),
+    (SELECT list(DISTINCT {'traj_id': traj_id::BIGINT, 'mode': m::VARCHAR})
+     FROM query('SELECT traj_id, coalesce(*COLUMNS(''^(mode|__mob_no_mode)$'')) AS m FROM (SELECT *, NULL AS '
+                || '__mob_no_mode FROM ' || synth || ')')
+     WHERE task = 'mode'),
+    bbox, task, w, modes, seed::BIGINT), recursive := true);
