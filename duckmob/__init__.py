@@ -30,4 +30,18 @@ def evaluate(con: duckdb.DuckDBPyConnection, real: str, synth: str, **options):
     return evaluate_connection(con, real, synth, **options)
 
 
-__all__ = ["connect", "register", "evaluate", "DuckmobError", "BudgetError"]
+def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: str = "privtrace", **params):
+    """Fit ``method`` on ``table`` under (eps, delta)-DP (one spend of its budget) and sample a synthetic table.
+
+    The Python twin of ``FROM synthesize('table', eps := ..., method := ..., bbox := [...], ...)``: the same
+    keyword parameters (``bbox``, ``delta``, ``n``, ``seed``, ``privacy_unit``, ``max_trajectories_per_user``,
+    ``outside``, the column mapping ``traj_col`` ... ``user_col``, ``params``) plus method hyper-parameters as
+    keywords (e.g. ``K=8``). Returns a pyarrow Table (traj_id, seq, lat, lon, ts), already materialised, so
+    reading it again spends nothing.
+    """
+    from duckmob.sql.synth import synthesize_table
+
+    return synthesize_table(con, table, eps, method, **params)
+
+
+__all__ = ["connect", "register", "evaluate", "synthesize", "DuckmobError", "BudgetError"]

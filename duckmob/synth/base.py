@@ -44,9 +44,19 @@ class Model(ABC):
 
 
 class Synthesizer(ABC):
-    """A method with its public hyper-parameters."""
+    """A method with its public hyper-parameters.
+
+    ``model_class`` is the :class:`Model` subclass ``fit`` returns (used to load stored models by method name);
+    ``default_delta`` is the delta used when the caller gives none (0 for a pure eps-DP method);
+    ``contribution_bound`` is k, the number of trajectories one privacy unit may contribute: 1 when the unit is
+    a trajectory; the fit driver sets it to ``max_trajectories_per_user`` for user-level privacy after it has
+    bounded contributions, and ``fit`` multiplies every sensitivity by it.
+    """
 
     method: ClassVar[str]
+    model_class: ClassVar[type[Model]]
+    default_delta: ClassVar[float] = 1e-5
+    contribution_bound: int = 1
 
     def __init__(self, bbox, **params):
         self.bbox = BBox.of(bbox)

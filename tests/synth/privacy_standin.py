@@ -80,10 +80,66 @@ def _accounting_module():
     return mod
 
 
+def _ledger_module():
+    mod = types.ModuleType("duckmob.privacy.ledger")
+    from duckmob.errors import BudgetError
+
+    def ensure_tables(con):
+        con.execute("CREATE TABLE IF NOT EXISTS duckmob_budget (source VARCHAR PRIMARY KEY, eps DOUBLE, delta DOUBLE)")
+        con.execute("CREATE TABLE IF NOT EXISTS duckmob_ledger (source VARCHAR, event VARCHAR, mechanism VARCHAR, "
+                    "privacy_unit VARCHAR, params VARCHAR, seeded BOOLEAN)")
+
+    def set_budget(con, source, eps, delta):
+        ensure_tables(con)
+        con.execute("INSERT OR REPLACE INTO duckmob_budget VALUES (?, ?, ?)", [source, eps, delta])
+
+    def spent(con, source):
+        ensure_tables(con)
+        rows = con.execute("SELECT event FROM duckmob_ledger WHERE source = ?", [source]).fetchall()
+        return sum(json.loads(r[0])["eps"] for r in rows)
+
+    def check(con, source, event):
+        ensure_tables(con)
+        row = con.execute("SELECT eps FROM duckmob_budget WHERE source = ?", [source]).fetchone()
+        if row is None:
+            raise BudgetError(f"no privacy budget declared for '{source}': run "
+                              f"SELECT mob_set_budget('{source}', eps := 1.0, delta := 1e-6)")
+        if spent(con, source) + event.eps > row[0] + 1e-9:
+            raise BudgetError(f"the budget of '{source}' would be exceeded")
+
+    def record(con, source, event, *, mechanism, privacy_unit, params, seeded):
+        ensure_tables(con)
+        con.execute("INSERT INTO duckmob_ledger VALUES (?, ?, ?, ?, ?, ?)",
+                    [source, event.to_json(), mechanism, privacy_unit, json.dumps(params), seeded])
+
+    mod.ensure_tables, mod.set_budget, mod.check, mod.record, mod.spent = ensure_tables, set_budget, check, record, spent
+    return mod
+
+
+def _counting_module():
+    mod = types.ModuleType("duckmob.privacy.counting")
+
+    def bound_contributions(user_id, max_trajectories_per_user, rng):
+        user_id = np.asarray(user_id)
+        order = rng.permutation(len(user_id))
+        u = user_id[order]
+        srt = np.argsort(u, kind="stable")
+        us = u[srt]
+        start = np.r_[0, np.flatnonzero(us[1:] != us[:-1]) + 1]
+        rank = np.arange(len(us)) - np.repeat(start, np.diff(np.r_[start, len(us)]))
+        keep = np.zeros(len(user_id), bool)
+        keep[order[srt]] = rank < max_trajectories_per_user
+        return keep
+
+    mod.bound_contributions = bound_contributions
+    return mod
+
+
 def install() -> None:
     import duckmob.privacy as pkg
 
-    for name, make in (("noise", _noise_module), ("normcut", _normcut_module), ("accounting", _accounting_module)):
+    for name, make in (("noise", _noise_module), ("normcut", _normcut_module), ("accounting", _accounting_module),
+                       ("ledger", _ledger_module), ("counting", _counting_module)):
         full = f"duckmob.privacy.{name}"
         try:
             importlib.import_module(full)

@@ -88,6 +88,7 @@ class PrivTrace(Synthesizer):
     """PrivTrace with public hyper-parameters (see :data:`DEFAULTS`); ``fit`` is one eps-DP release."""
 
     method = "privtrace"
+    default_delta = 0.0
 
     def __init__(self, bbox, **params):
         unknown = set(params) - set(DEFAULTS)
@@ -288,3 +289,6 @@ def _check_n(n) -> int:
 def demo_lines(con, table: str = "trips", bbox=None, eps: float = 1.0, seed: int | None = None) -> list[str]:
     """Lines for ``duckmob demo``: fit PrivTrace on ``table`` through SQL, sample, and summarise."""
     raise NotImplementedError
+
+
+PrivTrace.model_class = PrivTraceModel

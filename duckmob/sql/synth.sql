@@ -1,0 +1,47 @@
+-- Synthesis from SQL: fit a method on a trajectory table under the source's privacy budget, store it, sample it.
+-- Every macro shares one parameter list (see duckmob/sql/synth.py for what each one means):
+--   eps, delta (NULL: the method's default), method ('privtrace', 'hrnet', 'baseline'), bbox (required,
+--   [min_lat, min_lon, max_lat, max_lon], public), n (NULL: the model's noisy trajectory count), seed (NULL:
+--   OS entropy), privacy_unit ('trajectory' | 'user'), max_trajectories_per_user (k, for 'user'),
+--   params (method-specific: a JSON string '{"K": 8}' or a STRUCT {'K': 8}), outside ('fail' | 'drop'),
+--   and the column mapping of mob_points (traj_col, ts_col, lat_col, lon_col, user_col).
+
+-- params as a JSON string whether given as JSON text, a STRUCT or a MAP.
+CREATE OR REPLACE TEMP MACRO _mob_params_json(params) AS
+    CASE WHEN params IS NULL THEN NULL
+         WHEN typeof(params) = 'VARCHAR' THEN params::VARCHAR
+         ELSE to_json(params)::VARCHAR END;
+
+-- A synthetic trajectory table (traj_id, seq, lat, lon, ts; ts NULL where the method models no time):
+-- fit + sample in one call, spending eps once from the budget of tbl; the model is not stored.
+CREATE OR REPLACE TEMP MACRO synthesize(tbl, eps := NULL, delta := NULL, method := 'privtrace', bbox := NULL,
+                                       n := NULL, seed := NULL, privacy_unit := 'trajectory',
+                                       max_trajectories_per_user := NULL, params := NULL, outside := 'fail',
+                                       traj_col := 'traj_id', ts_col := 'ts', lat_col := 'lat', lon_col := 'lon',
+                                       user_col := 'user_id') AS TABLE
+SELECT unnest(_mob_synthesize(list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon,
+                                    'seq': seq}),
+                              tbl, eps, delta, method, bbox, privacy_unit, max_trajectories_per_user,
+                              _mob_params_json(params), outside, n, seed), recursive := true)
+FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col, lon_col := lon_col,
+                user_col := user_col);
+
+-- Fit once (one ledger entry) and store the model in duckmob_models under `name`; returns one summary row.
+CREATE OR REPLACE TEMP MACRO mob_fit(tbl, name, eps := NULL, delta := NULL, method := 'privtrace', bbox := NULL,
+                                    seed := NULL, privacy_unit := 'trajectory', max_trajectories_per_user := NULL,
+                                    params := NULL, outside := 'fail', traj_col := 'traj_id', ts_col := 'ts',
+                                    lat_col := 'lat', lon_col := 'lon', user_col := 'user_id') AS TABLE
+SELECT unnest(_mob_fit(list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon,
+                             'seq': seq}),
+                       tbl, name, eps, delta, method, bbox, privacy_unit, max_trajectories_per_user,
+                       _mob_params_json(params), outside, seed), recursive := true)
+FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col, lon_col := lon_col,
+                user_col := user_col);
+
+-- Draw n trajectories from a stored model: no data is read and no budget is spent.
+CREATE OR REPLACE TEMP MACRO mob_sample(name, n := NULL, seed := NULL) AS TABLE
+SELECT unnest(_mob_sample(name, n, seed), recursive := true);
+
+-- The stored models with their method, parameters (JSON) and spend.
+CREATE OR REPLACE TEMP MACRO mob_models() AS TABLE
+SELECT name, method, source, params, eps, delta, created_at FROM duckmob_models ORDER BY created_at, name;

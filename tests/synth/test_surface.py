@@ -1,0 +1,153 @@
+"""The SQL surface every synthesizer shares: synthesize, mob_fit, mob_sample, mob_models, duckmob.synthesize."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.synth import privacy_standin
+
+privacy_standin.install()
+
+import duckmob  # noqa: E402
+from duckmob import synth  # noqa: E402
+from duckmob.errors import BudgetError, DuckmobError, one_line  # noqa: E402
+from duckmob.privacy import ledger  # noqa: E402
+
+BOX = "[0.0, 0.0, 1.0, 1.0]"
+
+
+@pytest.fixture
+def spends(monkeypatch):
+    """Every ledger.record call, in order."""
+    calls = []
+    real_record = ledger.record
+
+    def counting_record(c, source, event, **kw):
+        calls.append((source, event, kw))
+        return real_record(c, source, event, **kw)
+
+    monkeypatch.setattr(ledger, "record", counting_record)
+    return calls
+
+
+@pytest.fixture
+def db(spends):
+    con = duckmob.connect()
+    rng = np.random.default_rng(0)
+    rows = []
+    for t in range(120):
+        a, b = rng.random(2) * 0.8 + 0.1, rng.random(2) * 0.8 + 0.1
+        k = int(rng.integers(2, 12))
+        for i, f in enumerate(np.linspace(0, 1, k)):
+            p = a + f * (b - a)
+            rows.append((t % 30, t, i * 60, float(p[0]), float(p[1])))
+    con.execute("CREATE TABLE trips (user_id INTEGER, traj_id INTEGER, ts TIMESTAMP, lat DOUBLE, lon DOUBLE)")
+    con.executemany("INSERT INTO trips VALUES (?, ?, to_timestamp(1.7e9 + ?)::TIMESTAMP, ?, ?)", rows)
+    yield con
+    con.close()
+
+
+def _err(con, sql) -> str:
+    with pytest.raises(Exception) as info:
+        con.execute(sql).fetchall()
+    return one_line(info.value)
+
+
+def test_registry_names_methods_and_refuses_unknown_ones():
+    assert synth.get("privtrace").method == "privtrace"
+    assert synth.get("PrivTrace").model_class.method == "privtrace"
+    with pytest.raises(DuckmobError, match="use one of .*privtrace"):
+        synth.get("magic")
+
+
+def test_a_source_without_budget_is_refused_with_what_to_run(db, spends):
+    msg = _err(db, f"FROM synthesize('trips', eps := 1.0, bbox := {BOX})")
+    assert "budget" in msg and "trips" in msg
+    assert spends == []
+
+
+def test_synthesize_returns_the_synthetic_table(db, spends):
+    ledger.set_budget(db, "trips", 5.0, 1e-6)
+    out = db.sql(f"FROM synthesize('trips', eps := 1.0, bbox := {BOX}, n := 50, seed := 1, "
+                 "params := {'K': 4})").to_arrow_table()
+    assert out.column_names == ["traj_id", "seq", "lat", "lon", "ts"]
+    traj = np.asarray(out["traj_id"])
+    assert len(np.unique(traj)) == 50 and out["ts"].null_count == out.num_rows
+    lat, lon = np.asarray(out["lat"]), np.asarray(out["lon"])
+    assert ((lat >= 0) & (lat <= 1) & (lon >= 0) & (lon <= 1)).all()
+    assert len(spends) == 1 and spends[0][0] == "trips"
+    assert spends[0][2]["seeded"] is True
+    # same seed -> same table; the Python twin gives the same rows
+    again = db.sql(f"FROM synthesize('trips', eps := 1.0, bbox := {BOX}, n := 50, seed := 1, "
+                   "params := '{\"K\": 4}')").to_arrow_table()
+    assert again.equals(out)
+    py = duckmob.synthesize(db, "trips", eps=1.0, bbox=[0, 0, 1, 1], n=50, seed=1, K=4)
+    assert py.equals(out)
+    assert len(spends) == 3
+
+
+def test_fit_spends_once_and_sampling_is_free(db, spends):
+    ledger.set_budget(db, "trips", 2.0, 1e-6)
+    row = db.execute(f"FROM mob_fit('trips', 'm', eps := 1.5, bbox := {BOX}, seed := 3)").fetchall()
+    assert row[0][:5] == ("m", "privtrace", "trips", 1.5, 0.0)
+    assert len(spends) == 1
+    from duckmob.privacy import accounting
+    assert abs(accounting.epsilon(spends[0][1], 1e-6) - 1.5) < 0.02
+    a = db.sql("FROM mob_sample('m', n := 200, seed := 4)").to_arrow_table()
+    b = db.sql("FROM mob_sample('m', n := 200, seed := 4)").to_arrow_table()
+    c = db.sql("FROM mob_sample('m', n := 300)").to_arrow_table()
+    assert a.equals(b) and len(np.unique(np.asarray(c["traj_id"]))) == 300
+    default = db.execute("SELECT count(DISTINCT traj_id) FROM mob_sample('m')").fetchone()[0]
+    assert abs(default - 120) < 40                   # the noisy trajectory count
+    assert len(spends) == 1
+    models = db.execute("SELECT name, method, source, eps, delta, params->>'K' FROM mob_models()").fetchall()
+    assert models == [("m", "privtrace", "trips", 1.5, 0.0, "2")]
+    # past the budget: refused, nothing recorded, nothing stored
+    msg = _err(db, f"FROM mob_fit('trips', 'm2', eps := 1.0, bbox := {BOX})")
+    assert "budget" in msg
+    assert len(spends) == 1 and db.execute("SELECT count(*) FROM mob_models()").fetchone()[0] == 1
+    # a name in use is refused before anything is spent
+    ledger.set_budget(db, "trips", 10.0, 1e-6)
+    assert "already exists" in _err(db, f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {BOX})")
+    assert len(spends) == 1
+    assert "no model named 'nope'" in _err(db, "FROM mob_sample('nope', n := 5)")
+
+
+def test_bad_inputs_give_clear_errors(db):
+    ledger.set_budget(db, "trips", 100.0, 1e-6)
+    assert "eps must be a positive number" in _err(db, f"FROM synthesize('trips', eps := 0, bbox := {BOX})")
+    assert "eps must be a positive number" in _err(db, f"FROM synthesize('trips', eps := -1, bbox := {BOX})")
+    assert "bounding box is required" in _err(db, "FROM synthesize('trips', eps := 1.0)")
+    assert "unknown synthesis method" in _err(db, f"FROM synthesize('trips', eps := 1, bbox := {BOX}, "
+                                                  "method := 'gan')")
+    assert "unknown PrivTrace parameter" in _err(db, f"FROM synthesize('trips', eps := 1, bbox := {BOX}, "
+                                                     "params := {'kapa': 2})")
+    db.execute("CREATE TABLE empty AS FROM trips LIMIT 0")
+    ledger.set_budget(db, "empty", 1.0, 1e-6)
+    assert "table is empty" in _err(db, f"FROM synthesize('empty', eps := 1.0, bbox := {BOX})")
+    far = "[10.0, 10.0, 11.0, 11.0]"
+    assert "outside" in _err(db, f"FROM synthesize('trips', eps := 1.0, bbox := {far})")
+    assert "no trajectory is left" in _err(db, f"FROM synthesize('trips', eps := 1.0, bbox := {far}, "
+                                               "outside := 'drop')")
+    assert "n must be a positive" in _err(db, f"FROM synthesize('trips', eps := 1.0, bbox := {BOX}, n := 0)")
+    assert "privacy_unit := 'user' needs" in _err(db, f"FROM synthesize('trips', eps := 1, bbox := {BOX}, "
+                                                      "privacy_unit := 'user')")
+    assert "is not an option" in _err(db, f"FROM synthesize('trips', eps := 1, bbox := {BOX}, "
+                                          "privacy_unit := 'family')")
+    db.execute(f"FROM mob_fit('trips', 'ok', eps := 1.0, bbox := {BOX})").fetchall()
+    assert "n must be a positive" in _err(db, "FROM mob_sample('ok', n := 0)")
+    with pytest.raises(BudgetError):
+        duckmob.synthesize(db, "elsewhere", eps=1.0, bbox=[0, 0, 1, 1])
+
+
+def test_user_level_privacy_bounds_contributions_and_column_mapping(db, spends):
+    db.execute("CREATE TABLE moves AS SELECT user_id AS who, traj_id AS trip, ts AS t, lat AS y, lon AS x "
+               "FROM trips")
+    ledger.set_budget(db, "moves", 2.0, 1e-6)
+    out = db.execute(f"FROM synthesize('moves', eps := 1.0, bbox := {BOX}, n := 10, privacy_unit := 'user', "
+                     "max_trajectories_per_user := 2, traj_col := 'trip', ts_col := 't', lat_col := 'y', "
+                     "lon_col := 'x', user_col := 'who')").fetchall()
+    assert len({r[0] for r in out}) == 10
+    (source, _event, kw), = spends
+    assert source == "moves" and kw["privacy_unit"] == "user" and kw["params"]["max_trajectories_per_user"] == 2
