@@ -93,18 +93,17 @@ def _ledger_module():
         ensure_tables(con)
         con.execute("INSERT OR REPLACE INTO duckmob_budget VALUES (?, ?, ?)", [source, eps, delta])
 
-    def spent(con, source):
-        ensure_tables(con)
-        rows = con.execute("SELECT event FROM duckmob_ledger WHERE source = ?", [source]).fetchall()
-        return sum(json.loads(r[0])["eps"] for r in rows)
-
     def check(con, source, event):
+        from duckmob.privacy import accounting
+
         ensure_tables(con)
-        row = con.execute("SELECT eps FROM duckmob_budget WHERE source = ?", [source]).fetchone()
+        row = con.execute("SELECT eps, delta FROM duckmob_budget WHERE source = ?", [source]).fetchone()
         if row is None:
             raise BudgetError(f"no privacy budget declared for '{source}': run "
                               f"SELECT mob_set_budget('{source}', eps := 1.0, delta := 1e-6)")
-        if spent(con, source) + event.eps > row[0] + 1e-9:
+        past = [accounting.Event.from_json(r[0]) for r in
+                con.execute("SELECT event FROM duckmob_ledger WHERE source = ?", [source]).fetchall()]
+        if accounting.epsilon(accounting.compose(past + [event]), row[1]) > row[0] + 1e-9:
             raise BudgetError(f"the budget of '{source}' would be exceeded")
 
     def record(con, source, event, *, mechanism, privacy_unit, params, seeded):
@@ -112,7 +111,7 @@ def _ledger_module():
         con.execute("INSERT INTO duckmob_ledger VALUES (?, ?, ?, ?, ?, ?)",
                     [source, event.to_json(), mechanism, privacy_unit, json.dumps(params), seeded])
 
-    mod.ensure_tables, mod.set_budget, mod.check, mod.record, mod.spent = ensure_tables, set_budget, check, record, spent
+    mod.ensure_tables, mod.set_budget, mod.check, mod.record = ensure_tables, set_budget, check, record
     return mod
 
 
