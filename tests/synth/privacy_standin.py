@@ -25,10 +25,14 @@ def _noise_module():
         def laplace(self, scale, size):
             return self._rng.laplace(0.0, scale, size)
 
+        def add_laplace(self, x, scale):
+            return np.asarray(x, dtype=np.float64) + self.laplace(scale, np.shape(x))
+
         def generator(self):
             return np.random.default_rng(self._rng.integers(2**63))
 
     mod.NoiseSource = NoiseSource
+    mod.granularity = lambda scale: 2.0 ** (np.floor(np.log2(scale)) - 20)
     return mod
 
 

@@ -119,6 +119,13 @@ def test_one_trajectory_changes_each_table_by_at_most_one_in_l1():
         d1 = np.abs(full[0] - part[0]).sum() + np.abs(full[1] - part[1]).sum()
         d2 = np.abs(full[2] - part[2]).sum()
         assert d1 <= 1 + 1e-9 and d2 <= 1 + 1e-9
+    # rounded down to a noise grid, every count is a multiple of the grid step and still within 1 per trajectory
+    q = 2.0 ** -12
+    start, first, second = transition_counts(sup, off, states, quantum1=q, quantum2=q)
+    for table in (start, first, second):
+        assert np.array_equal(table / q, np.round(table / q))
+    assert start.sum() + first.sum() <= 40 and second.sum() <= 40
+    assert start.sum() + first.sum() > 40 - 40 * 16 * q
 
 
 def test_noise_covers_the_whole_support_and_nothing_else():

@@ -45,8 +45,8 @@ import numpy as np
 
 from duckmob.errors import DuckmobError
 from duckmob.synth.base import Model, Synthesizer, trajectories_from_cells
-from duckmob.synth.privtrace.markov import (Support, add_laplace, normcut_rows, select_second_order,
-                                            transition_counts)
+from duckmob.synth.privtrace.markov import (Support, add_laplace, normcut_rows, on_grid, quantum,
+                                            select_second_order, transition_counts)
 from duckmob.synth.privtrace.states import StateGrid, state_sequences, uniform_grid
 from duckmob.synth.privtrace.trips import trip_distribution
 from duckmob.synth.privtrace.walk import (cumulative_rows, hazard, length_bins, length_histogram,
@@ -136,7 +136,8 @@ class PrivTrace(Synthesizer):
         g1 = uniform_grid(self.bbox, K)
         off1, st1, _ = state_sequences(g1, data.offsets, data.lat, data.lon)
         len1 = np.diff(off1)
-        dens1 = np.bincount(st1, weights=np.repeat(1.0 / len1, len1), minlength=K * K)
+        dens1 = np.bincount(st1, weights=np.repeat(on_grid(1.0 / len1, quantum(scale["level1"])), len1),
+                            minlength=K * K)
         noisy1 = normcut_rows(add_laplace(dens1, None, scale["level1"], noise)[None, :])[0]
 
         # split dense cells (post-processing): kappa = 2**e
@@ -151,7 +152,8 @@ class PrivTrace(Synthesizer):
         m = grid.m
 
         # level2: length-normalised densities of the states; states below the noise are pruned
-        dens2 = np.bincount(states, weights=np.repeat(1.0 / lengths, lengths), minlength=m)
+        dens2 = np.bincount(states, weights=np.repeat(on_grid(1.0 / lengths, quantum(scale["level2"])), lengths),
+                            minlength=m)
         noisy2 = add_laplace(dens2, None, scale["level2"], noise)
         alive = noisy2 > float(cfg["prune"]) * scale["level2"]
         if not alive.any():
@@ -164,7 +166,8 @@ class PrivTrace(Synthesizer):
 
         # first and second order (one release each, sensitivity k in L1)
         support = Support.of(m, *grid.neighbours())
-        start, first, second = transition_counts(support, off, states)
+        start, first, second = transition_counts(support, off, states, quantum1=quantum(scale["first"]),
+                                                 quantum2=quantum(scale["second"]))
         mask1, mask2 = support.mask1(), support.mask2()
         noisy_first = np.concatenate([add_laplace(start, None, scale["first"], noise)[None, :].ravel(),
                                       add_laplace(first, mask1, scale["first"], noise).ravel()])

@@ -88,8 +88,19 @@ class Support:
         return e
 
 
+def on_grid(weights: np.ndarray, quantum: float | None) -> np.ndarray:
+    """Weights rounded DOWN to multiples of ``quantum`` (the noise grid, ``duckmob.privacy.noise.granularity``).
+
+    Rounding each trajectory's contribution down keeps its L1 norm <= 1 and puts every sum of contributions
+    exactly on the grid, so the safe Laplace mechanism needs no rounding of its input (no epsilon increase).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    return w if quantum is None else np.floor(w / quantum) * quantum
+
+
 def transition_counts(support: Support, seq_offsets: np.ndarray, states: np.ndarray,
-                      weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      weight: np.ndarray | None = None, quantum1: float | None = None,
+                      quantum2: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """EXACT length-normalised transition counts (§4.3, App. B.2) on the sparse support.
 
     ``seq_offsets`` (n + 1) cut ``states`` into n non-empty sequences of neighbouring states. Returns
@@ -97,7 +108,9 @@ def transition_counts(support: Support, seq_offsets: np.ndarray, states: np.ndar
     1 / (L + 1); first[s, j] the same weights summed over the transitions s -> j-th neighbour (or -> end in column
     D); second[r, j] = sum of 1 / L over the triples in context r followed by column j. Each trajectory adds
     exactly 1 to the L1 norm of (start, first) together and exactly 1 to that of second. ``weight`` (one per
-    trajectory, default 1) multiplies a trajectory's contribution.
+    trajectory, default 1) multiplies a trajectory's contribution; ``quantum1``/``quantum2`` round the
+    per-transition weights of the first/second-order tables down to the noise grid (:func:`on_grid`), after
+    which each trajectory adds at most 1.
     """
     m, D = support.m, support.width
     seq_offsets = np.asarray(seq_offsets, dtype=np.int64)
@@ -109,8 +122,8 @@ def transition_counts(support: Support, seq_offsets: np.ndarray, states: np.ndar
     w = np.ones(n) if weight is None else np.asarray(weight, dtype=np.float64)
     owner = np.repeat(np.arange(n), L)
     first_idx, last_idx = seq_offsets[:-1], seq_offsets[1:] - 1
-    w1 = w / (L + 1.0)
-    w2 = w / L
+    w1 = on_grid(w / (L + 1.0), quantum1)
+    w2 = on_grid(w / L, quantum2)
 
     start = np.bincount(states[first_idx], weights=w1, minlength=m)
 
@@ -141,13 +154,23 @@ def transition_counts(support: Support, seq_offsets: np.ndarray, states: np.ndar
 def add_laplace(counts: np.ndarray, mask: np.ndarray | None, scale: float, noise) -> np.ndarray:
     """Counts plus Laplace(scale) noise on every support entry (``mask``; all entries when None); zero elsewhere.
 
-    With ``scale = sensitivity / eps`` this is the eps-DP Laplace mechanism on the whole support.
+    With ``scale = sensitivity / eps`` this is the eps-DP Laplace mechanism on the whole support. The noise is
+    duckmob's safe Laplace (``NoiseSource.add_laplace``: input and output on a power-of-two grid); counts built
+    with :func:`on_grid` at ``granularity(scale)`` are on that grid already.
     """
-    out = np.zeros_like(counts, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.float64)
     if mask is None:
-        return counts.astype(np.float64) + noise.laplace(scale, counts.shape)
-    out[mask] = counts[mask] + noise.laplace(scale, int(mask.sum()))
+        return noise.add_laplace(counts, scale)
+    out = np.zeros_like(counts)
+    out[mask] = noise.add_laplace(counts[mask], scale)
     return out
+
+
+def quantum(scale: float) -> float:
+    """The noise grid step for Laplace noise of ``scale`` (``duckmob.privacy.noise.granularity``)."""
+    from duckmob.privacy.noise import granularity
+
+    return granularity(scale)
 
 
 def normcut_rows(noisy: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
