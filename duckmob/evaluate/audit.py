@@ -21,7 +21,8 @@ import scipy.sparse as sp
 from scipy.stats import rankdata
 
 from duckmob.errors import DuckmobError
-from duckmob.evaluate.common import DAY_US, EARTH_RADIUS_M, Metric, Side, rng
+from duckmob.evaluate.common import DAY_US, Metric, Side, binary_matrix, rng
+from duckmob.grid import EARTH_RADIUS_M
 
 SOURCE = "PateGail, Privacy Risk Analysis"
 
@@ -102,9 +103,7 @@ def location_slots(side: Side, w: int, with_time: bool) -> sp.csr_matrix:
         hour = (np.mod(cs.ts, DAY_US) // 3_600_000_000).astype(np.int64)
         key = key * 24 + hour
         n_keys *= 24
-    from duckmob.evaluate.common import _binary_matrix
-
-    return _binary_matrix(cs.owner, key, side.n, n_keys)
+    return binary_matrix(cs.owner, key, side.n, n_keys)
 
 
 def uniqueness(real: Side, synth: Side, w: int, chunk: int = 512) -> np.ndarray:

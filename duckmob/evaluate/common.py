@@ -346,7 +346,7 @@ class Side:
         """Binary (n x w*w) matrix: trajectory i has a point in cell j."""
         if w not in self._visits:
             cs = self.cells(w)
-            self._visits[w] = _binary_matrix(cs.owner, cs.cells, self.n, w * w)
+            self._visits[w] = binary_matrix(cs.owner, cs.cells, self.n, w * w)
         return self._visits[w]
 
     def routes(self, w: int) -> sp.csr_matrix:
@@ -376,7 +376,7 @@ class Side:
             own = np.concatenate([self.owner, self.owner[seg]])
             r = np.clip(np.floor(rows), 0, w - 1).astype(np.int64)
             c = np.clip(np.floor(cols), 0, w - 1).astype(np.int64)
-            self._routes[w] = _binary_matrix(own, r * w + c, self.n, w * w)
+            self._routes[w] = binary_matrix(own, r * w + c, self.n, w * w)
         return self._routes[w]
 
 
@@ -433,7 +433,7 @@ def _first_where(mask: np.ndarray, owner: np.ndarray) -> np.ndarray:
     return idx[first]
 
 
-def _binary_matrix(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> sp.csr_matrix:
+def binary_matrix(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> sp.csr_matrix:
     """Binary CSR matrix with a 1 at every (row, col) given (repeats collapsed), built from one sort."""
     key = unique_sorted(rows.astype(np.int64) * n_cols + cols)
     indptr = np.concatenate([[0], np.cumsum(np.bincount(key // n_cols, minlength=n_rows))])
@@ -498,6 +498,18 @@ def top_patterns(keys: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:
     """Indices of the ``k`` most frequent patterns (ties broken by the smaller key, for determinism)."""
     order = np.lexsort((keys, -counts))
     return order[:k]
+
+
+def pattern_are(real: CellSeq, synth: CellSeq, n_min: int, n_max: int, per_trajectory: bool, top: int,
+                scale: float, phi: float) -> tuple[float, int]:
+    """ARE of the ``top`` most frequent real patterns (:func:`pattern_counts`), synthetic counts times
+    ``scale``: (value, number of patterns compared); NaN when the real table has no pattern that long."""
+    ko, co = pattern_counts(real, n_min, n_max, per_trajectory)
+    ks, cs = pattern_counts(synth, n_min, n_max, per_trajectory)
+    best = top_patterns(ko, co, top)
+    if len(best) == 0:
+        return float("nan"), 0
+    return are(co[best], scale * lookup(ks, cs, ko[best]), phi), len(best)
 
 
 def lookup(keys: np.ndarray, counts: np.ndarray, wanted: np.ndarray) -> np.ndarray:

@@ -12,8 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from duckmob.evaluate.common import (DAY_US, LN2, Metric, Options, Side, are, bernoulli_jsd, diameters_m, jsd,
-                                     lookup, path_lengths_m, pattern_counts, query_counts, require_time,
-                                     shared_histograms, top_patterns)
+                                     path_lengths_m, pattern_are, query_counts, require_time, shared_histograms)
 
 SOURCE = "HRNet §5.1.4, App. A.3"
 
@@ -168,12 +167,9 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
                       f"phi = {phi:g} ({opts.phi:g} n_real)"))
 
     n_max = pattern_max_len(w, 6)
-    ko, co = pattern_counts(real.cells(w), 3, n_max, per_trajectory=True)
-    ks, cs = pattern_counts(synth.cells(w), 3, n_max, per_trajectory=True)
-    top = top_patterns(ko, co, opts.top_patterns)
-    value = are(co[top], scale * lookup(ks, cs, ko[top]), phi) if len(top) else float("nan")
+    value, n_top = pattern_are(real.cells(w), synth.cells(w), 3, n_max, True, opts.top_patterns, scale, phi)
     out.append(Metric("hrnet_traj_pattern_are", value, True, SOURCE,
-                      f"ARE of the number of trajectories containing each of the top {len(top)} real patterns of "
+                      f"ARE of the number of trajectories containing each of the top {n_top} real patterns of "
                       f"3-{n_max} consecutive cells; synthetic counts x n_real/n_synth, phi = {phi:g}"))
     return out
 

@@ -6,10 +6,8 @@ whose route passes through random circles; transition patterns are counted on a 
 
 from __future__ import annotations
 
-import numpy as np
-
 from duckmob.evaluate.common import (Metric, Options, Side, are, bbox_sides_m, circle_counts, circle_queries,
-                                     jsd, lookup, pattern_counts, shared_histograms, top_patterns)
+                                     jsd, pattern_are, shared_histograms)
 
 SOURCE = "PrivTrace §5.1, App. B.4"
 
@@ -37,11 +35,8 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
                       f"synthetic counts x n_real/n_synth, phi = {phi:g}"))
 
     pw = opts.pattern_w
-    ko, cnt_o = pattern_counts(real.cells(pw), 2, 5, per_trajectory=False)
-    ks, cnt_s = pattern_counts(synth.cells(pw), 2, 5, per_trajectory=False)
-    top = top_patterns(ko, cnt_o, opts.top_patterns)
-    value = are(cnt_o[top], scale * lookup(ks, cnt_s, ko[top]), phi) if len(top) else float("nan")
+    value, n_top = pattern_are(real.cells(pw), synth.cells(pw), 2, 5, False, opts.top_patterns, scale, phi)
     out.append(Metric("privtrace_pattern_are", value, True, SOURCE,
-                      f"ARE of the occurrences of the top {len(top)} real transition patterns of 2-5 cells on a "
+                      f"ARE of the occurrences of the top {n_top} real transition patterns of 2-5 cells on a "
                       f"{pw}x{pw} grid; synthetic counts x n_real/n_synth, phi = {phi:g}"))
     return out

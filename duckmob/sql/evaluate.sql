@@ -3,6 +3,11 @@
 -- Tables need traj_id, ts (may be all NULL in a synthetic table), lat, lon and optionally user_id, seq
 -- (see mob_points); points outside the declared bbox are dropped on both sides.
 
+-- All points of a table (through the mob_points contract) as the one LIST(STRUCT) the UDFs take.
+CREATE OR REPLACE TEMP MACRO _mob_eval_points(tbl) AS (
+    SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+    FROM mob_points(tbl));
+
 -- One row per metric: metric, value, lower_is_better, source (paper, section), description (one line).
 -- families: any of ['hrnet', 'privtrace', 'pategail', 'lestyan', 'adatrace'] (NULL = all); w: grid width;
 -- bins: histogram bins; n_queries: random queries; seed: evaluation randomness (NULL = fixed default);
@@ -12,12 +17,7 @@ CREATE OR REPLACE TEMP MACRO mob_evaluate(real, synth, bbox := NULL, families :=
                                          top_patterns := NULL, pattern_w := NULL, n_times := NULL,
                                          query_w := NULL, radius_range := NULL, adatrace_radius := NULL,
                                          top_k := NULL, emd_sample := NULL) AS TABLE
-SELECT unnest(_mob_evaluate(
-    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
-     FROM mob_points(real)),
-    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
-     FROM mob_points(synth)),
-    bbox,
+SELECT unnest(_mob_evaluate(_mob_eval_points(real), _mob_eval_points(synth), bbox,
     json_object('families', families, 'w', w, 'bins', bins, 'n_queries', n_queries, 'seed', seed, 'phi', phi,
                 'top_starts', top_starts, 'top_patterns', top_patterns, 'pattern_w', pattern_w,
                 'n_times', n_times, 'query_w', query_w, 'radius_range', radius_range,
@@ -27,21 +27,13 @@ SELECT unnest(_mob_evaluate(
 -- Side-by-side heatmaps of how many trajectories pass each cell of a w x w grid (like PrivTrace Fig. 3):
 -- shared logarithmic colour scale, colourbar. Writes a PNG; returns one row with its absolute path.
 CREATE OR REPLACE TEMP MACRO mob_plot_density(real, synth, path := 'density.png', bbox := NULL, w := 64) AS TABLE
-SELECT unnest(_mob_plot_density(
-    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
-     FROM mob_points(real)),
-    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
-     FROM mob_points(synth)),
+SELECT unnest(_mob_plot_density(_mob_eval_points(real), _mob_eval_points(synth),
     bbox, path, w), recursive := true);
 
 -- Length and diameter distributions of both tables on shared bins, with their JSD. Writes a PNG; returns its path.
 CREATE OR REPLACE TEMP MACRO mob_plot_distributions(real, synth, path := 'distributions.png', bbox := NULL,
                                                    bins := 50) AS TABLE
-SELECT unnest(_mob_plot_distributions(
-    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
-     FROM mob_points(real)),
-    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
-     FROM mob_points(synth)),
+SELECT unnest(_mob_plot_distributions(_mob_eval_points(real), _mob_eval_points(synth),
     bbox, path, bins), recursive := true);
 
 -- Privacy audit by attacks (PateGail): membership inference (members = real trajectories the synthesizer was
@@ -50,13 +42,7 @@ SELECT unnest(_mob_plot_distributions(
 -- Same row shape as mob_evaluate. An attack can show a leak, never prove there is none.
 CREATE OR REPLACE TEMP MACRO mob_audit(members, non_members, synth, bbox := NULL, w := 32, k := 16,
                                       seed := NULL) AS TABLE
-SELECT unnest(_mob_audit(
-    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
-     FROM mob_points(members)),
-    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
-     FROM mob_points(non_members)),
-    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
-     FROM mob_points(synth)),
+SELECT unnest(_mob_audit(_mob_eval_points(members), _mob_eval_points(non_members), _mob_eval_points(synth),
     bbox, w, k, seed::BIGINT), recursive := true);
 
 -- Downstream utility, trained on the synthetic table and tested on the real one (pass HELD-OUT real
@@ -66,11 +52,7 @@ SELECT unnest(_mob_audit(
 -- destination cell). Same row shape as mob_evaluate, with real-trained references where they apply.
 CREATE OR REPLACE TEMP MACRO mob_downstream(real, synth, bbox := NULL, task := 'next_location', w := 32,
                                            modes := NULL, seed := NULL) AS TABLE
-SELECT unnest(_mob_downstream(
-    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
-     FROM mob_points(real)),
-    (SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
-     FROM mob_points(synth)),
+SELECT unnest(_mob_downstream(_mob_eval_points(real), _mob_eval_points(synth),
     (SELECT list(DISTINCT {'traj_id': traj_id::BIGINT, 'mode': m::VARCHAR})
      FROM query('SELECT traj_id, coalesce(*COLUMNS(''^(mode|__mob_no_mode)$'')) AS m FROM (SELECT *, NULL AS '
                 || '__mob_no_mode FROM ' || synth || ')')
