@@ -57,6 +57,22 @@ def _plot_distributions(real, synth, bbox, path, bins):
     return _path_row(distributions_png(*_sides(real, synth, bbox), scalar(path), int(scalar(bins))))
 
 
+def _mode_trips(con):
+    def run(real, modes):
+        import numpy as np
+
+        from duckmob.evaluate import load_side
+        from duckmob.evaluate.downstream import labelled_trips
+        from duckmob.trajectories import to_arrow
+
+        side = load_side(points(real), [-90, -180, 90, 180], "real")[0]
+        trips, labels = labelled_trips(side, _read_modes(con, scalar(modes)))
+        out = to_arrow(trips)
+        return one_row(out.append_column("mode", pa.array(np.repeat(labels, trips.lengths), pa.string())))
+
+    return run
+
+
 def _audit(members, non_members, synth, bbox, w, k, seed):
     from duckmob.evaluate import load_side
     from duckmob.evaluate.audit import audit
@@ -124,6 +140,9 @@ def udfs(con) -> list[Udf]:
         Udf("_mob_downstream", _downstream(con),
             [POINTS_TYPE, POINTS_TYPE, "STRUCT(traj_id BIGINT, mode VARCHAR)[]", "DOUBLE[]", "VARCHAR", "BIGINT",
              "VARCHAR", "BIGINT"], METRIC_ROW, special_nulls=True),
+        Udf("_mob_mode_trips", _mode_trips(con), [POINTS_TYPE, "VARCHAR"],
+            "STRUCT(traj_id BIGINT, user_id BIGINT, seq BIGINT, ts TIMESTAMP, lat DOUBLE, lon DOUBLE, mode VARCHAR)[]",
+            special_nulls=True),
         Udf("_mob_audit", _audit, [POINTS_TYPE, POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "BIGINT", "BIGINT", "BIGINT"],
             METRIC_ROW, special_nulls=True),
         Udf("_mob_plot_density", _plot_density, [POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "VARCHAR", "BIGINT"],

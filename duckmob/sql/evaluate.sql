@@ -58,3 +58,9 @@ SELECT unnest(_mob_downstream(_mob_eval_points(real), _mob_eval_points(synth),
                 || '__mob_no_mode FROM ' || synth || ')')
      WHERE task = 'mode'),
     bbox, task, w, modes, seed::BIGINT), recursive := true);
+
+-- The real trips with a transport mode, for task := 'mode': runs of fixes inside one label interval
+-- (modes := Parquet path or table of user_id, start, end, mode; joined by user and time), one traj_id per
+-- trip, with its mode. Synthesize each mode's trips separately and stack the results with a mode column.
+CREATE OR REPLACE TEMP MACRO mob_mode_trips(real, modes := NULL) AS TABLE
+SELECT unnest(_mob_mode_trips(_mob_eval_points(real), modes), recursive := true);

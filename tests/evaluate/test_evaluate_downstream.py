@@ -121,3 +121,19 @@ def test_mob_downstream_from_sql(tmp_path):
     with pytest.raises(duckdb.Error, match="unknown task"):
         con.execute(f"FROM mob_downstream('real', 'real', bbox := {BBOX}, task := 'nope')").fetchall()
     con.close()
+
+
+def test_mob_mode_trips_from_sql(tmp_path):
+    import pyarrow.parquet as pq
+
+    t0 = dt.datetime(2008, 5, 1, 8)
+    pq.write_table(modes_table([(7, t0, t0 + dt.timedelta(minutes=3), "walk"),
+                                (7, t0 + dt.timedelta(minutes=5), t0 + dt.timedelta(minutes=8), "bus")]),
+                   tmp_path / "modes.parquet")
+    con = duckmob.connect()
+    con.register("r", with_user(table([[(5, c) for c in range(10)]]), 7))
+    con.execute("CREATE TEMP TABLE real AS FROM r")
+    rows = con.execute(f"SELECT traj_id, mode, count(*) FROM mob_mode_trips('real', modes := "
+                       f"'{tmp_path / 'modes.parquet'}') GROUP BY ALL ORDER BY traj_id").fetchall()
+    con.close()
+    assert rows == [(0, "walk", 4), (1, "bus", 4)]
