@@ -18,7 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import duckmob
-from duckmob.evaluate import evaluate
+from duckmob.evaluate import evaluate, load_side
+from duckmob.evaluate.audit import audit
+from duckmob.evaluate.downstream import downstream
 from duckmob.trajectories import NO_TIME, Trajectories, from_points, to_arrow
 
 DATA = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data/geolife_beijing.parquet"
@@ -87,6 +89,23 @@ def main() -> None:
     totals = [run("Beijing bbox, synthetic with time", real, synth, BEIJING),
               run("Beijing bbox, synthetic timeless", real, timeless, BEIJING),
               run("HRNet bbox (outside dropped)", real, synth, HRNET)]
+
+    # Downstream tasks and the audit are separate table functions (not part of the 30 s metric set).
+    real_side, _ = load_side(real, BEIJING, "real")
+    synth_side, _ = load_side(synth, BEIJING, "synth")
+    for task in ("next_location", "commute"):
+        t0 = time.perf_counter()
+        rows = downstream(real_side, synth_side, task)
+        print(f"{'mob_downstream ' + task:34s} total {time.perf_counter() - t0:6.2f} s  " +
+              "  ".join(f"{r.metric} {r.value:.3f}" for r in rows))
+    half = N // 2
+    members = load_side(real_traj.take(np.arange(half)), BEIJING, "members")[0]
+    others = load_side(real_traj.take(np.arange(half, N)), BEIJING, "non_members")[0]
+    copies = load_side(perturbed_copy(real_traj.take(np.arange(half)), rng, True), BEIJING, "synth")[0]
+    t0 = time.perf_counter()
+    rows = audit(members, others, copies)
+    print(f"{'mob_audit (10k/10k vs 10k copies)':34s} total {time.perf_counter() - t0:6.2f} s  " +
+          "  ".join(f"{r.metric} {r.value:.3f}" for r in rows))
 
     con = duckmob.connect()
     con.register("real_arrow", real)
