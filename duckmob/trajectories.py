@@ -192,8 +192,12 @@ def from_points(points: pa.StructArray | pa.Table, bbox=None, outside: str = "fa
                                f"(WHERE {k} IS NOT NULL AND NOT isnan({k}))")
     traj = _to_numpy(cols["traj_id"], np.int64)
     if timeless:
-        ts = (_to_numpy(_column(points, "seq"), np.int64) if "seq" in names
-              else np.arange(n, dtype=np.int64))
+        # order by seq where the table has one (NULLs last, in table order); else keep the table's order
+        if "seq" in names and _column(points, "seq").null_count < n:
+            seq = _to_numpy(_column(points, "seq").fill_null(np.iinfo(np.int64).max), np.int64)
+            ts = np.argsort(np.lexsort((np.arange(n), seq)), kind="stable").astype(np.int64)
+        else:
+            ts = np.arange(n, dtype=np.int64)
     else:
         ts = _to_numpy(cols["ts"], np.int64)
     lat = _to_numpy(cols["lat"], np.float64)

@@ -97,3 +97,15 @@ def test_inspect_counts_without_raising():
     assert rows["points outside bbox"] == 1
     assert rows["points out of time order"] == 1
     assert rows["trajectories with fewer than 2 points"] == 1
+
+
+def test_timeless_table_with_all_null_seq_keeps_table_order():
+    t = pts([1, 1, 1], [None, None, None], [3, 1, 2], [3, 1, 2]).append_column("seq", pa.array([None] * 3, pa.int64()))
+    traj, report = from_points(t, time_required=False)
+    assert traj.lat.tolist() == [3, 1, 2] and report.duplicate_timestamps == 0
+
+
+def test_timeless_duplicate_seq_is_not_a_duplicate_point():
+    t = pts([1, 1, 1], [None, None, None], [3, 1, 2], [3, 1, 2]).append_column("seq", pa.array([1, 0, 1]))
+    traj, report = from_points(t, time_required=False)
+    assert traj.lat.tolist() == [1, 3, 2] and report.duplicate_timestamps == 0
