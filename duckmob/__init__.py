@@ -1,9 +1,11 @@
 """duckmob: differentially private synthetic trajectories from SQL, as a DuckDB extension in Python.
 
-Public Python API: :func:`connect`, :func:`register` (more — synthesize, evaluate — as they land).
+Public Python API: :func:`connect`, :func:`register`, :func:`synthesize`, :func:`evaluate`.
 """
 
 from __future__ import annotations
+
+import atexit
 
 import duckdb
 
@@ -14,8 +16,14 @@ __version__ = "0.1.0"
 
 
 def connect(database: str = ":memory:", **kwargs) -> duckdb.DuckDBPyConnection:
-    """Open a DuckDB connection with every duckmob function registered."""
-    return register(duckdb.connect(database, **kwargs))
+    """Open a DuckDB connection with every duckmob function registered.
+
+    The connection is closed at interpreter exit if the caller has not closed it (an open one makes DuckDB's
+    bindings print "leaked instances" warnings); closing it twice is harmless.
+    """
+    con = duckdb.connect(database, **kwargs)
+    atexit.register(con.close)
+    return register(con)
 
 
 def evaluate(con: duckdb.DuckDBPyConnection, real: str, synth: str, **options):
