@@ -1,0 +1,387 @@
+"""Length-normalised transition counts and their noisy release (PrivTrace §4.3 and App. B.2; HRNet §4.1).
+
+Input: cell sequences as ragged arrays (``offsets`` int64[n+1], ``cells`` int64[m], states ``0 .. n_states-1``).
+Each sequence is augmented with a virtual start (index ``S = n_states``) and end (``E = n_states + 1``):
+``(S, c_1, .., c_L, E)``. Its order-k transitions are its ``W = L + 2 - (k + 1)`` windows of k + 1 consecutive
+states (``L + 1`` pairs for the first order, ``L`` triples for the second).
+
+Length normalisation. Trajectory T adds ``1 / W_T`` to the entry of each of its windows:
+``N'(a, b) = sum_T N_T(a, b) / W_T`` (first order), ``N'(a, b, c) = sum_T N_T(a, b, c) / W_T`` (second order).
+
+Sensitivity (add/remove one trajectory), with proof. Adding T to a dataset adds its contribution vector
+``v_T`` to the table: ``v_T >= 0`` entrywise and ``sum(v_T) = sum over T's W_T windows of 1 / W_T = 1``. So
+``||N'(D + T) - N'(D)||_1 = 1`` exactly, however long T is, however often it loops or repeats one transition
+(repeats only pile ``1/W_T`` onto the same entry). This is PrivTrace's Theorem 2; we divide by the number of
+windows ``W_T`` rather than by the number of cells ``|T|`` because, with the virtual start and end, a sequence of
+``|T|`` cells has ``|T| + 1`` first-order windows and dividing by ``|T|`` would give mass ``(|T|+1)/|T| > 1``.
+A privacy unit of up to ``k`` trajectories (``privacy_unit='user'`` with a public ``max_trajectories_per_user = k``,
+extra trajectories dropped at random before counting) changes the table by at most ``k``.
+
+Release (``noisy_transition_counts``). Laplace noise of scale ``b = k / eps`` on EVERY entry of a data-independent
+support — zero or not — then NormCut on each row (post-processing). Privacy map: eps-DP for the privacy unit,
+accounted as ``accounting.laplace(eps)``. The support is either the structural one (all entries except the
+impossible ones: into S, out of E, S -> E) or, with ``support='neighbours'`` and the public grid width ``w``, the
+pairs of cells at Chebyshev distance <= 1 (plus S -> cell and cell -> E; triples whose two steps are such pairs).
+Transitions outside a restricted support are dropped before noise (removing mass only lowers the sensitivity);
+that suits raw GPS cell sequences, whose consecutive cells touch, not stay-point sequences, which jump.
+The noise is ``duckmob.privacy.noise``'s grid sampler: every trajectory's mass 1 is split into ``G = 1/g``
+steps of the noise grid ``g`` (``G // W_T`` per window, one more on its first ``G % W_T`` windows), so each
+trajectory still adds exactly 1 in L1 with non-negative entries, the counts are exact multiples of ``g`` and
+``counts + noise`` is computed exactly (no Mironov leak, no epsilon increase). Each window's weight differs from
+``1 / W_T`` by less than ``g ~ 1e-6 b``.
+
+A public ``max_length`` truncates every sequence to its first ``max_length`` cells before counting (it bounds the
+work per trajectory; the sensitivity bound above does not need it).
+
+HRNet's coarse-to-fine DPTRAN (§4.1 eq. 3-4) is ``region_transition_counts``: ``TRAN_i[r, l] = sum_v 1[v has a
+transition from a cell inside region r of the 2^i x 2^i grid to cell l] / W_v``, with ``W_v = |v| - 1`` the number
+of transitions of v (a trajectory has at most that many distinct (region, cell) pairs, so again L1 <= 1; HRNet
+divides by ``|v|``, which is also <= 1 but looser).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from duckmob.errors import DuckmobError
+from duckmob.grid import parent, quadtree_depth
+from duckmob.privacy.noise import NoiseSource, granularity
+from duckmob.privacy.normcut import normcut
+
+PRIVACY_UNITS = ("trajectory", "user")
+# Largest exact integer sum in float64.
+_EXACT = 2 ** 53
+# Slabs of the second-order tensor noised at once (entries per block ~ this).
+_BLOCK = 1 << 22
+
+
+# -- inputs ------------------------------------------------------------------------------------------------
+
+def _sequences(offsets, cells, n_states) -> tuple[np.ndarray, np.ndarray, int]:
+    offsets = np.asarray(offsets, dtype=np.int64)
+    cells = np.asarray(cells, dtype=np.int64)
+    if isinstance(n_states, bool) or int(n_states) != n_states or n_states < 1:
+        raise DuckmobError(f"n_states must be a positive integer (public: e.g. w * w grid cells); got {n_states!r}")
+    n_states = int(n_states)
+    if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(cells) \
+            or np.any(np.diff(offsets) < 0):
+        raise DuckmobError("offsets must start at 0, never decrease and end at len(cells) (ragged arrays)")
+    if len(cells) and (cells.min() < 0 or cells.max() >= n_states):
+        raise DuckmobError(f"cell ids must lie in 0 .. n_states - 1 = {n_states - 1}; got ids from {cells.min()} to "
+                           f"{cells.max()}: pass the public number of states (e.g. w * w), not one computed from data")
+    return offsets, cells, n_states
+
+
+def _order(order) -> int:
+    if order not in (1, 2):
+        raise DuckmobError(f"order must be 1 or 2 (first- or second-order Markov model); got {order!r}")
+    return int(order)
+
+
+def truncate(offsets: np.ndarray, cells: np.ndarray, max_length: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the first ``max_length`` cells of every sequence (public cap); ``None`` keeps everything."""
+    if max_length is None:
+        return offsets, cells
+    if isinstance(max_length, bool) or int(max_length) != max_length or max_length < 1:
+        raise DuckmobError(f"max_length must be a positive integer (a public cap on cells per trajectory); "
+                           f"got {max_length!r}")
+    lengths = np.diff(offsets)
+    kept = np.minimum(lengths, int(max_length))
+    pos = np.arange(len(cells), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+    new_offsets = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)
+    return new_offsets, cells[pos < max_length]
+
+
+def bound_contributions(user_id, max_trajectories_per_user: int, rng: np.random.Generator) -> np.ndarray:
+    """Boolean keep mask per trajectory: at most ``max_trajectories_per_user`` (public k) per user, chosen
+    uniformly at random (``rng`` from ``NoiseSource.generator()``). Users are ``user_id >= 0``; a missing user
+    (negative id) is refused, since user-level privacy needs to know whose each trajectory is."""
+    user_id = np.asarray(user_id, dtype=np.int64)
+    k = max_trajectories_per_user
+    if isinstance(k, bool) or k is None or int(k) != k or k < 1:
+        raise DuckmobError(f"max_trajectories_per_user must be a positive integer (public k); got {k!r}")
+    if len(user_id) and user_id.min() < 0:
+        raise DuckmobError("privacy_unit 'user' needs a user id on every trajectory: fill user_id, or use "
+                           "privacy_unit := 'trajectory'")
+    order = np.lexsort((rng.random(len(user_id)), user_id))
+    sorted_users = user_id[order]
+    first = np.flatnonzero(np.concatenate([[True], sorted_users[1:] != sorted_users[:-1]])) if len(order) else \
+        np.zeros(0, dtype=np.int64)
+    group_start = np.repeat(first, np.diff(np.concatenate([first, [len(order)]])))
+    rank = np.arange(len(order)) - group_start
+    keep = np.zeros(len(user_id), dtype=bool)
+    keep[order[rank < int(k)]] = True
+    return keep
+
+
+def _select(offsets, cells, keep) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.diff(offsets)
+    return (np.concatenate([[0], np.cumsum(lengths[keep])]).astype(np.int64),
+            cells[np.repeat(keep, lengths)])
+
+
+def _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise) -> tuple[np.ndarray, np.ndarray, int]:
+    """Apply contribution bounding; return (offsets, cells, k = trajectories per privacy unit)."""
+    if privacy_unit not in PRIVACY_UNITS:
+        raise DuckmobError(f"privacy_unit must be 'trajectory' or 'user'; got {privacy_unit!r}")
+    if privacy_unit == "trajectory":
+        return offsets, cells, 1
+    if user_id is None:
+        raise DuckmobError("privacy_unit 'user' needs user_id (one per trajectory)")
+    user_id = np.asarray(user_id, dtype=np.int64)
+    if len(user_id) != len(offsets) - 1:
+        raise DuckmobError(f"user_id has {len(user_id)} entries for {len(offsets) - 1} trajectories")
+    keep = bound_contributions(user_id, max_trajectories_per_user, noise.generator())
+    offsets, cells = _select(offsets, cells, keep)
+    return offsets, cells, int(max_trajectories_per_user)
+
+
+# -- windows ----------------------------------------------------------------------------------------------------
+
+def windows(offsets: np.ndarray, cells: np.ndarray, n_states: int, order: int) -> tuple[np.ndarray, np.ndarray,
+                                                                                          np.ndarray]:
+    """The order-``order`` windows of every augmented sequence ``(S, c_1 .. c_L, E)``.
+
+    Returns ``(index, owner, n_windows)``: the flat index of each window in the ``(n_states + 2,) * (order + 1)``
+    table (C order), the trajectory it belongs to, and the number of windows of each trajectory (0 for empty
+    sequences, which are skipped)."""
+    k = n_states + 2
+    lengths = np.diff(offsets)
+    nonempty = lengths > 0
+    n = len(lengths)
+    aug_len = np.where(nonempty, lengths + 2, 0)
+    aug_off = np.concatenate([[0], np.cumsum(aug_len)]).astype(np.int64)
+    aug = np.empty(aug_off[-1], dtype=np.int64)
+    starts, ends = aug_off[:-1][nonempty], aug_off[1:][nonempty] - 1
+    aug[starts] = n_states
+    aug[ends] = n_states + 1
+    body = np.ones(len(aug), dtype=bool)
+    body[starts] = False
+    body[ends] = False
+    aug[body] = cells
+    n_windows = np.where(nonempty, lengths + 1 - (order - 1), 0).astype(np.int64)
+    owner_of_pos = np.repeat(np.arange(n, dtype=np.int64), aug_len)
+    # a window starts at every position that has `order` more positions in the same sequence
+    pos_in_seq = np.arange(len(aug), dtype=np.int64) - np.repeat(aug_off[:-1], aug_len)
+    first = np.flatnonzero(pos_in_seq < np.repeat(aug_len, aug_len) - order)
+    index = aug[first]
+    for j in range(1, order + 1):
+        index = index * k + aug[first + j]
+    return index, owner_of_pos[first], n_windows
+
+
+def _summed(index: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct flat indices (sorted) and the sum of the weights on each."""
+    uniq, inverse = np.unique(index, return_inverse=True)
+    return uniq, np.bincount(inverse, weights=weights, minlength=len(uniq))
+
+
+def _grid_steps(owner: np.ndarray, n_windows: np.ndarray, scale: float) -> tuple[np.ndarray, float]:
+    """Each window's weight in steps of the noise grid g, and g.
+
+    A trajectory with W windows holds exactly ``G = 1/g`` steps (its mass 1): ``G // W`` on every window and one
+    more on its first ``G % W`` windows (``owner`` must list windows trajectory by trajectory, in order). A
+    trajectory whose windows are a subset (HRNet's distinct pairs, at most W of them) holds at most G steps.
+    """
+    g = granularity(scale)
+    if g > 1:
+        raise DuckmobError(f"eps is too small for this sensitivity (noise scale {scale:.3g} > 2^20): the release "
+                           "would carry no information; use a larger eps")
+    total = int(round(1.0 / g))  # g is a power of two <= 1: exact
+    w = np.maximum(n_windows, 1)[owner]
+    first = np.concatenate([[0], np.flatnonzero(owner[1:] != owner[:-1]) + 1]) if len(owner) else owner
+    position = np.arange(len(owner), dtype=np.int64) - np.repeat(first, np.diff(np.append(first, len(owner))))
+    return total // w + (position < total % w), g
+
+
+# -- exact counts (not for release) --------------------------------------------------------------------------
+
+def transition_counts(offsets, cells, n_states, order=1, *, max_length: int | None = None,
+                      dtype=np.float64) -> np.ndarray:
+    """EXACT length-normalised transition counts (PrivTrace §4.3, App. B.2) — never release these directly.
+
+    Shape ``(n_states + 2,) * (order + 1)``: index ``n_states`` is the virtual start, ``n_states + 1`` the end.
+    ``counts[a, b] = sum_T N_T(a, b) / W_T`` with ``W_T`` the number of windows of T's augmented sequence, so
+    every trajectory adds exactly 1 to ``counts.sum()`` (see the module docstring for the proof).
+    """
+    offsets, cells, n_states = _sequences(offsets, cells, n_states)
+    order = _order(order)
+    offsets, cells = truncate(offsets, cells, max_length)
+    index, owner, n_windows = windows(offsets, cells, n_states, order)
+    uniq, sums = _summed(index, 1.0 / n_windows[owner])
+    out = np.zeros((n_states + 2,) * (order + 1), dtype=dtype)
+    out.reshape(-1)[uniq] = sums
+    return out
+
+
+# -- supports -----------------------------------------------------------------------------------------------
+
+def first_order_support(n_states: int, support=None, w: int | None = None) -> np.ndarray:
+    """Boolean ``(n_states + 2, n_states + 2)`` mask of the (data-independent) first-order support.
+
+    ``support=None`` / ``'full'``: every pair except the structurally impossible (into S, out of E, S -> E).
+    ``'neighbours'``: cells of the public ``w x w`` grid (ids ``row * w + col``) at Chebyshev distance <= 1, plus
+    S -> any cell and any cell -> E. A boolean array of that shape is taken as given (it must be public).
+    """
+    k = n_states + 2
+    if isinstance(support, np.ndarray):
+        if support.shape != (k, k) or support.dtype != bool:
+            raise DuckmobError(f"a support mask must be a boolean array of shape ({k}, {k})")
+        mask = support.copy()
+    elif support in (None, "full"):
+        mask = np.ones((k, k), dtype=bool)
+    elif support == "neighbours":
+        if w is None or int(w) != w or w < 1 or w * w != n_states:
+            raise DuckmobError(f"support 'neighbours' needs the grid width w with w * w = n_states ({n_states}); "
+                               f"got w = {w!r}")
+        w = int(w)
+        row, col = np.divmod(np.arange(n_states), w)
+        mask = np.zeros((k, k), dtype=bool)
+        mask[:n_states, :n_states] = ((np.abs(row[:, None] - row[None, :]) <= 1)
+                                      & (np.abs(col[:, None] - col[None, :]) <= 1))
+        mask[n_states, :n_states] = True
+        mask[:n_states, n_states + 1] = True
+    else:
+        raise DuckmobError(f"support must be None, 'full', 'neighbours' or a boolean mask; got {support!r}")
+    mask[:, n_states] = False      # nothing goes into the virtual start
+    mask[n_states + 1, :] = False  # nothing leaves the virtual end
+    mask[n_states, n_states + 1] = False  # empty sequences are not counted
+    return mask
+
+
+# -- noisy release --------------------------------------------------------------------------------------------
+
+def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSource, *, user_id=None,
+                            privacy_unit: str = "trajectory", max_trajectories_per_user: int | None = None,
+                            max_length: int | None = None, support=None, w: int | None = None,
+                            cut: bool = True, dtype=np.float64) -> np.ndarray:
+    """eps-DP length-normalised transition counts (PrivTrace §4.3 + App. B.6), NormCut-ed along the last axis.
+
+    Privacy map: one privacy unit (a trajectory, or a user's at most ``max_trajectories_per_user = k`` kept
+    trajectories) changes the exact table by at most k in L1; Laplace noise of scale ``k / eps`` on every entry
+    of the data-independent support (``first_order_support``; second order: triples whose two steps are in it)
+    makes the table eps-DP; NormCut is post-processing. Account it as ``accounting.laplace(eps)``.
+    ``cut=False`` returns the noisy table before NormCut (tests). ``dtype=np.float32`` halves the memory of a
+    second-order table (602^3 entries: 0.9 GB); the rounding to float32 is post-processing.
+    """
+    offsets, cells, n_states = _sequences(offsets, cells, n_states)
+    order = _order(order)
+    eps = _eps(eps)
+    offsets, cells = truncate(offsets, cells, max_length)
+    offsets, cells, k = _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise)
+    scale = k / eps
+    index, owner, n_windows = windows(offsets, cells, n_states, order)
+    steps, g = _grid_steps(owner, n_windows, scale)
+    uniq, sums = _summed(index, steps.astype(np.float64))
+    if len(sums) and sums.max() >= _EXACT / 4:
+        raise DuckmobError("too many trajectories for an exact sum on the noise grid; use a smaller eps")
+    sup1 = first_order_support(n_states, support, w)
+    kk = n_states + 2
+    out = np.zeros((kk,) * (order + 1), dtype=dtype)
+    flat = out.reshape(-1)
+    if order == 1:
+        slabs, slab_mask = 1, lambda a0, a1: sup1[None]
+    else:
+        real = np.zeros(kk, dtype=bool)
+        real[:n_states] = True
+        inner = sup1 & real[:, None]  # the middle state of a triple is a real cell
+        slabs = kk
+        slab_mask = lambda a0, a1: sup1[a0:a1, :, None] & inner[None]  # noqa: E731
+    per_slab = kk * kk  # order 1: the whole table is one slab; order 2: one slab per first state
+    step = max(1, _BLOCK // per_slab)
+    for a0 in range(0, slabs, step):
+        a1 = min(slabs, a0 + step)
+        lo, hi = a0 * per_slab, a1 * per_slab
+        block = np.zeros(hi - lo, dtype=np.float64)
+        i0, i1 = np.searchsorted(uniq, [lo, hi])
+        block[uniq[i0:i1] - lo] = sums[i0:i1] * g  # exact multiples of g
+        mask = slab_mask(a0, a1).reshape(-1)
+        block[mask] += noise.laplace(scale, int(mask.sum()))  # exact: both terms on the g/2 grid
+        block[~mask] = 0.0  # outside the support nothing is released (transitions there are dropped)
+        flat[lo:hi] = block
+    return normcut(out, axis=-1) if cut else out
+
+
+def noisy_count(n_items: int, eps: float, noise: NoiseSource, sensitivity: int = 1) -> float:
+    """An eps-DP count: ``n_items + Laplace(sensitivity / eps)`` on the noise grid (float, may be negative).
+
+    Privacy map: one privacy unit changes the count by at most ``sensitivity`` (1 per trajectory; k for a user
+    with at most k trajectories) -> eps-DP, accounted as ``accounting.laplace(eps)``. Integers lie on the grid
+    (its step is a power of two <= 1), so the sum is exact.
+    """
+    eps = _eps(eps)
+    if isinstance(n_items, bool) or int(n_items) != n_items or n_items < 0:
+        raise DuckmobError(f"n_items must be a non-negative integer count; got {n_items!r}")
+    if isinstance(sensitivity, bool) or int(sensitivity) != sensitivity or sensitivity < 1:
+        raise DuckmobError(f"sensitivity must be a positive integer; got {sensitivity!r}")
+    scale = sensitivity / eps
+    if granularity(scale) > 1:
+        raise DuckmobError(f"eps is too small for this sensitivity (noise scale {scale:.3g} > 2^20); use a larger eps")
+    if n_items >= _EXACT / 4:
+        raise DuckmobError("count too large for an exact noisy sum")
+    return float(int(n_items) + noise.laplace(scale, 1)[0])
+
+
+def _eps(eps) -> float:
+    try:
+        v = float(eps)
+    except (TypeError, ValueError):
+        raise DuckmobError(f"eps must be a positive number; got {eps!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise DuckmobError(f"eps must be a positive finite number; got {eps!r}")
+    return v
+
+
+# -- HRNet's coarse-to-fine transition matrix ------------------------------------------------------------------
+
+def _region_pairs(offsets, cells, w, level) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    quadtree_depth(w)
+    offsets, cells, n_cells = _sequences(offsets, cells, w * w)
+    lengths = np.diff(offsets)
+    owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    starts = np.arange(max(len(cells) - 1, 0), dtype=np.int64)
+    starts = starts[owner[starts] == owner[starts + 1]]  # a transition stays inside one trajectory
+    regions = 4 ** int(level)
+    key = parent(cells[starts], w, level) * n_cells + cells[starts + 1]
+    # HRNet's indicator: a (region, cell) pair counts once per trajectory, however often it occurs
+    distinct = np.unique(owner[starts] * (regions * n_cells) + key)
+    traj, pair = np.divmod(distinct, regions * n_cells)
+    n_transitions = np.maximum(lengths - 1, 0)
+    return traj, pair, n_transitions, regions * n_cells
+
+
+def region_transition_counts(offsets, cells, w: int, level: int) -> np.ndarray:
+    """EXACT HRNet TRAN_level (§4.1 eq. 3): shape ``(4^level, w*w)``; never release directly.
+
+    ``TRAN[r, l] = sum_v 1[v moves from a cell inside region r (the 2^level x 2^level grid) to cell l] / W_v``
+    with ``W_v`` the number of transitions of v: each trajectory adds at most 1 in L1.
+    """
+    traj, pair, n_transitions, size = _region_pairs(offsets, cells, w, level)
+    out = np.bincount(pair, weights=1.0 / np.maximum(n_transitions[traj], 1), minlength=size)
+    return out.reshape(4 ** int(level), w * w)
+
+
+def noisy_region_transition_counts(offsets, cells, w: int, level: int, eps: float, noise: NoiseSource, *,
+                                   user_id=None, privacy_unit: str = "trajectory",
+                                   max_trajectories_per_user: int | None = None) -> np.ndarray:
+    """HRNet's DPTRAN (§4.1 eq. 4): TRAN + Laplace(k / eps) on every one of the ``4^level * w^2`` entries.
+
+    Privacy map: eps-DP for the privacy unit (one trajectory changes TRAN by <= 1 in L1, a user by <= k),
+    accounted as ``accounting.laplace(eps)``. Not NormCut-ed (HRNet normalises rows itself); entries are exact
+    multiples of the noise grid plus grid noise.
+    """
+    eps = _eps(eps)
+    offsets, cells, n_cells = _sequences(offsets, cells, w * w)
+    offsets, cells, k = _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise)
+    scale = k / eps
+    traj, pair, n_transitions, size = _region_pairs(offsets, cells, w, level)
+    steps, g = _grid_steps(traj, n_transitions, scale)
+    units = np.bincount(pair, weights=steps.astype(np.float64), minlength=size)
+    return (units * g + noise.laplace(scale, size)).reshape(4 ** int(level), w * w)
+
+
+__all__ = ["transition_counts", "noisy_transition_counts", "noisy_count", "bound_contributions", "truncate",
+           "windows", "first_order_support", "region_transition_counts", "noisy_region_transition_counts",
+           "PRIVACY_UNITS"]

@@ -1,0 +1,229 @@
+"""Length-normalised transition counts and their noisy release (duckmob.privacy.counting)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from duckmob.errors import DuckmobError
+from duckmob.privacy.counting import (bound_contributions, first_order_support, noisy_count,
+                                      noisy_region_transition_counts, noisy_transition_counts,
+                                      region_transition_counts, transition_counts, truncate, windows)
+from duckmob.privacy.noise import NoiseSource
+
+
+def ragged(seqs):
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64)
+    cells = np.concatenate([np.asarray(s, dtype=np.int64) for s in seqs]) if seqs else np.zeros(0, np.int64)
+    return offsets, cells
+
+
+def random_seqs(n, n_states, rng, max_len=12):
+    return [rng.integers(0, n_states, rng.integers(1, max_len)) for _ in range(n)]
+
+
+ADVERSARIAL = {
+    "very long": lambda m, rng: rng.integers(0, m, 50_000),
+    "looping": lambda m, rng: np.tile([0, 1, 2, 3], 5_000),
+    "one transition repeated": lambda m, rng: np.tile([4, 5], 10_000),
+    "one cell": lambda m, rng: np.array([7]),
+    "two cells": lambda m, rng: np.array([3, 3]),
+    "stays": lambda m, rng: np.full(1000, 2),
+}
+
+
+def test_small_example_by_hand():
+    off, cells = ragged([[0, 1, 2], [2, 0], [], [1]])
+    c = transition_counts(off, cells, 3, 1)
+    S, E = 3, 4
+    expected = np.zeros((5, 5))
+    for a, b in [(S, 0), (0, 1), (1, 2), (2, E)]:
+        expected[a, b] += 1 / 4
+    for a, b in [(S, 2), (2, 0), (0, E)]:
+        expected[a, b] += 1 / 3
+    for a, b in [(S, 1), (1, E)]:
+        expected[a, b] += 1 / 2
+    np.testing.assert_allclose(c, expected)
+    c2 = transition_counts(off, cells, 3, 2)
+    assert c2.shape == (5, 5, 5)
+    assert c2[S, 0, 1] == c2[0, 1, 2] == c2[1, 2, E] == pytest.approx(1 / 3)
+    assert c2[S, 2, 0] == c2[2, 0, E] == pytest.approx(1 / 2)
+    assert c2[S, 1, E] == 1.0
+    assert c2.sum() == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_every_trajectory_adds_exactly_one(order):
+    rng = np.random.default_rng(0)
+    seqs = random_seqs(200, 9, rng) + [[]]
+    off, cells = ragged(seqs)
+    assert transition_counts(off, cells, 9, order).sum() == pytest.approx(200)
+    idx, owner, n_windows = windows(off, cells, 9, order)
+    assert np.array_equal(np.bincount(owner, minlength=201), n_windows)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_adding_any_trajectory_changes_l1_by_at_most_one(order, name):
+    m = 16
+    rng = np.random.default_rng(1)
+    base = random_seqs(100, m, rng)
+    extra = ADVERSARIAL[name](m, rng)
+    d, d_plus = ragged(base), ragged(base + [extra])
+    change = np.abs(transition_counts(*d_plus, m, order) - transition_counts(*d, m, order)).sum()
+    assert change == pytest.approx(1.0)
+    # the released version: same seed -> same noise, so the difference is the grid counts' difference
+    kw = dict(cut=False)
+    a = noisy_transition_counts(*d, m, order, 0.7, NoiseSource(5), **kw)
+    b = noisy_transition_counts(*d_plus, m, order, 0.7, NoiseSource(5), **kw)
+    assert np.abs(b - a).sum() == pytest.approx(1.0, abs=1e-12)  # exactly the trajectory's mass 1
+    # HRNet's region counts (its own indicator normalisation)
+    if order == 1:
+        ch = np.abs(region_transition_counts(*d_plus, 4, 1) - region_transition_counts(*d, 4, 1)).sum()
+        assert ch <= 1.0 + 1e-12
+        ra = noisy_region_transition_counts(*d, 4, 1, 0.7, NoiseSource(5))
+        rb = noisy_region_transition_counts(*d_plus, 4, 1, 0.7, NoiseSource(5))
+        assert np.abs(rb - ra).sum() <= 1.0 + 1e-12
+
+
+def test_user_level_change_is_at_most_k():
+    m, k = 16, 3
+    rng = np.random.default_rng(2)
+    base = random_seqs(60, m, rng)
+    users = np.repeat(np.arange(20), 3)
+    new_user = [np.tile([0, 1], 500), np.array([5]), rng.integers(0, m, 300), np.array([1, 2, 3]), np.array([9])]
+    d = ragged(base)
+    d_plus = ragged(base + new_user)
+    users_plus = np.concatenate([users, np.full(len(new_user), 99)])
+    keep = bound_contributions(users_plus, k, np.random.default_rng(3))
+    assert keep[:60].all() and keep[60:].sum() == k
+    kept = [s for s, kp in zip(base + new_user, keep) if kp]
+    change = np.abs(transition_counts(*ragged(kept), m, 1) - transition_counts(*d, m, 1)).sum()
+    assert change == pytest.approx(k)
+
+
+def test_bound_contributions_keeps_at_most_k_per_user_at_random():
+    users = np.repeat([3, 1, 2], [10, 1, 4])
+    masks = np.array([bound_contributions(users, 2, np.random.default_rng(s)) for s in range(400)])
+    per_user = np.array([[m[users == u].sum() for u in (3, 1, 2)] for m in masks])
+    assert (per_user == [2, 1, 2]).all()
+    freq = masks[:, users == 3].mean(axis=0)  # each of user 3's 10 trajectories kept with prob 2/10
+    assert np.allclose(freq, 0.2, atol=0.07)
+    with pytest.raises(DuckmobError, match="user id"):
+        bound_contributions(np.array([1, -1]), 1, np.random.default_rng(0))
+    with pytest.raises(DuckmobError, match="max_trajectories_per_user"):
+        bound_contributions(users, 0, np.random.default_rng(0))
+
+
+def test_truncate():
+    off, cells = ragged([[1, 2, 3, 4], [5], [6, 7, 8]])
+    o, c = truncate(off, cells, 2)
+    assert o.tolist() == [0, 2, 3, 5] and c.tolist() == [1, 2, 5, 6, 7]
+    t = transition_counts(off, cells, 9, 1, max_length=2)
+    assert t.sum() == pytest.approx(3) and t[3, 4] == 0 and t[2, 10] == pytest.approx(1 / 3)
+    with pytest.raises(DuckmobError, match="max_length"):
+        truncate(off, cells, 0)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_noise_on_the_whole_support_and_nowhere_else(order):
+    m = 9
+    rng = np.random.default_rng(4)
+    off, cells = ragged(random_seqs(300, m, rng))
+    eps = 2.0
+    exact = transition_counts(off, cells, m, order)
+    noisy = noisy_transition_counts(off, cells, m, order, eps, NoiseSource(6), cut=False)
+    sup = first_order_support(m)
+    if order == 2:
+        real = np.arange(m + 2) < m
+        sup = sup[:, :, None] & (sup & real[:, None])[None]
+    assert (noisy[~sup] == 0).all()
+    assert (noisy[sup] != 0).all()  # zero counts are noised too
+    assert (exact[~sup] == 0).all()  # the structural support holds every real transition
+    resid = (noisy - exact)[sup]
+    assert resid.std() == pytest.approx(math.sqrt(2) / eps, rel=0.1 if order == 1 else 0.02)
+    assert abs(resid.mean()) < 4 * math.sqrt(2) / eps / math.sqrt(resid.size)
+
+
+def test_normcut_is_applied_per_row():
+    m = 9
+    off, cells = ragged(random_seqs(300, m, np.random.default_rng(5)))
+    raw = noisy_transition_counts(off, cells, m, 1, 1.0, NoiseSource(7), cut=False)
+    cut = noisy_transition_counts(off, cells, m, 1, 1.0, NoiseSource(7))
+    assert (cut >= 0).all()
+    coverable = raw.clip(0).sum(1) >= -raw.clip(None, 0).sum(1)
+    np.testing.assert_allclose(cut.sum(1)[coverable], raw.sum(1)[coverable])
+    assert (cut[~coverable] == 0).all()
+    f32 = noisy_transition_counts(off, cells, m, 2, 1.0, NoiseSource(7), dtype=np.float32)
+    assert f32.dtype == np.float32 and (f32 >= 0).all()
+
+
+def test_neighbour_support_drops_jumps_and_noises_only_neighbours():
+    w, m = 3, 9
+    sup = first_order_support(m, "neighbours", w=w)
+    assert sup[0, 1] and sup[0, 4] and not sup[0, 2] and not sup[0, 8]
+    assert sup[m, :m].all() and sup[:m, m + 1].all() and not sup[m, m + 1]
+    off, cells = ragged([[0, 1, 2], [0, 8]])  # 0 -> 8 is a jump: dropped
+    noisy = noisy_transition_counts(off, cells, m, 1, 1e6, NoiseSource(1), support="neighbours", w=w,
+                                    cut=False)
+    assert noisy[0, 8] == 0 and noisy[0, 1] == pytest.approx(0.25, abs=1e-4)
+    assert (noisy[~sup] == 0).all()
+    n2 = noisy_transition_counts(off, cells, m, 2, 1.0, NoiseSource(1), support="neighbours", w=w, cut=False)
+    assert n2[0, 1, 2] != 0 and n2[0, 2, 1] == 0 and n2[0, 1, 8] == 0
+    with pytest.raises(DuckmobError, match="w \\* w"):
+        first_order_support(m, "neighbours", w=4)
+
+
+def test_user_level_noise_scales_with_k():
+    m = 9
+    rng = np.random.default_rng(8)
+    seqs = random_seqs(200, m, rng)
+    users = rng.integers(0, 30, 200)
+    off, cells = ragged(seqs)
+    noisy = noisy_transition_counts(off, cells, m, 1, 1.0, NoiseSource(9), user_id=users, privacy_unit="user",
+                                    max_trajectories_per_user=4, cut=False)
+    resid_scale = np.abs(noisy[first_order_support(m)]).mean()
+    assert resid_scale > 2.5  # Laplace(4) noise has mean |z| = 4 (vs 1 at trajectory level)
+    with pytest.raises(DuckmobError, match="user_id"):
+        noisy_transition_counts(off, cells, m, 1, 1.0, NoiseSource(1), privacy_unit="user",
+                                max_trajectories_per_user=2)
+    with pytest.raises(DuckmobError, match="privacy_unit"):
+        noisy_transition_counts(off, cells, m, 1, 1.0, NoiseSource(1), privacy_unit="person")
+
+
+def test_region_transition_counts_are_hrnet_eq3():
+    off, cells = ragged([[0, 1, 5, 0, 1], [15, 10]])
+    t = region_transition_counts(off, cells, 4, 1)
+    assert t.shape == (4, 16)
+    # trajectory 0: transitions 0->1, 1->5, 5->0, 0->1 (repeat counted once); all from region 0; 4 transitions
+    assert t[0, 1] == t[0, 5] == t[0, 0] == pytest.approx(0.25)
+    assert t[3, 10] == 1.0  # cell 15 lies in region 3
+    assert t.sum() == pytest.approx(1.75)
+    noisy = noisy_region_transition_counts(off, cells, 4, 1, 1.0, NoiseSource(2))
+    assert noisy.shape == (4, 16) and (noisy != 0).all()
+
+
+def test_noisy_count():
+    draws = np.array([noisy_count(1000, 0.5, NoiseSource(s)) for s in range(3000)])
+    assert draws.mean() == pytest.approx(1000, abs=0.3)
+    assert draws.var() == pytest.approx(2 * 2.0 ** 2, rel=0.15)
+    assert np.var([noisy_count(10, 1.0, NoiseSource(s), sensitivity=5) for s in range(2000)]) == \
+        pytest.approx(50, rel=0.15)
+    for bad in (dict(n_items=-1, eps=1.0), dict(n_items=3, eps=0), dict(n_items=3, eps=1e-9)):
+        with pytest.raises(DuckmobError):
+            noisy_count(noise=NoiseSource(1), **bad)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(cells=np.array([0, 9])), "cell ids"),
+    (dict(order=3), "order"),
+    (dict(eps=-1), "eps"),
+    (dict(n_states=0), "n_states"),
+    (dict(offsets=np.array([0, 3])), "offsets"),
+])
+def test_bad_input(bad, match):
+    args = dict(offsets=np.array([0, 2]), cells=np.array([0, 1]), n_states=9, order=1, eps=1.0,
+                noise=NoiseSource(1))
+    args.update(bad)
+    with pytest.raises(DuckmobError, match=match):
+        noisy_transition_counts(**args)
