@@ -55,6 +55,8 @@ PRIVACY_UNITS = ("trajectory", "user")
 _EXACT = 2 ** 53
 # Slabs of the second-order tensor noised at once (entries per block ~ this).
 _BLOCK = 1 << 22
+# Largest dense table built (entries): 602^3 = 218 M fits; 1026^3 (w = 32 plus start/end) does not.
+MAX_DENSE = 1 << 28
 
 
 # -- inputs ------------------------------------------------------------------------------------------------
@@ -277,8 +279,12 @@ def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSo
     uniq, sums = _summed(index, steps.astype(np.float64))
     if len(sums) and sums.max() >= _EXACT / 4:
         raise DuckmobError("too many trajectories for an exact sum on the noise grid; use a smaller eps")
-    sup1 = first_order_support(n_states, support, w)
     kk = n_states + 2
+    if kk ** (order + 1) > MAX_DENSE:
+        raise DuckmobError(f"a dense order-{order} table over {n_states} states has {kk ** (order + 1):,} entries, "
+                           f"more than {MAX_DENSE:,}: use fewer states (at most {int(MAX_DENSE ** (1 / 3)) - 2} "
+                           "for the second order, e.g. a coarser grid) or markov_order 1")
+    sup1 = first_order_support(n_states, support, w)
     out = np.zeros((kk,) * (order + 1), dtype=dtype)
     flat = out.reshape(-1)
     if order == 1:

@@ -7,11 +7,14 @@ Hidden UDFs behind the macros in privacy.sql. Anything that writes the ledger or
 from __future__ import annotations
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from duckmob.errors import DuckmobError
-from duckmob.privacy import accounting, ledger
-from duckmob.sql import Udf, one_row, scalar
+from duckmob.privacy import accounting, counting, ledger
+from duckmob.privacy.noise import NoiseSource
+from duckmob.sql import Udf, one_row, points, scalar
 
 _BUDGET_ROW = "STRUCT(source VARCHAR, eps DOUBLE, delta DOUBLE, spent DOUBLE, remaining DOUBLE)[]"
 
@@ -47,6 +50,45 @@ def _budget_row(cur, source: str) -> pa.ListArray:
                              "remaining": [max(eps - used, 0.0)]}))
 
 
+_TRANSITION_ROW = "STRUCT(prev_state BIGINT, from_state BIGINT, to_state BIGINT, count DOUBLE)[]"
+_SEQS_TYPE = "STRUCT(traj_id BIGINT, user_id BIGINT, cells BIGINT[])[]"
+
+
+def _unit_args(privacy_unit, max_per_user) -> tuple[str, int | None]:
+    unit = privacy_unit or "trajectory"
+    if unit not in counting.PRIVACY_UNITS:
+        raise DuckmobError(f"privacy_unit must be 'trajectory' or 'user'; got {unit!r}")
+    if unit == "user" and max_per_user is None:
+        raise DuckmobError("privacy_unit := 'user' needs a public max_trajectories_per_user := k (extra "
+                           "trajectories of a user are dropped at random)")
+    return unit, max_per_user
+
+
+def _required(name: str, value, example: str):
+    if value is None:
+        raise DuckmobError(f"{name} is required, e.g. {example}")
+    return value
+
+
+def _sequences(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, cells, user_id) of a list of (traj_id, user_id, cells) structs; NULL users -> -1."""
+    seqs = points(rows)
+    if seqs is None or len(seqs) == 0 or seqs.null_count == len(seqs):
+        return np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(seqs.field("traj_id").to_numpy(zero_copy_only=False), kind="stable")
+    seqs = seqs.take(pa.array(order))
+    lists = seqs.field("cells")
+    lengths = np.nan_to_num(pc.list_value_length(lists).to_numpy(zero_copy_only=False)).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat = pc.list_flatten(lists)
+    if flat.null_count:
+        raise DuckmobError("cells must not contain NULL: drop or fill the NULL cells of the sequences first")
+    cells = flat.to_numpy(zero_copy_only=False).astype(np.int64)
+    users = seqs.field("user_id")
+    user_id = np.asarray(users.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return offsets, cells, user_id
+
+
 def udfs(con) -> list[Udf]:
     def set_budget(source, eps, delta):
         source, eps, delta = scalar(source), scalar(eps), scalar(delta)
@@ -76,7 +118,81 @@ def udfs(con) -> list[Udf]:
             cur.close()
         return one_row(pa.Table.from_pylist(rows, schema=_LEDGER_SCHEMA))
 
+    def transitions(rows, source, order, eps, n_states, seed, privacy_unit, max_per_user, max_length, support, w):
+        source, order, eps, n_states = scalar(source), scalar(order), scalar(eps), scalar(n_states)
+        seed, max_length, support, w = scalar(seed), scalar(max_length), scalar(support), scalar(w)
+        unit, k = _unit_args(scalar(privacy_unit), scalar(max_per_user))
+        example = f"FROM mob_transitions('{source}', eps := 0.5, n_states := 1024)"
+        eps = _required("eps", eps, example)
+        n_states = _required("n_states (public: w * w for a w x w grid)", n_states, example)
+        order = 1 if order is None else order
+        if order not in (1, 2):
+            raise DuckmobError(f"markov_order must be 1 or 2; got {order!r}")
+        noise = NoiseSource(seed)
+        event = accounting.laplace(eps)
+        cur = con.cursor()
+        try:
+            ledger.check(cur, source, event)  # before any computation on the data
+            offsets, cells, user_id = _sequences(rows)
+            counts = counting.noisy_transition_counts(
+                offsets, cells, n_states, order, eps, noise, user_id=user_id, privacy_unit=unit,
+                max_trajectories_per_user=k, max_length=max_length, support=support, w=w,
+                dtype=np.float64 if order == 1 else np.float32)
+            ledger.record(cur, source, event, mechanism=f"transition_counts(order={order})", privacy_unit=unit,
+                          params={"order": order, "eps": eps, "n_states": n_states, "max_length": max_length,
+                                  "max_trajectories_per_user": k, "support": support, "w": w,
+                                  "normcut": True}, seeded=noise.seeded)
+        finally:
+            cur.close()
+        nz = np.nonzero(counts)
+        if order == 1:
+            prev, frm, to = np.full(len(nz[0]), -1), nz[0], nz[1]
+        else:
+            prev, frm, to = nz
+        return one_row(pa.table({
+            "prev_state": pa.array(prev, pa.int64(), mask=np.asarray(prev) < 0) if order == 1 else
+            pa.array(prev, pa.int64()),
+            "from_state": pa.array(frm, pa.int64()), "to_state": pa.array(to, pa.int64()),
+            "count": pa.array(counts[nz].astype(np.float64))}))
+
+    def noisy_count(rows, source, eps, seed, privacy_unit, max_per_user, what):
+        source, eps, seed, what = scalar(source), scalar(eps), scalar(seed), scalar(what) or "trajectories"
+        unit, k = _unit_args(scalar(privacy_unit), scalar(max_per_user))
+        eps = _required("eps", eps, f"FROM mob_noisy_count('{source}', eps := 0.1)")
+        if what not in ("trajectories", "users"):
+            raise DuckmobError(f"what must be 'trajectories' or 'users'; got {what!r}")
+        noise = NoiseSource(seed)
+        event = accounting.laplace(eps)
+        cur = con.cursor()
+        try:
+            ledger.check(cur, source, event)
+            pairs = points(rows)
+            n = 0 if pairs is None else len(pairs) - pairs.null_count
+            users = (np.zeros(0, np.int64) if n == 0 else
+                     np.asarray(pairs.field("user_id").fill_null(-1).to_numpy(zero_copy_only=False), np.int64))
+            if what == "users":
+                # one trajectory (or one user) adds at most one user to the count: sensitivity 1
+                n_items, sensitivity = int(np.unique(users[users >= 0]).size), 1
+            elif unit == "user":
+                keep = counting.bound_contributions(users, k, noise.generator())
+                n_items, sensitivity = int(keep.sum()), int(k)
+            else:
+                n_items, sensitivity = n, 1
+            value = counting.noisy_count(n_items, eps, noise, sensitivity)
+            ledger.record(cur, source, event, mechanism=f"count({what})", privacy_unit=unit,
+                          params={"eps": eps, "what": what, "sensitivity": sensitivity,
+                                  "max_trajectories_per_user": k}, seeded=noise.seeded)
+        finally:
+            cur.close()
+        return one_row(pa.table({"count": [value]}))
+
     return [
+        Udf("_mob_transitions", transitions,
+            [_SEQS_TYPE, "VARCHAR", "BIGINT", "DOUBLE", "BIGINT", "BIGINT", "VARCHAR", "BIGINT", "BIGINT", "VARCHAR",
+             "BIGINT"], _TRANSITION_ROW, side_effects=True, special_nulls=True),
+        Udf("_mob_noisy_count", noisy_count,
+            ["STRUCT(traj_id BIGINT, user_id BIGINT)[]", "VARCHAR", "DOUBLE", "BIGINT", "VARCHAR", "BIGINT",
+             "VARCHAR"], "STRUCT(count DOUBLE)[]", side_effects=True, special_nulls=True),
         Udf("_mob_set_budget", set_budget, ["VARCHAR", "DOUBLE", "DOUBLE"], _BUDGET_ROW, side_effects=True,
             special_nulls=True),
         Udf("_mob_budgets", budgets, ["BOOLEAN"], _struct(_BUDGETS_SCHEMA), side_effects=True),

@@ -14,3 +14,33 @@ SELECT unnest(_mob_budgets(true), recursive := true);
 CREATE OR REPLACE TEMP MACRO mob_ledger() AS TABLE
 SELECT * REPLACE (params::JSON AS params, event::JSON AS event)
 FROM (SELECT unnest(_mob_ledger(true), recursive := true));
+
+-- eps-DP length-normalised transition counts (PrivTrace §4.3, App. B.2) of a table of cell sequences
+-- (traj_id, user_id, cells BIGINT[]: the output of mob_cell_sequences), noised on the whole data-independent
+-- support and NormCut per row: rows (prev_state, from_state, to_state, count) with count > 0; prev_state is NULL
+-- for markov_order 1; state n_states is the virtual start, n_states + 1 the virtual end. Checks and records the
+-- budget of the source `tbl`. n_states is public (w * w); support := 'neighbours' (with w) restricts to
+-- neighbouring cells; privacy_unit := 'user' needs max_trajectories_per_user := k.
+CREATE OR REPLACE TEMP MACRO mob_transitions(tbl, markov_order := 1, eps := NULL, n_states := NULL, seed := NULL,
+                                            privacy_unit := 'trajectory', max_trajectories_per_user := NULL,
+                                            max_length := NULL, support := NULL, w := NULL,
+                                            traj_col := 'traj_id', user_col := 'user_id',
+                                            cells_col := 'cells') AS TABLE
+SELECT unnest(_mob_transitions(list({'traj_id': traj_id, 'user_id': user_id, 'cells': cells}), tbl,
+                               markov_order, eps, n_states, seed, privacy_unit, max_trajectories_per_user,
+                               max_length, support, w), recursive := true)
+FROM query('SELECT ' || traj_col || '::BIGINT AS traj_id, ' ||
+           'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$''))::BIGINT AS user_id, ' ||
+           cells_col || '::BIGINT[] AS cells FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ')');
+
+-- An eps-DP count of the trajectories (distinct traj_id) or users of a table: one row (count DOUBLE).
+-- Sensitivity 1 per trajectory; with privacy_unit := 'user', at most max_trajectories_per_user := k are counted
+-- per user and the sensitivity is k. Checks and records the budget of `tbl`.
+CREATE OR REPLACE TEMP MACRO mob_noisy_count(tbl, eps := NULL, seed := NULL, privacy_unit := 'trajectory',
+                                            max_trajectories_per_user := NULL, what := 'trajectories',
+                                            traj_col := 'traj_id', user_col := 'user_id') AS TABLE
+SELECT unnest(_mob_noisy_count(list({'traj_id': traj_id, 'user_id': user_id}), tbl, eps, seed, privacy_unit,
+                               max_trajectories_per_user, what), recursive := true)
+FROM query('SELECT ' || traj_col || '::BIGINT AS traj_id, ' ||
+           'min(coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$''))::BIGINT) AS user_id ' ||
+           'FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ') GROUP BY ALL');

@@ -1,0 +1,101 @@
+"""The privacy SQL functions through duckmob.connect(): budgets checked and spent, only noisy output."""
+
+import duckdb
+import numpy as np
+import pytest
+
+from duckmob.errors import one_line
+from duckmob.privacy import accounting as acc
+from duckmob.privacy import ledger
+
+BBOX = "[39.8477, 116.1956, 40.1133, 116.4880]"
+
+
+@pytest.fixture
+def seqs(con):
+    con.execute("CREATE TABLE seqs AS SELECT * FROM (VALUES (1, 10, [0, 1, 2]), (2, 10, [2, 0]), (3, 11, [1]), "
+                "(4, NULL, [3, 3, 1])) t(traj_id, user_id, cells)")
+    return con
+
+
+def refused(con, sql) -> str:
+    with pytest.raises(duckdb.Error) as err:
+        con.sql(sql).fetchall()
+    return one_line(err.value)
+
+
+def test_refused_without_budget_and_nothing_recorded(seqs):
+    msg = refused(seqs, "FROM mob_transitions('seqs', eps := 1, n_states := 4)")
+    assert msg == ("duckmob: no privacy budget declared for 'seqs': run FROM mob_set_budget('seqs', eps := ..., "
+                   "delta := ...) first")
+    assert "mob_set_budget('seqs'" in refused(seqs, "FROM mob_noisy_count('seqs', eps := 1)")
+    assert seqs.sql("FROM mob_ledger()").fetchall() == []
+
+
+def test_transitions_spend_and_record(seqs):
+    seqs.sql("FROM mob_set_budget('seqs', eps := 2, delta := 0)").fetchall()
+    q = "FROM mob_transitions('seqs', eps := 0.5, n_states := 4, seed := 7) ORDER BY from_state, to_state"
+    rows = seqs.sql(q).fetchall()
+    assert all(r[0] is None and r[3] > 0 for r in rows)  # NormCut-ed, zeros omitted, prev_state NULL
+    assert {r[1] for r in rows} <= set(range(5)) and {r[2] for r in rows} <= {0, 1, 2, 3, 5}
+    assert rows == seqs.sql(q).fetchall()  # seeded: reproducible
+    led = seqs.sql("SELECT source, mechanism, epsilon, privacy_unit, seeded, event FROM mob_ledger()").fetchall()
+    assert len(led) == 2
+    assert led[0][:5] == ("seqs", "transition_counts(order=1)", 0.5, "trajectory", True)
+    assert acc.Event.from_json(led[0][5]) == acc.laplace(0.5)
+    assert ledger.spent(seqs, "seqs") == pytest.approx(1.0)
+    msg = refused(seqs, "FROM mob_transitions('seqs', eps := 1.5, n_states := 4)")
+    assert msg.startswith("duckmob: privacy budget of 'seqs' exceeded: eps 1 of 2 spent")
+    assert len(seqs.sql("FROM mob_ledger()").fetchall()) == 2  # a refused release records nothing
+
+
+def test_second_order_and_options(seqs):
+    seqs.sql("FROM mob_set_budget('seqs', eps := 10, delta := 1e-6)").fetchall()
+    rows = seqs.sql("FROM mob_transitions('seqs', markov_order := 2, eps := 1, n_states := 4, seed := 1)").fetchall()
+    assert rows and all(r[0] is not None and r[3] > 0 for r in rows)
+    assert all(r[1] < 4 for r in rows)  # the middle state of a triple is a real cell
+    seqs.execute("UPDATE seqs SET user_id = 12 WHERE user_id IS NULL")
+    nb = seqs.sql("FROM mob_transitions('seqs', eps := 1, n_states := 4, w := 2, support := 'neighbours', "
+                  "max_length := 2, privacy_unit := 'user', max_trajectories_per_user := 1, seed := 2)").fetchall()
+    assert all(r[3] > 0 for r in nb)
+    assert seqs.execute("SELECT privacy_unit FROM mob_ledger() ORDER BY id DESC LIMIT 1").fetchall()[0][0] == "user"
+
+
+def test_argument_errors_say_the_fix(seqs):
+    seqs.sql("FROM mob_set_budget('seqs', eps := 10, delta := 1e-6)").fetchall()
+    assert "n_states" in refused(seqs, "FROM mob_transitions('seqs', eps := 1)")
+    assert "eps is required" in refused(seqs, "FROM mob_transitions('seqs', n_states := 4)")
+    assert "max_trajectories_per_user" in refused(
+        seqs, "FROM mob_transitions('seqs', eps := 1, n_states := 4, privacy_unit := 'user')")
+    assert "markov_order must be 1 or 2" in refused(seqs, "FROM mob_transitions('seqs', markov_order := 3, "
+                                                         "eps := 1, n_states := 4)")
+    assert "cell ids" in refused(seqs, "FROM mob_transitions('seqs', eps := 1, n_states := 3)")
+    assert len(seqs.sql("FROM mob_ledger()").fetchall()) == 0  # failed releases record nothing
+
+
+def test_noisy_count(seqs):
+    seqs.sql("FROM mob_set_budget('seqs', eps := 1000, delta := 0)").fetchall()
+    values = [seqs.execute(f"FROM mob_noisy_count('seqs', eps := 1, seed := {s})").fetchall()[0][0] for s in range(40)]
+    assert np.mean(values) == pytest.approx(4, abs=1.0)
+    assert seqs.execute("FROM mob_noisy_count('seqs', eps := 1, what := 'users', seed := 1)").fetchall()[0][0] != 2
+    with pytest.raises(duckdb.Error, match="user id on every trajectory"):  # trajectory 4 has no user
+        seqs.execute("FROM mob_noisy_count('seqs', eps := 50, privacy_unit := 'user', max_trajectories_per_user := 1)")
+    seqs.execute("UPDATE seqs SET user_id = 12 WHERE user_id IS NULL")
+    capped = [seqs.execute(f"FROM mob_noisy_count('seqs', eps := 20, privacy_unit := 'user', "
+                           f"max_trajectories_per_user := 1, seed := {s})").fetchall()[0][0] for s in range(20)]
+    assert np.mean(capped) == pytest.approx(3, abs=0.2)  # users 10, 11, 12: one trajectory each
+    rows = seqs.sql("SELECT mechanism, params->>'sensitivity' FROM mob_ledger() ORDER BY id").fetchall()
+    assert rows[40] == ("count(users)", "1") and rows[-1] == ("count(trajectories)", "1")
+    assert len(rows) == 61
+
+
+def test_on_cell_sequences_of_the_shipped_sample(con):
+    con.execute("CREATE TABLE pts AS FROM 'duckmob/data/geolife_sample.parquet'")
+    con.execute(f"CREATE TABLE trips_cells AS FROM mob_cell_sequences('pts', bbox := {BBOX}, w := 8, "
+                "stay_points := false, outside := 'drop')")
+    con.sql("FROM mob_set_budget('trips_cells', eps := 1, delta := 1e-5)").fetchall()
+    n, total = con.execute("SELECT count(*), sum(count) FROM mob_transitions('trips_cells', eps := 1, "
+                           "n_states := 64, seed := 3)").fetchone()
+    true_n = con.execute("SELECT count(*) FROM trips_cells").fetchall()[0][0]
+    assert 0 < n < 66 * 66
+    assert total == pytest.approx(true_n, rel=0.1)  # first-order mass ~ number of trajectories
