@@ -155,18 +155,29 @@ def test_model_selection_follows_section_4_6():
 
 # ------------------------------------------------------------------------------------- trip distribution
 
-def test_trip_distribution_satisfies_margins_and_total():
+def test_trip_distribution_follows_section_4_4():
     sup = _line_support(6)
     b = np.array([3.0, 0, 0, 0, 0, 1.0])
     q = np.array([0, 0, 1.0, 0, 0, 3.0])
-    p, info = trip_distribution(b, q, n_trips=24.0, offsets=sup.offsets, dst=sup.dst)
     hops = hop_distances(sup.offsets, sup.dst, np.arange(6))
     assert hops[0, 5] == 5 and hops[2, 2] == 0
-    assert np.isclose(p.sum(), 1) and p[1:5].sum() == 0
-    # the u-weighted mean length (hops + 2) matches N / sum(b) = 6
-    assert abs(info["mean_length"] - 6.0) < 0.01
-    # starts at 0 go to far ends (long trips) and are up-weighted relative to b
-    assert p[0] / p[5] > b[0] / b[5]
+    # maximum entropy u = b q^T / B; t = u (l + c) with l = hops + 2 and c set so that sum t = N
+    p, info = trip_distribution(b, q, n_trips=24.0, offsets=sup.offsets, dst=sup.dst)
+    u = np.outer(b, q) / 4
+    l = hops + 2
+    c = 24.0 / 4 - (u * l).sum() / u.sum()
+    assert np.isclose(info["detour"], c) and c > 0
+    t = u * (l + c)
+    assert np.isclose(t.sum(), 24.0)
+    assert np.allclose(p, t.sum(axis=1) / t.sum())
+    # starts at 0 head for far ends (long trips) and are up-weighted relative to b
+    assert p[0] / p[5] > b[0] / b[5] and p[1:5].sum() == 0
+    # a total below what shortest paths allow keeps the paper's model (c = 0)
+    p0, info0 = trip_distribution(b, q, n_trips=4.0, offsets=sup.offsets, dst=sup.dst)
+    assert info0["detour"] == 0 and np.allclose(p0, (u * l).sum(axis=1) / (u * l).sum())
+    # with a gravity decay the margins of u are still b and q (iterative proportional fitting)
+    pg, _ = trip_distribution(b, q, n_trips=24.0, offsets=sup.offsets, dst=sup.dst, decay=1.0)
+    assert np.isclose(pg.sum(), 1) and pg[0] > 0 and pg[5] > 0
 
 
 # ----------------------------------------------------------------------------------------- lengths and walk
@@ -262,3 +273,19 @@ def test_bad_inputs_give_clear_errors():
     empty = Trajectories(np.zeros(1, np.int64), *(np.zeros(0, np.int64),) * 3, np.zeros(0), np.zeros(0))
     with pytest.raises(DuckmobError, match="no trajectory"):
         PrivTrace(BOX).fit(empty, 1.0, 0.0, NoiseSource(0))
+
+
+def test_length_histogram_post_processing_removes_noise_in_the_tail():
+    from duckmob.synth.privtrace.walk import decreasing_tail, truncate_tail
+
+    edges = length_bins(100)
+    noisy = np.zeros(len(edges) - 1)
+    noisy[:6] = [50, 120, 90, 60, 30, 12]
+    noisy[8:10] = [-4, 1]
+    noisy[-3] = 40                                       # a spike of noise far out
+    cut = truncate_tail(noisy, scale=10.0)
+    assert cut[-3] == 0 and cut[:6].tolist() == [50, 120, 90, 60, 30, 12]
+    smooth = decreasing_tail(np.array([50.0, 120, 90, 100, 30, 12] + [0] * (len(edges) - 7)), edges)
+    dens = smooth / np.diff(edges)
+    assert np.isclose(smooth.sum(), 402) and (np.diff(dens[1:]) <= 1e-12).all()
+    assert np.allclose(smooth[[1, 2, 3]], [120, 95, 95])

@@ -49,8 +49,8 @@ from duckmob.synth.privtrace.markov import (Support, add_laplace, normcut_rows, 
                                             select_second_order, transition_counts)
 from duckmob.synth.privtrace.states import StateGrid, state_sequences, uniform_grid
 from duckmob.synth.privtrace.trips import trip_distribution
-from duckmob.synth.privtrace.walk import (cumulative_rows, hazard, length_bins, length_histogram,
-                                          random_walks)
+from duckmob.synth.privtrace.walk import (cumulative_rows, decreasing_tail, hazard, length_bins,
+                                          length_histogram, random_walks, truncate_tail)
 from duckmob.trajectories import Trajectories
 
 BUDGET_SPLIT = {"count": 0.02, "level1": 0.08, "level2": 0.04, "lengths": 0.06, "first": 0.40, "second": 0.40}
@@ -67,6 +67,7 @@ DEFAULTS: dict[str, Any] = {
     "theta2": 5.0,           # §4.6 / App. F
     "prune": 1.0,            # drop states whose noisy level-2 density < prune * its Laplace scale
     "end_bias": 1.0,         # 0: lengths from the histogram only; 1: modulated by the model's end probability
+    "trip_decay": 0.0,       # gravity exponent of the trip distribution (0: maximum entropy), trips.py
     "budget_split": None,    # dict of the six parts' fractions of eps (default BUDGET_SPLIT)
 }
 
@@ -161,8 +162,9 @@ class PrivTrace(Synthesizer):
 
         # lengths: one count per trajectory
         edges = length_bins(int(cfg["max_len"]))
-        len_probs = normcut_rows(add_laplace(length_histogram(lengths, edges), None, scale["lengths"],
-                                             noise)[None, :])[0]
+        noisy_len = truncate_tail(add_laplace(length_histogram(lengths, edges), None, scale["lengths"], noise),
+                                  scale["lengths"])
+        len_probs = decreasing_tail(normcut_rows(noisy_len[None, :])[0], edges)
 
         # first and second order (one release each, sensitivity k in L1)
         support = Support.of(m, *grid.neighbours())
@@ -178,7 +180,7 @@ class PrivTrace(Synthesizer):
         use2 = select_second_order(first_n, support, scale["first"], float(cfg["theta2"]),
                                    float(cfg["theta1_factor"]))
         p_start, info = trip_distribution(start_n * alive, first_n[:, support.end] * alive, n_noisy,
-                                          support.offsets, support.dst)
+                                          support.offsets, support.dst, decay=float(cfg["trip_decay"]))
         info.update(K=K, states=m, alive_states=int(alive.sum()), depth=grid.depth, edges=support.n_edges,
                     second_order_states=int(use2.sum()))
         return PrivTraceModel(grid=grid, alive=alive, density=np.maximum(noisy2, 0.0), first=first_n.astype(np.float32),

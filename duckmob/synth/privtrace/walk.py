@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-FIRST_EXACT = 20        # lengths 1 .. 20 get a bin each; longer ones geometric bins (x1.15)
+FIRST_EXACT = 20        # lengths 1 .. 20 get a bin each; longer ones geometric bins (x RATIO)
+RATIO = 1.3
 
 
 def length_bins(max_len: int) -> np.ndarray:
@@ -32,7 +33,7 @@ def length_bins(max_len: int) -> np.ndarray:
     edges = list(range(1, min(FIRST_EXACT, max_len) + 1))
     x = float(edges[-1])
     while edges[-1] < max_len:
-        x *= 1.15
+        x *= RATIO
         edges.append(min(max(int(round(x)), edges[-1] + 1), max_len))
     edges.append(max_len + 1)
     return np.unique(np.asarray(edges, dtype=np.int64))
@@ -42,6 +43,48 @@ def length_histogram(lengths: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Exact counts of sequence lengths per bin (lengths above the last bin are counted in it)."""
     clipped = np.minimum(np.asarray(lengths, dtype=np.int64), edges[-1] - 1)
     return np.bincount(np.searchsorted(edges, clipped, side="right") - 1, minlength=len(edges) - 1).astype(float)
+
+
+def truncate_tail(noisy: np.ndarray, scale: float, tau: float = 1.0) -> np.ndarray:
+    """Zero a noisy length histogram from the first two consecutive bins after its highest bin that are both
+    below ``tau`` Laplace scales: past that point the counts are indistinguishable from noise, and noise kept
+    at long lengths (weighted by the length) would lengthen the walks. Post-processing only."""
+    noisy = np.asarray(noisy, dtype=np.float64).copy()
+    mode = int(np.argmax(noisy))
+    low = noisy < tau * scale
+    both = low[mode:-1] & low[mode + 1:]
+    if both.any():
+        noisy[mode + int(np.argmax(both)):] = 0.0
+    return noisy
+
+
+def decreasing_tail(counts: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Post-process a non-negative (NormCut) noisy length histogram: non-increasing density after its mode.
+
+    Noise on the many sparse bins of the tail survives NormCut as spurious mass at long lengths, which would
+    lengthen the generated walks. Sequence-length distributions are unimodal; beyond the highest bin the
+    per-length density count / width is made non-increasing by weighted isotonic regression (pool adjacent
+    violators, weights = bin widths), which keeps the total count. Post-processing only; ~50 bins, so the
+    pooling loop is not a hot path.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.sum() <= 0:
+        return counts
+    widths = np.diff(edges).astype(np.float64)
+    dens = counts / widths
+    mode = int(np.argmax(dens))
+    values, weights, sizes = [], [], []
+    for y, w in zip(dens[mode:], widths[mode:]):
+        values.append(y), weights.append(w), sizes.append(1)
+        while len(values) > 1 and values[-2] < values[-1]:
+            w_new = weights[-2] + weights[-1]
+            v_new = (values[-2] * weights[-2] + values[-1] * weights[-1]) / w_new
+            s_new = sizes[-2] + sizes[-1]
+            del values[-1], weights[-1], sizes[-1]
+            values[-1], weights[-1], sizes[-1] = v_new, w_new, s_new
+    out = counts.copy()
+    out[mode:] = np.repeat(values, sizes) * widths[mode:]
+    return out
 
 
 def hazard(edges: np.ndarray, probs: np.ndarray) -> np.ndarray:
