@@ -24,6 +24,7 @@ at the public ``max_len``, time slots are fixed fractions of the day.
 from __future__ import annotations
 
 import io
+import logging
 import math
 import time
 from typing import Any, ClassVar
@@ -86,6 +87,7 @@ def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps:
         acc.compose(accounting.compose(fixed + [accounting.dp_sgd(sigma, sample_rate, steps)]).to_dp_event())
         return acc.get_epsilon(delta)
 
+    logging.getLogger("absl").setLevel(logging.ERROR)  # RDP's "failed to converge" notes at tiny orders
     lo, hi = 1e-2, 1e3
     if rdp_eps(hi) > eps and pld_eps(hi) > eps:
         raise DuckmobError(f"eps = {eps} is too small for DP-SGD with {steps} steps after the other releases: "
@@ -125,6 +127,7 @@ def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps:
 class _Base(Synthesizer):
     method: ClassVar[str]
     uses_pretraining: ClassVar[bool]
+    default_delta: ClassVar[float] = 1e-5
 
     def __init__(self, bbox, **params):
         unknown = set(params) - set(DEFAULTS)
@@ -153,22 +156,29 @@ class _Base(Synthesizer):
             raise DuckmobError(f"{self.method} trains with DP-SGD and needs 0 < delta < 1 (e.g. delta := 1e-5), "
                                f"got {delta}")
 
-    def plan(self, eps: float, delta: float, n_noisy: float) -> dict[str, Any]:
-        """The run's privacy parameters from public parameters and the noisy count (see module docstring)."""
+    @property
+    def k(self) -> int:
+        """Trajectories per privacy unit: 1, or the SQL layer's max_trajectories_per_user for user-level DP."""
+        return int(getattr(self, "contribution_bound", 1))
+
+    def plan(self, eps: float, delta: float, n_noisy: float, units_noisy: float | None = None) -> dict[str, Any]:
+        """The run's privacy parameters from public parameters and the noisy counts (see module docstring):
+        ``n_noisy`` trajectories, ``units_noisy`` privacy units (users when k > 1; default n_noisy)."""
         cfg = self.cfg
         eps_count = cfg["count_share"] * eps
         n = max(float(n_noisy), 1.0)
+        units = n if units_noisy is None else max(float(units_noisy), 1.0)
         eps_pre = 0.0
         if self.uses_pretraining and cfg["pretrain"]:
             eps_pre = pretraining_epsilon(eps - eps_count, n, cfg["w"], PRETRAIN_LEVEL, cfg["c"],
-                                          cfg["pretrain_max_share"])
-        batch = float(cfg["batch_size"] or math.sqrt(n))
-        q = min(1.0, batch / n)
+                                          cfg["pretrain_max_share"], sensitivity=self.k)
+        batch = float(cfg["batch_size"] or math.sqrt(units))
+        q = min(1.0, batch / units)
         steps = int(math.ceil(cfg["epochs"] / q))
         fixed = [accounting.laplace(eps_count)] + ([accounting.laplace(eps_pre)] if eps_pre > 0 else [])
         sigma = calibrate_noise_multiplier(fixed, q, steps, eps, delta)
         event = accounting.compose(fixed + [accounting.dp_sgd(sigma, q, steps)])
-        return dict(eps_count=eps_count, eps_pre=eps_pre, batch=q * n, sample_rate=q, steps=steps,
+        return dict(eps_count=eps_count, eps_pre=eps_pre, batch=q * units, sample_rate=q, steps=steps,
                     noise_multiplier=sigma, event=event)
 
     def privacy_event(self, eps: float, delta: float):
@@ -176,7 +186,8 @@ class _Base(Synthesizer):
         The fit's actual event (with the noisy count in place of n_hint) is ``model.event``; both have
         epsilon <= eps at delta by calibration."""
         self._check_budget(eps, delta)
-        return self.plan(eps, delta, self.cfg["n_hint"])["event"]
+        n = self.cfg["n_hint"]
+        return self.plan(eps, delta, n, n / self.k if self.k > 1 else None)["event"]
 
     # -- data ------------------------------------------------------------------------------------------
     def cell_sequences(self, data: Trajectories) -> CellSequences:
@@ -214,9 +225,20 @@ class _Base(Synthesizer):
         seqs = self.cell_sequences(data)
         arrays = training_arrays(seqs, cfg["w"], cfg["n_time"], cfg["max_len"], zorder=self.zorder)
         has_time = data.has_time
-        # (1) noisy count, sensitivity 1
-        n_noisy = float(arrays.n + noise.laplace(1.0 / (cfg["count_share"] * eps), 1)[0])
-        plan = self.plan(eps, delta, n_noisy)
+        k = self.k
+        eps_count = cfg["count_share"] * eps
+        if k == 1:
+            # (1) noisy trajectory count, sensitivity 1
+            n_noisy, units_noisy = float(arrays.n + noise.laplace(1.0 / eps_count, 1)[0]), None
+        else:
+            # (1) noisy (trajectories, users): one user changes them by at most (k, 1), L1 sensitivity k + 1
+            users, per_user = np.unique(arrays.user_id, return_counts=True)
+            if per_user.max() > k:
+                raise DuckmobError(f"a user has {per_user.max()} trajectories, more than the contribution bound "
+                                   f"{k}: bound contributions first (privacy_unit := 'user' does it)")
+            exact = np.array([arrays.n, len(users)], dtype=np.float64)
+            n_noisy, units_noisy = (exact + noise.laplace((k + 1) / eps_count, 2)).tolist()
+        plan = self.plan(eps, delta, n_noisy, units_noisy)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(rng.integers(2 ** 62)))
             model = self.build()
@@ -224,7 +246,7 @@ class _Base(Synthesizer):
         # (2) pre-training on DPTRAN
         if plan["eps_pre"] > 0:
             t1 = time.perf_counter()
-            noisy = dptran(seqs, cfg["w"], plan["eps_pre"], noise)
+            noisy = dptran(seqs, cfg["w"], plan["eps_pre"], noise, sensitivity=k)
             pretrain(model, transition_targets(noisy), iterations=cfg["pretrain_iterations"],
                      batch=cfg["pretrain_batch"], lr=cfg["pretrain_lr"], rng=rng, device=device,
                      progress=cfg["progress"])
@@ -233,14 +255,15 @@ class _Base(Synthesizer):
         log = dp_sgd_train(model, arrays, sample_rate=plan["sample_rate"], steps=plan["steps"],
                            noise_multiplier=plan["noise_multiplier"], max_grad_norm=cfg["max_grad_norm"],
                            lr=cfg["lr"], expected_batch_size=plan["batch"], rng=rng, device=device,
-                           progress=cfg["progress"])
+                           progress=cfg["progress"], by_user=k > 1)
         timings.update(dp_sgd_s=log.seconds, epoch_s=log.epoch_seconds, total_s=time.perf_counter() - t0)
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta,
                     epsilon_accounted=accounting.epsilon(event, delta), n_noisy=n_noisy,
-                    eps_count=plan["eps_count"], eps_pretrain=plan["eps_pre"], sample_rate=plan["sample_rate"],
+                    units_noisy=units_noisy, eps_count=plan["eps_count"], eps_pretrain=plan["eps_pre"], sample_rate=plan["sample_rate"],
                     steps=plan["steps"], noise_multiplier=plan["noise_multiplier"], expected_batch=plan["batch"],
-                    has_time=has_time, seeded=getattr(noise, "seeded", False),
+                    has_time=has_time, seeded=getattr(noise, "seeded", False), contribution_bound=k,
+                    privacy_unit="user" if k > 1 else "trajectory",
                     n_parameters=sum(p.numel() for p in model.parameters()))
         config = {k: v for k, v in cfg.items() if k not in ("device", "progress", "pois")}
         pois = None if self.pois is None else self.pois.tolist()
@@ -288,6 +311,11 @@ class FittedModel(Model):
         self.bbox, self.config, self.pois = bbox, config, pois
         self.state, self.event_json, self.info, self.timings = state, event_json, info, timings
         self._net = None
+
+    @property
+    def default_n(self) -> int:
+        """The noisy trajectory count of the training data (the SQL layer's default n)."""
+        return max(1, int(round(self.info["n_noisy"])))
 
     @property
     def event(self):
@@ -346,5 +374,8 @@ class FittedModel(Model):
     def describe(self) -> dict[str, Any]:
         return {**self.info, **{k: v for k, v in self.config.items()}}
 
+
+HRNet.model_class = FittedModel
+Baseline.model_class = FittedModel
 
 __all__ = ["HRNet", "Baseline", "FittedModel", "calibrate_noise_multiplier", "DEFAULTS"]

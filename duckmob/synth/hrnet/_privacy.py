@@ -1,5 +1,5 @@
-"""TEMPORARY stand-in for duckmob.privacy (noise, accounting, counting, normcut) until the privacy core is
-committed; the agreed API, minimal implementations. Removed as soon as duckmob.privacy lands."""
+"""TEMPORARY bridge to duckmob.privacy: noise and normcut are the privacy core's; accounting is a minimal
+stand-in with the agreed API until duckmob.privacy.accounting is committed (then this file goes)."""
 
 from __future__ import annotations
 
@@ -9,26 +9,16 @@ from dataclasses import dataclass, field
 import dp_accounting
 import numpy as np
 
+from duckmob.privacy.noise import NoiseSource  # noqa: F401  (committed)
+from duckmob.privacy.normcut import normcut  # noqa: F401  (committed)
+
 try:
     from duckmob.privacy import accounting  # noqa: F401
-    from duckmob.privacy.noise import NoiseSource  # noqa: F401
-    from duckmob.privacy.normcut import normcut  # noqa: F401
     HAVE_CORE = True
 except ImportError:
     HAVE_CORE = False
 
 if not HAVE_CORE:
-    class NoiseSource:  # noqa: D101
-        def __init__(self, seed: int | None = None):
-            self.seeded = seed is not None
-            self._rng = np.random.default_rng(seed)
-
-        def laplace(self, scale: float, size) -> np.ndarray:
-            return self._rng.laplace(0.0, scale, size)
-
-        def generator(self) -> np.random.Generator:
-            return np.random.default_rng(self._rng.integers(2 ** 63))
-
     @dataclass
     class Event:
         kind: str
@@ -73,15 +63,3 @@ if not HAVE_CORE:
             return float(acc.get_epsilon(max(delta, 1e-12)))
 
     accounting = _Accounting()
-
-    def normcut(x: np.ndarray, axis: int = -1) -> np.ndarray:
-        """Keep the largest entries whose sum reaches the (clipped) noisy total; zero the rest."""
-        x = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)
-        total = np.clip(x.sum(-1, keepdims=True), 0, None)
-        order = np.argsort(-x, axis=-1)
-        xs = np.take_along_axis(x, order, -1)
-        cum = np.cumsum(np.clip(xs, 0, None), -1)
-        keep_sorted = (cum - np.clip(xs, 0, None) < total) & (xs > 0)
-        keep = np.zeros_like(keep_sorted)
-        np.put_along_axis(keep, order, keep_sorted, -1)
-        return np.moveaxis(np.where(keep, x, 0.0), -1, axis)

@@ -34,14 +34,15 @@ PRETRAIN_LEVEL = 2  # HRNet §4.2.3: first-order transitions from the 4 x 4 regi
 
 
 def pretraining_epsilon(eps_left: float, n_noisy: float, w: int, level: int = PRETRAIN_LEVEL, c: float = 0.018,
-                        max_share: float = 0.5) -> float:
-    """HRNet eq. 9 / App. A.1: ``min(c 4**level w^2 ln(w^2) / |D|, max_share * eps_left)``.
+                        max_share: float = 0.5, sensitivity: float = 1.0) -> float:
+    """HRNet eq. 9 / App. A.1: ``min(c 4**level w^2 ln(w^2) sensitivity / |D|, max_share * eps_left)``.
 
-    ``n_noisy`` is a DP count (never the exact one); the paper's cap is the whole budget, ours leaves at least
+    ``n_noisy`` is a DP count (never the exact one). ``sensitivity`` (k for users with k trajectories) keeps the
+    signal-to-noise ratio of App. A.1 constant. The paper's cap is the whole budget; ours leaves at least
     ``1 - max_share`` of it to DP-SGD.
     """
     n = max(float(n_noisy), 1.0)
-    return float(min(c * 4 ** level * w * w * math.log(w * w) / n, max_share * eps_left))
+    return float(min(c * 4 ** level * w * w * math.log(w * w) * sensitivity / n, max_share * eps_left))
 
 
 def coarse_to_fine_counts(seqs: CellSequences, w: int, level: int = PRETRAIN_LEVEL) -> np.ndarray:
@@ -65,11 +66,13 @@ def coarse_to_fine_counts(seqs: CellSequences, w: int, level: int = PRETRAIN_LEV
     return tran.reshape(4 ** level, n_cells)
 
 
-def dptran(seqs: CellSequences, w: int, eps: float, noise, level: int = PRETRAIN_LEVEL) -> np.ndarray:
-    """The eps-DP release DPTRAN_level (eq. 4): TRAN + Laplace(1/eps) on every entry (sensitivity 1, see the
-    module docstring). Returns the raw noisy matrix (4**level, w*w)."""
+def dptran(seqs: CellSequences, w: int, eps: float, noise, level: int = PRETRAIN_LEVEL,
+           sensitivity: float = 1.0) -> np.ndarray:
+    """The eps-DP release DPTRAN_level (eq. 4): TRAN + Laplace(sensitivity/eps) on every entry. Sensitivity is 1
+    per trajectory (module docstring), ``k`` when the unit is a user with at most k trajectories.
+    Returns the raw noisy matrix (4**level, w*w)."""
     tran = coarse_to_fine_counts(seqs, w, level)
-    return tran + noise.laplace(1.0 / eps, tran.shape)
+    return tran + noise.laplace(sensitivity / eps, tran.shape)
 
 
 def transition_targets(noisy: np.ndarray) -> np.ndarray:

@@ -29,7 +29,7 @@ from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from duckmob.errors import DuckmobError
 from duckmob.grid import time_slot
 from duckmob.synth.hrnet.encoding import morton
-from duckmob.trajectories import NO_TIME, CellSequences
+from duckmob.trajectories import NO_TIME, CellSequences, ragged_gather
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class TrainingData:
     cells: np.ndarray
     times: np.ndarray
     lengths: np.ndarray
+    user_id: np.ndarray
 
     @property
     def n(self) -> int:
@@ -67,7 +68,7 @@ def training_arrays(seqs: CellSequences, w: int, n_time: int, max_len: int, zord
     if len(ts) and ts[0] != NO_TIME:
         times[owner[keep], pos[keep]] = time_slot(ts, n_time)
     alive = lengths > 0
-    return TrainingData(cells[alive], times[alive], lengths[alive])
+    return TrainingData(cells[alive], times[alive], lengths[alive], np.asarray(seqs.user_id)[alive])
 
 
 def progress_enabled() -> bool:
@@ -93,11 +94,16 @@ class TrainingLog:
 
 def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: float, steps: int,
                  noise_multiplier: float, max_grad_norm: float, lr: float, expected_batch_size: float,
-                 rng: np.random.Generator, device: torch.device, progress: bool | None = None) -> TrainingLog:
+                 rng: np.random.Generator, device: torch.device, progress: bool | None = None,
+                 by_user: bool = False) -> TrainingLog:
     """Train ``model`` in place with DP-SGD (HRNet Algorithm 1) for ``steps`` Poisson-sampled steps.
 
     ``model(cells, times, lengths)`` must return the per-example loss. Gradients are averaged by the
-    public ``expected_batch_size`` (= sample_rate x the noisy count), never by a data-dependent size.
+    public ``expected_batch_size`` (= sample_rate x the noisy count of units), never by a data-dependent size.
+
+    ``by_user``: the privacy unit is the user (``data.user_id``; contributions already bounded by the caller).
+    Users, not trajectories, are Poisson-sampled; opacus's per-trajectory gradients are summed per user
+    before clipping, so each user's whole contribution to a step is clipped to ``max_grad_norm``.
     The batch sampler, the per-sample clipping and the Gaussian noise are opacus's; their randomness comes
     from one torch generator seeded from ``rng``. Privacy: see the module docstring; the caller accounts
     ``dp_sgd(noise_multiplier, sample_rate, steps)``.
@@ -111,7 +117,15 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     optimizer = DPOptimizer(torch.optim.Adam(gsm.parameters(), lr=lr), noise_multiplier=noise_multiplier,
                             max_grad_norm=max_grad_norm, expected_batch_size=max(1, round(expected_batch_size)),
                             loss_reduction="mean", generator=noise_gen)
-    sampler = UniformWithReplacementSampler(num_samples=data.n, sample_rate=sample_rate, generator=gen,
+    if by_user:
+        users, unit_of_row = np.unique(data.user_id, return_inverse=True)
+        order = np.argsort(unit_of_row, kind="stable")
+        unit_count = np.bincount(unit_of_row, minlength=len(users))
+        unit_start = np.concatenate([[0], np.cumsum(unit_count)[:-1]])
+        n_units = len(users)
+    else:
+        n_units = data.n
+    sampler = UniformWithReplacementSampler(num_samples=n_units, sample_rate=sample_rate, generator=gen,
                                             steps=steps)
     assert sampler.sample_rate == sample_rate  # the rate the accountant is told is the rate used
     cells = torch.from_numpy(data.cells)
@@ -128,17 +142,28 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
         for step, batch in enumerate(sampler):
-            idx = torch.as_tensor(batch, dtype=torch.long)
+            units = np.asarray(batch, dtype=np.int64)
             weight = 1.0
-            if len(idx) == 0:
+            if len(units) == 0:
                 # An empty Poisson batch: a zero-weight example makes every per-sample gradient zero, so the
                 # step is pure noise, exactly what the accountant assumes.
-                idx, weight = torch.zeros(1, dtype=torch.long), 0.0
+                units, weight = np.zeros(1, dtype=np.int64), 0.0
+            if by_user:
+                rows = order[ragged_gather(unit_start[units], unit_count[units])]
+                group = torch.as_tensor(np.repeat(np.arange(len(units)), unit_count[units]))
+            else:
+                rows = units
+            idx = torch.as_tensor(rows, dtype=torch.long)
             lb = lengths[idx]
             t = min(int(lb.max()) + 1, width)
             optimizer.zero_grad(set_to_none=True)
             loss = gsm(cells[idx, :t].to(device), times[idx, :t].to(device), lb.to(device))
             (loss.mean() * weight).backward()
+            if by_user:
+                for p in gsm.parameters():
+                    if getattr(p, "grad_sample", None) is not None:
+                        gs = p.grad_sample
+                        p.grad_sample = gs.new_zeros((len(units),) + gs.shape[1:]).index_add_(0, group.to(gs.device), gs)
             optimizer.step()
             bar.update(1)
             if (step + 1) % steps_per_epoch == 0:

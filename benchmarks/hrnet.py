@@ -1,0 +1,149 @@
+"""HRNet vs its baseline on GeoLife (HRNet Table 1 metrics), ablations, privacy sweep, and fit time.
+
+Setting (HRNet §5.1): 10,000 GeoLife trajectories (sampled with a fixed public seed from
+/work/shared/data/geolife_beijing.parquet after dropping points outside the box), stay points 200 m / 30 min,
+32 x 32 grid over HRNet's box [39.8477, 116.1956, 40.1133, 116.4880], delta 1e-5. Each run fits on the 10,000
+trajectories, samples 10,000 synthetic ones and compares them with the real stay-point trajectories through
+``duckmob.evaluate`` (family 'hrnet', 32 x 32). One thread (torch.set_num_threads(1)); the machine is shared,
+so times are indicative.
+
+    python benchmarks/hrnet.py                      # every run (long: ~1 h on 2 cores), then the table
+    python benchmarks/hrnet.py --runs hrnet-2 baseline-2
+    python benchmarks/hrnet.py --table-only         # print the table from the saved results
+
+Results are appended to $HRNET_BENCH_OUT (default <tmp>/duckmob_bench/hrnet.jsonl) (one JSON line per run) so a long sweep survives
+interruption; the table is printed from that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+BOX = [39.8477, 116.1956, 40.1133, 116.4880]
+DATA = "/work/shared/data/geolife_beijing.parquet"
+OUT = Path(os.environ.get("HRNET_BENCH_OUT", Path(tempfile.gettempdir()) / "duckmob_bench" / "hrnet.jsonl"))
+N_TRAIN = 10_000
+DELTA = 1e-5
+
+RUNS = {  # name: (method, eps, extra parameters)
+    "baseline-2": ("baseline", 2.0, {}),
+    "hrnet-2": ("hrnet", 2.0, {}),
+    "hrnet-nopretrain-2": ("hrnet", 2.0, {"pretrain": False}),
+    "hrnet-nomultitask-2": ("hrnet", 2.0, {"multitask": False}),
+    "hrnet-0.5": ("hrnet", 0.5, {}),
+    "hrnet-1": ("hrnet", 1.0, {}),
+    "hrnet-3": ("hrnet", 3.0, {}),
+}
+PAPER = {"hrnet_destination_jsd": 0.192, "hrnet_transition_jsd": 0.212, "hrnet_travel_distance_jsd": 0.00871,
+         "hrnet_diameter_jsd": 0.0681, "hrnet_traj_density_are": 0.184, "hrnet_traj_pattern_are": 0.671}
+PAPER_BASELINE = {"hrnet_destination_jsd": 0.397, "hrnet_transition_jsd": 0.397,
+                  "hrnet_travel_distance_jsd": 0.0275, "hrnet_diameter_jsd": 0.0932,
+                  "hrnet_traj_density_are": 0.382, "hrnet_traj_pattern_are": 0.771}
+COLUMNS = ["hrnet_waypoint_jsd", "hrnet_destination_jsd", "hrnet_transition_jsd", "hrnet_travel_distance_jsd",
+           "hrnet_diameter_jsd", "hrnet_density_t_jsd", "hrnet_traj_density_are", "hrnet_traj_pattern_are"]
+SHORT = ["waypoint", "destin.", "transit.", "travel d.", "diameter", "dens. t", "traj dens", "traj patt"]
+
+
+def load_training():
+    from duckmob.staypoints import stay_trajectories
+    from duckmob.trajectories import from_points
+
+    traj, _ = from_points(pq.read_table(DATA), BOX, outside="drop")
+    pick = np.sort(np.random.default_rng(2024).choice(traj.n_trajectories, N_TRAIN, replace=False))
+    train = traj.take(pick)
+    return train, stay_trajectories(train)
+
+
+def run(name: str, train, real_stays) -> dict:
+    from duckmob.evaluate import evaluate
+    from duckmob.synth.hrnet import Baseline, HRNet
+    from duckmob.synth.hrnet._privacy import NoiseSource
+
+    method, eps, extra = RUNS[name]
+    synth = (HRNet if method == "hrnet" else Baseline)(BOX, progress=False, **extra)
+    t0 = time.perf_counter()
+    model = synth.fit(train, eps, DELTA, NoiseSource(11))
+    fit_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    out = model.sample(N_TRAIN, np.random.default_rng(5))
+    sample_s = time.perf_counter() - t1
+    rows = evaluate(real_stays, out, BOX, families=["hrnet"], w=32)
+    metrics = {r["metric"]: r["value"] for r in rows}
+    return dict(name=name, method=method, eps=eps, extra=extra, fit_s=fit_s, sample_s=sample_s,
+                timings=model.timings, info=model.info, metrics=metrics,
+                synth_mean_len=float(out.lengths.mean()), real_mean_len=float(real_stays.lengths.mean()))
+
+
+def fmt(v) -> str:
+    return "   -   " if v is None else f"{v:7.4f}"
+
+
+def table(results: list[dict]) -> str:
+    lines = ["HRNet Table 1 metrics on GeoLife (w = 32, delta = 1e-5; JSD in nats, lower is better)",
+             f"{'run':22s} {'eps':>4s} " + " ".join(f"{s:>9s}" for s in SHORT) + "   fit s  s/epoch  len"]
+    for r in results:
+        m = r["metrics"]
+        ep = r["timings"].get("epoch_s") or [float("nan")]
+        lines.append(f"{r['name']:22s} {r['eps']:4.1f} " + " ".join(f"{fmt(m.get(c)):>9s}" for c in COLUMNS)
+                     + f" {r['fit_s']:7.0f} {np.mean(ep):7.2f} {r['synth_mean_len']:4.2f}")
+    for label, ref in (("paper HRNet", PAPER), ("paper baseline", PAPER_BASELINE)):
+        lines.append(f"{label:22s}  2.0 " + " ".join(f"{fmt(ref.get(c)):>9s}" for c in COLUMNS))
+    by = {r["name"]: r for r in results}
+    if "hrnet-2" in by and "baseline-2" in by:
+        h, b = by["hrnet-2"]["metrics"], by["baseline-2"]["metrics"]
+        wins = [c for c in COLUMNS if h.get(c) is not None and b.get(c) is not None and h[c] < b[c]]
+        lines.append(f"hrnet-2 beats baseline-2 on {len(wins)} of "
+                     f"{sum(h.get(c) is not None for c in COLUMNS)} metrics; ratio hrnet/baseline: "
+                     + ", ".join(f"{s} {h[c] / b[c]:.2f}" for c, s in zip(COLUMNS, SHORT)
+                                 if h.get(c) and b.get(c)))
+    if results:
+        lines.append(f"real stay-point trajectories: mean {results[0]['real_mean_len']:.2f} cells")
+    for r in results:
+        i = r["info"]
+        lines.append(f"{r['name']:22s} eps_count {i['eps_count']:.3f}  eps_pretrain {i['eps_pretrain']:.3f}  "
+                     f"sigma {i['noise_multiplier']:.3f}  q {i['sample_rate']:.4f}  steps {i['steps']}  "
+                     f"accounted eps {i['epsilon_accounted']:.3f}  params {i['n_parameters']}  "
+                     f"pretrain {r['timings'].get('pretrain_s', 0):.0f} s  DP-SGD {r['timings']['dp_sgd_s']:.0f} s")
+    return "\n".join(lines)
+
+
+def saved() -> list[dict]:
+    if not OUT.exists():
+        return []
+    latest = {}
+    for line in OUT.read_text().splitlines():
+        r = json.loads(line)
+        latest[r["name"]] = r
+    return [latest[n] for n in RUNS if n in latest]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", nargs="*", default=list(RUNS))
+    parser.add_argument("--table-only", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    os.environ.setdefault("CI", "1")  # no progress bars in logs
+    if not args.table_only:
+        train, real_stays = load_training()
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        for name in args.runs:
+            r = run(name, train, real_stays)
+            with OUT.open("a") as f:
+                f.write(json.dumps(r) + "\n")
+            print(f"{name}: fit {r['fit_s']:.0f} s", {k: round(v, 4) for k, v in r["metrics"].items()
+                                                      if k in COLUMNS and v is not None}, flush=True)
+    print(table(saved()))
+
+
+if __name__ == "__main__":
+    main()
