@@ -5,20 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.synth import privacy_standin
-
-privacy_standin.install()
-
-from duckmob.errors import DuckmobError  # noqa: E402
-from duckmob.privacy.noise import NoiseSource  # noqa: E402
-from duckmob.synth.privtrace import PrivTrace, PrivTraceModel  # noqa: E402
-from duckmob.synth.privtrace.markov import (Support, add_laplace, normcut_rows,  # noqa: E402
+from duckmob.errors import DuckmobError
+from duckmob.privacy.noise import NoiseSource
+from duckmob.synth.privtrace import PrivTrace, PrivTraceModel
+from duckmob.synth.privtrace.markov import (Support, add_laplace, normcut_rows,
                                             select_second_order, transition_counts)
-from duckmob.synth.privtrace.states import StateGrid, state_sequences, uniform_grid  # noqa: E402
-from duckmob.synth.privtrace.trips import hop_distances, trip_distribution  # noqa: E402
-from duckmob.synth.privtrace.walk import (cumulative_rows, hazard, length_bins,  # noqa: E402
+from duckmob.synth.privtrace.states import StateGrid, state_sequences, uniform_grid
+from duckmob.synth.privtrace.trips import hop_distances, trip_distribution
+from duckmob.synth.privtrace.walk import (cumulative_rows, hazard, length_bins,
                                           length_histogram, random_walks)
-from duckmob.trajectories import Trajectories  # noqa: E402
+from duckmob.trajectories import Trajectories
 
 BOX = [0.0, 0.0, 1.0, 1.0]
 

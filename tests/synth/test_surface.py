@@ -5,14 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.synth import privacy_standin
-
-privacy_standin.install()
-
-import duckmob  # noqa: E402
-from duckmob import synth  # noqa: E402
-from duckmob.errors import BudgetError, DuckmobError, one_line  # noqa: E402
-from duckmob.privacy import ledger  # noqa: E402
+import duckmob
+from duckmob import synth
+from duckmob.errors import BudgetError, DuckmobError, one_line
+from duckmob.privacy import ledger
 
 BOX = "[0.0, 0.0, 1.0, 1.0]"
 
