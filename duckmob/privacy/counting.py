@@ -71,8 +71,9 @@ def _sequences(offsets, cells, n_states) -> tuple[np.ndarray, np.ndarray, int]:
             or np.any(np.diff(offsets) < 0):
         raise DuckmobError("offsets must start at 0, never decrease and end at len(cells) (ragged arrays)")
     if len(cells) and (cells.min() < 0 or cells.max() >= n_states):
-        raise DuckmobError(f"cell ids must lie in 0 .. n_states - 1 = {n_states - 1}; got ids from {cells.min()} to "
-                           f"{cells.max()}: pass the public number of states (e.g. w * w), not one computed from data")
+        # the message must not quote ids from the data (an error is an output too)
+        raise DuckmobError(f"cell ids must lie in 0 .. n_states - 1 = {n_states - 1} and some do not: pass the "
+                           "public number of states (e.g. w * w for the grid the cells were made on)")
     return offsets, cells, n_states
 
 
@@ -255,19 +256,9 @@ def first_order_support(n_states: int, support=None, w: int | None = None) -> np
 
 # -- noisy release --------------------------------------------------------------------------------------------
 
-def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSource, *, user_id=None,
-                            privacy_unit: str = "trajectory", max_trajectories_per_user: int | None = None,
-                            max_length: int | None = None, support=None, w: int | None = None,
-                            cut: bool = True, dtype=np.float64) -> np.ndarray:
-    """eps-DP length-normalised transition counts (PrivTrace §4.3 + App. B.6), NormCut-ed along the last axis.
-
-    Privacy map: one privacy unit (a trajectory, or a user's at most ``max_trajectories_per_user = k`` kept
-    trajectories) changes the exact table by at most k in L1; Laplace noise of scale ``k / eps`` on every entry
-    of the data-independent support (``first_order_support``; second order: triples whose two steps are in it)
-    makes the table eps-DP; NormCut is post-processing. Account it as ``accounting.laplace(eps)``.
-    ``cut=False`` returns the noisy table before NormCut (tests). ``dtype=np.float32`` halves the memory of a
-    second-order table (602^3 entries: 0.9 GB); the rounding to float32 is post-processing.
-    """
+def _grid_counts(offsets, cells, n_states, order, eps, noise, user_id, privacy_unit, max_trajectories_per_user,
+                 max_length):
+    """Validated inputs -> (order, scale, g, distinct flat indices, their exact counts in grid steps)."""
     offsets, cells, n_states = _sequences(offsets, cells, n_states)
     order = _order(order)
     eps = _eps(eps)
@@ -279,20 +270,38 @@ def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSo
     uniq, sums = _summed(index, steps.astype(np.float64))
     if len(sums) and sums.max() >= _EXACT / 4:
         raise DuckmobError("too many trajectories for an exact sum on the noise grid; use a smaller eps")
+    return n_states, order, scale, g, uniq, sums
+
+
+def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSource, *, user_id=None,
+                            privacy_unit: str = "trajectory", max_trajectories_per_user: int | None = None,
+                            max_length: int | None = None, support=None, w: int | None = None,
+                            cut: bool = True, dtype=np.float64) -> np.ndarray:
+    """eps-DP length-normalised transition counts (PrivTrace §4.3 + App. B.6), NormCut-ed along the last axis.
+
+    Privacy map: one privacy unit (a trajectory, or a user's at most ``max_trajectories_per_user = k`` kept
+    trajectories) changes the exact table by at most k in L1; Laplace noise of scale ``k / eps`` on every entry
+    of the data-independent support (``first_order_support``; second order: triples whose two steps are in it)
+    makes the table eps-DP; NormCut is post-processing. Account it as ``accounting.laplace(eps)``.
+    Dense output of shape ``(n_states + 2,) * (order + 1)``, zero outside the support. ``cut=False`` returns the
+    noisy table before NormCut (tests). ``dtype=np.float32`` halves the memory of a second-order table (602^3
+    entries: 0.9 GB); the rounding to float32 is post-processing. For a restricted support over many states use
+    :func:`noisy_transition_counts_sparse`.
+    """
+    n_states, order, scale, g, uniq, sums = _grid_counts(offsets, cells, n_states, order, eps, noise, user_id,
+                                                         privacy_unit, max_trajectories_per_user, max_length)
     kk = n_states + 2
     if kk ** (order + 1) > MAX_DENSE:
         raise DuckmobError(f"a dense order-{order} table over {n_states} states has {kk ** (order + 1):,} entries, "
                            f"more than {MAX_DENSE:,}: use fewer states (at most {int(MAX_DENSE ** (1 / 3)) - 2} "
-                           "for the second order, e.g. a coarser grid) or markov_order 1")
+                           "for the second order, e.g. a coarser grid), support := 'neighbours', or markov_order 1")
     sup1 = first_order_support(n_states, support, w)
     out = np.zeros((kk,) * (order + 1), dtype=dtype)
     flat = out.reshape(-1)
     if order == 1:
         slabs, slab_mask = 1, lambda a0, a1: sup1[None]
     else:
-        real = np.zeros(kk, dtype=bool)
-        real[:n_states] = True
-        inner = sup1 & real[:, None]  # the middle state of a triple is a real cell
+        inner = sup1 & (np.arange(kk) < n_states)[:, None]  # the middle state of a triple is a real cell
         slabs = kk
         slab_mask = lambda a0, a1: sup1[a0:a1, :, None] & inner[None]  # noqa: E731
     per_slab = kk * kk  # order 1: the whole table is one slab; order 2: one slab per first state
@@ -308,6 +317,57 @@ def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSo
         block[~mask] = 0.0  # outside the support nothing is released (transitions there are dropped)
         flat[lo:hi] = block
     return normcut(out, axis=-1) if cut else out
+
+
+def support_entries(n_states: int, order: int, support=None, w: int | None = None) -> np.ndarray:
+    """Sorted flat indices (C order in the ``(n_states + 2,) * (order + 1)`` table) of the support entries."""
+    order = _order(order)
+    sup1 = first_order_support(n_states, support, w)
+    kk = n_states + 2
+    if order == 1:
+        return np.flatnonzero(sup1)
+    a, b = np.nonzero(sup1 & (np.arange(kk) < n_states)[None, :])  # (a, b) pairs whose b is a real cell
+    if len(a) * kk > MAX_DENSE * 4:
+        raise DuckmobError("the second-order support is too large to list; restrict it (support := 'neighbours')")
+    succ_off = np.concatenate([[0], np.cumsum(sup1.sum(axis=1))]).astype(np.int64)
+    succ = np.nonzero(sup1)[1]
+    deg = np.diff(succ_off)[b]
+    starts = np.repeat(succ_off[b], deg)
+    c = succ[starts + np.arange(deg.sum()) - np.repeat(np.cumsum(deg) - deg, deg)]
+    return np.sort((np.repeat(a, deg) * kk + np.repeat(b, deg)) * kk + c)
+
+
+def noisy_transition_counts_sparse(offsets, cells, n_states, order, eps, noise: NoiseSource, *, user_id=None,
+                                   privacy_unit: str = "trajectory", max_trajectories_per_user: int | None = None,
+                                   max_length: int | None = None, support="neighbours", w: int | None = None,
+                                   cut: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The same release as :func:`noisy_transition_counts` (same privacy map), listed over the support only.
+
+    Returns ``(states, counts)``: int64 ``(n, order + 1)`` state tuples of every support entry (sorted) and their
+    noisy, NormCut-ed (per context row) float64 counts. Meant for restricted supports (``'neighbours'``): a
+    second-order neighbour support on a 32 x 32 grid has ~100 k entries instead of 1026^3.
+    """
+    n_states, order, scale, g, uniq, sums = _grid_counts(offsets, cells, n_states, order, eps, noise, user_id,
+                                                         privacy_unit, max_trajectories_per_user, max_length)
+    kk = n_states + 2
+    entries = support_entries(n_states, order, support, w)
+    values = np.zeros(len(entries), dtype=np.float64)
+    pos = np.searchsorted(entries, uniq)
+    inside = (pos < len(entries)) & (entries[np.minimum(pos, len(entries) - 1)] == uniq) if len(entries) else \
+        np.zeros(len(uniq), dtype=bool)
+    values[pos[inside]] = sums[inside] * g  # transitions outside the support are dropped
+    values += noise.laplace(scale, len(entries))  # every support entry, zero or not; exact sums
+    if cut and len(entries):
+        context = entries // kk
+        first = np.concatenate([[0], np.flatnonzero(context[1:] != context[:-1]) + 1])
+        row_len = np.diff(np.append(first, len(entries)))
+        row = np.repeat(np.arange(len(first)), row_len)
+        col = np.arange(len(entries)) - first[row]
+        padded = np.zeros((len(first), int(row_len.max())))
+        padded[row, col] = values
+        values = normcut(padded, axis=-1)[row, col]
+    states = np.stack(np.unravel_index(entries, (kk,) * (order + 1)), axis=1).astype(np.int64)
+    return states, values
 
 
 def noisy_count(n_items: int, eps: float, noise: NoiseSource, sensitivity: int = 1) -> float:
@@ -388,6 +448,7 @@ def noisy_region_transition_counts(offsets, cells, w: int, level: int, eps: floa
     return (units * g + noise.laplace(scale, size)).reshape(4 ** int(level), w * w)
 
 
-__all__ = ["transition_counts", "noisy_transition_counts", "noisy_count", "bound_contributions", "truncate",
+__all__ = ["transition_counts", "noisy_transition_counts", "noisy_transition_counts_sparse", "support_entries",
+           "noisy_count", "bound_contributions", "truncate",
            "windows", "first_order_support", "region_transition_counts", "noisy_region_transition_counts",
            "PRIVACY_UNITS"]

@@ -134,26 +134,27 @@ def udfs(con) -> list[Udf]:
         try:
             ledger.check(cur, source, event)  # before any computation on the data
             offsets, cells, user_id = _sequences(rows)
-            counts = counting.noisy_transition_counts(
-                offsets, cells, n_states, order, eps, noise, user_id=user_id, privacy_unit=unit,
-                max_trajectories_per_user=k, max_length=max_length, support=support, w=w,
-                dtype=np.float64 if order == 1 else np.float32)
+            args = dict(user_id=user_id, privacy_unit=unit, max_trajectories_per_user=k, max_length=max_length,
+                        support=support, w=w)
+            if support == "neighbours":
+                states, values = counting.noisy_transition_counts_sparse(offsets, cells, n_states, order, eps,
+                                                                         noise, **args)
+            else:
+                counts = counting.noisy_transition_counts(offsets, cells, n_states, order, eps, noise,
+                                                          dtype=np.float64 if order == 1 else np.float32, **args)
+                nz = np.nonzero(counts)
+                states, values = np.stack(nz, axis=1), counts[nz].astype(np.float64)
             ledger.record(cur, source, event, mechanism=f"transition_counts(order={order})", privacy_unit=unit,
                           params={"order": order, "eps": eps, "n_states": n_states, "max_length": max_length,
                                   "max_trajectories_per_user": k, "support": support, "w": w,
                                   "normcut": True}, seeded=noise.seeded)
         finally:
             cur.close()
-        nz = np.nonzero(counts)
-        if order == 1:
-            prev, frm, to = np.full(len(nz[0]), -1), nz[0], nz[1]
-        else:
-            prev, frm, to = nz
-        return one_row(pa.table({
-            "prev_state": pa.array(prev, pa.int64(), mask=np.asarray(prev) < 0) if order == 1 else
-            pa.array(prev, pa.int64()),
-            "from_state": pa.array(frm, pa.int64()), "to_state": pa.array(to, pa.int64()),
-            "count": pa.array(counts[nz].astype(np.float64))}))
+        keep = values > 0  # zeros after NormCut are omitted (the whole table is released; they are known zeros)
+        states, values = states[keep], values[keep]
+        prev = pa.nulls(len(values), pa.int64()) if order == 1 else pa.array(states[:, 0], pa.int64())
+        return one_row(pa.table({"prev_state": prev, "from_state": pa.array(states[:, -2], pa.int64()),
+                                 "to_state": pa.array(states[:, -1], pa.int64()), "count": pa.array(values)}))
 
     def noisy_count(rows, source, eps, seed, privacy_unit, max_per_user, what):
         source, eps, seed, what = scalar(source), scalar(eps), scalar(seed), scalar(what) or "trajectories"

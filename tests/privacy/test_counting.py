@@ -227,3 +227,28 @@ def test_bad_input(bad, match):
     args.update(bad)
     with pytest.raises(DuckmobError, match=match):
         noisy_transition_counts(**args)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("support", ["neighbours", None])
+def test_sparse_release_equals_dense(order, support):
+    from duckmob.privacy.counting import noisy_transition_counts_sparse
+
+    off, cells = ragged(random_seqs(100, 9, np.random.default_rng(0), max_len=10))
+    dense = noisy_transition_counts(off, cells, 9, order, 1.0, NoiseSource(3), support=support, w=3)
+    states, values = noisy_transition_counts_sparse(off, cells, 9, order, 1.0, NoiseSource(3), support=support, w=3)
+    rebuilt = np.zeros_like(dense)
+    rebuilt[tuple(states.T)] = values
+    assert np.array_equal(rebuilt, dense)
+
+
+def test_second_order_neighbour_support_on_a_32_grid_is_small():
+    from duckmob.privacy.counting import noisy_transition_counts_sparse, support_entries
+
+    entries = support_entries(1024, 2, "neighbours", w=32)
+    assert len(entries) < 110_000 and np.all(np.diff(entries) > 0)
+    off, cells = ragged([[0, 1, 33, 34], [1023, 990]])
+    states, values = noisy_transition_counts_sparse(off, cells, 1024, 2, 1.0, NoiseSource(1), w=32)
+    assert len(values) == len(entries) and (values >= 0).all()
+    with pytest.raises(DuckmobError, match="neighbours"):
+        noisy_transition_counts(off, cells, 1024, 2, 1.0, NoiseSource(1))
