@@ -63,3 +63,4 @@ def test_demo_runs():
     r = run(["demo"])
     assert r.returncode == 0, r.stderr
     assert "1,999 trajectories" in r.stdout and "stay points" in r.stdout
+    assert "PrivTrace at eps 1.0" in r.stdout and "of 2.0 spent" in r.stdout and "length JSD" in r.stdout
