@@ -66,7 +66,7 @@ def load_training():
 def run(name: str, train, real_stays) -> dict:
     from duckmob.evaluate import evaluate
     from duckmob.synth.hrnet import Baseline, HRNet
-    from duckmob.synth.hrnet._privacy import NoiseSource
+    from duckmob.privacy.noise import NoiseSource
 
     method, eps, extra = RUNS[name]
     synth = (HRNet if method == "hrnet" else Baseline)(BOX, progress=False, **extra)

@@ -12,11 +12,12 @@ import torch
 from duckmob.errors import DuckmobError
 from duckmob.grid import cell_of, parent
 from duckmob.synth.hrnet import Baseline, FittedModel, HRNet, calibrate_noise_multiplier
-from duckmob.synth.hrnet._privacy import NoiseSource, accounting
+from duckmob.privacy import accounting
+from duckmob.privacy.noise import NoiseSource
 from duckmob.synth.hrnet.encoding import HierarchicalEncoding, morton, unmorton
 from duckmob.synth.hrnet.generate import slot_times
 from duckmob.synth.hrnet.model import BaselineModel, HRNetModel
-from duckmob.synth.hrnet.pretrain import coarse_to_fine_counts, pretraining_epsilon, transition_targets
+from duckmob.synth.hrnet.pretrain import dptran, pretraining_epsilon, transition_targets
 from duckmob.trajectories import CellSequences, Trajectories
 
 BOX = [39.8, 116.2, 40.2, 116.6]
@@ -135,29 +136,20 @@ def test_accountant_matches_dp_accounting_directly():
     assert independent < 0.02 + 0.2 + ours  # PLD composition beats adding the parts (which would exceed 2)
 
 
-def test_coarse_to_fine_counts_bound_and_value():
-    w = 4
-    # trajectory A: cells 0 -> 5 -> 0 -> 5 (repeated transition counted once), B: 15 -> 14, C: 3 (no move)
-    seqs = CellSequences(np.array([0, 4, 6, 7]), np.arange(3), np.arange(3),
-                         np.array([0, 5, 0, 5, 15, 14, 3]), np.zeros(7, dtype=np.int64))
-    tran = coarse_to_fine_counts(seqs, w, level=1)
-    assert tran.shape == (4, 16)
-    expect = np.zeros((4, 16))
-    expect[0, 5] += 1 / 4       # region of 0 -> 5
-    expect[0, 0] += 1 / 4       # region of 5 (= region 0) -> 0
-    expect[3, 14] += 1 / 2
-    assert np.allclose(tran, expect)
-    # each trajectory adds L1 mass < 1 on random data
+def test_dptran_is_the_privacy_core_release_with_scale_k_over_eps():
+    """DPTRAN comes from the privacy core; its noise scale is k / eps (trajectory: k = 1)."""
     rng = np.random.default_rng(0)
-    lengths = rng.integers(1, 12, 50)
+    lengths = rng.integers(1, 6, 400)
     cells = rng.integers(0, 64, lengths.sum())
     off = np.concatenate([[0], np.cumsum(lengths)])
-    s = CellSequences(off, np.arange(50), np.arange(50), cells, np.zeros(len(cells), dtype=np.int64))
-    for i in range(50):
-        one = CellSequences(np.array([0, lengths[i]]), np.array([0]), np.array([0]), cells[off[i]:off[i + 1]],
-                            np.zeros(lengths[i], dtype=np.int64))
-        assert coarse_to_fine_counts(one, 8, 2).sum() < 1
-    assert coarse_to_fine_counts(s, 8, 2).sum() < 50
+    seqs = CellSequences(off, np.arange(400), np.arange(400) // 2, cells, np.zeros(len(cells), dtype=np.int64))
+    from duckmob.privacy.counting import region_transition_counts
+
+    exact = region_transition_counts(off, cells, 8, 2)
+    assert exact.shape == (16, 64) and exact.sum() <= 400
+    spread = [np.std(dptran(seqs, 8, 0.5, NoiseSource(s), k=k) - exact) for k, s in ((1, 1), (2, 2))]
+    assert spread[0] == pytest.approx(np.sqrt(2) * 2, rel=0.1)     # Laplace(1/0.5): sd sqrt(2) * 2
+    assert spread[1] == pytest.approx(np.sqrt(2) * 4, rel=0.1)     # k = 2 (users of 2 trajectories)
 
 
 def test_transition_targets_rows_are_distributions():

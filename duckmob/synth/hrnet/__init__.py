@@ -8,7 +8,8 @@ the same way, without pre-training.
 What ``fit`` spends, composed in one PLD accountant (:func:`duckmob.privacy.accounting.epsilon`) and meant to be
 recorded in the ledger once (``model.event``):
 
-1. a noisy trajectory count ``N~ = N + Laplace(1 / eps_count)`` (sensitivity 1), ``eps_count = count_share * eps``;
+1. a noisy trajectory count ``N~ = N + Laplace(1 / eps_count)`` (sensitivity 1), ``eps_count = count_share * eps``
+   (user unit with at most k trajectories: N~ at sensitivity k and a noisy user count, splitting eps_count);
    it sets the expected batch ``b = sqrt(N~)`` (paper: batch sqrt(N)), the sampling rate ``q = b / N~`` and
    the pre-training budget;
 2. (HRNet with ``pretrain``) DPTRAN, ``eps_pre`` from HRNet eq. 9 with c = 0.018 on public parameters and ``N~``
@@ -35,7 +36,8 @@ import torch
 from duckmob.errors import DuckmobError
 from duckmob.grid import BBox, assign_pois, haversine_m, quadtree_depth
 from duckmob.synth.base import Model, Synthesizer
-from duckmob.synth.hrnet._privacy import accounting
+from duckmob.privacy import accounting
+from duckmob.privacy.counting import noisy_count
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.synth.hrnet.generate import sample_sequences, to_trajectories, zorder_to_grid
 from duckmob.synth.hrnet.model import BaselineModel, HRNetModel
@@ -175,7 +177,9 @@ class _Base(Synthesizer):
         batch = float(cfg["batch_size"] or math.sqrt(units))
         q = min(1.0, batch / units)
         steps = int(math.ceil(cfg["epochs"] / q))
-        fixed = [accounting.laplace(eps_count)] + ([accounting.laplace(eps_pre)] if eps_pre > 0 else [])
+        counts = [accounting.laplace(eps_count)] if self.k == 1 else \
+            [accounting.laplace(eps_count * self.k / (self.k + 1)), accounting.laplace(eps_count / (self.k + 1))]
+        fixed = counts + ([accounting.laplace(eps_pre)] if eps_pre > 0 else [])
         sigma = calibrate_noise_multiplier(fixed, q, steps, eps, delta)
         event = accounting.compose(fixed + [accounting.dp_sgd(sigma, q, steps)])
         return dict(eps_count=eps_count, eps_pre=eps_pre, batch=q * units, sample_rate=q, steps=steps,
@@ -229,15 +233,16 @@ class _Base(Synthesizer):
         eps_count = cfg["count_share"] * eps
         if k == 1:
             # (1) noisy trajectory count, sensitivity 1
-            n_noisy, units_noisy = float(arrays.n + noise.laplace(1.0 / eps_count, 1)[0]), None
+            n_noisy, units_noisy = noisy_count(arrays.n, eps_count, noise), None
         else:
             # (1) noisy (trajectories, users): one user changes them by at most (k, 1), L1 sensitivity k + 1
             users, per_user = np.unique(arrays.user_id, return_counts=True)
             if per_user.max() > k:
                 raise DuckmobError(f"a user has {per_user.max()} trajectories, more than the contribution bound "
                                    f"{k}: bound contributions first (privacy_unit := 'user' does it)")
-            exact = np.array([arrays.n, len(users)], dtype=np.float64)
-            n_noisy, units_noisy = (exact + noise.laplace((k + 1) / eps_count, 2)).tolist()
+            # both at scale (k + 1) / eps_count: eps_count k/(k+1) + eps_count/(k+1) = eps_count in all
+            n_noisy = noisy_count(arrays.n, eps_count * k / (k + 1), noise, sensitivity=k)
+            units_noisy = noisy_count(len(users), eps_count / (k + 1), noise)
         plan = self.plan(eps, delta, n_noisy, units_noisy)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(rng.integers(2 ** 62)))
@@ -246,7 +251,7 @@ class _Base(Synthesizer):
         # (2) pre-training on DPTRAN
         if plan["eps_pre"] > 0:
             t1 = time.perf_counter()
-            noisy = dptran(seqs, cfg["w"], plan["eps_pre"], noise, sensitivity=k)
+            noisy = dptran(seqs, cfg["w"], plan["eps_pre"], noise, k=k)
             pretrain(model, transition_targets(noisy), iterations=cfg["pretrain_iterations"],
                      batch=cfg["pretrain_batch"], lr=cfg["pretrain_lr"], rng=rng, device=device,
                      progress=cfg["progress"])
@@ -320,8 +325,7 @@ class FittedModel(Model):
     @property
     def event(self):
         """The accounting event this fit spent (record it in the ledger once)."""
-        return accounting.Event.from_json(self.event_json) if hasattr(accounting.Event, "from_json") \
-            else self.event_json
+        return accounting.Event.from_json(self.event_json)
 
     def network(self) -> torch.nn.Module:
         if self._net is None:

@@ -1,9 +1,10 @@
 """Private pre-training (HRNet §4): a noisy coarse-to-fine transition matrix DPTRAN and a KL fit to it.
 
-* DPTRAN (eq. 3, 4): ``TRAN[r, l] = sum_v 1[v moves from a cell inside region r (level ``level``, 4**level
-  regions) to cell l] / |v|``. Privacy map: a trajectory has at most |v| - 1 distinct (region, cell) transitions,
-  each weighted 1/|v|, so adding or removing one trajectory changes the matrix by at most 1 in L1; Laplace noise
-  of scale 1/eps_pre on every one of the 4**level x w*w entries (a data-independent support) makes the release
+* DPTRAN (eq. 3, 4), released by the privacy core: ``TRAN[r, l] = sum_v 1[v moves from a cell inside region r
+  (level ``level``, 4**level regions) to cell l] / W_v`` (W_v = number of transitions of v). Privacy map: a
+  trajectory has at most W_v distinct (region, cell) transitions, each weighted 1/W_v, so adding or removing one
+  trajectory changes the matrix by at most 1 in L1 (a user with at most k trajectories: k); Laplace noise of
+  scale k/eps_pre on every one of the 4**level x w*w entries (a data-independent support) makes the release
   eps_pre-DP. Everything after it (normcut, normalisation, the pre-training itself) is post-processing.
 * Pre-training (§4.2): a temporary module maps a Dirichlet(1) mixture of region encodings
   ``x = sum_r r_r hiencode_level(r)`` to a query-like state; the loss is ``KL(sum_r r_r DPTRAN[r] || model)``
@@ -23,8 +24,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from duckmob.grid import parent
-from duckmob.synth.hrnet._privacy import normcut
+from duckmob.privacy.counting import noisy_region_transition_counts
+from duckmob.privacy.normcut import normcut
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.synth.hrnet.model import HRNetModel
 from duckmob.synth.hrnet.train import progress_enabled, torch_generator
@@ -45,34 +46,15 @@ def pretraining_epsilon(eps_left: float, n_noisy: float, w: int, level: int = PR
     return float(min(c * 4 ** level * w * w * math.log(w * w) * sensitivity / n, max_share * eps_left))
 
 
-def coarse_to_fine_counts(seqs: CellSequences, w: int, level: int = PRETRAIN_LEVEL) -> np.ndarray:
-    """Exact TRAN_level (eq. 3): (4**level, w*w) float64, grid ids on both axes; each trajectory adds L1 <= 1.
-
-    Distinct (region, next cell) pairs per trajectory, each weighted 1/|v| (|v| = number of cells). Vectorised.
-    """
-    n_cells = w * w
-    lengths = seqs.lengths
-    owner = np.repeat(np.arange(seqs.n_trajectories, dtype=np.int64), lengths)
-    cells = seqs.cells.astype(np.int64)
-    has_next = np.ones(len(cells), dtype=bool)
-    has_next[seqs.offsets[1:][lengths > 0] - 1] = False   # the last cell of each trajectory starts no transition
-    src = np.flatnonzero(has_next)
-    region = parent(cells[src], w, level)
-    pair = region * n_cells + cells[src + 1]
-    key = np.unique(owner[src] * (4 ** level * n_cells) + pair)  # distinct pairs per trajectory
-    traj = key // (4 ** level * n_cells)
-    weight = 1.0 / lengths[traj]
-    tran = np.bincount(key % (4 ** level * n_cells), weights=weight, minlength=4 ** level * n_cells)
-    return tran.reshape(4 ** level, n_cells)
-
-
-def dptran(seqs: CellSequences, w: int, eps: float, noise, level: int = PRETRAIN_LEVEL,
-           sensitivity: float = 1.0) -> np.ndarray:
-    """The eps-DP release DPTRAN_level (eq. 4): TRAN + Laplace(sensitivity/eps) on every entry. Sensitivity is 1
-    per trajectory (module docstring), ``k`` when the unit is a user with at most k trajectories.
-    Returns the raw noisy matrix (4**level, w*w)."""
-    tran = coarse_to_fine_counts(seqs, w, level)
-    return tran + noise.laplace(sensitivity / eps, tran.shape)
+def dptran(seqs: CellSequences, w: int, eps: float, noise, level: int = PRETRAIN_LEVEL, k: int = 1) -> np.ndarray:
+    """The eps-DP release DPTRAN_level (eq. 4) from the privacy core
+    (:func:`duckmob.privacy.counting.noisy_region_transition_counts`): TRAN + Laplace(k / eps) on every one of the
+    4**level x w*w entries; one trajectory moves TRAN by <= 1 in L1, a user with at most k trajectories by <= k.
+    Accounted as ``accounting.laplace(eps)``. Returns the raw noisy matrix (4**level, w*w), grid ids."""
+    if k == 1:
+        return noisy_region_transition_counts(seqs.offsets, seqs.cells, w, level, eps, noise)
+    return noisy_region_transition_counts(seqs.offsets, seqs.cells, w, level, eps, noise, user_id=seqs.user_id,
+                                          privacy_unit="user", max_trajectories_per_user=k)
 
 
 def transition_targets(noisy: np.ndarray) -> np.ndarray:

@@ -1,0 +1,47 @@
+"""method := 'hrnet' / 'baseline' through synthesize, mob_fit and mob_sample (one ledger spend per fit)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import duckmob
+from duckmob.privacy import accounting, ledger
+
+BOX = "[39.8, 116.2, 40.2, 116.6]"
+TINY = "{'w': 4, 'epochs': 1, 'pretrain_iterations': 20, 'stay_points': false, 'max_len': 5, 'n_hint': 200}"
+
+
+@pytest.fixture
+def db():
+    con = duckmob.connect()
+    rng = np.random.default_rng(0)
+    rows = []
+    for t in range(150):
+        a = np.array([39.85, 116.25]) + rng.random(2) * 0.3
+        b = np.array([39.85, 116.25]) + rng.random(2) * 0.3
+        for i, f in enumerate(np.linspace(0, 1, int(rng.integers(2, 5)))):
+            p = a + f * (b - a)
+            rows.append((t % 20, t, i * 3600, float(p[0]), float(p[1])))
+    con.execute("CREATE TABLE trips (user_id INTEGER, traj_id INTEGER, ts TIMESTAMP, lat DOUBLE, lon DOUBLE)")
+    con.executemany("INSERT INTO trips VALUES (?, ?, to_timestamp(1.2e9 + ?)::TIMESTAMP, ?, ?)", rows)
+    yield con
+    con.close()
+
+
+def test_hrnet_fit_sample_and_synthesize_from_sql(db, monkeypatch):
+    spent = []
+    real_record = ledger.record
+    monkeypatch.setattr(ledger, "record", lambda c, s, e, **kw: (spent.append(e), real_record(c, s, e, **kw)))
+    ledger.set_budget(db, "trips", 5.0, 1e-5)
+    row = db.execute(f"FROM mob_fit('trips', 'h', eps := 2.0, delta := 1e-5, method := 'hrnet', bbox := {BOX}, "
+                     f"seed := 1, params := {TINY})").fetchall()
+    assert row[0][:2] == ("h", "hrnet") and len(spent) == 1
+    assert accounting.epsilon(spent[0], 1e-5) <= 2.0 + 1e-9
+    out = db.execute("FROM mob_sample('h', n := 40, seed := 2)").fetchall()
+    assert len({r[0] for r in out}) == 40 and all(r[4] is not None for r in out)  # times are modelled
+    again = db.execute("FROM mob_sample('h', n := 40, seed := 2)").fetchall()
+    assert out == again
+    syn = db.execute(f"FROM synthesize('trips', eps := 1.0, method := 'baseline', bbox := {BOX}, n := 30, "
+                     f"seed := 3, params := {TINY})").fetchall()
+    assert len({r[0] for r in syn}) == 30 and len(spent) == 2
