@@ -55,6 +55,8 @@ PRIVACY_UNITS = ("trajectory", "user")
 _EXACT = 2 ** 53
 # Slabs of the second-order tensor noised at once (entries per block ~ this).
 _BLOCK = 1 << 22
+# Tables up to this many entries are summed with one bincount; larger ones by sorting the windows.
+_BINCOUNT_MAX = 1 << 24
 # Largest dense table built (entries): 602^3 = 218 M fits; 1026^3 (w = 32 plus start/end) does not.
 MAX_DENSE = 1 << 28
 
@@ -175,10 +177,23 @@ def windows(offsets: np.ndarray, cells: np.ndarray, n_states: int, order: int) -
     return index, owner_of_pos[first], n_windows
 
 
-def _summed(index: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct flat indices (sorted) and the sum of the weights on each."""
-    uniq, inverse = np.unique(index, return_inverse=True)
-    return uniq, np.bincount(inverse, weights=weights, minlength=len(uniq))
+def _summed(index: np.ndarray, weights: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct flat indices (sorted, those with a non-zero sum) and the sum of the weights on each."""
+    if size <= _BINCOUNT_MAX:
+        total = np.bincount(index, weights=weights, minlength=size)
+        uniq = np.flatnonzero(total)
+        return uniq, total[uniq]
+    order = np.argsort(index, kind="stable")
+    ordered = index[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]])) if len(ordered) else \
+        np.zeros(0, dtype=np.int64)
+    return ordered[starts], (np.add.reduceat(weights[order], starts) if len(starts) else np.zeros(0))
+
+
+def _distinct(keys: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (a plain sort: numpy 2's hash-based np.unique is several times slower here)."""
+    keys = np.sort(keys)
+    return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
 
 
 def _grid_steps(owner: np.ndarray, n_windows: np.ndarray, scale: float) -> tuple[np.ndarray, float]:
@@ -213,7 +228,7 @@ def transition_counts(offsets, cells, n_states, order=1, *, max_length: int | No
     order = _order(order)
     offsets, cells = truncate(offsets, cells, max_length)
     index, owner, n_windows = windows(offsets, cells, n_states, order)
-    uniq, sums = _summed(index, 1.0 / n_windows[owner])
+    uniq, sums = _summed(index, 1.0 / n_windows[owner], (n_states + 2) ** (order + 1))
     out = np.zeros((n_states + 2,) * (order + 1), dtype=dtype)
     out.reshape(-1)[uniq] = sums
     return out
@@ -258,7 +273,7 @@ def first_order_support(n_states: int, support=None, w: int | None = None) -> np
 
 def _grid_counts(offsets, cells, n_states, order, eps, noise, user_id, privacy_unit, max_trajectories_per_user,
                  max_length):
-    """Validated inputs -> (order, scale, g, distinct flat indices, their exact counts in grid steps)."""
+    """Validated inputs -> (n_states, order, scale, g, flat index of every window, its weight in grid steps)."""
     offsets, cells, n_states = _sequences(offsets, cells, n_states)
     order = _order(order)
     eps = _eps(eps)
@@ -267,10 +282,9 @@ def _grid_counts(offsets, cells, n_states, order, eps, noise, user_id, privacy_u
     scale = k / eps
     index, owner, n_windows = windows(offsets, cells, n_states, order)
     steps, g = _grid_steps(owner, n_windows, scale)
-    uniq, sums = _summed(index, steps.astype(np.float64))
-    if len(sums) and sums.max() >= _EXACT / 4:
+    if len(offsets) * round(1 / g) >= _EXACT / 4:
         raise DuckmobError("too many trajectories for an exact sum on the noise grid; use a smaller eps")
-    return n_states, order, scale, g, uniq, sums
+    return n_states, order, scale, g, index, steps.astype(np.float64)
 
 
 def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSource, *, user_id=None,
@@ -288,14 +302,15 @@ def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSo
     entries: 0.9 GB); the rounding to float32 is post-processing. For a restricted support over many states use
     :func:`noisy_transition_counts_sparse`.
     """
-    n_states, order, scale, g, uniq, sums = _grid_counts(offsets, cells, n_states, order, eps, noise, user_id,
-                                                         privacy_unit, max_trajectories_per_user, max_length)
+    n_states, order, scale, g, index, steps = _grid_counts(offsets, cells, n_states, order, eps, noise, user_id,
+                                                           privacy_unit, max_trajectories_per_user, max_length)
     kk = n_states + 2
     if kk ** (order + 1) > MAX_DENSE:
         raise DuckmobError(f"a dense order-{order} table over {n_states} states has {kk ** (order + 1):,} entries, "
                            f"more than {MAX_DENSE:,}: use fewer states (at most {int(MAX_DENSE ** (1 / 3)) - 2} "
                            "for the second order, e.g. a coarser grid), support := 'neighbours', or markov_order 1")
     sup1 = first_order_support(n_states, support, w)
+    uniq, sums = _summed(index, steps, kk ** (order + 1))
     out = np.zeros((kk,) * (order + 1), dtype=dtype)
     flat = out.reshape(-1)
     if order == 1:
@@ -316,7 +331,7 @@ def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSo
         block[mask] += noise.laplace(scale, int(mask.sum()))  # exact: both terms on the g/2 grid
         block[~mask] = 0.0  # outside the support nothing is released (transitions there are dropped)
         flat[lo:hi] = block
-    return normcut(out, axis=-1) if cut else out
+    return normcut(out, axis=-1, inplace=True) if cut else out
 
 
 def support_entries(n_states: int, order: int, support=None, w: int | None = None) -> np.ndarray:
@@ -347,15 +362,15 @@ def noisy_transition_counts_sparse(offsets, cells, n_states, order, eps, noise: 
     noisy, NormCut-ed (per context row) float64 counts. Meant for restricted supports (``'neighbours'``): a
     second-order neighbour support on a 32 x 32 grid has ~100 k entries instead of 1026^3.
     """
-    n_states, order, scale, g, uniq, sums = _grid_counts(offsets, cells, n_states, order, eps, noise, user_id,
-                                                         privacy_unit, max_trajectories_per_user, max_length)
+    n_states, order, scale, g, index, steps = _grid_counts(offsets, cells, n_states, order, eps, noise, user_id,
+                                                           privacy_unit, max_trajectories_per_user, max_length)
     kk = n_states + 2
     entries = support_entries(n_states, order, support, w)
-    values = np.zeros(len(entries), dtype=np.float64)
-    pos = np.searchsorted(entries, uniq)
-    inside = (pos < len(entries)) & (entries[np.minimum(pos, len(entries) - 1)] == uniq) if len(entries) else \
-        np.zeros(len(uniq), dtype=bool)
-    values[pos[inside]] = sums[inside] * g  # transitions outside the support are dropped
+    pos = np.searchsorted(entries, index)
+    inside = (pos < len(entries)) & (entries[np.minimum(pos, len(entries) - 1)] == index) if len(entries) else \
+        np.zeros(len(index), dtype=bool)
+    # transitions outside the support are dropped; sums of whole grid steps are exact
+    values = np.bincount(pos[inside], weights=steps[inside], minlength=len(entries)) * g
     values += noise.laplace(scale, len(entries))  # every support entry, zero or not; exact sums
     if cut and len(entries):
         context = entries // kk
@@ -412,7 +427,7 @@ def _region_pairs(offsets, cells, w, level) -> tuple[np.ndarray, np.ndarray, np.
     regions = 4 ** int(level)
     key = parent(cells[starts], w, level) * n_cells + cells[starts + 1]
     # HRNet's indicator: a (region, cell) pair counts once per trajectory, however often it occurs
-    distinct = np.unique(owner[starts] * (regions * n_cells) + key)
+    distinct = _distinct(owner[starts] * (regions * n_cells) + key)
     traj, pair = np.divmod(distinct, regions * n_cells)
     n_transitions = np.maximum(lengths - 1, 0)
     return traj, pair, n_transitions, regions * n_cells

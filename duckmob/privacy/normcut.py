@@ -24,28 +24,32 @@ from duckmob.errors import DuckmobError
 _BLOCK = 1 << 18
 
 
-def normcut(x: np.ndarray, axis: int = -1) -> np.ndarray:
+def normcut(x: np.ndarray, axis: int = -1, inplace: bool = False) -> np.ndarray:
     """PrivTrace's NormCut (App. B.6, Algorithm 2) applied to every 1-d slice of ``x`` along ``axis``.
 
     Negative entries become 0 and their total is subtracted from the smallest positive entries first, so each
     slice keeps its sum when its positive entries cover the negative mass; otherwise the slice becomes zeros.
     Returns a new array (float32 in -> float32 out, anything else -> float64); units are those of ``x``.
+    ``inplace=True`` overwrites ``x`` instead when it is a C-contiguous float array cut along its last axis
+    (saves a copy of a large table).
     """
     x = np.asarray(x)
     if x.ndim == 0:
         raise DuckmobError("normcut needs an array with at least one dimension; got a scalar")
     dtype = x.dtype if x.dtype in (np.float32, np.float64) else np.float64
-    if x.size and not np.isfinite(x).all():
-        raise DuckmobError("normcut got NaN or infinite values: noisy counts must be finite numbers")
     moved = np.moveaxis(x, axis, -1)
     if moved.size == 0:
         return np.zeros(x.shape, dtype=dtype)
     rows = moved.reshape(-1, moved.shape[-1])
-    out = np.empty(rows.shape, dtype=dtype)
+    own = inplace and x.dtype == dtype and x.flags.c_contiguous and axis in (-1, x.ndim - 1)
+    out = rows if own else np.empty(rows.shape, dtype=dtype)
     step = max(1, _BLOCK // max(1, rows.shape[1]))
     for start in range(0, rows.shape[0], step):
-        out[start:start + step] = _normcut_rows(rows[start:start + step])
-    return np.moveaxis(out.reshape(moved.shape), -1, axis)
+        block = rows[start:start + step]
+        if not np.isfinite(block).all():
+            raise DuckmobError("normcut got NaN or infinite values: noisy counts must be finite numbers")
+        out[start:start + step] = _normcut_rows(block)
+    return x if own else np.moveaxis(out.reshape(moved.shape), -1, axis)
 
 
 def _normcut_rows(rows: np.ndarray) -> np.ndarray:

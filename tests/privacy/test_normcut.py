@@ -104,3 +104,12 @@ def test_many_ties_match_algorithm2(x):
     out = normcut(x)
     for row, new in zip(x, out):
         np.testing.assert_allclose(new, algorithm2(row), atol=1e-12)
+
+
+def test_inplace():
+    x = np.array([[-5.0, 1.0, 7.0], [1.0, 2.0, 3.0]])
+    out = normcut(x, inplace=True)
+    assert out is x and x.tolist() == [[0, 0, 3], [1, 2, 3]]
+    y = np.array([[-5.0, 1.0], [1.0, 7.0]])
+    assert normcut(y, axis=0, inplace=True) is not y  # not along the last axis: a new array
+    assert y.tolist() == [[-5.0, 1.0], [1.0, 7.0]]
