@@ -12,6 +12,12 @@ CREATE OR REPLACE TEMP MACRO _mob_params_json(params) AS
          WHEN typeof(params) = 'VARCHAR' THEN params::VARCHAR
          ELSE to_json(params)::VARCHAR END;
 
+-- The points reach the hidden UDFs as one list per column (aligned: one ungrouped aggregate), which costs DuckDB
+-- about half the memory of one list of structs; user ids are only gathered when the privacy unit is a user
+-- (the CASE folds away otherwise), sequence numbers only for rows without a timestamp.
+CREATE OR REPLACE TEMP MACRO _mob_user_list(user_id, privacy_unit) AS
+    CASE WHEN lower(coalesce(privacy_unit, 'trajectory')) = 'user' THEN list(user_id) END;
+
 -- A synthetic trajectory table (traj_id, seq, lat, lon, ts; ts NULL where the method models no time):
 -- fit + sample in one call, spending eps once from the budget of tbl; the model is not stored.
 CREATE OR REPLACE TEMP MACRO synthesize(tbl, eps := NULL, delta := NULL, method := 'privtrace', bbox := NULL,
@@ -19,8 +25,8 @@ CREATE OR REPLACE TEMP MACRO synthesize(tbl, eps := NULL, delta := NULL, method 
                                        max_trajectories_per_user := NULL, params := NULL, outside := 'fail',
                                        traj_col := 'traj_id', ts_col := 'ts', lat_col := 'lat', lon_col := 'lon',
                                        user_col := 'user_id') AS TABLE
-SELECT unnest(_mob_synthesize(list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon,
-                                    'seq': seq}),
+SELECT unnest(_mob_synthesize(list(traj_id), _mob_user_list(user_id, privacy_unit), list(ts), list(lat),
+                              list(lon), list(seq) FILTER (WHERE ts IS NULL),
                               tbl, eps, delta, method, bbox, privacy_unit, max_trajectories_per_user,
                               _mob_params_json(params), outside, n, seed), recursive := true)
 FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col, lon_col := lon_col,
@@ -31,8 +37,8 @@ CREATE OR REPLACE TEMP MACRO mob_fit(tbl, name, eps := NULL, delta := NULL, meth
                                     seed := NULL, privacy_unit := 'trajectory', max_trajectories_per_user := NULL,
                                     params := NULL, outside := 'fail', traj_col := 'traj_id', ts_col := 'ts',
                                     lat_col := 'lat', lon_col := 'lon', user_col := 'user_id') AS TABLE
-SELECT unnest(_mob_fit(list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon,
-                             'seq': seq}),
+SELECT unnest(_mob_fit(list(traj_id), _mob_user_list(user_id, privacy_unit), list(ts), list(lat), list(lon),
+                       list(seq) FILTER (WHERE ts IS NULL),
                        tbl, name, eps, delta, method, bbox, privacy_unit, max_trajectories_per_user,
                        _mob_params_json(params), outside, seed), recursive := true)
 FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col, lon_col := lon_col,

@@ -47,7 +47,8 @@ class Synthesizer(ABC):
     """A method with its public hyper-parameters.
 
     ``model_class`` is the :class:`Model` subclass ``fit`` returns (used to load stored models by method name);
-    ``default_delta`` is the delta used when the caller gives none (0 for a pure eps-DP method);
+    ``default_delta`` is the delta used when the caller gives none (0 for a pure eps-DP method); ``needs_time``
+    says whether the input must have timestamps (False: a table without time is ordered by ``seq``);
     ``contribution_bound`` is k, the number of trajectories one privacy unit may contribute: 1 when the unit is
     a trajectory; the fit driver sets it to ``max_trajectories_per_user`` for user-level privacy after it has
     bounded contributions, and ``fit`` multiplies every sensitivity by it.
@@ -56,6 +57,7 @@ class Synthesizer(ABC):
     method: ClassVar[str]
     model_class: ClassVar[type[Model]]
     default_delta: ClassVar[float] = 1e-5
+    needs_time: ClassVar[bool] = True
     contribution_bound: int = 1
 
     def __init__(self, bbox, **params):

@@ -285,3 +285,17 @@ def test_length_histogram_post_processing_removes_noise_in_the_tail():
     dens = smooth / np.diff(edges)
     assert np.isclose(smooth.sum(), 402) and (np.diff(dens[1:]) <= 1e-12).all()
     assert np.allclose(smooth[[1, 2, 3]], [120, 95, 95])
+
+
+def test_state_sequences_in_chunks_equal_one_pass(monkeypatch):
+    import duckmob.synth.privtrace.states as states
+
+    rng = np.random.default_rng(0)
+    g = StateGrid(BOX, 5, 2, rng.integers(0, 3, 25))
+    lengths = rng.integers(1, 40, 300)
+    off = np.concatenate([[0], np.cumsum(lengths)])
+    lat, lon = rng.random(off[-1]), rng.random(off[-1])
+    whole = state_sequences(g, off, lat, lon)
+    monkeypatch.setattr(states, "CHUNK_POINTS", 333)
+    chunked = state_sequences(g, off, lat, lon)
+    assert all(np.array_equal(a, b) for a, b in zip(whole, chunked))

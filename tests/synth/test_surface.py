@@ -147,3 +147,31 @@ def test_user_level_privacy_bounds_contributions_and_column_mapping(db, spends):
     assert len({r[0] for r in out}) == 10
     (source, _event, kw), = spends
     assert source == "moves" and kw["privacy_unit"] == "user" and kw["params"]["max_trajectories_per_user"] == 2
+
+
+def test_a_synthetic_table_without_time_can_be_fitted_again(db, spends):
+    ledger.set_budget(db, "trips", 5.0, 1e-6)
+    db.execute(f"CREATE TABLE syn AS FROM synthesize('trips', eps := 1.0, bbox := {BOX}, n := 80, seed := 2)")
+    ledger.set_budget(db, "syn", 1.0, 1e-6)
+    out = db.execute(f"FROM synthesize('syn', eps := 1.0, bbox := {BOX}, n := 20, seed := 3)").fetchall()
+    assert len({r[0] for r in out}) == 20 and all(r[4] is None for r in out)
+    assert [s[0] for s in spends] == ["trips", "syn"]
+
+
+def test_points_gathered_out_of_order_are_sorted_before_cleaning():
+    import pyarrow as pa
+
+    from duckmob.sql.synth import _in_order
+    from duckmob.trajectories import from_points
+
+    rng = np.random.default_rng(1)
+    traj = np.repeat(np.arange(50), 7)
+    ts = np.tile(np.arange(7), 50) * 1_000_000
+    lat, lon = rng.random(350), rng.random(350)
+    perm = rng.permutation(350)
+    cols = {"traj_id": pa.array(traj[perm]), "ts": pa.array(ts[perm]).cast(pa.timestamp("us")),
+            "lat": pa.array(lat[perm]), "lon": pa.array(lon[perm])}
+    a, _ = from_points(_in_order(cols))
+    b, _ = from_points(pa.table({"traj_id": traj, "ts": pa.array(ts).cast(pa.timestamp("us")), "lat": lat,
+                                 "lon": lon}))
+    assert np.array_equal(a.offsets, b.offsets) and np.array_equal(a.lat, b.lat) and np.array_equal(a.ts, b.ts)

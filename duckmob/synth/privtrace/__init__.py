@@ -90,6 +90,7 @@ class PrivTrace(Synthesizer):
 
     method = "privtrace"
     default_delta = 0.0
+    needs_time = False       # points are ordered by time when there is time, else by seq
 
     def __init__(self, bbox, **params):
         unknown = set(params) - set(DEFAULTS)

@@ -125,6 +125,9 @@ def uniform_grid(bbox, K: int) -> StateGrid:
     return StateGrid(bbox, K, 0, np.zeros(K * K, dtype=np.int64))
 
 
+CHUNK_POINTS = 1 << 21   # points per chunk: bounds the temporaries of state_sequences (about 80 bytes a point)
+
+
 def state_sequences(grid: StateGrid, offsets: np.ndarray, lat: np.ndarray,
                     lon: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Discretise trajectories into state sequences whose consecutive states are neighbours.
@@ -133,8 +136,26 @@ def state_sequences(grid: StateGrid, offsets: np.ndarray, lat: np.ndarray,
     Between two consecutive fixes in different states the straight segment is sampled every base cell (at most
     one base cell per axis a step), so the states visited in between are filled in; then runs of one state
     are collapsed to one visit. Returns ``(seq_offsets int64[n+1], states int64[total], traj int64[total])``;
-    every trajectory keeps at least one state. Vectorised over points (no loop over trajectories).
+    every trajectory keeps at least one state. Vectorised over points (no loop over trajectories); long inputs
+    are cut at trajectory boundaries into chunks of about CHUNK_POINTS points to bound the memory used.
     """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if offsets[-1] > CHUNK_POINTS:
+        cuts = np.unique(np.searchsorted(offsets, np.arange(0, offsets[-1], CHUNK_POINTS), side="right") - 1)
+        cuts = np.unique(np.concatenate([cuts, [len(offsets) - 1]]))
+        parts = []
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            lo, hi = offsets[a], offsets[b]
+            o, st, own = _state_sequences(grid, offsets[a:b + 1] - lo, lat[lo:hi], lon[lo:hi])
+            parts.append((np.diff(o), st, own + a))
+        lengths = np.concatenate([p[0] for p in parts])
+        return (np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), np.concatenate([p[1] for p in parts]),
+                np.concatenate([p[2] for p in parts]))
+    return _state_sequences(grid, offsets, lat, lon)
+
+
+def _state_sequences(grid: StateGrid, offsets: np.ndarray, lat: np.ndarray,
+                     lon: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     offsets = np.asarray(offsets, dtype=np.int64)
     n = len(offsets) - 1
     n_pts = int(offsets[-1])
