@@ -27,7 +27,7 @@ def timed(label, fn, n_cells):
 def cell_sequences(con, w):
     path = SHARED / "geolife_beijing.parquet"
     t0 = time.perf_counter()
-    rows = con.execute(f"SELECT cells FROM mob_cell_sequences('read_parquet(''{path}'')', bbox := {BBOX}, "
+    rows = con.sql(f"SELECT cells FROM mob_cell_sequences('read_parquet(''{path}'')', bbox := {BBOX}, "
                        f"w := {w}, stay_points := false, outside := 'drop')").to_arrow_table()
     lists = rows.column("cells").combine_chunks()
     offsets = np.asarray(lists.offsets, dtype=np.int64)
@@ -72,7 +72,8 @@ def main():
     if (SHARED / "geolife_beijing.parquet").exists():
         offsets, cells = cell_sequences(con, 32)
         run(offsets, cells, 32)
-        con.execute(f"CREATE TABLE seqs AS FROM mob_cell_sequences('read_parquet(''{SHARED / 'geolife_beijing.parquet'}'')', "
+        path = SHARED / "geolife_beijing.parquet"
+        con.execute(f"CREATE TABLE seqs AS FROM mob_cell_sequences('read_parquet(''{path}'')', "
                     f"bbox := {BBOX}, w := 32, stay_points := false, outside := 'drop')")
         con.execute("FROM mob_set_budget('seqs', eps := 100, delta := 1e-6)").fetchall()
         t0 = time.perf_counter()

@@ -28,7 +28,8 @@ def main():
     release = n / best_of(lambda: src.add_laplace(x, 1.0))
     print(f"duckmob NoiseSource.laplace:      {ours / 1e6:8.1f} M samples/s (goal >= 10 M/s)")
     print(f"duckmob add_laplace (snap + add): {release / 1e6:8.1f} M samples/s")
-    print(f"numpy Generator.laplace:          {textbook / 1e6:8.1f} M samples/s   ours / numpy = {ours / textbook:.2f}x")
+    print(f"numpy Generator.laplace:          {textbook / 1e6:8.1f} M samples/s   "
+          f"ours / numpy = {ours / textbook:.2f}x")
     try:
         import opendp.prelude as dp
     except ImportError:

@@ -34,6 +34,7 @@ import dp_accounting
 from dp_accounting import pld
 
 from duckmob.errors import DuckmobError
+from duckmob.privacy.checks import positive
 
 KINDS = ("laplace", "gaussian", "dp_sgd", "compose")
 
@@ -106,30 +107,20 @@ def _from_obj(obj) -> Event:
     raise ValueError(f"unknown kind {kind!r}, expected one of {KINDS}")
 
 
-def _positive(name: str, value) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise DuckmobError(f"{name} must be a positive number; got {value!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise DuckmobError(f"{name} must be a positive finite number; got {value!r}")
-    return v
-
-
 def laplace(eps: float) -> Event:
     """One pure eps-DP Laplace release (noise scale = sensitivity / eps)."""
-    return Event("laplace", (("eps", _positive("eps", eps)),))
+    return Event("laplace", (("eps", positive("eps", eps)),))
 
 
 def gaussian(noise_multiplier: float) -> Event:
     """One Gaussian release, noise sd = noise_multiplier x L2 sensitivity."""
-    return Event("gaussian", (("noise_multiplier", _positive("noise_multiplier", noise_multiplier)),))
+    return Event("gaussian", (("noise_multiplier", positive("noise_multiplier", noise_multiplier)),))
 
 
 def dp_sgd(noise_multiplier: float, sample_rate: float, steps: int) -> Event:
     """DP-SGD: ``steps`` Poisson-subsampled (rate ``sample_rate``) Gaussian steps with multiplier ``sigma``."""
-    sigma = _positive("noise_multiplier", noise_multiplier)
-    q = _positive("sample_rate", sample_rate)
+    sigma = positive("noise_multiplier", noise_multiplier)
+    q = positive("sample_rate", sample_rate)
     if q > 1:
         raise DuckmobError(f"sample_rate must be in (0, 1]; got {sample_rate!r}")
     if isinstance(steps, bool) or int(steps) != steps or steps < 0:

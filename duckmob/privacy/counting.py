@@ -41,12 +41,12 @@ divides by ``|v|``, which is also <= 1 but looser).
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
 from duckmob.errors import DuckmobError
 from duckmob.grid import parent, quadtree_depth
+from duckmob.privacy.checks import positive
 from duckmob.privacy.noise import NoiseSource, granularity
 from duckmob.privacy.normcut import normcut
 
@@ -127,7 +127,8 @@ def _select(offsets, cells, keep) -> tuple[np.ndarray, np.ndarray]:
             cells[np.repeat(keep, lengths)])
 
 
-def _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise) -> tuple[np.ndarray, np.ndarray, int]:
+def _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells,
+          noise) -> tuple[np.ndarray, np.ndarray, int]:
     """Apply contribution bounding; return (offsets, cells, k = trajectories per privacy unit)."""
     if privacy_unit not in PRIVACY_UNITS:
         raise DuckmobError(f"privacy_unit must be 'trajectory' or 'user'; got {privacy_unit!r}")
@@ -276,7 +277,7 @@ def _grid_counts(offsets, cells, n_states, order, eps, noise, user_id, privacy_u
     """Validated inputs -> (n_states, order, scale, g, flat index of every window, its weight in grid steps)."""
     offsets, cells, n_states = _sequences(offsets, cells, n_states)
     order = _order(order)
-    eps = _eps(eps)
+    eps = positive("eps", eps)
     offsets, cells = truncate(offsets, cells, max_length)
     offsets, cells, k = _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise)
     scale = k / eps
@@ -392,7 +393,7 @@ def noisy_count(n_items: int, eps: float, noise: NoiseSource, sensitivity: int =
     with at most k trajectories) -> eps-DP, accounted as ``accounting.laplace(eps)``. Integers lie on the grid
     (its step is a power of two <= 1), so the sum is exact.
     """
-    eps = _eps(eps)
+    eps = positive("eps", eps)
     if isinstance(n_items, bool) or int(n_items) != n_items or n_items < 0:
         raise DuckmobError(f"n_items must be a non-negative integer count; got {n_items!r}")
     if isinstance(sensitivity, bool) or int(sensitivity) != sensitivity or sensitivity < 1:
@@ -403,16 +404,6 @@ def noisy_count(n_items: int, eps: float, noise: NoiseSource, sensitivity: int =
     if n_items >= _EXACT / 4:
         raise DuckmobError("count too large for an exact noisy sum")
     return float(int(n_items) + noise.laplace(scale, 1)[0])
-
-
-def _eps(eps) -> float:
-    try:
-        v = float(eps)
-    except (TypeError, ValueError):
-        raise DuckmobError(f"eps must be a positive number; got {eps!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise DuckmobError(f"eps must be a positive finite number; got {eps!r}")
-    return v
 
 
 # -- HRNet's coarse-to-fine transition matrix ------------------------------------------------------------------
@@ -453,7 +444,7 @@ def noisy_region_transition_counts(offsets, cells, w: int, level: int, eps: floa
     accounted as ``accounting.laplace(eps)``. Not NormCut-ed (HRNet normalises rows itself); entries are exact
     multiples of the noise grid plus grid noise.
     """
-    eps = _eps(eps)
+    eps = positive("eps", eps)
     offsets, cells, n_cells = _sequences(offsets, cells, w * w)
     offsets, cells, k = _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise)
     scale = k / eps

@@ -2,8 +2,8 @@
 
 Tables (created by :func:`ensure_tables`, plain DuckDB tables in the connection's default schema):
 
-- ``duckmob_budget(source, eps, delta, declared_at)``: every declaration (times in UTC), append-only; a source's budget is its
-  latest row. Raising a budget is allowed (and stays visible as history); lowering it below what is already
+- ``duckmob_budget(source, eps, delta, declared_at)``: every declaration (times in UTC), append-only; a source's
+  budget is its latest row. Raising a budget is allowed (and stays visible as history); lowering it below what is already
   spent is refused.
 - ``duckmob_ledger(id, recorded_at, source, mechanism, epsilon, delta, privacy_unit, params JSON, event JSON, seeded)``:
   one row per release. ``event`` is the accounting event (``duckmob.privacy.accounting``); ``epsilon`` is that
@@ -179,7 +179,8 @@ def record(con, source: str, event: Event, *, mechanism: str, privacy_unit: str,
     delta = declared[1] if declared else 0.0
     own = accounting.epsilon(event, delta)
     con.execute(
-        f"INSERT INTO {LEDGER} (id, recorded_at, source, mechanism, epsilon, delta, privacy_unit, params, event, seeded) "
+        f"INSERT INTO {LEDGER} (id, recorded_at, source, mechanism, epsilon, delta, privacy_unit, params, event, "
+        "seeded) "
         f"SELECT coalesce(max(id), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM {LEDGER}",
         [_now(), source, str(mechanism), own if math.isfinite(own) else None, delta, str(privacy_unit),
          json.dumps(params, default=_jsonable, sort_keys=True), event.to_json(), bool(seeded)])

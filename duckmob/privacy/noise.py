@@ -56,6 +56,7 @@ import math
 import numpy as np
 
 from duckmob.errors import DuckmobError
+from duckmob.privacy.checks import positive
 
 # Bits of the grid below the scale: g = 2^(floor(log2 b) - BITS), t = b / g in [2^BITS, 2^(BITS+1)).
 BITS = 20
@@ -86,13 +87,7 @@ def epsilon_rounded(eps: float, sensitivity: float, scale: float, changed: int) 
 
 
 def _check_scale(scale) -> float:
-    try:
-        scale = float(scale)
-    except (TypeError, ValueError):
-        raise DuckmobError(f"noise scale must be a positive number; got {scale!r}") from None
-    if not (math.isfinite(scale) and scale > 0):
-        raise DuckmobError(f"noise scale must be a positive finite number (sensitivity / eps); got {scale!r}")
-    return scale
+    return positive("noise scale", scale, " (sensitivity / eps)")
 
 
 class NoiseSource:
@@ -115,9 +110,11 @@ class NoiseSource:
     def laplace(self, scale: float, size) -> np.ndarray:
         """Laplace noise of scale ``scale`` (density exp(-|z|/b)/2b, variance 2 b^2 + g^2/12), float64.
 
-        Values are ``g (W + 1/2)`` with ``W = floor(X / g)``, ``X ~ Laplace(0, b)``, ``g = granularity(b)``:
-        add them to inputs on the grid ``g Z`` only (``add_laplace`` rounds for you). Privacy map: inputs at
-        L1 distance ``Delta`` -> ``Delta / b``-DP, accounted as ``accounting.laplace(Delta / b)``.
+        Values are ``g (W + 1/2)`` with ``W = floor(X / g)``, ``X ~ Laplace(0, b)``, ``g = granularity(b)``.
+        Add them ONLY to inputs on the grid ``g Z``: ``x + noise`` with an off-grid ``x`` reveals ``x mod g`` in
+        the output's low bits (Mironov's attack again); use ``add_laplace``, or build the counts in whole grid
+        steps as ``counting`` does. Privacy map: inputs on the grid at L1 distance ``Delta`` ->
+        ``Delta / b``-DP, accounted as ``accounting.laplace(Delta / b)``.
         """
         scale = _check_scale(scale)
         g = granularity(scale)

@@ -102,21 +102,15 @@ def udfs(con) -> list[Udf]:
         finally:
             cur.close()
 
-    def budgets(_):
-        cur = con.cursor()
-        try:
-            rows = ledger.budgets(cur)
-        finally:
-            cur.close()
-        return one_row(pa.Table.from_pylist(rows, schema=_BUDGETS_SCHEMA))
-
-    def releases(_):
-        cur = con.cursor()
-        try:
-            rows = ledger.releases(cur)
-        finally:
-            cur.close()
-        return one_row(pa.Table.from_pylist(rows, schema=_LEDGER_SCHEMA))
+    def listing(read, schema):
+        def udf(_):
+            cur = con.cursor()
+            try:
+                rows = read(cur)
+            finally:
+                cur.close()
+            return one_row(pa.Table.from_pylist(rows, schema=schema))
+        return udf
 
     def transitions(rows, source, order, eps, n_states, seed, privacy_unit, max_per_user, max_length, support, w):
         source, order, eps, n_states = scalar(source), scalar(order), scalar(eps), scalar(n_states)
@@ -196,6 +190,8 @@ def udfs(con) -> list[Udf]:
              "VARCHAR"], "STRUCT(count DOUBLE)[]", side_effects=True, special_nulls=True),
         Udf("_mob_set_budget", set_budget, ["VARCHAR", "DOUBLE", "DOUBLE"], _BUDGET_ROW, side_effects=True,
             special_nulls=True),
-        Udf("_mob_budgets", budgets, ["BOOLEAN"], _struct(_BUDGETS_SCHEMA), side_effects=True),
-        Udf("_mob_ledger", releases, ["BOOLEAN"], _struct(_LEDGER_SCHEMA), side_effects=True),
+        Udf("_mob_budgets", listing(ledger.budgets, _BUDGETS_SCHEMA), ["BOOLEAN"], _struct(_BUDGETS_SCHEMA),
+            side_effects=True),
+        Udf("_mob_ledger", listing(ledger.releases, _LEDGER_SCHEMA), ["BOOLEAN"], _struct(_LEDGER_SCHEMA),
+            side_effects=True),
     ]

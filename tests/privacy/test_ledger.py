@@ -28,17 +28,18 @@ def test_set_budget_spend_and_refuse(con):
     rows = con.sql("FROM mob_set_budget('trips', eps := 2, delta := 1e-5)").fetchall()
     assert rows == [("trips", 2.0, 1e-5, 0.0, 2.0)]
     ledger.check(con, "trips", acc.laplace(0.5))
-    assert con.execute("SELECT count(*) FROM duckmob_ledger").fetchone()[0] == 0  # check writes nothing
+    assert con.execute("SELECT count(*) FROM duckmob_ledger").fetchall()[0][0] == 0  # check writes nothing
     rec(con, "trips", acc.laplace(0.5))
     rec(con, "trips", SGD, seeded=True)
-    source, eps, delta, spent, remaining, releases, _ = con.execute("FROM mob_budget()").fetchone()
+    source, eps, delta, spent, remaining, releases, _ = con.execute("FROM mob_budget()").fetchall()[0]
     assert (source, eps, delta, releases) == ("trips", 2.0, 1e-5, 2)
     assert spent == pytest.approx(1.2844, abs=1e-3) == ledger.spent(con, "trips")
     assert remaining == pytest.approx(2.0 - spent)
     with pytest.raises(BudgetError, match=r"privacy budget of 'trips' exceeded: eps 1\.28\d* of 2 spent"):
         ledger.check(con, "trips", acc.laplace(1.0))
     ledger.check(con, "trips", acc.laplace(0.7))  # PLD composition: 1.2844 + 0.7 minus a little still fits
-    led = con.sql("SELECT id, source, mechanism, privacy_unit, params, event, seeded, epsilon FROM mob_ledger()").fetchall()
+    led = con.sql("SELECT id, source, mechanism, privacy_unit, params, event, seeded, epsilon "
+                  "FROM mob_ledger()").fetchall()
     assert [r[0] for r in led] == [1, 2]
     assert led[0][1:7] == ("trips", "test", "trajectory", '{"k": 1}', '{"kind":"laplace","eps":0.5}', False)
     assert led[1][6] is True
@@ -65,7 +66,7 @@ def test_lowering_below_spent_refused_raising_recorded(con):
     con.sql("FROM mob_set_budget('t', eps := 3, delta := 0)").fetchall()
     history = con.sql("SELECT eps FROM duckmob_budget WHERE source = 't' ORDER BY declared_at, rowid").fetchall()
     assert history == [(1.0,), (0.8,), (3.0,)]
-    assert con.execute("SELECT eps, remaining FROM mob_budget()").fetchone() == pytest.approx((3.0, 2.4))
+    assert con.execute("SELECT eps, remaining FROM mob_budget()").fetchall()[0] == pytest.approx((3.0, 2.4))
 
 
 def test_pure_budget_refuses_gaussian_mechanisms(con):
@@ -95,7 +96,7 @@ def test_ledger_persists_in_the_database_file(tmp_path):
     c.close()
     c = duckmob.connect(path, read_only=True)
     try:
-        assert c.execute("SELECT spent, releases FROM mob_budget()").fetchone() == pytest.approx((0.25, 1), abs=1e-4)
+        assert c.execute("SELECT spent, releases FROM mob_budget()").fetchall()[0] == pytest.approx((0.25, 1), abs=1e-4)
         with pytest.raises(duckdb.Error):
             rec(c, "trips", acc.laplace(0.25))  # read-only: nothing can be spent
     finally:
