@@ -3,10 +3,10 @@
 Tables (created by :func:`ensure_tables`, plain DuckDB tables in the connection's default schema):
 
 - ``duckmob_budget(source, eps, delta, declared_at)``: every declaration (times in UTC), append-only; a source's
-  budget is its latest row. Raising a budget is allowed (and stays visible as history); lowering it below what is already
-  spent is refused.
-- ``duckmob_ledger(id, recorded_at, source, mechanism, epsilon, delta, privacy_unit, params JSON, event JSON, seeded)``:
-  one row per release. ``event`` is the accounting event (``duckmob.privacy.accounting``); ``epsilon`` is that
+  budget is its latest row. Raising a budget is allowed (and stays visible as history); lowering it below what is
+  already spent is refused.
+- ``duckmob_ledger(id, recorded_at, source, mechanism, epsilon, delta, privacy_unit, params JSON, event JSON,
+  seeded)``: one row per release. ``event`` is the accounting event (``duckmob.privacy.accounting``); ``epsilon`` is that
   release's own epsilon at the budget's ``delta`` (for reading; the spend is always recomposed from ``event``);
   ``seeded`` marks releases made with an explicit seed ("seeded, not for release": anyone who knows the seed
   can subtract the noise, so such output has no privacy guarantee — it is still charged to the budget).
@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from duckmob.errors import BudgetError, DuckmobError
 from duckmob.privacy import accounting
 from duckmob.privacy.accounting import Event
+from duckmob.privacy.checks import positive
 
 BUDGET = "duckmob_budget"
 LEDGER = "duckmob_ledger"
@@ -63,7 +64,7 @@ def has_tables(con) -> bool:
     """Whether both ledger tables exist (without creating them)."""
     return con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-        "AND schema_name = current_schema() AND table_name IN (?, ?)", [BUDGET, LEDGER]).fetchone()[0] == 2
+        "AND schema_name = current_schema() AND table_name IN (?, ?)", [BUDGET, LEDGER]).fetchall()[0][0] == 2
 
 
 def budgets(con) -> list[dict]:
@@ -105,9 +106,9 @@ def _source(source) -> str:
 def budget(con, source: str) -> tuple[float, float] | None:
     """The declared (eps, delta) of ``source``, or None when none was declared."""
     ensure_tables(con)
-    row = con.execute(f"SELECT eps, delta FROM {BUDGET} WHERE source = ? ORDER BY declared_at DESC, rowid DESC "
-                      "LIMIT 1", [_source(source)]).fetchone()
-    return None if row is None else (float(row[0]), float(row[1]))
+    rows = con.execute(f"SELECT eps, delta FROM {BUDGET} WHERE source = ? ORDER BY declared_at DESC, rowid DESC "
+                       "LIMIT 1", [_source(source)]).fetchall()  # fetchall: no result left open on con
+    return (float(rows[0][0]), float(rows[0][1])) if rows else None
 
 
 def events(con, source: str) -> list[Event]:
@@ -133,10 +134,8 @@ def _no_budget(source: str) -> BudgetError:
 def set_budget(con, source: str, eps: float, delta: float) -> None:
     """Declare (or raise) the (eps, delta) budget of ``source``; refuses one below what is already spent."""
     source = _source(source)
-    eps = _number("eps", eps, positive=True)
-    delta = _number("delta", delta)
-    if not delta < 1:
-        raise DuckmobError(f"delta must be in [0, 1) (typically 1e-5 or below 1/number of trajectories); got {delta!r}")
+    eps = positive("eps", eps)
+    delta = _delta(delta)
     ensure_tables(con)
     used = spent(con, source, delta)
     if used > eps + _SLACK:
@@ -192,13 +191,13 @@ def _jsonable(value):
     return str(value)
 
 
-def _number(name: str, value, positive: bool = False) -> float:
+def _delta(value) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise DuckmobError(f"{name} must be a number; got {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (positive and v == 0):
-        raise DuckmobError(f"{name} must be a {'positive' if positive else 'non-negative'} finite number; "
+        v = math.nan
+    if not 0 <= v < 1:
+        raise DuckmobError(f"delta must be in [0, 1) (typically 1e-5, below 1 / number of trajectories); "
                            f"got {value!r}")
     return v
 

@@ -40,13 +40,14 @@ lattice points; the sum ``k TAIL + E`` and the product ``t E`` round at relative
 two such probabilities is off by at most ``2^-19`` per coordinate that differs between neighbours: a release
 that changes ``c`` coordinates is ``(eps + c 2^-19, e^-1000)``-DP in the worst case. OpenDP's samplers are exact;
 this one trades that last ``2^-19`` per changed coordinate for speed (tens of millions of samples a second
-against OpenDP's ~0.1 M/s from Python, see benchmarks/noise.py).
+against OpenDP's ~0.03 M/s from Python, see benchmarks/noise.py).
 
 Randomness. ``numpy.random.PCG64`` streams derived from a ``SeedSequence`` seeded from OS entropy unless an
 explicit seed is given (then ``seeded`` is True and the ledger marks the release "seeded, not for release").
-PCG64 is a statistical generator, not a cryptographic one: an adversary who could recover its state from
-outputs could predict the noise. We accept this, as Google's and OpenDP's fast paths do not; see the threat
-model in ``duckmob.privacy.ledger``.
+PCG64 is a statistical generator, not a cryptographic one (OpenDP draws from a cryptographically secure one):
+an adversary who could reconstruct its state from released outputs could predict the noise. Releases expose only
+noisy aggregates, which makes that impractical, not impossible; we accept it for speed. See the threat model in
+``duckmob.privacy.ledger``.
 """
 
 from __future__ import annotations
@@ -147,9 +148,9 @@ class NoiseSource:
         x = np.asarray(x, dtype=np.float64)
         units = np.rint(x / g)  # division by a power of two is exact; rint is exact
         if units.size and not np.all(np.abs(units) < _EXACT / 2):
-            raise DuckmobError(
-                f"values up to {np.nanmax(np.abs(x)):.3g} are too large for noise of scale {scale:.3g} "
-                "(more than 2^51 grid steps): use a larger scale (smaller eps) or rescale the values")
+            raise DuckmobError(  # no value from x in the message: an error is an output too
+                f"some values are not finite or too large for noise of scale {scale:.3g} (more than 2^51 grid "
+                "steps): use a larger scale (smaller eps) or rescale the values")
         return units * g + self.laplace(scale, x.shape)
 
     def discrete_laplace(self, t: float, size) -> np.ndarray:
