@@ -17,8 +17,8 @@ from duckmob.privacy.noise import NoiseSource
 from duckmob.sql import Udf, one_row, points, scalar
 
 _BUDGET_ROW = "STRUCT(source VARCHAR, eps DOUBLE, delta DOUBLE, spent DOUBLE, remaining DOUBLE)[]"
-
-
+_TRANSITION_ROW = "STRUCT(prev_state BIGINT, from_state BIGINT, to_state BIGINT, count DOUBLE)[]"
+_SEQS_TYPE = "STRUCT(traj_id BIGINT, user_id BIGINT, cells BIGINT[])[]"
 _BUDGETS_SCHEMA = pa.schema([("source", pa.string()), ("eps", pa.float64()), ("delta", pa.float64()),
                              ("spent", pa.float64()), ("remaining", pa.float64()), ("releases", pa.int64()),
                              ("declared_at", pa.timestamp("us"))])
@@ -48,10 +48,6 @@ def _budget_row(cur, source: str) -> pa.ListArray:
     used = ledger.spent(cur, source, delta)
     return one_row(pa.table({"source": [source], "eps": [eps], "delta": [delta], "spent": [used],
                              "remaining": [max(eps - used, 0.0)]}))
-
-
-_TRANSITION_ROW = "STRUCT(prev_state BIGINT, from_state BIGINT, to_state BIGINT, count DOUBLE)[]"
-_SEQS_TYPE = "STRUCT(traj_id BIGINT, user_id BIGINT, cells BIGINT[])[]"
 
 
 def _unit_args(privacy_unit, max_per_user) -> tuple[str, int | None]:
