@@ -95,7 +95,7 @@ def test_on_cell_sequences_of_the_shipped_sample(con):
                 "stay_points := false, outside := 'drop')")
     con.sql("FROM mob_set_budget('trips_cells', eps := 1, delta := 1e-5)").fetchall()
     n, total = con.execute("SELECT count(*), sum(count) FROM mob_transitions('trips_cells', eps := 1, "
-                           "n_states := 64, seed := 3)").fetchone()
+                           "n_states := 64, seed := 3)").fetchall()[0]
     true_n = con.execute("SELECT count(*) FROM trips_cells").fetchall()[0][0]
     assert 0 < n < 66 * 66
     assert total == pytest.approx(true_n, rel=0.1)  # first-order mass ~ number of trajectories
