@@ -53,3 +53,10 @@ def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: s
 
 
 __all__ = ["connect", "register", "evaluate", "synthesize", "DuckmobError", "BudgetError"]
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext duckmob`` in IPython / Jupyter: see :mod:`duckmob.jupyter`."""
+    from duckmob.jupyter import load_ipython_extension as load
+
+    load(ipython)

@@ -1,0 +1,154 @@
+"""``%load_ext duckmob``: jupysql's ``%sql`` / ``%%sql`` on a DuckDB connection where every duckmob function works.
+
+Loading the extension
+
+1. switches jupysql's telemetry off (``PLOOMBER_STATS_ENABLED=false``, ``PLOOMBER_VERSION_CHECK_DISABLED=true``,
+   set before ``sql`` is imported, because ploomber-core reads them at import),
+2. loads jupysql (``%load_ext sql``),
+3. opens an in-memory duckmob connection, hands it to jupysql under the alias ``duckmob`` and puts it in the
+   user's namespace as ``duckmob_con`` (for Python cells: ``duckmob.synthesize(duckmob_con, ...)``),
+4. adds the line magic ``%duckmob [DATABASE]`` to switch to a database file (``%duckmob trips.duckdb``),
+5. installs an exception handler: a duckmob error, or a DuckDB error raised by ``%sql``, prints duckmob's own
+   one-line message (``duckmob: no privacy budget declared for 'trips': run ...``) instead of a traceback.
+
+Why a wrapper around the connection: jupysql runs every statement on a fresh ``connection.cursor()``, and a DuckDB
+cursor is a new connection that does not see the TEMP macros (``synthesize``, ``mob_*``) of its parent. The
+wrapper's ``cursor()`` registers the macros on each cursor (about 50 ms; the UDFs are database-wide and are not
+registered again). A consequence: ``CREATE TEMP TABLE`` in one ``%sql`` cell is gone in the next; use plain
+tables.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import duckdb
+
+from duckmob.errors import DuckmobError, one_line
+
+ALIAS = "duckmob"
+NAMESPACE_NAME = "duckmob_con"
+_TELEMETRY_OFF = {"PLOOMBER_STATS_ENABLED": "false", "PLOOMBER_VERSION_CHECK_DISABLED": "true"}
+_DUCKMOB_MARKERS = ("DuckmobError: ", "BudgetError: ")
+
+
+class NotebookConnection:
+    """A duckmob DuckDB connection as jupysql sees it: each ``cursor()`` has duckmob's TEMP macros registered.
+
+    Everything else (``execute``, ``close``, ``commit``, ``df``, ...) is the wrapped connection's, so jupysql
+    recognises it as a native DuckDB connection.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self.connection = con
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        from duckmob.sql import register
+
+        return register(self.connection.cursor())
+
+    def __getattr__(self, name):
+        return getattr(self.connection, name)
+
+
+def use(ipython, database: str = ":memory:", con: duckdb.DuckDBPyConnection | None = None):
+    """Make ``con`` (or a new duckmob connection to ``database``) jupysql's current connection, alias ``duckmob``.
+
+    A previous connection under that alias is closed first. Returns the DuckDB connection, which is also put in the
+    user's namespace as ``duckmob_con``.
+    """
+    import duckmob
+    from sql.connection import ConnectionManager
+
+    if con is None:
+        con = duckmob.connect(database)
+    else:
+        duckmob.register(con)
+    previous = ConnectionManager.connections.get(ALIAS)
+    if previous is not None:
+        ConnectionManager.close_connection_with_descriptor(ALIAS)
+    ipython.user_ns[NAMESPACE_NAME] = con
+    ipython.user_ns["_duckmob_notebook_connection"] = NotebookConnection(con)
+    ipython.run_line_magic("sql", f"_duckmob_notebook_connection --alias {ALIAS}")
+    return con
+
+
+def duckmob_error(exc: BaseException) -> str | None:
+    """duckmob's one-line message for ``exc`` if it is (or was caused by) a duckmob error, or is a DuckDB error that
+    came through jupysql's ``%sql``; None for anything else (which keeps its normal traceback)."""
+    via_sql = _through_jupysql(exc)
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, DuckmobError):  # raised in Python, not across DuckDB's UDF boundary
+            text = one_line(exc)
+            return text if text.startswith("duckmob: ") else "duckmob: " + text
+        if any(m in str(exc) for m in _DUCKMOB_MARKERS):
+            return one_line(exc)
+        if via_sql and isinstance(exc, duckdb.Error):
+            return one_line(exc)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _through_jupysql(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside jupysql (a frame of its ``sql`` package on the traceback)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__", "").split(".")[0] == "sql":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _install_error_handler(ipython) -> None:
+    previous_types, previous_handler = ipython.custom_exceptions, ipython.CustomTB
+
+    def handler(shell, etype, value, tb, tb_offset=None):
+        message = duckmob_error(value)
+        if message is not None:
+            shown = DuckmobError if message.startswith("duckmob: ") else duckdb.Error
+            shell._showtraceback(shown, message, [message])
+            return [message]
+        if previous_types and isinstance(value, previous_types):
+            return previous_handler(etype, value, tb, tb_offset=tb_offset)
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        return None
+
+    ipython._duckmob_previous_exc = (previous_types, previous_handler)
+    ipython.set_custom_exc((Exception,), handler)
+
+
+def _duckmob_magic(ipython):
+    def duckmob(line: str = ""):
+        """%duckmob [DATABASE]: switch %sql to a duckmob connection on DATABASE (default: a new in-memory one)."""
+        database = line.strip().strip("'\"") or ":memory:"
+        use(ipython, database)
+        print(f"duckmob: %sql now runs on {database}", file=sys.stdout)
+
+    return duckmob
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext duckmob``: jupysql with telemetry off, a duckmob connection, ``%duckmob`` and one-line errors."""
+    os.environ.update(_TELEMETRY_OFF)
+    ipython.extension_manager.load_extension("sql")
+    ipython.register_magic_function(_duckmob_magic(ipython), magic_kind="line", magic_name="duckmob")
+    if not hasattr(ipython, "_duckmob_previous_exc"):
+        _install_error_handler(ipython)
+    use(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    """``%unload_ext duckmob``: restore the previous exception handler and close the duckmob connection."""
+    from sql.connection import ConnectionManager
+
+    if hasattr(ipython, "_duckmob_previous_exc"):
+        types, handler = ipython._duckmob_previous_exc
+        ipython.custom_exceptions, ipython.CustomTB = types, handler
+        del ipython._duckmob_previous_exc
+    if ConnectionManager.connections.get(ALIAS) is not None:
+        ConnectionManager.close_connection_with_descriptor(ALIAS)
+    ipython.user_ns.pop(NAMESPACE_NAME, None)
+    ipython.user_ns.pop("_duckmob_notebook_connection", None)

@@ -1,0 +1,112 @@
+"""``%load_ext duckmob`` in an IPython shell without a browser: %sql works with every duckmob function, jupysql's
+telemetry is off, and bad calls show duckmob's one-line message instead of a traceback."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("sql", reason="jupysql is in the [test] extra")
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+
+import duckmob  # noqa: E402
+from duckmob.demo import HRNET_BBOX, sample_path  # noqa: E402
+
+BBOX = "[" + ", ".join(map(str, HRNET_BBOX)) + "]"
+
+
+@pytest.fixture(scope="module")
+def ip():
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "duckmob")
+    yield shell
+    shell.run_line_magic("duckmob", "")  # leave a fresh in-memory connection for anyone else
+
+
+def run(shell, code: str):
+    """Run a cell; return its ExecutionResult."""
+    return shell.run_cell(code, store_history=False)
+
+
+def test_telemetry_is_off_and_connection_is_exposed(ip):
+    assert os.environ["PLOOMBER_STATS_ENABLED"] == "false"
+    assert os.environ["PLOOMBER_VERSION_CHECK_DISABLED"] == "true"
+    assert "duckmob_con" in ip.user_ns
+    assert "sql" in ip.extension_manager.loaded
+
+
+def test_sql_line_magic_runs_duckmob_macros(ip):
+    # mob_cell is a TEMP macro: it only works if jupysql's per-statement cursor got the macros too
+    r = run(ip, f"%sql SELECT mob_cell(39.99, 116.31, {BBOX}, 32) AS c, mob_parent(556, 32, 2) AS p")
+    assert r.error_in_exec is None
+    assert r.result.dict() == {"c": (556,), "p": (9,)}
+
+
+def test_cell_magic_budget_synthesis_and_evaluation(ip, tmp_path):
+    ip.user_ns["sample"] = sample_path()
+    steps = [
+        "%sql CREATE OR REPLACE TABLE trips AS FROM read_parquet('{{sample}}')",
+        "%sql FROM mob_set_budget('trips', eps := 2.0, delta := 1e-5)",
+        f"%%sql\nCREATE OR REPLACE TABLE synth AS\nFROM synthesize('trips', eps := 1.0, bbox := {BBOX}, "
+        "outside := 'drop', seed := 7)",
+    ]
+    for step in steps:
+        r = run(ip, step)
+        assert r.error_in_exec is None, step
+    n_synth = run(ip, "%sql SELECT count(DISTINCT traj_id) AS n FROM synth").result.dict()["n"][0]
+    assert n_synth > 100
+    spent = run(ip, "%sql SELECT spent FROM mob_budget() WHERE source = 'trips'").result.dict()["spent"][0]
+    assert spent == pytest.approx(1.0, abs=0.01)
+    rows = run(ip, f"%sql FROM mob_evaluate('trips', 'synth', bbox := {BBOX}, families := ['privtrace'])")
+    metrics = dict(zip(rows.result.dict()["metric"], rows.result.dict()["value"]))
+    assert 0 <= metrics["privtrace_length_jsd"] <= 1
+    png = tmp_path / "density.png"
+    r = run(ip, f"%sql FROM mob_plot_density('trips', 'synth', path := '{png}', bbox := {BBOX}, w := 32)")
+    assert r.error_in_exec is None
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("%sql FROM synthesize('no_budget_here', eps := 1.0, bbox := " + BBOX + ")",
+     "duckmob: no privacy budget declared for 'no_budget_here'"),
+    ("%%sql\nFROM synthesize('trips', eps := 0.1, method := 'nope', bbox := " + BBOX + ")",
+     "duckmob: unknown synthesis method 'nope'"),
+    ("%sql FROM mob_cell_sequences('trips', bbox := " + BBOX + ", lat_col := 'latitude')",
+     'Binder Error: Referenced column "latitude" not found'),
+    ("duckmob.synthesize(duckmob_con, 'trips', eps=0.1, method='nope', bbox=" + BBOX + ")",
+     "duckmob: unknown synthesis method 'nope'"),
+])
+def test_bad_calls_show_one_line(ip, capsys, code, expected):
+    run(ip, "%sql CREATE TABLE IF NOT EXISTS no_budget_here AS SELECT * FROM trips LIMIT 0")
+    ip.user_ns["duckmob"] = duckmob
+    capsys.readouterr()
+    r = run(ip, code)
+    out = capsys.readouterr()
+    assert r.error_in_exec is not None
+    shown = (out.out + out.err).strip().splitlines()
+    shown = [line for line in shown if not line.startswith("Running query in")]
+    assert len(shown) == 1 and shown[0].startswith(expected), shown
+    assert "Traceback" not in out.out + out.err
+
+
+def test_other_errors_keep_their_traceback(ip, capsys):
+    capsys.readouterr()
+    r = run(ip, "1 / 0")
+    out = capsys.readouterr()
+    assert isinstance(r.error_in_exec, ZeroDivisionError)
+    assert "ZeroDivisionError" in out.out + out.err and "Traceback" in out.out + out.err
+
+
+def test_duckmob_magic_switches_to_a_database_file(ip, tmp_path):
+    path = tmp_path / "nb.duckdb"
+    assert run(ip, f"%duckmob {path}").error_in_exec is None
+    assert run(ip, "%sql CREATE TABLE kept AS SELECT mob_cell(40.0, 116.3, " + BBOX + ", 32) AS c").error_in_exec is None
+    assert run(ip, "%sql FROM mob_set_budget('kept', eps := 1.0, delta := 1e-6)").error_in_exec is None
+    run(ip, "%duckmob")  # back to memory: the file is closed
+    con = duckmob.connect(str(path))
+    try:
+        assert con.execute("SELECT c FROM kept").fetchall() == [(587,)]  # row 18, column 11
+        assert con.execute("SELECT eps FROM mob_budget() WHERE source = 'kept'").fetchone()[0] == 1.0
+    finally:
+        con.close()
