@@ -17,16 +17,18 @@ k is the number of trajectories one privacy unit may contribute (1 when the unit
 ``max_trajectories_per_user`` bound when it is a user). Each release is a Laplace mechanism with scale
 k / eps_part on every entry of a data-independent support; the paper's eps1 = 0.2 eps is shared by the first
 four parts. Everything after is post-processing: NormCut (App. B.6), the split of dense first-layer cells,
-pruning of states whose noisy level-2 density is below ``prune`` Laplace scales (the reference computed the
-level-2 densities without noise and did not use them), the model choice (§4.6), the trip distribution (§4.4,
+pruning of states whose noisy level-2 density is below ``prune`` Laplace scales (default 0: a state with no
+data survives with probability 1/2; the reference computed the level-2 densities without noise and did not use
+them), the model choice (§4.6), the trip distribution (§4.4,
 trips.py) and the random walk (Alg. 1, walk.py).
 
 Where the paper is vague or the reference leaks, the choices are (each documented where it is made):
 * K = round(sqrt(N_noisy / c)) with the paper's c = 500 (§5.1, its GeoLife setting), clipped to [2, K_max];
   or the user's K. The reference used the true point count.
-* kappa: the paper's formula needs a city population; we use the reference implementation's rule, a cell
-  with noisy density d above ``split_threshold`` x the mean density N_noisy / K^2 is split into
-  kappa = sqrt(d / kappa_c) per side (kappa_c = 200), rounded to a power of two, at most 2**max_depth.
+* kappa: the paper's formula needs a city population (and its two printings differ by a factor 1000); we use
+  the reference implementation's rule, a cell with noisy density d above ``split_threshold`` x the mean
+  density N_noisy / K^2 is split into kappa = sqrt(d / kappa_c) per side, rounded to a power of two, at most
+  2**max_depth. kappa_c = 100 (the reference: 200) was the better of 25, 50, 100, 200 on GeoLife overall.
 * State sequences are filled in between non-adjacent fixes (straight line), so transitions are between
   neighbours; the second-order support is the neighbour triples (states.py, markov.py).
 * theta1 = theta1_factor * sqrt(2) * k / eps2 * (row support size); theta2 = 5 (§5.1).
@@ -59,13 +61,13 @@ DEFAULTS: dict[str, Any] = {
     "K": None,               # first-layer cells per side; None: round(sqrt(N_noisy / c))
     "c": 500.0,              # §5.1: K = sqrt(|D| / c); 500 for GeoLife
     "K_max": 64,
-    "kappa_c": 200.0,        # kappa = sqrt(noisy density / kappa_c) (reference implementation)
+    "kappa_c": 100.0,        # kappa = sqrt(noisy density / kappa_c) (the reference implementation uses 200)
     "split_threshold": 0.05,  # split cells whose noisy density exceeds this fraction of the mean density
     "max_depth": 4,          # kappa <= 2**max_depth
     "max_len": 400,          # longest generated sequence (states); longer real ones count in the last bin
     "theta1_factor": 1.0,    # §4.6 / App. F
     "theta2": 5.0,           # §4.6 / App. F
-    "prune": 1.0,            # drop states whose noisy level-2 density < prune * its Laplace scale
+    "prune": 0.0,            # drop states whose noisy level-2 density < prune * its Laplace scale
     "end_bias": 1.0,         # 0: lengths from the histogram only; 1: modulated by the model's end probability
     "trip_decay": 0.0,       # gravity exponent of the trip distribution (0: maximum entropy), trips.py
     "budget_split": None,    # dict of the six parts' fractions of eps (default BUDGET_SPLIT)
@@ -290,11 +292,6 @@ def _check_n(n) -> int:
     if n_int != n or n_int < 1:
         raise DuckmobError(f"n must be a positive number of trajectories, got {n!r}: pass e.g. n := 1000")
     return n_int
-
-
-def demo_lines(con, table: str = "trips", bbox=None, eps: float = 1.0, seed: int | None = None) -> list[str]:
-    """Lines for ``duckmob demo``: fit PrivTrace on ``table`` through SQL, sample, and summarise."""
-    raise NotImplementedError
 
 
 PrivTrace.model_class = PrivTraceModel
