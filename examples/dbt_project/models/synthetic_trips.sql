@@ -1,0 +1,13 @@
+-- A differentially private synthetic trajectory table: one release of synth_eps from the budget of trips.
+-- The pre-hook declares that budget (re-declaring the same one is harmless; the ledger keeps what was spent).
+-- Hook text is rendered when the hook runs, so ref() there names the real table.
+{{ config(pre_hook="from mob_set_budget('{{ ref(\"trips\") }}', eps := {{ var('budget_eps') }}, "
+                   "delta := {{ var('budget_delta') }})") }}
+{%- set seed = var('synth_seed', none) %}
+
+from synthesize('{{ ref("trips") }}',
+                eps := {{ var('synth_eps') }},
+                method := '{{ var("synth_method") }}',
+                bbox := {{ var('bbox') }},
+                outside := 'drop',
+                seed := {{ 'NULL' if seed is none else seed }})

@@ -1,0 +1,96 @@
+"""examples/dbt_project under `dbt run` (dbt-core 1.11, dbt-duckdb, the duckmob.dbt plugin), in a temp copy of the
+project: it builds the synthetic table and its evaluation from the shipped sample, spends the declared budget once,
+and a run that would overspend fails with duckmob's one-line message."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("dbt.adapters.duckdb", reason="dbt-duckdb is in the [test] extra")
+from dbt.adapters.duckdb.connections import DuckDBConnectionManager  # noqa: E402
+from dbt.cli.main import dbtRunner  # noqa: E402
+
+import duckmob  # noqa: E402
+
+PROJECT = Path(__file__).resolve().parents[1] / "examples" / "dbt_project"
+
+
+def dbt(project: Path, *args: str, **vars_):
+    """Run dbt in-process on ``project``; returns dbt's result object."""
+    argv = [*args, "--project-dir", str(project), "--profiles-dir", str(project), "--no-use-colors",
+            "--no-send-anonymous-usage-stats"]
+    if vars_:
+        argv += ["--vars", "{" + ", ".join(f"{k}: {v}" for k, v in vars_.items()) + "}"]
+    try:
+        return dbtRunner().invoke(argv)
+    finally:
+        DuckDBConnectionManager.close_all_connections()  # in-process dbt-duckdb keeps the file open otherwise
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A copy of the example project whose first `dbt run` (seeded: reproducible, not for release) has finished."""
+    root = tmp_path_factory.mktemp("dbt")
+    copy = root / "dbt_project"
+    shutil.copytree(PROJECT, copy, ignore=shutil.ignore_patterns("target", "logs", "*.duckdb*"))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DUCKMOB_DBT_PATH", str(root / "example.duckdb"))
+    mp.setenv("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")
+    mp.chdir(copy)
+    result = dbt(copy, "run", synth_seed=7, density_png=str(root / "density.png"))
+    yield copy, root, result
+    mp.undo()
+
+
+def test_dbt_run_builds_synthetic_and_evaluation_tables(project):
+    copy, root, result = project
+    assert result.success, [r.message for r in result.result]
+    assert {r.node.name for r in result.result} == {"trips", "cell_sequences", "synthetic_trips",
+                                                    "synthetic_quality"}
+    con = duckmob.connect(str(root / "example.duckdb"), read_only=True)
+    try:
+        n_real = con.execute("SELECT count(DISTINCT traj_id) FROM trips").fetchone()[0]
+        n_traj, n_points = con.execute("SELECT count(DISTINCT traj_id), count(*) FROM synthetic_trips").fetchone()
+        assert n_real == 1999
+        assert 1000 < n_traj < 3000 and n_points > n_traj  # the noisy count is near the 1,968 kept trajectories
+        assert con.execute("SELECT count(*) FROM cell_sequences").fetchone()[0] > 1000
+        metrics = dict(con.execute("SELECT metric, value FROM synthetic_quality").fetchall())
+        assert metrics["real_trajectories"] == 1968  # 25 under 2 fixes dropped, 6 wholly outside the box
+        assert 0 <= metrics["privtrace_length_jsd"] <= 1 and 0 <= metrics["hrnet_destination_jsd"] <= 1
+        # the pre-hook declared the budget, the model spent eps 1 of it once, seeded (marked not for release)
+        ledger = con.execute("SELECT mechanism, epsilon, seeded FROM duckmob_ledger").fetchall()
+        assert len(ledger) == 1 and ledger[0][0] == "privtrace" and ledger[0][2] is True
+        assert ledger[0][1] == pytest.approx(1.0, abs=0.01)
+        eps, spent = con.execute("SELECT eps, spent FROM mob_budget()").fetchone()
+        assert eps == 2.0 and spent == pytest.approx(1.0, abs=0.01)
+    finally:
+        con.close()
+    assert (root / "density.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the evaluation's post-hook
+
+
+def test_overspending_run_fails_with_duckmob_message(project):
+    copy, root, first = project
+    assert first.success
+    result = dbt(copy, "run", "--select", "synthetic_trips", synth_eps=1.5)
+    assert not result.success
+    (failed,) = [r for r in result.result if r.status == "error"]
+    assert failed.node.name == "synthetic_trips"
+    message = [line.strip() for line in failed.message.strip().splitlines()]
+    assert message[-1].startswith("duckmob: privacy budget of '\"") and "exceeded" in message[-1]
+    assert "Python exception occurred" not in failed.message
+    con = duckmob.connect(str(root / "example.duckdb"), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM duckmob_ledger").fetchone()[0] == 1  # refused before any spend
+    finally:
+        con.close()
+
+
+def test_unknown_method_fails_with_duckmob_message(project):
+    copy, root, _ = project
+    result = dbt(copy, "run", "--select", "synthetic_trips", synth_eps=0.1, synth_method="nope")
+    assert not result.success
+    (failed,) = [r for r in result.result if r.status == "error"]
+    assert failed.message.strip().splitlines()[-1].strip().startswith("duckmob: unknown synthesis method 'nope'")
