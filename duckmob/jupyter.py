@@ -20,8 +20,10 @@ tables.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
+import weakref
 
 import duckdb
 
@@ -42,11 +44,21 @@ class NotebookConnection:
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self.connection = con
+        self._cursors = weakref.WeakSet()
+        atexit.register(self.close)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         from duckmob.sql import register
 
-        return register(self.connection.cursor())
+        cur = register(self.connection.cursor())
+        self._cursors.add(cur)
+        return cur
+
+    def close(self) -> None:
+        """Close every cursor handed out, then the connection (DuckDB warns at exit about unclosed ones)."""
+        for cur in list(self._cursors):
+            cur.close()
+        self.connection.close()
 
     def __getattr__(self, name):
         return getattr(self.connection, name)

@@ -4,6 +4,7 @@ telemetry is off, and bad calls show duckmob's one-line message instead of a tra
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,25 @@ def test_duckmob_magic_switches_to_a_database_file(ip, tmp_path):
         assert con.execute("SELECT eps FROM mob_budget() WHERE source = 'kept'").fetchone()[0] == 1.0
     finally:
         con.close()
+
+
+def test_example_notebook_runs_top_to_bottom(tmp_path):
+    """examples/notebook.ipynb in a real kernel (nbclient): every cell runs, the two cells tagged raises-exception
+    show duckmob's one line and nothing else, and the density picture is displayed."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(Path(__file__).resolve().parents[1] / "examples" / "notebook.ipynb", as_version=4)
+    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    cells = [c for c in notebook.cells if c.cell_type == "code"]
+    errors = [o for c in cells for o in c.outputs if o.output_type == "error"]
+    expected = [c for c in cells if "raises-exception" in c.metadata.get("tags", [])]
+    assert len(errors) == len(expected) == 2
+    assert errors[0].traceback == ["duckmob: no privacy budget declared for 'trips': run FROM mob_set_budget("
+                                   "'trips', eps := ..., delta := ...) first"]
+    assert len(errors[1].traceback) == 1 and errors[1].traceback[0].startswith(
+        "duckmob: unknown synthesis method 'no_such_method'")
+    text = "\n".join(o.get("data", {}).get("text/plain", "") for c in cells for o in c.outputs)
+    assert "privtrace_length_jsd" in text and "trips_privtrace" in text
+    images = [o for c in cells for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 1 and (tmp_path / "density.png").is_file()
