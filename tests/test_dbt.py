@@ -66,6 +66,9 @@ def test_dbt_run_builds_synthetic_and_evaluation_tables(project):
         assert ledger[0][1] == pytest.approx(1.0, abs=0.01)
         eps, spent = con.execute("SELECT eps, spent FROM mob_budget()").fetchone()
         assert eps == 2.0 and spent == pytest.approx(1.0, abs=0.01)
+        # the profile's storage_compatibility_version: the DuckDB 1.5 CLI can open the file
+        tags = con.execute("SELECT tags FROM duckdb_databases() WHERE database_name = 'example'").fetchone()[0]
+        assert tags["storage_version"].startswith("v1.5.0")
     finally:
         con.close()
     assert (root / "density.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the evaluation's post-hook
@@ -84,6 +87,7 @@ def test_overspending_run_fails_with_duckmob_message(project):
     con = duckmob.connect(str(root / "example.duckdb"), read_only=True)
     try:
         assert con.execute("SELECT count(*) FROM duckmob_ledger").fetchone()[0] == 1  # refused before any spend
+        assert con.execute("SELECT count(*) FROM synthetic_trips").fetchone()[0] > 0  # the last table stays
     finally:
         con.close()
 
