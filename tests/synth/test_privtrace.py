@@ -302,3 +302,16 @@ def test_state_sequences_in_chunks_equal_one_pass(monkeypatch):
     monkeypatch.setattr(states, "CHUNK_POINTS", 333)
     chunked = state_sequences(g, off, lat, lon)
     assert all(np.array_equal(a, b) for a, b in zip(whole, chunked))
+
+
+def test_a_walk_that_returns_to_a_state_returns_to_the_same_point():
+    model = PrivTrace(BOX, K=3).fit(_toy(400, seed=4), 5.0, 0.0, NoiseSource(3))
+    rng_states = np.random.default_rng(8)
+    off, states = model.sample_states(300, rng_states)
+    syn = model.sample(300, np.random.default_rng(8))
+    owner = np.repeat(np.arange(300), np.diff(off))
+    key = owner * model.grid.m + states
+    for k in np.unique(key)[:200]:
+        pts = set(zip(syn.lat[key == k].tolist(), syn.lon[key == k].tolist()))
+        assert len(pts) == 1
+    assert np.array_equal(model.grid.state_of(syn.lat, syn.lon), states)
