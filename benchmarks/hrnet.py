@@ -11,8 +11,8 @@ so times are indicative.
     python benchmarks/hrnet.py --runs hrnet-2 baseline-2
     python benchmarks/hrnet.py --table-only         # print the table from the saved results
 
-Results are appended to $HRNET_BENCH_OUT (default <tmp>/duckmob_bench/hrnet.jsonl) (one JSON line per run) so a long sweep survives
-interruption; the table is printed from that file.
+Results are appended to $HRNET_BENCH_OUT (default <tmp>/duckmob_bench/hrnet.jsonl), one JSON line per run, so a
+long sweep survives interruption; the table is printed from that file.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """HRNet (Takagi et al., PVLDB 2024) and its DP-SGD baseline as duckmob synthesizers.
 
 ``HRNet(bbox, **params).fit(trajectories, eps, delta, noise)`` releases one model under (eps, delta)-DP, with
-the trajectory as the privacy unit (adding or removing one trajectory); ``model.sample(n, rng)`` is free
+the trajectory as the privacy unit (adding or removing one trajectory), or the user when the SQL layer sets
+``contribution_bound = k`` (at most k trajectories per user, already bounded: counts and DPTRAN scale by k,
+DP-SGD samples users and clips each user's summed gradient); ``model.sample(n, rng)`` is free
 post-processing. ``Baseline`` is the paper's §2.3 baseline (embedding matrix + GRU + linear scoring) trained
 the same way, without pre-training.
 
@@ -15,8 +17,12 @@ recorded in the ledger once (``model.event``):
 2. (HRNet with ``pretrain``) DPTRAN, ``eps_pre`` from HRNet eq. 9 with c = 0.018 on public parameters and ``N~``
    (see :mod:`.pretrain`);
 3. DP-SGD: ``steps = ceil(epochs / q)`` Poisson-sampled steps at rate ``q`` with clipping norm
-   ``max_grad_norm``. **The noise multiplier is calibrated** (bisection on sigma; the number of steps is fixed
-   by ``epochs``) so that the composition of 1-3 is (eps, delta)-DP by the PLD accountant.
+   ``max_grad_norm``. **The noise multiplier is calibrated** (:func:`calibrate_noise_multiplier`; the number of
+   steps is fixed by ``epochs``) so that the composition of 1-3 is (eps, delta)-DP by the PLD accountant.
+
+``privacy_event(eps, delta)`` (asked before any data is read) is the same plan for the public ``n_hint``
+trajectories; the fit's own event (with the noisy count) is ``model.event``. Both are calibrated to epsilon
+<= eps at delta; the ledger should record ``model.event``.
 
 Only public parameters and DP releases shape the run: the bbox is declared, N is noisy, lengths are truncated
 at the public ``max_len``, time slots are fixed fractions of the day.
@@ -41,9 +47,8 @@ from duckmob.privacy.counting import noisy_count
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.synth.hrnet.generate import sample_sequences, to_trajectories, zorder_to_grid
 from duckmob.synth.hrnet.model import BaselineModel, HRNetModel
-from duckmob.synth.hrnet.pretrain import (PRETRAIN_LEVEL, dptran, pretrain, pretraining_epsilon,
-                                          transition_targets)
-from duckmob.synth.hrnet.train import TrainingData, dp_sgd_train, training_arrays
+from duckmob.synth.hrnet.pretrain import PRETRAIN_LEVEL, dptran, pretrain, pretraining_epsilon
+from duckmob.synth.hrnet.train import dp_sgd_train, training_arrays
 from duckmob.trajectories import CellSequences, Trajectories
 
 DEFAULTS: dict[str, Any] = dict(
@@ -52,6 +57,7 @@ DEFAULTS: dict[str, Any] = dict(
     max_len=16,            # public cap on cells per trajectory (longer ones are truncated)
     stay_points=True, radius_m=200.0, min_minutes=30.0,   # Li et al. 2008 stay points (HRNet §5.1.2)
     loc_dim=32, time_dim=16, hidden=64, key_dim=32,       # HRNet: loc_dim 32 matches Table 2's growth per depth
+    deconv_activation=False,  # tanh after each quad deconvolution (the paper's is linear)
     epochs=30, batch_size=None,                           # None: sqrt(noisy N) (the paper's choice)
     lr=1e-3, max_grad_norm=1.0,
     count_share=0.01,      # share of eps for the noisy count
@@ -252,7 +258,7 @@ class _Base(Synthesizer):
         if plan["eps_pre"] > 0:
             t1 = time.perf_counter()
             noisy = dptran(seqs, cfg["w"], plan["eps_pre"], noise, k=k)
-            pretrain(model, transition_targets(noisy), iterations=cfg["pretrain_iterations"],
+            pretrain(model, noisy, iterations=cfg["pretrain_iterations"],
                      batch=cfg["pretrain_batch"], lr=cfg["pretrain_lr"], rng=rng, device=device,
                      progress=cfg["progress"])
             timings["pretrain_s"] = time.perf_counter() - t1
@@ -265,7 +271,8 @@ class _Base(Synthesizer):
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta,
                     epsilon_accounted=accounting.epsilon(event, delta), n_noisy=n_noisy,
-                    units_noisy=units_noisy, eps_count=plan["eps_count"], eps_pretrain=plan["eps_pre"], sample_rate=plan["sample_rate"],
+                    units_noisy=units_noisy, eps_count=plan["eps_count"], eps_pretrain=plan["eps_pre"],
+                    sample_rate=plan["sample_rate"],
                     steps=plan["steps"], noise_multiplier=plan["noise_multiplier"], expected_batch=plan["batch"],
                     has_time=has_time, seeded=getattr(noise, "seeded", False), contribution_bound=k,
                     privacy_unit="user" if k > 1 else "trajectory",
@@ -287,7 +294,7 @@ class HRNet(_Base):
     def build(self) -> HRNetModel:
         c = self.cfg
         return HRNetModel(self.depth, c["n_time"], c["loc_dim"], c["time_dim"], c["hidden"], c["key_dim"],
-                          multitask=c["multitask"])
+                          multitask=c["multitask"], deconv_activation=bool(c["deconv_activation"]))
 
 
 class Baseline(_Base):

@@ -78,7 +78,8 @@ class HierarchicalEncoding(nn.Module):
     def __init__(self, dim: int, depth: int, activation: bool = False):
         super().__init__()
         if depth < 1:
-            raise DuckmobError(f"the hierarchical encoding needs a grid of at least 2x2 (depth >= 1), got depth {depth}")
+            raise DuckmobError(f"the hierarchical encoding needs a grid of at least 2x2 (depth >= 1), got depth "
+                               f"{depth}: use w >= 2")
         self.dim, self.depth = dim, depth
         self.root = nn.Embedding(1, dim)
         nn.init.normal_(self.root.weight, std=1.0)

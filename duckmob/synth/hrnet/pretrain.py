@@ -71,20 +71,25 @@ def transition_targets(noisy: np.ndarray) -> np.ndarray:
     return prob
 
 
-def pretrain(model: HRNetModel, targets: np.ndarray, *, iterations: int, batch: int, lr: float,
+def pretrain(model: HRNetModel, noisy: np.ndarray, *, iterations: int, batch: int, lr: float,
              rng: np.random.Generator, device: torch.device, level: int = PRETRAIN_LEVEL,
              progress: bool | None = None) -> None:
-    """Fit ``model``'s encoding, f_query and f_key to ``targets`` (4**level, w*w; grid ids, rows sum to 1) with the
-    Dirichlet(1)-mixing KL loss (HRNet eq. 6). Post-processing of a DP release: no budget. In place."""
+    """Fit ``model``'s encoding, f_query and f_key to the raw DPTRAN ``noisy`` (4**level, w*w; grid ids) with the
+    Dirichlet(1)-mixing KL loss (HRNet eq. 6), at every resolution of the model's loss. The target at resolution
+    r is :func:`transition_targets` of the noisy counts summed over each resolution-r cell (summing before
+    normcut keeps the coarse targets unbiased; their noise is relatively smaller). Post-processing of a DP
+    release: no budget. In place."""
     from tqdm import tqdm
 
     depth = model.depth
     w = 1 << depth
     n_regions = 4 ** level
     # grid ids -> Z-order on both axes
-    tz = np.empty_like(targets)
-    tz[np.ix_(morton(np.arange(n_regions), 1 << level), morton(np.arange(w * w), w))] = targets
-    target = torch.as_tensor(tz, dtype=torch.float32, device=device)
+    tz = np.empty_like(noisy)
+    tz[np.ix_(morton(np.arange(n_regions), 1 << level), morton(np.arange(w * w), w))] = noisy
+    levels = [r for r in model.levels if r >= 1]
+    targets = {r: torch.as_tensor(transition_targets(tz.reshape(n_regions, 4 ** r, -1).sum(-1)),
+                                  dtype=torch.float32, device=device) for r in levels}
     hidden = model.f_query.in_features
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(rng.integers(2 ** 62)))
@@ -93,7 +98,6 @@ def pretrain(model: HRNetModel, targets: np.ndarray, *, iterations: int, batch: 
     params = (list(model.encoding.parameters()) + list(model.f_query.parameters())
               + list(model.f_key_t.parameters()) + list(temp.parameters()))
     opt = torch.optim.Adam(params, lr=lr)
-    levels = [r for r in model.levels if r >= 1]
     show = progress_enabled() if progress is None else progress
     gen = torch_generator(rng, torch.device("cpu"))
     for _ in tqdm(range(iterations), desc="hrnet pre-training", disable=not show, leave=False):
@@ -103,12 +107,10 @@ def pretrain(model: HRNetModel, targets: np.ndarray, *, iterations: int, batch: 
         m = model.encoding(1)
         x = mix @ m[level][0]
         q = model.f_key_t(model.f_query(temp(x)))
-        want = mix @ target                                     # (batch, n_cells) in Z-order
         loss = 0.0
         for r in levels:
             logp = F.log_softmax(q @ m[r][0].T, dim=1)
-            want_r = want.reshape(batch, 4 ** r, -1).sum(-1)
-            loss = loss + F.kl_div(logp, want_r, reduction="batchmean")
+            loss = loss + F.kl_div(logp, mix @ targets[r], reduction="batchmean")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

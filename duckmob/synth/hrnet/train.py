@@ -163,7 +163,8 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
                 for p in gsm.parameters():
                     if getattr(p, "grad_sample", None) is not None:
                         gs = p.grad_sample
-                        p.grad_sample = gs.new_zeros((len(units),) + gs.shape[1:]).index_add_(0, group.to(gs.device), gs)
+                        per_user = gs.new_zeros((len(units),) + gs.shape[1:])
+                        p.grad_sample = per_user.index_add_(0, group.to(gs.device), gs)
             optimizer.step()
             bar.update(1)
             if (step + 1) % steps_per_epoch == 0:
