@@ -235,21 +235,25 @@ def _summary(name, method, source, eps, delta, model) -> pa.Table:
                      "delta": [float(delta)], "params": [store.to_json(model.describe())]})
 
 
+def _fit_args(cur, columns, source, eps, delta, method, bbox, unit, k, params, outside, noise, name=None):
+    """Call :func:`fit` with the UDF's arguments (constant columns of one row)."""
+    return fit(cur, _lazy_points(*columns), source=scalar(source), eps=scalar(eps), delta=scalar(delta),
+               method=scalar(method), bbox=scalar(bbox), privacy_unit=scalar(unit),
+               max_trajectories_per_user=scalar(k), params=scalar(params), outside=scalar(outside) or "fail",
+               noise=noise, name=name)
+
+
 def udfs(con) -> list[Udf]:
     def _fit(traj, user, ts, lat, lon, seq, source, name, eps, delta, method, bbox, unit, k, params, outside,
              seed):
         cur = con.cursor()
         try:
-            noise = _noise(scalar(seed))
-            source, name = scalar(source), scalar(name)
-            synthesizer, model, delta_used = fit(
-                cur, _lazy_points(traj, user, ts, lat, lon, seq), source=source, eps=scalar(eps), delta=scalar(delta),
-                method=scalar(method), bbox=scalar(bbox), privacy_unit=scalar(unit),
-                max_trajectories_per_user=scalar(k), params=scalar(params), outside=scalar(outside) or "fail",
-                noise=noise, name=name)
-            store.save(cur, name, synthesizer.method, source, model.describe(), scalar(eps), delta_used,
+            noise, name = _noise(scalar(seed)), scalar(name)
+            synthesizer, model, delta_used = _fit_args(cur, (traj, user, ts, lat, lon, seq), source, eps, delta,
+                                                       method, bbox, unit, k, params, outside, noise, name)
+            store.save(cur, name, synthesizer.method, scalar(source), model.describe(), scalar(eps), delta_used,
                        model.to_bytes())
-            return one_row(_summary(name, synthesizer.method, source, scalar(eps), delta_used, model))
+            return one_row(_summary(name, synthesizer.method, scalar(source), scalar(eps), delta_used, model))
         finally:
             cur.close()
 
@@ -266,11 +270,8 @@ def udfs(con) -> list[Udf]:
         cur = con.cursor()
         try:
             noise = _noise(scalar(seed))
-            _s, model, _d = fit(
-                cur, _lazy_points(traj, user, ts, lat, lon, seq), source=scalar(source), eps=scalar(eps), delta=scalar(delta),
-                method=scalar(method), bbox=scalar(bbox), privacy_unit=scalar(unit),
-                max_trajectories_per_user=scalar(k), params=scalar(params), outside=scalar(outside) or "fail",
-                noise=noise)
+            _s, model, _d = _fit_args(cur, (traj, user, ts, lat, lon, seq), source, eps, delta, method, bbox, unit,
+                                      k, params, outside, noise)
         finally:
             cur.close()
         return one_row(rows(sample(model, scalar(n), noise.generator())))

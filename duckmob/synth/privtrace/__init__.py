@@ -288,8 +288,8 @@ class PrivTraceModel(Model):
         z = np.load(io.BytesIO(bytes(blob)), allow_pickle=False)
         meta = json.loads(z["meta"].tobytes().decode())
         grid = StateGrid(z["bbox"].tolist(), int(z["K"]), int(z["depth"]), z["split"])
-        return cls(grid=grid, alive=z["alive"], density=z["density"], first=z["first"], second=z["second"], start=z["start"],
-                   use2=z["use2"], len_edges=z["len_edges"], len_probs=z["len_probs"],
+        return cls(grid=grid, alive=z["alive"], density=z["density"], first=z["first"], second=z["second"],
+                   start=z["start"], use2=z["use2"], len_edges=z["len_edges"], len_probs=z["len_probs"],
                    n_noisy=float(z["n_noisy"]), config=meta["config"], info=meta["info"])
 
 
