@@ -33,7 +33,9 @@ Where the paper is vague or the reference leaks, the choices are (each documente
   neighbours; the second-order support is the neighbour triples (states.py, markov.py).
 * theta1 = theta1_factor * sqrt(2) * k / eps2 * (row support size); theta2 = 5 (§5.1).
 * Lengths: sampled through the noisy length histogram's hazard, modulated by the model's end probability
-  (walk.py); the trip distribution gives the start state (trips.py).
+  (walk.py); the trip distribution gives the start state (trips.py): a gravity model whose one free
+  parameter (decay, or a detour constant) is fixed by the noisy total N, as the paper's constraint sum t = N.
+* Points: one uniform point per trajectory and state (a walk that returns to a state returns to its point).
 * n: the caller's n, or the noisy count.
 """
 
@@ -69,7 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "theta2": 5.0,           # §4.6 / App. F
     "prune": 0.0,            # drop states whose noisy level-2 density < prune * its Laplace scale
     "end_bias": 1.0,         # 0: lengths from the histogram only; 1: modulated by the model's end probability
-    "trip_decay": 0.0,       # gravity exponent of the trip distribution (0: maximum entropy), trips.py
+    "trip_decay": None,      # gravity exponent of the trip distribution; None: fitted to the total N (trips.py)
     "budget_split": None,    # dict of the six parts' fractions of eps (default BUDGET_SPLIT)
 }
 
@@ -183,7 +185,8 @@ class PrivTrace(Synthesizer):
         use2 = select_second_order(first_n, support, scale["first"], float(cfg["theta2"]),
                                    float(cfg["theta1_factor"]))
         p_start, info = trip_distribution(start_n * alive, first_n[:, support.end] * alive, n_noisy,
-                                          support.offsets, support.dst, decay=float(cfg["trip_decay"]))
+                                          support.offsets, support.dst,
+                                          decay=None if cfg["trip_decay"] is None else float(cfg["trip_decay"]))
         info.update(K=K, states=m, alive_states=int(alive.sum()), depth=grid.depth, edges=support.n_edges,
                     second_order_states=int(use2.sum()))
         return PrivTraceModel(grid=grid, alive=alive, density=np.maximum(noisy2, 0.0), first=first_n.astype(np.float32),
