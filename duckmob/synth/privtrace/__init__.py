@@ -19,8 +19,9 @@ k / eps_part on every entry of a data-independent support; the paper's eps1 = 0.
 four parts. Everything after is post-processing: NormCut (App. B.6), the split of dense first-layer cells,
 pruning of states whose noisy level-2 density is below ``prune`` Laplace scales (default 0: a state with no
 data survives with probability 1/2; the reference computed the level-2 densities without noise and did not use
-them), the model choice (§4.6), the trip distribution (§4.4,
-trips.py) and the random walk (Alg. 1, walk.py).
+them), the model choice (§4.6), the trip distribution (§4.4, trips.py) and the random walk (Alg. 1, walk.py).
+Counts are rounded down onto the safe-Laplace grid of ``duckmob.privacy.noise`` per trajectory (markov.on_grid),
+so the noisy release needs no input rounding and each trajectory still adds at most 1.
 
 Where the paper is vague or the reference leaks, the choices are (each documented where it is made):
 * K = round(sqrt(N_noisy / c)) with the paper's c = 500 (§5.1, its GeoLife setting), clipped to [2, K_max];
@@ -35,6 +36,11 @@ Where the paper is vague or the reference leaks, the choices are (each documente
 * Lengths: sampled through the noisy length histogram's hazard, modulated by the model's end probability
   (walk.py); the trip distribution gives the start state (trips.py): a gravity model whose one free
   parameter (decay, or a detour constant) is fixed by the noisy total N, as the paper's constraint sum t = N.
+* The length histogram (geometric bins past 20 states, up to ``max_len``) is zeroed from where it falls to
+  the noise floor and made non-increasing past its mode (walk.py), so noise in the long tail does not
+  lengthen the walks.
+* The first move uses the second-order context (virtual start, s_1) (Alg. 1 uses the first order there); a
+  state whose noisy row lost all mass to NormCut moves to a live neighbour in proportion to its noisy density.
 * Points: one uniform point per trajectory and state (a walk that returns to a state returns to its point).
 * n: the caller's n, or the noisy count.
 """
@@ -134,7 +140,7 @@ class PrivTrace(Synthesizer):
         scale = {part: k / (eps * f) for part, f in fr.items()}
 
         # count: N + Lap(k / eps_count); one trajectory changes N by 1, a privacy unit by at most k
-        n_noisy = float(data.n_trajectories + noise.laplace(scale["count"], 1)[0])
+        n_noisy = float(add_laplace(np.array([float(data.n_trajectories)]), None, scale["count"], noise)[0])
         K = int(cfg["K"]) if cfg["K"] is not None else int(np.clip(round(np.sqrt(max(n_noisy, 1.0) / cfg["c"])),
                                                                   2, int(cfg["K_max"])))
 
@@ -171,15 +177,14 @@ class PrivTrace(Synthesizer):
                                   scale["lengths"])
         len_probs = decreasing_tail(normcut_rows(noisy_len[None, :])[0], edges)
 
-        # first and second order (one release each, sensitivity k in L1)
+        # first order (start row and state rows together: one release) and second order, each of sensitivity
+        # k in L1; Laplace noise on every entry of their supports
         support = Support.of(m, *grid.neighbours())
         start, first, second = transition_counts(support, off, states, quantum1=quantum(scale["first"]),
                                                  quantum2=quantum(scale["second"]))
         mask1, mask2 = support.mask1(), support.mask2()
-        noisy_first = np.concatenate([add_laplace(start, None, scale["first"], noise)[None, :].ravel(),
-                                      add_laplace(first, mask1, scale["first"], noise).ravel()])
-        start_n = normcut_rows(noisy_first[:m][None, :])[0]
-        first_n = normcut_rows(noisy_first[m:].reshape(first.shape), mask1)
+        start_n = normcut_rows(add_laplace(start, None, scale["first"], noise)[None, :])[0]
+        first_n = normcut_rows(add_laplace(first, mask1, scale["first"], noise), mask1)
         second_n = normcut_rows(add_laplace(second, mask2, scale["second"], noise), mask2)
 
         use2 = select_second_order(first_n, support, scale["first"], float(cfg["theta2"]),
@@ -189,8 +194,9 @@ class PrivTrace(Synthesizer):
                                           decay=None if cfg["trip_decay"] is None else float(cfg["trip_decay"]))
         info.update(K=K, states=m, alive_states=int(alive.sum()), depth=grid.depth, edges=support.n_edges,
                     second_order_states=int(use2.sum()))
-        return PrivTraceModel(grid=grid, alive=alive, density=np.maximum(noisy2, 0.0), first=first_n.astype(np.float32),
-                              second=second_n.astype(np.float32), start=p_start, use2=use2,
+        return PrivTraceModel(grid=grid, alive=alive, density=np.maximum(noisy2, 0.0),
+                              first=first_n.astype(np.float32), second=second_n.astype(np.float32), start=p_start,
+                              use2=use2,
                               len_edges=edges, len_probs=len_probs, n_noisy=n_noisy,
                               config={**{k_: v for k_, v in cfg.items() if k_ != "budget_split"},
                                       "budget_split": fr, "eps": eps, "contribution_bound": k},
