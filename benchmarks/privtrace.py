@@ -61,6 +61,7 @@ def quality(box: str, eps_list, seeds: int, params: dict) -> None:
             f"{'cells/seq synth':>16} {'real':>6} {'seq-len JSD':>12} {'fit s':>6} {'sample s':>9}")
     print(head)
     print("-" * len(head))
+    quantiles = []
     for eps in eps_list:
         acc: dict[str, list] = {}
         for seed in range(seeds):
@@ -81,9 +82,16 @@ def quality(box: str, eps_list, seeds: int, params: dict) -> None:
                    "fit": t1 - t0, "sample": t2 - t1}
             for k, v in row.items():
                 acc.setdefault(k, []).append(v)
+            if seed == 0:
+                q = (10, 50, 90, 99)
+                quantiles.append(f"{eps:>5}  synth {np.percentile(syn_len, q).astype(int).tolist()}  "
+                                 f"real {np.percentile(real_len, q).astype(int).tolist()}")
         m = {k: float(np.mean(v)) for k, v in acc.items()}
         print(f"{eps:>5} {m['len']:>8.4f} {m['diam']:>9.4f} {m['dens']:>9.3f} {m['patt']:>9.3f} {m['states']:>7.0f} "
               f"{m['syn']:>16.2f} {m['real']:>6.2f} {m['seqjsd']:>12.4f} {m['fit']:>6.2f} {m['sample']:>9.2f}")
+    print("cells per sequence, percentiles 10 / 50 / 90 / 99 (first fit):")
+    for line in quantiles:
+        print(line)
 
 
 # ---------------------------------------------------------------------------------------------------- speed
