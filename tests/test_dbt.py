@@ -4,6 +4,7 @@ and a run that would overspend fails with duckmob's one-line message."""
 
 from __future__ import annotations
 
+import gc
 import shutil
 from pathlib import Path
 
@@ -27,7 +28,9 @@ def dbt(project: Path, *args: str, **vars_):
     try:
         return dbtRunner().invoke(argv)
     finally:
-        DuckDBConnectionManager.close_all_connections()  # in-process dbt-duckdb keeps the file open otherwise
+        # in-process dbt-duckdb keeps the file open otherwise (its per-thread cursors are only closed when freed)
+        DuckDBConnectionManager.close_all_connections()
+        gc.collect()
 
 
 @pytest.fixture(scope="module")
