@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 import weakref
 
 import duckdb
@@ -137,7 +136,7 @@ def _duckmob_magic(ipython):
         """%duckmob [DATABASE]: switch %sql to a duckmob connection on DATABASE (default: a new in-memory one)."""
         database = line.strip().strip("'\"") or ":memory:"
         use(ipython, database)
-        print(f"duckmob: %sql now runs on {database}", file=sys.stdout)
+        print(f"%sql now runs on a duckmob connection to {database} (duckmob_con in Python)")
 
     return duckmob
 
