@@ -274,3 +274,33 @@ def test_per_user_gradient_aggregation_is_clipped_per_user(monkeypatch):
     moved = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())])
     big = expect.abs() > 1e-6
     assert torch.equal(torch.sign(moved[big]), torch.sign(expect[big]))
+
+
+def test_poisson_rate_used_is_the_rate_accounted(monkeypatch):
+    """opacus accounts 1/len(loader) when it builds the loader; here the sampler is built with the exact rate q
+    that goes into the dp_sgd event, and batches are Poisson(q N)-sized."""
+    from duckmob.synth.hrnet import train as tr
+
+    seen = {}
+    real = tr.UniformWithReplacementSampler
+
+    class Recording(real):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            seen.update(kw)
+            self.sizes = seen.setdefault("sizes", [])
+
+        def __iter__(self):
+            for batch in super().__iter__():
+                self.sizes.append(len(batch))
+                yield batch
+
+    monkeypatch.setattr(tr, "UniformWithReplacementSampler", Recording)
+    data = toy_trajectories(400)
+    model = HRNet(BOX, **{**TINY, "epochs": 3}).fit(data, 2.0, 1e-5, NoiseSource(4))
+    sgd = [e for e in model.event.leaves() if e.kind == "dp_sgd"][0]
+    assert seen["sample_rate"] == sgd.param("sample_rate") == model.info["sample_rate"]
+    assert seen["steps"] == sgd.param("steps") and seen["num_samples"] == 400
+    sizes = np.array(seen["sizes"])
+    assert len(sizes) == sgd.param("steps")
+    assert sizes.mean() == pytest.approx(400 * seen["sample_rate"], rel=0.15)
