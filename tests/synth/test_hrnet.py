@@ -304,3 +304,38 @@ def test_poisson_rate_used_is_the_rate_accounted(monkeypatch):
     sizes = np.array(seen["sizes"])
     assert len(sizes) == sgd.param("steps")
     assert sizes.mean() == pytest.approx(400 * seen["sample_rate"], rel=0.15)
+
+
+def test_coarse_to_fine_decoding_matches_the_product_of_level_conditionals():
+    """decode='coarse_to_fine': Pr(leaf) = Pr_1(a_1) * prod_r Pr_r(a_r | children of a_{r-1}) (end from level 1)."""
+    from duckmob.synth.hrnet.generate import coarse_to_fine
+
+    torch.manual_seed(0)
+    model = HRNetModel(2, loc_dim=4, time_dim=2, hidden=4, key_dim=4).eval()
+    with torch.no_grad():
+        h = torch.randn(1, 4).expand(40_000, -1)
+        levels = [m[0] for m in model.encoding(1)[1:]]
+        prev = torch.full((40_000,), -1)
+        counts = [torch.full((4,), 4), torch.ones(16, dtype=torch.long)]
+        got = coarse_to_fine(model, h, levels, prev, False, counts, torch.Generator().manual_seed(1))
+        q = model.f_query(h[:1])
+        qk = model.f_key_t(q)
+        p1 = torch.softmax(torch.cat([qk @ levels[0].T, model.end_key(q)], 1), 1)[0]
+        s2 = (qk @ levels[1].T)[0].reshape(4, 4)
+        p2 = torch.softmax(s2, 1)
+        expect = torch.cat([(p1[:4, None] * p2).reshape(-1), p1[4:]])
+    freq = torch.bincount(got, minlength=17).double() / len(got)
+    assert torch.allclose(freq, expect.double(), atol=0.01)
+
+
+def test_coarse_to_fine_sampling_end_to_end_with_pois():
+    places = np.array([[39.85, 116.25], [39.95, 116.35], [40.05, 116.45], [40.15, 116.55], [39.9, 116.5]])
+    synth = HRNet(BOX, **{**TINY, "pois": places.tolist(), "decode": "coarse_to_fine"})
+    out = synth.fit(toy_trajectories(150), 2.0, 1e-5, NoiseSource(1)).sample(300, np.random.default_rng(0))
+    on_poi = (np.abs(out.lat[:, None] - places[None, :, 0]) < 1e-12) & \
+             (np.abs(out.lon[:, None] - places[None, :, 1]) < 1e-12)
+    assert on_poi.any(1).all() and (out.lengths >= 1).all()
+    idx = on_poi.argmax(1)
+    same = idx[1:] == idx[:-1]
+    same[np.cumsum(out.lengths)[:-1] - 1] = False
+    assert not same.any()

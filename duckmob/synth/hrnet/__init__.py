@@ -65,6 +65,7 @@ DEFAULTS: dict[str, Any] = dict(
     pretrain_iterations=3000, pretrain_batch=100, pretrain_lr=1e-3,
     n_hint=10_000,         # public guess of N, used only by privacy_event() before any data is read
     pois=None,             # optional public scattered POIs [[lat, lon], ...] (HRNet §3.2.2)
+    decode="coarse_to_fine",  # or 'finest' (the paper's: the finest head only); see generate.py and the benchmark
     base_date="2008-01-01",  # synthetic times lie on this (public) date and the days after it
     device=None,           # None: CUDA when available, else CPU
     progress=None,         # None: tqdm in a terminal, off in CI
@@ -355,7 +356,8 @@ class FittedModel(Model):
             leaf = assign_pois(pois[:, 0], pois[:, 1], BBox.of(self.bbox), cfg["w"])
             allowed = np.zeros(cfg["w"] ** 2, dtype=bool)
             allowed[morton(leaf, cfg["w"]) if self.method == "hrnet" else leaf] = True
-        lengths, cells, slots = sample_sequences(self.network(), int(n), cfg["max_len"], rng, dev, allowed=allowed)
+        lengths, cells, slots = sample_sequences(self.network(), int(n), cfg["max_len"], rng, dev, allowed=allowed,
+                                                 decode=cfg.get("decode", "finest"))
         if self.method == "hrnet":
             cells = zorder_to_grid(cells, cfg["w"])
         base = int(np.datetime64(cfg["base_date"], "us").astype(np.int64))

@@ -30,13 +30,56 @@ def _gru_cell(model):
     return next(m for m in model.gru.modules() if type(m).__name__ == "DPGRUCell")
 
 
+def _pick(logits: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One categorical draw per row; a row with every entry masked falls back to uniform (cannot happen unless
+    the masks leave no option)."""
+    dead = torch.isinf(logits).all(dim=1, keepdim=True)
+    logits = torch.where(dead, torch.zeros_like(logits), logits)
+    return torch.multinomial(torch.softmax(logits, dim=1), 1, generator=gen)[:, 0]
+
+
+def coarse_to_fine(model, h: torch.Tensor, levels: list[torch.Tensor], prev: torch.Tensor, first: bool,
+                   counts: list[torch.Tensor], gen: torch.Generator) -> torch.Tensor:
+    """Next Z-order leaf (or ``model.end``) drawn resolution by resolution (HRNet's multi-resolution heads as a
+    decoder): the end token or a level-1 cell from ``Pr(l^1 | prefix)``, then at each finer level r one of the 4
+    children of the cell drawn so far, with probabilities ``Pr(l^r | prefix)`` renormalised over those children.
+    Each decision uses the head trained for it (coarse tasks are the easier ones, §3.4). ``levels[r - 1]`` is
+    M_r (4**r, dim); ``counts[r - 1]`` (4**r,) how many allowed leaves lie below each cell. A cell is masked
+    when nothing allowed lies below it other than the previous leaf (consecutive cells differ)."""
+    depth = len(levels)
+    query = model.f_query(h)
+    qk = model.f_key_t(query)                                           # (B, dim)
+
+    def masked(r, cand, lg):
+        anc = torch.where(prev >= 0, prev >> (2 * (depth - r)), torch.full_like(prev, -1))
+        only_prev = (prev >= 0) & (counts[r - 1][anc.clamp(min=0)] == 1)
+        dead = (counts[r - 1][cand] == 0) | ((cand == anc[:, None]) & only_prev[:, None])
+        return lg.masked_fill(dead, -torch.inf)
+
+    quad = torch.arange(4, device=h.device)
+    logits = torch.cat([masked(1, quad[None, :].expand(len(h), -1), qk @ levels[0].T),
+                        model.end_key(query)], dim=1)                    # (B, 4 + 1)
+    if first:
+        logits[:, 4] = -torch.inf
+    top = _pick(logits, gen)
+    ended = top == 4
+    cell = top.clamp(max=3)
+    for r in range(2, depth + 1):
+        kids = 4 * cell[:, None] + quad[None, :]                         # (B, 4)
+        lg = masked(r, kids, (qk[:, None, :] * levels[r - 1][kids]).sum(-1))
+        cell = kids.gather(1, _pick(lg, gen)[:, None])[:, 0]
+    return torch.where(ended, torch.full_like(cell, model.end), cell)
+
+
 @torch.no_grad()
 def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, device: torch.device,
-                     chunk: int = 16384, allowed: np.ndarray | None = None
+                     chunk: int = 16384, allowed: np.ndarray | None = None, decode: str = "finest"
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Draw ``n`` sequences: (lengths (n,), cells (sum lengths,) in the model's index order (Z-order for HRNet,
     grid ids for the baseline), time slots (sum lengths,)). Vectorised over trajectories. ``allowed`` (bool over
-    cells, same order) masks cells that cannot occur (leaves without a POI)."""
+    cells, same order) masks cells that cannot occur (leaves without a POI). ``decode``: 'finest' draws from the
+    finest-resolution distribution (the paper); 'coarse_to_fine' uses every resolution's head
+    (:func:`coarse_to_fine`; HRNet with the multi-task loss only)."""
     model.to(device).eval()
     gen = torch_generator(rng, device)
     cell_fn = _gru_cell(model)
@@ -46,6 +89,12 @@ def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, devi
     banned = None
     if allowed is not None:
         banned = torch.as_tensor(~np.append(allowed, True), device=device)  # the end token stays allowed
+    hierarchical = decode == "coarse_to_fine" and getattr(model, "multitask", False)
+    if hierarchical:
+        levels = [m[0] for m in model.encoding(1)[1:]]
+        ok = torch.ones(model.n_cells, device=device) if allowed is None else \
+            torch.as_tensor(allowed, device=device).float()
+        counts = [ok.reshape(4 ** r, -1).sum(1).long() for r in range(1, model.depth + 1)]
     out_len, out_cells, out_slots = [], [], []
     for lo in range(0, n, chunk):
         b = min(chunk, n - lo)
@@ -59,15 +108,18 @@ def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, devi
         slots = torch.zeros(b, max_len, dtype=torch.long, device=device)
         for step in range(max_len):
             h = cell_fn(torch.cat([model.time_emb(slot_in), loc], dim=1), h)
-            logits = model.next_logits(h, leaf) if leaf is not None else model.loc_head(h)
-            logits = logits.clone()
-            if banned is not None:
-                logits[:, banned] = -torch.inf
-            has_prev = prev >= 0
-            logits[has_prev, prev[has_prev]] = -torch.inf
-            if step == 0:
-                logits[:, model.end] = -torch.inf
-            nxt = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=gen)[:, 0]
+            if hierarchical:
+                nxt = coarse_to_fine(model, h, levels, prev, step == 0, counts, gen)
+            else:
+                logits = model.next_logits(h, leaf) if leaf is not None else model.loc_head(h)
+                logits = logits.clone()
+                if banned is not None:
+                    logits[:, banned] = -torch.inf
+                has_prev = prev >= 0
+                logits[has_prev, prev[has_prev]] = -torch.inf
+                if step == 0:
+                    logits[:, model.end] = -torch.inf
+                nxt = _pick(logits, gen)
             slot = torch.multinomial(torch.softmax(model.time_head(h), dim=1), 1, generator=gen)[:, 0]
             alive &= nxt != model.end
             if not alive.any():
