@@ -64,7 +64,8 @@ DEFAULTS: dict[str, Any] = dict(
     pretrain=True, multitask=True, c=0.018, pretrain_max_share=0.5,
     pretrain_iterations=3000, pretrain_batch=100, pretrain_lr=1e-3,
     n_hint=10_000,         # public guess of N, used only by privacy_event() before any data is read
-    pois=None,             # optional public scattered POIs [[lat, lon], ...] (HRNet §3.2.2)
+    pois=None,             # optional public scattered POIs [[lat, lon], ...] (HRNet §3.2.2); sets w to the
+                           # smallest power of two with w*w >= number of POIs
     decode="coarse_to_fine",  # or 'finest' (the paper's: the finest head only); see generate.py and the benchmark
     base_date="2008-01-01",  # synthetic times lie on this (public) date and the days after it
     device=None,           # None: CUDA when available, else CPU
@@ -227,7 +228,8 @@ class _Base(Synthesizer):
 
     # -- fit -------------------------------------------------------------------------------------------
     def fit(self, data: Trajectories, eps: float, delta: float, noise) -> "FittedModel":
-        """Fit under (eps, delta)-DP (trajectory-level); see the module docstring for the privacy map."""
+        """Fit under (eps, delta)-DP for one trajectory (or one user of at most ``contribution_bound``
+        trajectories); see the module docstring for the privacy map."""
         self._check_budget(eps, delta)
         cfg = self.cfg
         t0 = time.perf_counter()
@@ -278,10 +280,10 @@ class _Base(Synthesizer):
                     has_time=has_time, seeded=getattr(noise, "seeded", False), contribution_bound=k,
                     privacy_unit="user" if k > 1 else "trajectory",
                     n_parameters=sum(p.numel() for p in model.parameters()))
-        config = {k: v for k, v in cfg.items() if k not in ("device", "progress", "pois")}
+        config = {key: v for key, v in cfg.items() if key not in ("device", "progress", "pois")}
         pois = None if self.pois is None else self.pois.tolist()
         return FittedModel(self.method, self.bbox.as_list(), config, pois,
-                           {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                           {key: v.detach().cpu() for key, v in model.state_dict().items()},
                            event.to_json(), info, timings)
 
 
