@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from duckmob import synth
-from duckmob.errors import DuckmobError
+from duckmob.errors import BudgetError, DuckmobError
 from duckmob.sql import Udf, one_row, scalar
 from duckmob.synth import store
 from duckmob.trajectories import NO_TIME, Trajectories, from_points
@@ -114,6 +114,11 @@ def fit(con, load_points: Callable[[], object], *, source: str, eps, delta=None,
     if name is not None:
         store.check_free(con, name)
     noise = noise if noise is not None else NoiseSource(None)
+    if unit == "user":
+        synthesizer.contribution_bound = k   # before planning: the plan's sensitivities scale by k
+    declared = ledger.budget(con, source)
+    if declared is not None and hasattr(synthesizer, "ledger_prior"):
+        synthesizer.ledger_prior = (ledger.events(con, source), *declared)
     event = synthesizer.privacy_event(eps, delta)
     ledger.check(con, source, event)
 
@@ -125,11 +130,20 @@ def fit(con, load_points: Callable[[], object], *, source: str, eps, delta=None,
                                "user_col := ..., or use privacy_unit := 'trajectory'")
         keep = bound_contributions(data.user_id, k, noise.generator())
         data = data.take(np.asarray(keep, dtype=bool))
-        synthesizer.contribution_bound = k
-    model = synthesizer.fit(data, eps, delta, noise)
-    ledger.record(con, source, event, mechanism=method, privacy_unit=unit,
-                  params={"method": method, "max_trajectories_per_user": k, **parse_params(params),
-                          **({"model": name} if name else {})},
+    recorded = {"method": method, "max_trajectories_per_user": k, **parse_params(params),
+                **({"model": name} if name else {})}
+    try:
+        model = synthesizer.fit(data, eps, delta, noise)
+    except BudgetError as exc:
+        if getattr(exc, "spent", None) is not None:   # refused after a noisy count: that count is spent
+            ledger.record(con, source, exc.spent, mechanism=method, privacy_unit=unit,
+                          params={**recorded, "refused": True}, seeded=bool(noise.seeded))
+        raise
+    # Record what actually ran. A method whose plan depends on a noisy count (HRNet: the sampling rate and the
+    # DP-SGD steps follow N~) reports its own event, calibrated like the plan checked above to (eps, delta) and,
+    # through ledger_prior, to the budget composed with the earlier releases; the others spend exactly the plan.
+    spent = getattr(model, "event", None) or event
+    ledger.record(con, source, spent, mechanism=method, privacy_unit=unit, params=recorded,
                   seeded=bool(noise.seeded))
     return synthesizer, model, delta
 

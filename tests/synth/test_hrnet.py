@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from duckmob.errors import DuckmobError
+from duckmob.errors import BudgetError, DuckmobError
 from duckmob.grid import cell_of, parent
 from duckmob.synth.hrnet import Baseline, FittedModel, HRNet, calibrate_noise_multiplier
 from duckmob.privacy import accounting
@@ -134,6 +134,25 @@ def test_accountant_matches_dp_accounting_directly():
     assert independent == pytest.approx(ours, rel=1e-3)
     assert 1.97 < ours <= 2.0  # calibrated tightly, never above the target
     assert independent < 0.02 + 0.2 + ours  # PLD composition beats adding the parts (which would exceed 2)
+
+
+def test_calibration_keeps_the_ledger_budget_with_earlier_releases():
+    """Calibrated alone to eps 0.6, the run composed with an earlier Laplace 1.0 overshoots a budget of 1.5;
+    with the ledger's prior events the noise multiplier grows until the composition fits."""
+    q, steps, delta = 0.01, 300, 1e-5
+    fixed = [accounting.laplace(0.006)]
+    earlier = [accounting.laplace(1.0)]
+
+    def total(sigma):
+        return accounting.epsilon(accounting.compose(earlier + fixed + [accounting.dp_sgd(sigma, q, steps)]), delta)
+
+    alone = calibrate_noise_multiplier(fixed, q, steps, 0.6, delta)
+    assert total(alone) > 1.5
+    sigma = calibrate_noise_multiplier(fixed, q, steps, 0.6, delta, prior=(earlier, 1.5, delta))
+    assert sigma > alone
+    assert 1.49 < total(sigma) <= 1.5 + 1e-9
+    with pytest.raises(BudgetError, match="budget left"):
+        calibrate_noise_multiplier(fixed, q, steps, 0.6, delta, prior=(earlier * 2, 1.5, delta))
 
 
 def test_dptran_is_the_privacy_core_release_with_scale_k_over_eps():

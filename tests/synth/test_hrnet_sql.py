@@ -7,8 +7,11 @@ import pytest
 
 import duckmob
 from duckmob.privacy import accounting, ledger
+from duckmob.synth import store
+from duckmob.synth.hrnet import HRNet
 
 BOX = "[39.8, 116.2, 40.2, 116.6]"
+BOX_LIST = [39.8, 116.2, 40.2, 116.6]
 TINY = "{'w': 4, 'epochs': 1, 'pretrain_iterations': 20, 'stay_points': false, 'max_len': 5, 'n_hint': 200}"
 
 
@@ -45,3 +48,23 @@ def test_hrnet_fit_sample_and_synthesize_from_sql(db, monkeypatch):
     syn = db.execute(f"FROM synthesize('trips', eps := 1.0, method := 'baseline', bbox := {BOX}, n := 30, "
                      f"seed := 3, params := {TINY})").fetchall()
     assert len({r[0] for r in syn}) == 30 and len(spent) == 2
+
+
+def test_ledger_records_the_run_not_the_plan(db):
+    """The plan checked before reading data uses n_hint = 200; the run's sampling rate follows the noisy count of
+    150 trajectories: the ledger row holds the run's own DP-SGD event, and the budget still holds composed with
+    an earlier release."""
+    ledger.set_budget(db, "trips", 2.0, 1e-5)
+    ledger.record(db, "trips", accounting.laplace(1.0), mechanism="earlier", privacy_unit="trajectory", params={},
+                  seeded=True)
+    db.execute(f"FROM mob_fit('trips', 'h', eps := 0.99, method := 'hrnet', bbox := {BOX}, seed := 1, "
+               f"params := {TINY})").fetchall()
+    event = ledger.events(db, "trips")[-1]
+    sgd = next(e for e in event.leaves() if e.kind == "dp_sgd")
+    _, model = store.load(db, "h")
+    assert sgd.param("sample_rate") == pytest.approx(model.info["sample_rate"])
+    assert sgd.param("noise_multiplier") == pytest.approx(model.info["noise_multiplier"])
+    plan = HRNet(BOX_LIST, w=4, epochs=1, pretrain_iterations=20, stay_points=False, max_len=5, n_hint=200)
+    planned = next(e for e in plan.privacy_event(0.99, 1e-5).leaves() if e.kind == "dp_sgd")
+    assert sgd.param("sample_rate") != pytest.approx(planned.param("sample_rate"), rel=1e-3)
+    assert ledger.spent(db, "trips") <= 2.0 + 1e-9

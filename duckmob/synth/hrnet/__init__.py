@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from duckmob.errors import DuckmobError
+from duckmob.errors import BudgetError, DuckmobError
 from duckmob.grid import BBox, assign_pois, haversine_m, quadtree_depth
 from duckmob.synth.base import Model, Synthesizer
 from duckmob.privacy import accounting
@@ -67,6 +67,7 @@ DEFAULTS: dict[str, Any] = dict(
     pois=None,             # optional public scattered POIs [[lat, lon], ...] (HRNet §3.2.2); sets w to the
                            # smallest power of two with w*w >= number of POIs
     decode="coarse_to_fine",  # or 'finest' (the paper's: the finest head only); see generate.py and the benchmark
+    temperature=1.0,       # sampling temperature of the location and end logits (1: the model's distribution)
     base_date="2008-01-01",  # synthetic times lie on this (public) date and the days after it
     device=None,           # None: CUDA when available, else CPU
     progress=None,         # None: tqdm in a terminal, off in CI
@@ -80,13 +81,42 @@ def _device(spec) -> torch.device:
 
 
 def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps: float, delta: float,
-                               rtol: float = 0.005) -> float:
+                               rtol: float = 0.005, prior: tuple | None = None) -> float:
     """Smallest noise multiplier sigma (to ``rtol``) with
     ``epsilon(compose(fixed + [dp_sgd(sigma, sample_rate, steps)]), delta) <= eps`` by the PLD accountant.
+
+    ``prior = (events, budget_eps, budget_delta)``: the source's ledger. Then sigma also keeps the whole
+    composition ``prior events + this run`` within the declared budget (the ledger recomposes every release by
+    PLD, and a run calibrated alone to eps could compose with earlier releases to a hair more than the plan the
+    ledger checked). Raises BudgetError when no sigma <= 1000 does.
 
     The RDP accountant (fast, never tighter than PLD) brackets sigma first; bisection in log sigma with the PLD
     accountant then needs a handful of evaluations. Raises DuckmobError when even sigma = 1000 does not fit.
     """
+    sigma = _calibrate_alone(fixed, sample_rate, steps, eps, delta, rtol)
+    if not prior or not prior[0]:
+        return sigma
+    events, budget_eps, budget_delta = prior
+
+    def fits(s):
+        run = accounting.compose(list(events) + fixed + [accounting.dp_sgd(s, sample_rate, steps)])
+        return accounting.epsilon(run, budget_delta) <= budget_eps + 1e-9
+
+    if fits(sigma):
+        return sigma
+    lo, hi = sigma, 1e3
+    if not fits(hi):
+        raise BudgetError(f"the privacy budget left ({budget_eps:g} at delta {budget_delta:g}, after the releases "
+                          "already in the ledger) cannot hold this run's fixed releases: use a smaller eps or "
+                          "raise the budget with mob_set_budget")
+    while hi / lo > 1 + rtol:
+        mid = math.sqrt(hi * lo)
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
+def _calibrate_alone(fixed: list, sample_rate: float, steps: int, eps: float, delta: float, rtol: float) -> float:
+    """:func:`calibrate_noise_multiplier` against (eps, delta) alone."""
     from dp_accounting import rdp
 
     def pld_eps(sigma):
@@ -134,6 +164,13 @@ def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps:
     return hi
 
 
+def counts_events(eps_count: float, k: int) -> list:
+    """The noisy counts' events: the trajectory count (k = 1), or trajectories and users (k > 1), eps_count in all."""
+    if k == 1:
+        return [accounting.laplace(eps_count)]
+    return [accounting.laplace(eps_count * k / (k + 1)), accounting.laplace(eps_count / (k + 1))]
+
+
 class _Base(Synthesizer):
     method: ClassVar[str]
     uses_pretraining: ClassVar[bool]
@@ -166,6 +203,10 @@ class _Base(Synthesizer):
             raise DuckmobError(f"{self.method} trains with DP-SGD and needs 0 < delta < 1 (e.g. delta := 1e-5), "
                                f"got {delta}")
 
+    #: (events, budget eps, budget delta) of the source in the ledger, set by the SQL layer before planning, so
+    #: that the calibrated run also fits the budget composed with earlier releases; None: calibrate alone
+    ledger_prior: tuple | None = None
+
     @property
     def k(self) -> int:
         """Trajectories per privacy unit: 1, or the SQL layer's max_trajectories_per_user for user-level DP."""
@@ -185,10 +226,8 @@ class _Base(Synthesizer):
         batch = float(cfg["batch_size"] or math.sqrt(units))
         q = min(1.0, batch / units)
         steps = int(math.ceil(cfg["epochs"] / q))
-        counts = [accounting.laplace(eps_count)] if self.k == 1 else \
-            [accounting.laplace(eps_count * self.k / (self.k + 1)), accounting.laplace(eps_count / (self.k + 1))]
-        fixed = counts + ([accounting.laplace(eps_pre)] if eps_pre > 0 else [])
-        sigma = calibrate_noise_multiplier(fixed, q, steps, eps, delta)
+        fixed = counts_events(eps_count, self.k) + ([accounting.laplace(eps_pre)] if eps_pre > 0 else [])
+        sigma = calibrate_noise_multiplier(fixed, q, steps, eps, delta, prior=self.ledger_prior)
         event = accounting.compose(fixed + [accounting.dp_sgd(sigma, q, steps)])
         return dict(eps_count=eps_count, eps_pre=eps_pre, batch=q * units, sample_rate=q, steps=steps,
                     noise_multiplier=sigma, event=event)
@@ -252,7 +291,12 @@ class _Base(Synthesizer):
             # both at scale (k + 1) / eps_count: eps_count k/(k+1) + eps_count/(k+1) = eps_count in all
             n_noisy = noisy_count(arrays.n, eps_count * k / (k + 1), noise, sensitivity=k)
             units_noisy = noisy_count(len(users), eps_count / (k + 1), noise)
-        plan = self.plan(eps, delta, n_noisy, units_noisy)
+        try:
+            plan = self.plan(eps, delta, n_noisy, units_noisy)
+        except BudgetError as exc:
+            # the refusal depends on the noisy counts: they are spent (the SQL layer records exc.spent)
+            exc.spent = accounting.compose(counts_events(eps_count, k))
+            raise
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(rng.integers(2 ** 62)))
             model = self.build()
@@ -359,7 +403,8 @@ class FittedModel(Model):
             allowed = np.zeros(cfg["w"] ** 2, dtype=bool)
             allowed[morton(leaf, cfg["w"]) if self.method == "hrnet" else leaf] = True
         lengths, cells, slots = sample_sequences(self.network(), int(n), cfg["max_len"], rng, dev, allowed=allowed,
-                                                 decode=cfg.get("decode", "finest"))
+                                                 decode=cfg.get("decode", "finest"),
+                                                 temperature=float(cfg.get("temperature", 1.0)))
         if self.method == "hrnet":
             cells = zorder_to_grid(cells, cfg["w"])
         base = int(np.datetime64(cfg["base_date"], "us").astype(np.int64))

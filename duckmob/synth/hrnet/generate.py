@@ -30,16 +30,16 @@ def _gru_cell(model):
     return next(m for m in model.gru.modules() if type(m).__name__ == "DPGRUCell")
 
 
-def _pick(logits: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """One categorical draw per row; a row with every entry masked falls back to uniform (cannot happen unless
-    the masks leave no option)."""
+def _pick(logits: torch.Tensor, gen: torch.Generator, temperature: float = 1.0) -> torch.Tensor:
+    """One categorical draw per row from ``softmax(logits / temperature)``; a row with every entry masked falls
+    back to uniform (cannot happen unless the masks leave no option)."""
     dead = torch.isinf(logits).all(dim=1, keepdim=True)
-    logits = torch.where(dead, torch.zeros_like(logits), logits)
+    logits = torch.where(dead, torch.zeros_like(logits), logits / temperature)
     return torch.multinomial(torch.softmax(logits, dim=1), 1, generator=gen)[:, 0]
 
 
 def coarse_to_fine(model, h: torch.Tensor, levels: list[torch.Tensor], prev: torch.Tensor, first: bool,
-                   counts: list[torch.Tensor], gen: torch.Generator) -> torch.Tensor:
+                   counts: list[torch.Tensor], gen: torch.Generator, temperature: float = 1.0) -> torch.Tensor:
     """Next Z-order leaf (or ``model.end``) drawn resolution by resolution (HRNet's multi-resolution heads as a
     decoder): the end token or a level-1 cell from ``Pr(l^1 | prefix)``, then at each finer level r one of the 4
     children of the cell drawn so far, with probabilities ``Pr(l^r | prefix)`` renormalised over those children.
@@ -61,20 +61,20 @@ def coarse_to_fine(model, h: torch.Tensor, levels: list[torch.Tensor], prev: tor
                         model.end_key(query)], dim=1)                    # (B, 4 + 1)
     if first:
         logits[:, 4] = -torch.inf
-    top = _pick(logits, gen)
+    top = _pick(logits, gen, temperature)
     ended = top == 4
     cell = top.clamp(max=3)
     for r in range(2, depth + 1):
         kids = 4 * cell[:, None] + quad[None, :]                         # (B, 4)
         lg = masked(r, kids, (qk[:, None, :] * levels[r - 1][kids]).sum(-1))
-        cell = kids.gather(1, _pick(lg, gen)[:, None])[:, 0]
+        cell = kids.gather(1, _pick(lg, gen, temperature)[:, None])[:, 0]
     return torch.where(ended, torch.full_like(cell, model.end), cell)
 
 
 @torch.no_grad()
 def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, device: torch.device,
-                     chunk: int = 16384, allowed: np.ndarray | None = None, decode: str = "finest"
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     chunk: int = 16384, allowed: np.ndarray | None = None, decode: str = "finest",
+                     temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Draw ``n`` sequences: (lengths (n,), cells (sum lengths,) in the model's index order (Z-order for HRNet,
     grid ids for the baseline), time slots (sum lengths,)). Vectorised over trajectories. ``allowed`` (bool over
     cells, same order) masks cells that cannot occur (leaves without a POI). ``decode``: 'finest' draws from the
@@ -109,7 +109,7 @@ def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, devi
         for step in range(max_len):
             h = cell_fn(torch.cat([model.time_emb(slot_in), loc], dim=1), h)
             if hierarchical:
-                nxt = coarse_to_fine(model, h, levels, prev, step == 0, counts, gen)
+                nxt = coarse_to_fine(model, h, levels, prev, step == 0, counts, gen, temperature)
             else:
                 logits = model.next_logits(h, leaf) if leaf is not None else model.loc_head(h)
                 logits = logits.clone()
@@ -119,7 +119,7 @@ def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, devi
                 logits[has_prev, prev[has_prev]] = -torch.inf
                 if step == 0:
                     logits[:, model.end] = -torch.inf
-                nxt = _pick(logits, gen)
+                nxt = _pick(logits, gen, temperature)
             slot = torch.multinomial(torch.softmax(model.time_head(h), dim=1), 1, generator=gen)[:, 0]
             alive &= nxt != model.end
             if not alive.any():
