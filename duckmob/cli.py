@@ -58,15 +58,15 @@ class Shell:
                     self.out.write(str(rel))
                     self.out.write("\n")
             except (duckdb.Error, duckmob.DuckmobError, ValueError) as exc:
-                return self._fail(exc)
+                return self._fail(exc, stmt.query)
             if self.timer and self.out.isatty():
                 self.err.write(f"({time.perf_counter() - t0:.3f} s)\n")
         return True
 
-    def _fail(self, exc: BaseException) -> bool:
+    def _fail(self, exc: BaseException, sql: str = "") -> bool:
         if self.show_traceback:
             traceback.print_exception(exc, file=self.err)
-        self.err.write(f"Error: {one_line(exc)}\n")
+        self.err.write(f"Error: {one_line(exc, sql)}\n")
         return False
 
     def dot(self, line: str) -> bool:

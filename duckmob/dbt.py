@@ -72,7 +72,8 @@ def _install_error_messages() -> None:
     dbt-duckdb turns every DuckDB exception into ``DbtRuntimeError(str(exc))``, and a duckmob error raised in a UDF
     reads ``Invalid Input Error: Python exception occurred while executing the UDF: BudgetError: ...``. A plugin
     sees no exception, so this wraps the adapter's ``exception_handler`` once per process: errors that carry a
-    duckmob message are re-raised with :func:`duckmob.errors.one_line`; everything else passes unchanged.
+    duckmob message (or a column missing from a duckmob call's input) are re-raised with
+    :func:`duckmob.errors.one_line`; everything else passes unchanged.
     """
     from dbt.adapters.duckdb.connections import DuckDBConnectionManager
     from dbt_common.exceptions import DbtRuntimeError
@@ -88,8 +89,9 @@ def _install_error_messages() -> None:
                 yield
         except DbtRuntimeError as exc:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
-            if any(m in str(cause) for m in _DUCKMOB_MARKERS):
-                raise DbtRuntimeError(one_line(cause)) from cause
+            text = one_line(cause, sql)   # also names a column missing from a duckmob call's input
+            if any(m in str(cause) for m in _DUCKMOB_MARKERS) or text.startswith("duckmob: "):
+                raise DbtRuntimeError(text) from cause
             raise
 
     exception_handler._duckmob = True

@@ -1,5 +1,7 @@
 """duckmob's own error: one line that says what was wrong and what to do."""
 
+import re
+
 
 class DuckmobError(ValueError):
     """A user-facing error. The message names the problem and the fix, in one line.
@@ -20,12 +22,27 @@ _WRAPPERS = (
 )
 
 
-def one_line(exc: BaseException) -> str:
-    """Return duckmob's own message from an exception that may have crossed DuckDB's UDF boundary."""
+_MISSING = re.compile(r'Referenced column "([^"]+)" not found in FROM clause!(?:\s*Candidate bindings: ([^\n]*))?')
+_DUCKMOB_CALL = re.compile(r"\b(mob_\w+|synthesize)\s*\(")
+
+
+def one_line(exc: BaseException, sql: str = "") -> str:
+    """Return duckmob's own message from an exception that may have crossed DuckDB's UDF boundary.
+
+    A column missing from the input of a duckmob table function (DuckDB's binder reports it before any duckmob
+    code runs) becomes a message that says which column and how to map it, when the statement (``sql``, or the
+    context DuckDB quotes in the message) calls one.
+    """
     text = str(exc).strip()
     for name in ("BudgetError: ", "DuckmobError: "):
         if name in text:
             return "duckmob: " + text.split(name, 1)[1].splitlines()[0].removeprefix("duckmob: ")
+    missing = _MISSING.search(text)
+    if missing and (_DUCKMOB_CALL.search(text) or _DUCKMOB_CALL.search(sql)):
+        column, candidates = missing.group(1), missing.group(2)
+        has = f" (closest: {candidates.strip()})" if candidates else ""
+        return (f"duckmob: the input has no column {column}{has}: name your columns with traj_col := ..., "
+                "ts_col := ..., lat_col := ..., lon_col := ... (user_col := ... for users)")
     for wrapper in _WRAPPERS:
         text = text.replace(wrapper, "")
     first = text.splitlines()[0] if text else type(exc).__name__

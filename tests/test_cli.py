@@ -36,6 +36,16 @@ def test_errors_are_one_line_without_traceback():
     assert r.returncode == 1 and "Traceback" in r.stderr
 
 
+def test_missing_column_names_the_column_and_the_mapping():
+    table = "CREATE TABLE t AS SELECT 1 AS traj_id, now()::TIMESTAMP AS ts, 40.0 AS latitude, 116.0 AS lon;"
+    r = run(["-c", table + " FROM mob_points('t');"])
+    assert r.returncode == 1
+    assert r.stderr.strip().startswith('Error: duckmob: the input has no column lat (closest: "latitude"')
+    assert "lat_col := ..." in r.stderr
+    r = run(["-c", table + " SELECT lat FROM t;"])  # plain SQL keeps DuckDB's own message
+    assert r.stderr.strip().startswith('Error: Binder Error: Referenced column "lat" not found')
+
+
 def test_output_to_parquet_and_csv(tmp_path):
     out = tmp_path / "r.parquet"
     r = run(["-c", "SELECT range AS i FROM range(5)", "-o", str(out)])

@@ -101,3 +101,18 @@ def test_unknown_method_fails_with_duckmob_message(project):
     assert not result.success
     (failed,) = [r for r in result.result if r.status == "error"]
     assert failed.message.strip().splitlines()[-1].strip().startswith("duckmob: unknown synthesis method 'nope'")
+
+
+def test_wrong_column_fails_with_duckmob_message(project):
+    copy, root, _ = project
+    model = copy / "models" / "bad_columns.sql"
+    model.write_text("from mob_cell_sequences('{{ ref(\"trips\") }}', bbox := {{ var('bbox') }}, "
+                     "lat_col := 'latitude')\n")
+    try:
+        result = dbt(copy, "run", "--select", "bad_columns")
+    finally:
+        model.unlink()
+    assert not result.success
+    (failed,) = [r for r in result.result if r.status == "error"]
+    last = failed.message.strip().splitlines()[-1].strip()
+    assert last.startswith("duckmob: the input has no column latitude"), last

@@ -74,7 +74,7 @@ def test_cell_magic_budget_synthesis_and_evaluation(ip, tmp_path):
     ("%%sql\nFROM synthesize('trips', eps := 0.1, method := 'nope', bbox := " + BBOX + ")",
      "duckmob: unknown synthesis method 'nope'"),
     ("%sql FROM mob_cell_sequences('trips', bbox := " + BBOX + ", lat_col := 'latitude')",
-     'Binder Error: Referenced column "latitude" not found'),
+     'duckmob: the input has no column latitude'),
     ("duckmob.synthesize(duckmob_con, 'trips', eps=0.1, method='nope', bbox=" + BBOX + ")",
      "duckmob: unknown synthesis method 'nope'"),
 ])

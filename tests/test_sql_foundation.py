@@ -84,7 +84,7 @@ def test_error_messages(trips):
     assert "not TIMESTAMP" in err(trips, "FROM mob_staypoints('trips', ts_col := 'lat')")
     assert "not an integer" in err(trips, "FROM mob_staypoints('(SELECT ''a'' || traj_id AS traj_id, ts, lat, lon FROM trips)')")
     assert "not a number" in err(trips, "FROM mob_staypoints('(SELECT traj_id, ts, lat::VARCHAR AS lat, lon FROM trips)')")
-    assert '"nope" not found' in err(trips, "FROM mob_staypoints('trips', traj_col := 'nope')")
+    assert 'the input has no column nope' in err(trips, "FROM mob_staypoints('trips', traj_col := 'nope')")
     assert "NULL or NaN lat" in err(trips, "FROM mob_staypoints('(SELECT traj_id, ts, CASE WHEN lat > 40.5 THEN ''nan''::DOUBLE ELSE lat END AS lat, lon FROM trips)')")
     assert "latitude outside" in err(trips, "FROM mob_staypoints('(SELECT traj_id, ts, lat + 60 AS lat, lon FROM trips)')")
     assert "empty" in err(trips, "FROM mob_staypoints('(SELECT * FROM trips WHERE false)')")

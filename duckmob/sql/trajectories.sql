@@ -93,10 +93,14 @@ SELECT
                     ', not a number: cast it with ' || lon_col || '::DOUBLE (WGS 84 degrees)')
          ELSE lon::DOUBLE END AS lon,
     TRY_CAST(seq AS BIGINT) AS seq
-FROM query('SELECT ' || traj_col || ' AS traj_id, ' || ts_col || ' AS ts, ' || lat_col || ' AS lat, ' ||
-           lon_col || ' AS lon, coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$'')) AS user_id, ' ||
-           'coalesce(*COLUMNS(''^(' || seq_col || '|__mob_no_seq)$'')) AS seq ' ||
-           'FROM (SELECT *, NULL AS __mob_no_user, NULL AS __mob_no_seq FROM ' || tbl || ')');
+FROM (SELECT __mob_traj_id AS traj_id, __mob_ts AS ts, __mob_lat AS lat, __mob_lon AS lon,
+             __mob_user_id AS user_id, __mob_seq AS seq
+      -- internal aliases that no input column shares, so a missing column is reported as not found
+      FROM query('SELECT ' || traj_col || ' AS __mob_traj_id, ' || ts_col || ' AS __mob_ts, ' || lat_col ||
+                 ' AS __mob_lat, ' || lon_col || ' AS __mob_lon, coalesce(*COLUMNS(''^(' || user_col ||
+                 '|__mob_no_user)$'')) AS __mob_user_id, coalesce(*COLUMNS(''^(' || seq_col ||
+                 '|__mob_no_seq)$'')) AS __mob_seq ' ||
+                 'FROM (SELECT *, NULL AS __mob_no_user, NULL AS __mob_no_seq FROM ' || tbl || ')'));
 
 -- Stay points (Li et al. 2008; HRNet §5.1.2): one row per stay (traj_id, seq from 0, arrive_ts, leave_ts, lat, lon).
 CREATE OR REPLACE TEMP MACRO mob_staypoints(tbl, radius_m := 200, min_minutes := 30, traj_col := 'traj_id',
