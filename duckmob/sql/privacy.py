@@ -50,14 +50,19 @@ def _budget_row(cur, source: str) -> pa.ListArray:
                              "remaining": [max(eps - used, 0.0)]}))
 
 
-def _unit_args(privacy_unit, max_per_user) -> tuple[str, int | None]:
+def _unit_args(privacy_unit, max_per_user, needs_bound: bool = True) -> tuple[str, int | None]:
+    """The privacy unit and its contribution bound k (None with the trajectory unit, or when the release's
+    sensitivity does not depend on k: ``needs_bound`` False)."""
     unit = privacy_unit or "trajectory"
     if unit not in counting.PRIVACY_UNITS:
         raise DuckmobError(f"privacy_unit must be 'trajectory' or 'user'; got {unit!r}")
-    if unit == "user" and max_per_user is None:
+    if unit == "trajectory" and max_per_user is not None and max_per_user != 1:
+        raise DuckmobError("max_trajectories_per_user only applies with privacy_unit := 'user': drop it, or "
+                           "add privacy_unit := 'user'")
+    if unit == "user" and max_per_user is None and needs_bound:
         raise DuckmobError("privacy_unit := 'user' needs a public max_trajectories_per_user := k (extra "
                            "trajectories of a user are dropped at random)")
-    return unit, max_per_user
+    return unit, (max_per_user if unit == "user" and needs_bound else None)
 
 
 def _required(name: str, value, example: str):
@@ -148,10 +153,11 @@ def udfs(con) -> list[Udf]:
 
     def noisy_count(rows, source, eps, seed, privacy_unit, max_per_user, what):
         source, eps, seed, what = scalar(source), scalar(eps), scalar(seed), scalar(what) or "trajectories"
-        unit, k = _unit_args(scalar(privacy_unit), scalar(max_per_user))
-        eps = _required("eps", eps, f"FROM mob_noisy_count('{source}', eps := 0.1)")
         if what not in ("trajectories", "users"):
             raise DuckmobError(f"what must be 'trajectories' or 'users'; got {what!r}")
+        # the user count has sensitivity 1 under either unit: it needs no contribution bound
+        unit, k = _unit_args(scalar(privacy_unit), scalar(max_per_user), needs_bound=what == "trajectories")
+        eps = _required("eps", eps, f"FROM mob_noisy_count('{source}', eps := 0.1)")
         noise = NoiseSource(seed)
         event = accounting.laplace(eps)
         cur = con.cursor()
@@ -162,6 +168,8 @@ def udfs(con) -> list[Udf]:
             users = (np.zeros(0, np.int64) if n == 0 else
                      np.asarray(pairs.field("user_id").fill_null(-1).to_numpy(zero_copy_only=False), np.int64))
             if what == "users":
+                if n > 0 and not (users >= 0).any():
+                    raise DuckmobError("what := 'users' needs a user id: name the column with user_col := ...")
                 # one trajectory (or one user) adds at most one user to the count: sensitivity 1
                 n_items, sensitivity = int(np.unique(users[users >= 0]).size), 1
             elif unit == "user":

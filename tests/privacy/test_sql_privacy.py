@@ -89,6 +89,21 @@ def test_noisy_count(seqs):
     assert len(rows) == 61
 
 
+def test_noisy_count_contribution_bound_only_where_it_applies(seqs):
+    seqs.sql("FROM mob_set_budget('seqs', eps := 100, delta := 0)").fetchall()
+    # a bound with the trajectory unit would be ignored: refused instead, before anything is spent
+    assert "only applies with privacy_unit := 'user'" in refused(
+        seqs, "FROM mob_noisy_count('seqs', eps := 1, max_trajectories_per_user := 3)")
+    # the user count has sensitivity 1 under the user unit too: no bound needed, none recorded
+    seqs.execute("FROM mob_noisy_count('seqs', eps := 1, what := 'users', privacy_unit := 'user', seed := 1)").fetchall()
+    (row,) = seqs.sql("SELECT privacy_unit, params->>'sensitivity', params->>'max_trajectories_per_user' "
+                      "FROM mob_ledger()").fetchall()
+    assert row == ("user", "1", None)
+    seqs.execute("CREATE TABLE anon AS SELECT traj_id, cells FROM seqs")
+    seqs.sql("FROM mob_set_budget('anon', eps := 10, delta := 0)").fetchall()
+    assert "needs a user id" in refused(seqs, "FROM mob_noisy_count('anon', eps := 1, what := 'users')")
+
+
 def test_on_cell_sequences_of_the_shipped_sample(con):
     con.execute("CREATE TABLE pts AS FROM 'duckmob/data/geolife_sample.parquet'")
     con.execute(f"CREATE TABLE trips_cells AS FROM mob_cell_sequences('pts', bbox := {BBOX}, w := 8, "
