@@ -217,23 +217,29 @@ def from_points(points: pa.StructArray | pa.Table, bbox=None, outside: str = "fa
         raise DuckmobError(f"{int(bad.sum())} points have a longitude outside [-180, 180], e.g. {lon[bad][0]!r} "
                            f"in traj_id {traj[bad][0]}: lat and lon must be WGS 84 degrees")
 
-    # Sort by (traj_id, ts) only when needed: a stable check first keeps sorted input at O(m).
+    # Sort by (traj_id, ts) only when needed: a stable check first keeps sorted input at O(m). Sorting and the
+    # cleaning masks are combined into one index, so each column is gathered once (not permuted, then masked).
     in_order = (traj[1:] > traj[:-1]) | ((traj[1:] == traj[:-1]) & (ts[1:] >= ts[:-1]))
+    order = None
     if not in_order.all():
         by_traj = np.argsort(traj, kind="stable")
-        gt, gts = traj[by_traj], ts[by_traj]
-        backwards = (gt[1:] == gt[:-1]) & (gts[1:] < gts[:-1])
+        gt = traj[by_traj]
+        backwards = (gt[1:] == gt[:-1]) & (ts[by_traj[1:]] < ts[by_traj[:-1]])
         report.unsorted_trajectories = len(np.unique(gt[1:][backwards]))
+        del by_traj, gt, backwards
         order = np.lexsort((ts, traj))
-        traj, ts, lat, lon, user = traj[order], ts[order], lat[order], lon[order], user[order]
-    keep = np.ones(len(traj), dtype=bool)
-    keep[1:] = (traj[1:] != traj[:-1]) | (ts[1:] != ts[:-1])
+    traj_s = traj if order is None else traj[order]
+    ts_s = ts if order is None else ts[order]
+    keep = np.ones(len(traj_s), dtype=bool)
+    keep[1:] = (traj_s[1:] != traj_s[:-1]) | (ts_s[1:] != ts_s[:-1])
     report.duplicate_timestamps = int((~keep).sum())
 
     if bbox is not None:
         from duckmob.grid import BBox
         box = BBox.of(bbox)
         inside = box.contains(lat, lon)
+        if order is not None:
+            inside = inside[order]
         n_out = int((keep & ~inside).sum())
         if n_out and outside == "fail":
             raise DuckmobError(f"{n_out} points lie outside the bounding box {box.as_list()}: pass "
@@ -241,7 +247,12 @@ def from_points(points: pa.StructArray | pa.Table, bbox=None, outside: str = "fa
         report.outside_bbox = n_out
         keep &= inside
     if not keep.all():
-        traj, ts, lat, lon, user = traj[keep], ts[keep], lat[keep], lon[keep], user[keep]
+        traj_s, ts_s = traj_s[keep], ts_s[keep]
+        order = np.flatnonzero(keep) if order is None else order[keep]
+    if order is not None:
+        lat, lon, user = lat[order], lon[order], user[order]
+    traj, ts = traj_s, ts_s
+    del traj_s, ts_s, order, keep
 
     offsets = offsets_from_sorted_keys(traj)
     report.trajectories_in = len(np.unique(_to_numpy(cols["traj_id"], np.int64)))
