@@ -50,7 +50,7 @@ class Shell:
         for i, stmt in enumerate(statements):
             t0 = time.perf_counter()
             try:
-                rel = self.con.sql(stmt.query)
+                rel = self.con.sql(_bare(stmt.query))
                 if rel is not None and output is not None and i == len(statements) - 1:
                     write_result(rel, output)
                     self.err.write(f"wrote {output}\n")
@@ -128,6 +128,21 @@ class Shell:
                 except OSError:
                     pass
         return 0
+
+
+def _bare(query: str) -> str:
+    """A statement without its trailing ';' and comments (DuckDB keeps them in the statement's text, and a
+    relation shown as a table re-reads that text inside a subquery, where they break the parse). DuckDB's own
+    tokenizer finds them, so a ';' or '--' inside a string is left alone."""
+    tokens = duckdb.tokenize(query)
+    end = len(query)
+    for start, kind in reversed(tokens):
+        if kind == duckdb.token_type.comment or (kind == duckdb.token_type.operator
+                                                  and query[start:end].strip().startswith(";")):
+            end = start
+        else:
+            break
+    return query[:end].rstrip()
 
 
 def write_result(rel, path: str) -> None:

@@ -46,6 +46,15 @@ def test_missing_column_names_the_column_and_the_mapping():
     assert r.stderr.strip().startswith('Error: Binder Error: Referenced column "lat" not found')
 
 
+def test_comments_after_statements(tmp_path):
+    f = tmp_path / "script.sql"
+    f.write_text("-- set-up\nSELECT 1 AS a; -- first\nSELECT '--x;' AS s; -- a ';' inside a string stays\n"
+                 "-- the end\n")
+    r = run(["-f", str(f)])
+    assert r.returncode == 0, r.stderr
+    assert "--x;" in r.stdout and r.stderr == ""
+
+
 def test_output_to_parquet_and_csv(tmp_path):
     out = tmp_path / "r.parquet"
     r = run(["-c", "SELECT range AS i FROM range(5)", "-o", str(out)])
