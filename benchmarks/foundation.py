@@ -5,19 +5,12 @@ import time
 from pathlib import Path
 
 import duckmob
+from timing import best_of
 from duckmob import staypoints, trajectories
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 BOX = [39.4, 115.4, 41.1, 117.6]
 
-
-def best_of(fn, repeat=3):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main():

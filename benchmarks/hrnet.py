@@ -43,7 +43,11 @@ RUNS = {  # name: (method, eps, extra parameters); "from": re-sample that run's 
     "hrnet-0.5": ("hrnet", 0.5, {}),
     "hrnet-1": ("hrnet", 1.0, {}),
     "hrnet-3": ("hrnet", 3.0, {}),
+    # capacity / pre-training budget probes (not run by default)
+    "hrnet-2-loc64": ("hrnet", 2.0, {"loc_dim": 64}),
+    "hrnet-2-c05": ("hrnet", 2.0, {"c": 0.05}),
 }
+DEFAULT_RUNS = [n for n in RUNS if n not in ("hrnet-2-loc64", "hrnet-2-c05")]
 PAPER = {"hrnet_destination_jsd": 0.192, "hrnet_transition_jsd": 0.212, "hrnet_travel_distance_jsd": 0.00871,
          "hrnet_diameter_jsd": 0.0681, "hrnet_traj_density_are": 0.184, "hrnet_traj_pattern_are": 0.671}
 PAPER_BASELINE = {"hrnet_destination_jsd": 0.397, "hrnet_transition_jsd": 0.397,
@@ -142,7 +146,7 @@ def saved() -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", nargs="*", default=list(RUNS))
+    parser.add_argument("--runs", nargs="*", default=DEFAULT_RUNS)
     parser.add_argument("--table-only", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -2,20 +2,11 @@
 Mironov-safe) and OpenDP 0.16's make_laplace (exact, vetted; ``pip install opendp==0.16.0``, optional).
 Prints samples per second and ratios; run ``python benchmarks/noise.py`` (one core: numpy is single-threaded)."""
 
-import time
-
 import numpy as np
 
 from duckmob.privacy.noise import NoiseSource
+from timing import best_of
 
-
-def best_of(fn, repeat=3):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main():
