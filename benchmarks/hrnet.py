@@ -124,7 +124,8 @@ def table(results: list[dict]) -> str:
                      + ", ".join(f"{s} {h[c] / b[c]:.2f}" for c, s in zip(COLUMNS, SHORT)
                                  if h.get(c) and b.get(c)))
     if results:
-        lines.append(f"real stay-point trajectories: mean {results[0]['real_mean_len']:.2f} cells")
+        lines.append(f"real stay-point trajectories: mean {results[0]['real_mean_len']:.2f} points (first fix, stays, "
+                     "last fix; synthetic len: points = cells, consecutive cells distinct)")
     for r in results:
         i = r["info"]
         lines.append(f"{r['name']:22s} eps_count {i['eps_count']:.3f}  eps_pretrain {i['eps_pretrain']:.3f}  "

@@ -238,6 +238,17 @@ def test_bad_parameters_are_refused():
         HRNet(BOX, epoch=3)
     with pytest.raises(DuckmobError, match="w = 2"):
         HRNet(BOX, w=12)
+    with pytest.raises(DuckmobError, match="temperature must be a positive number"):
+        HRNet(BOX, temperature=0)
+
+
+def test_sampling_temperature_sharpens_the_softmax():
+    from duckmob.synth.hrnet.generate import _pick
+
+    logits = torch.tensor([[0.0, 1.0]]).expand(200_000, -1)
+    for t, expect in ((1.0, np.e / (1 + np.e)), (0.5, np.e ** 2 / (1 + np.e ** 2)), (2.0, np.e ** 0.5 / (1 + np.e ** 0.5))):
+        share = _pick(logits, torch.Generator().manual_seed(3), t).float().mean().item()
+        assert share == pytest.approx(expect, abs=0.005)
 
 
 def test_scattered_pois_output_lies_on_pois():

@@ -22,7 +22,8 @@ recorded in the ledger once (``model.event``):
 
 ``privacy_event(eps, delta)`` (asked before any data is read) is the same plan for the public ``n_hint``
 trajectories; the fit's own event (with the noisy count) is ``model.event``. Both are calibrated to epsilon
-<= eps at delta; the ledger should record ``model.event``.
+<= eps at delta (and, given the ledger's earlier releases, within the budget); the ledger records
+``model.event``.
 
 Only public parameters and DP releases shape the run: the bbox is declared, N is noisy, lengths are truncated
 at the public ``max_len``, time slots are fixed fractions of the day.
@@ -193,6 +194,8 @@ class _Base(Synthesizer):
         for k in ("n_time", "max_len", "epochs", "loc_dim", "hidden", "time_dim", "key_dim"):
             if int(cfg[k]) != cfg[k] or cfg[k] < 1:
                 raise DuckmobError(f"{k} must be a positive integer, got {cfg[k]!r}")
+        if not (isinstance(cfg["temperature"], (int, float)) and 0 < cfg["temperature"] < float("inf")):
+            raise DuckmobError(f"temperature must be a positive number, got {cfg['temperature']!r}")
         self.cfg = cfg
 
     # -- accounting ---------------------------------------------------------------------------------
