@@ -22,7 +22,11 @@ def ip():
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "duckmob")
     yield shell
-    shell.run_line_magic("duckmob", "")  # leave a fresh in-memory connection for anyone else
+    from sql.connection import ConnectionManager
+
+    # close jupysql's connections while the shell is alive: its atexit hook prints through IPython's display,
+    # which fails noisily once the test process tears the shell down
+    ConnectionManager.close_all()
 
 
 def run(shell, code: str):
