@@ -41,8 +41,6 @@ from dbt.adapters.duckdb.plugins import BasePlugin
 from duckmob.errors import one_line
 from duckmob.sql import register
 
-_DUCKMOB_MARKERS = ("DuckmobError: ", "BudgetError: ")
-
 
 class Plugin(BasePlugin):
     """duckmob for dbt-duckdb (module ``duckmob.dbt``; any alias)."""
@@ -90,7 +88,7 @@ def _install_error_messages() -> None:
         except DbtRuntimeError as exc:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
             text = one_line(cause, sql)   # also names a column missing from a duckmob call's input
-            if any(m in str(cause) for m in _DUCKMOB_MARKERS) or text.startswith("duckmob: "):
+            if text.startswith("duckmob: "):
                 raise DbtRuntimeError(text) from cause
             raise
 
