@@ -117,7 +117,7 @@ def fit(con, load_points: Callable[[], object], *, source: str, eps, delta=None,
     if unit == "user":
         synthesizer.contribution_bound = k   # before planning: the plan's sensitivities scale by k
     declared = ledger.budget(con, source)
-    if declared is not None and hasattr(synthesizer, "ledger_prior"):
+    if declared is not None:
         synthesizer.ledger_prior = (ledger.events(con, source), *declared)
     event = synthesizer.privacy_event(eps, delta)
     ledger.check(con, source, event)

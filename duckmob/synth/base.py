@@ -51,7 +51,10 @@ class Synthesizer(ABC):
     says whether the input must have timestamps (False: a table without time is ordered by ``seq``);
     ``contribution_bound`` is k, the number of trajectories one privacy unit may contribute: 1 when the unit is
     a trajectory; the fit driver sets it to ``max_trajectories_per_user`` for user-level privacy after it has
-    bounded contributions, and ``fit`` multiplies every sensitivity by it.
+    bounded contributions, and ``fit`` multiplies every sensitivity by it. ``ledger_prior`` is
+    ``(events, budget eps, budget delta)`` of the source's ledger, set by the fit driver before planning: a method
+    whose spend depends on a noisy count calibrates it so that the whole composition stays within the budget;
+    a method that spends exactly ``privacy_event`` may ignore it.
     """
 
     method: ClassVar[str]
@@ -59,6 +62,7 @@ class Synthesizer(ABC):
     default_delta: ClassVar[float] = 1e-5
     needs_time: ClassVar[bool] = True
     contribution_bound: int = 1
+    ledger_prior: tuple | None = None
 
     def __init__(self, bbox, **params):
         self.bbox = BBox.of(bbox)

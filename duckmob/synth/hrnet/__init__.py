@@ -206,10 +206,6 @@ class _Base(Synthesizer):
             raise DuckmobError(f"{self.method} trains with DP-SGD and needs 0 < delta < 1 (e.g. delta := 1e-5), "
                                f"got {delta}")
 
-    #: (events, budget eps, budget delta) of the source in the ledger, set by the SQL layer before planning, so
-    #: that the calibrated run also fits the budget composed with earlier releases; None: calibrate alone
-    ledger_prior: tuple | None = None
-
     @property
     def k(self) -> int:
         """Trajectories per privacy unit: 1, or the SQL layer's max_trajectories_per_user for user-level DP."""
