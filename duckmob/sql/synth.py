@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from duckmob import synth
-from duckmob.errors import BudgetError, DuckmobError
+from duckmob.errors import DuckmobError
 from duckmob.sql import Udf, one_row, scalar
 from duckmob.synth import store
 from duckmob.trajectories import NO_TIME, Trajectories, from_points
@@ -134,7 +134,7 @@ def fit(con, load_points: Callable[[], object], *, source: str, eps, delta=None,
                 **({"model": name} if name else {})}
     try:
         model = synthesizer.fit(data, eps, delta, noise)
-    except BudgetError as exc:
+    except DuckmobError as exc:
         if getattr(exc, "spent", None) is not None:   # refused after a noisy count: that count is spent
             ledger.record(con, source, exc.spent, mechanism=method, privacy_unit=unit,
                           params={**recorded, "refused": True}, seeded=bool(noise.seeded))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import pytest
 
 import duckmob
+from duckmob.errors import DuckmobError
 from duckmob.privacy import accounting, ledger
 from duckmob.synth import store
 from duckmob.synth.hrnet import HRNet
@@ -68,3 +70,24 @@ def test_ledger_records_the_run_not_the_plan(db):
     planned = next(e for e in plan.privacy_event(0.99, 1e-5).leaves() if e.kind == "dp_sgd")
     assert sgd.param("sample_rate") != pytest.approx(planned.param("sample_rate"), rel=1e-3)
     assert ledger.spent(db, "trips") <= 2.0 + 1e-9
+
+
+def test_refusal_after_the_noisy_count_records_the_count(db, monkeypatch):
+    """A plan that fails only once the noisy count is known (here forced) is refused, no model is stored, and
+    the ledger records the count's Laplace spend, since the refusal depends on it."""
+    planned = HRNet.plan
+
+    def plan(self, eps, delta, n_noisy, units_noisy=None):
+        if n_noisy != self.cfg["n_hint"]:
+            raise DuckmobError("forced: eps is too small for DP-SGD after the other releases")
+        return planned(self, eps, delta, n_noisy, units_noisy)
+
+    monkeypatch.setattr(HRNet, "plan", plan)
+    ledger.set_budget(db, "trips", 2.0, 1e-5)
+    with pytest.raises(duckdb.Error, match="forced"):
+        db.execute(f"FROM mob_fit('trips', 'h', eps := 1.0, method := 'hrnet', bbox := {BOX}, seed := 1, "
+                   f"params := {TINY})").fetchall()
+    (row,) = db.execute("SELECT event, params->>'refused' FROM mob_ledger()").fetchall()
+    assert accounting.Event.from_json(row[0]) == accounting.compose([accounting.laplace(0.01)])
+    assert row[1] == "true"
+    assert db.execute("SELECT count(*) FROM mob_models()").fetchall() == [(0,)]

@@ -292,7 +292,7 @@ class _Base(Synthesizer):
             units_noisy = noisy_count(len(users), eps_count / (k + 1), noise)
         try:
             plan = self.plan(eps, delta, n_noisy, units_noisy)
-        except BudgetError as exc:
+        except DuckmobError as exc:   # e.g. BudgetError, or eps too small for DP-SGD after the counts
             # the refusal depends on the noisy counts: they are spent (the SQL layer records exc.spent)
             exc.spent = accounting.compose(counts_events(eps_count, k))
             raise
