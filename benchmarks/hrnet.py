@@ -8,7 +8,7 @@ trajectories, samples 10,000 synthetic ones and compares them with the real stay
 so times are indicative.
 
     python benchmarks/hrnet.py                      # every run (long: ~1 h on 2 cores), then the table
-    python benchmarks/hrnet.py --runs hrnet-2 baseline-2
+    python benchmarks/hrnet.py --runs hrnet-2 baseline-2 --seeds 11 12   # two fits each, averaged
     python benchmarks/hrnet.py --table-only         # print the table from the saved results
 
 Results are appended to $HRNET_BENCH_OUT (default <tmp>/duckmob_bench/hrnet.jsonl), one JSON line per run, so a
@@ -43,6 +43,9 @@ RUNS = {  # name: (method, eps, extra parameters); "from": re-sample that run's 
     "hrnet-0.5": ("hrnet", 0.5, {}),
     "hrnet-1": ("hrnet", 1.0, {}),
     "hrnet-3": ("hrnet", 3.0, {}),
+    # the paper's batch sqrt(N) (our default is 4 sqrt(N)) for both methods
+    "hrnet-2-sqrtn": ("hrnet", 2.0, {"batch_factor": 1.0}),
+    "baseline-2-sqrtn": ("baseline", 2.0, {"batch_factor": 1.0}),
     # capacity / pre-training budget probes (not run by default)
     "hrnet-2-loc64": ("hrnet", 2.0, {"loc_dim": 64}),
     "hrnet-2-c05": ("hrnet", 2.0, {"c": 0.05}),
@@ -68,7 +71,7 @@ def load_training():
     return train, stay_trajectories(train)
 
 
-def run(name: str, train, real_stays) -> dict:
+def run(name: str, train, real_stays, seed: int = 11) -> dict:
     from duckmob.evaluate import evaluate
     from duckmob.synth.hrnet import Baseline, HRNet
     from duckmob.privacy.noise import NoiseSource
@@ -78,27 +81,27 @@ def run(name: str, train, real_stays) -> dict:
     method, eps, extra = RUNS[name]
     t0 = time.perf_counter()
     if "from" in extra:   # the same fitted model, sampled another way
-        model = FittedModel.from_bytes((OUT.parent / f"{extra['from']}.model").read_bytes())
+        model = FittedModel.from_bytes((OUT.parent / f"{extra['from']}-s{seed}.model").read_bytes())
         model.config.update({k: v for k, v in extra.items() if k != "from"})
-        fit_s = saved_fit_s(extra["from"])
+        fit_s = saved_fit_s(extra["from"], seed)
     else:
         synth = (HRNet if method == "hrnet" else Baseline)(BOX, progress=False, **extra)
-        model = synth.fit(train, eps, DELTA, NoiseSource(11))
+        model = synth.fit(train, eps, DELTA, NoiseSource(seed))
         fit_s = time.perf_counter() - t0
         OUT.parent.mkdir(parents=True, exist_ok=True)
-        (OUT.parent / f"{name}.model").write_bytes(model.to_bytes())   # for re-sampling without refitting
+        (OUT.parent / f"{name}-s{seed}.model").write_bytes(model.to_bytes())   # for re-sampling without refitting
     t1 = time.perf_counter()
-    out = model.sample(N_TRAIN, np.random.default_rng(5))
+    out = model.sample(N_TRAIN, np.random.default_rng(seed + 1000))
     sample_s = time.perf_counter() - t1
     rows = evaluate(real_stays, out, BOX, families=["hrnet"], w=32)
     metrics = {r["metric"]: r["value"] for r in rows}
-    return dict(name=name, method=method, eps=eps, extra=extra, fit_s=fit_s, sample_s=sample_s,
+    return dict(name=name, seed=seed, method=method, eps=eps, extra=extra, fit_s=fit_s, sample_s=sample_s,
                 timings=model.timings, info=model.info, metrics=metrics,
                 synth_mean_len=float(out.lengths.mean()), real_mean_len=float(real_stays.lengths.mean()))
 
 
-def saved_fit_s(name: str) -> float:
-    return next((r["fit_s"] for r in saved() if r["name"] == name), float("nan"))
+def saved_fit_s(name: str, seed: int) -> float:
+    return next((r["fit_s"] for r in saved_runs() if r["name"] == name and r["seed"] == seed), float("nan"))
 
 
 def fmt(v) -> str:
@@ -107,22 +110,23 @@ def fmt(v) -> str:
 
 def table(results: list[dict]) -> str:
     lines = ["HRNet Table 1 metrics on GeoLife (w = 32, delta = 1e-5; JSD in nats, lower is better)",
-             f"{'run':22s} {'eps':>4s} " + " ".join(f"{s:>9s}" for s in SHORT) + "   fit s  s/epoch  len"]
+             f"{'run':22s} {'eps':>4s} " + " ".join(f"{s:>9s}" for s in SHORT) + "   fit s  s/epoch  len  fits"]
     for r in results:
         m = r["metrics"]
         ep = r["timings"].get("epoch_s") or [float("nan")]
         lines.append(f"{r['name']:22s} {r['eps']:4.1f} " + " ".join(f"{fmt(m.get(c)):>9s}" for c in COLUMNS)
-                     + f" {r['fit_s']:7.0f} {np.mean(ep):7.2f} {r['synth_mean_len']:4.2f}")
+                     + f" {r['fit_s']:7.0f} {np.mean(ep):7.2f} {r['synth_mean_len']:4.2f} {r['seeds']:5d}")
     for label, ref in (("paper HRNet", PAPER), ("paper baseline", PAPER_BASELINE)):
         lines.append(f"{label:22s}  2.0 " + " ".join(f"{fmt(ref.get(c)):>9s}" for c in COLUMNS))
     by = {r["name"]: r for r in results}
-    if "hrnet-2" in by and "baseline-2" in by:
-        h, b = by["hrnet-2"]["metrics"], by["baseline-2"]["metrics"]
-        wins = [c for c in COLUMNS if h.get(c) is not None and b.get(c) is not None and h[c] < b[c]]
-        lines.append(f"hrnet-2 beats baseline-2 on {len(wins)} of "
-                     f"{sum(h.get(c) is not None for c in COLUMNS)} metrics; ratio hrnet/baseline: "
-                     + ", ".join(f"{s} {h[c] / b[c]:.2f}" for c, s in zip(COLUMNS, SHORT)
-                                 if h.get(c) and b.get(c)))
+    for hr, bl in (("hrnet-2", "baseline-2"), ("hrnet-2", "baseline-2-sqrtn"), ("hrnet-2-sqrtn", "baseline-2-sqrtn")):
+        if hr not in by or bl not in by:
+            continue
+        h, b = by[hr]["metrics"], by[bl]["metrics"]
+        both = [c for c in COLUMNS if h.get(c) is not None and b.get(c) is not None]
+        wins = [c for c in both if h[c] < b[c]]
+        lines.append(f"{hr} beats {bl} on {len(wins)} of {len(both)} metrics; ratio: "
+                     + ", ".join(f"{s} {h[c] / b[c]:.2f}" for c, s in zip(COLUMNS, SHORT) if c in both and b[c]))
     if results:
         lines.append(f"real stay-point trajectories: mean {results[0]['real_mean_len']:.2f} points (first fix, stays, "
                      "last fix; synthetic len: points = cells, consecutive cells distinct)")
@@ -135,19 +139,38 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def saved() -> list[dict]:
+def saved_runs() -> list[dict]:
+    """The latest result of every (run, seed) in the results file."""
     if not OUT.exists():
         return []
     latest = {}
     for line in OUT.read_text().splitlines():
         r = json.loads(line)
-        latest[r["name"]] = r
-    return [latest[n] for n in RUNS if n in latest]
+        latest[r["name"], r.get("seed", 11)] = {"seed": 11, **r}
+    return list(latest.values())
+
+
+def saved() -> list[dict]:
+    """One row per run: metrics, times and lengths averaged over its seeds (``seeds`` says how many)."""
+    rows = []
+    for name in RUNS:
+        runs = [r for r in saved_runs() if r["name"] == name]
+        if not runs:
+            continue
+        row = dict(runs[0], seeds=len(runs))
+        row["metrics"] = {c: float(np.mean([r["metrics"][c] for r in runs])) for c in runs[0]["metrics"]
+                          if all(r["metrics"].get(c) is not None for r in runs)}
+        for key in ("fit_s", "synth_mean_len"):
+            row[key] = float(np.mean([r[key] for r in runs]))
+        rows.append(row)
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", nargs="*", default=DEFAULT_RUNS)
+    parser.add_argument("--seeds", nargs="*", type=int, default=[11],
+                        help="one fit per seed; the table averages a run's metrics over its seeds")
     parser.add_argument("--table-only", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -155,11 +178,11 @@ def main() -> None:
     if not args.table_only:
         train, real_stays = load_training()
         OUT.parent.mkdir(parents=True, exist_ok=True)
-        for name in args.runs:
-            r = run(name, train, real_stays)
+        for name, seed in ((n, s) for s in args.seeds for n in args.runs):
+            r = run(name, train, real_stays, seed)
             with OUT.open("a") as f:
                 f.write(json.dumps(r) + "\n")
-            print(f"{name}: fit {r['fit_s']:.0f} s", {k: round(v, 4) for k, v in r["metrics"].items()
+            print(f"{name} (seed {seed}): fit {r['fit_s']:.0f} s", {k: round(v, 4) for k, v in r["metrics"].items()
                                                       if k in COLUMNS and v is not None}, flush=True)
     print(table(saved()))
 
