@@ -46,11 +46,12 @@ RUNS = {  # name: (method, eps, extra parameters); "from": re-sample that run's 
     # the paper's batch sqrt(N) (our default is 4 sqrt(N)) for both methods
     "hrnet-2-sqrtn": ("hrnet", 2.0, {"batch_factor": 1.0}),
     "baseline-2-sqrtn": ("baseline", 2.0, {"batch_factor": 1.0}),
+    "hrnet-2-finest4": ("hrnet", 2.0, {"finest_weight": 4.0}),   # probe: finest resolution = half the loss
     # capacity / pre-training budget probes (not run by default)
     "hrnet-2-loc64": ("hrnet", 2.0, {"loc_dim": 64}),
     "hrnet-2-c05": ("hrnet", 2.0, {"c": 0.05}),
 }
-DEFAULT_RUNS = [n for n in RUNS if n not in ("hrnet-2-loc64", "hrnet-2-c05")]
+DEFAULT_RUNS = [n for n in RUNS if n not in ("hrnet-2-loc64", "hrnet-2-c05", "hrnet-2-finest4")]
 PAPER = {"hrnet_destination_jsd": 0.192, "hrnet_transition_jsd": 0.212, "hrnet_travel_distance_jsd": 0.00871,
          "hrnet_diameter_jsd": 0.0681, "hrnet_traj_density_are": 0.184, "hrnet_traj_pattern_are": 0.671}
 PAPER_BASELINE = {"hrnet_destination_jsd": 0.397, "hrnet_transition_jsd": 0.397,

@@ -384,3 +384,24 @@ def test_coarse_to_fine_sampling_end_to_end_with_pois():
     same = idx[1:] == idx[:-1]
     same[np.cumsum(out.lengths)[:-1] - 1] = False
     assert not same.any()
+
+
+def test_finest_weight_scales_only_the_finest_resolution_term():
+    """loss(finest_weight = 3) - loss(1) = 2 x the finest resolution's summed cross entropy (end token included)."""
+    torch.manual_seed(0)
+    one = HRNetModel(depth=2, n_time=3, loc_dim=8, time_dim=4, hidden=8, key_dim=8)
+    three = HRNetModel(depth=2, n_time=3, loc_dim=8, time_dim=4, hidden=8, key_dim=8, finest_weight=3.0)
+    three.load_state_dict(one.state_dict())
+    cells = torch.tensor([[3, 7, 12, 0], [5, 0, 0, 0]])
+    times = torch.tensor([[0, 1, 2, 0], [1, 0, 0, 0]])
+    lengths = torch.tensor([3, 1])
+    h, m = one.run(cells, times)
+    logits = one.scores(one.f_query(h), m[2])
+    target = torch.where(torch.arange(4)[None, :] == lengths[:, None], torch.tensor(16), cells)
+    ce = torch.nn.functional.cross_entropy(logits, target, reduction="none")
+    finest = (ce * (torch.arange(4)[None, :] <= lengths[:, None])).sum(1)
+    with torch.no_grad():
+        diff = three(cells, times, lengths) - one(cells, times, lengths)
+    assert torch.allclose(diff, 2 * finest.detach(), atol=1e-5)
+    with pytest.raises(DuckmobError, match="finest_weight must be a positive number"):
+        HRNet(BOX, finest_weight=0)

@@ -64,6 +64,7 @@ DEFAULTS: dict[str, Any] = dict(
     lr=3e-3, max_grad_norm=1.0,  # Adam; the paper's 1e-3 did worse here, 1e-2 diverged (benchmarks/hrnet.py)
     count_share=0.01,      # share of eps for the noisy count
     pretrain=True, multitask=True, c=0.018, pretrain_max_share=0.5,
+    finest_weight=1.0,     # weight of the finest resolution in the multi-task loss (the paper: 1, like the others)
     pretrain_iterations=3000, pretrain_batch=100, pretrain_lr=1e-3,
     n_hint=10_000,         # public guess of N, used only by privacy_event() before any data is read
     pois=None,             # optional public scattered POIs [[lat, lon], ...] (HRNet §3.2.2); sets w to the
@@ -195,7 +196,7 @@ class _Base(Synthesizer):
         for k in ("n_time", "max_len", "epochs", "loc_dim", "hidden", "time_dim", "key_dim"):
             if int(cfg[k]) != cfg[k] or cfg[k] < 1:
                 raise DuckmobError(f"{k} must be a positive integer, got {cfg[k]!r}")
-        for k in ("temperature", "batch_factor"):
+        for k in ("temperature", "batch_factor", "finest_weight"):
             if not (isinstance(cfg[k], (int, float)) and 0 < cfg[k] < float("inf")):
                 raise DuckmobError(f"{k} must be a positive number, got {cfg[k]!r}")
         self.cfg = cfg
@@ -342,7 +343,8 @@ class HRNet(_Base):
     def build(self) -> HRNetModel:
         c = self.cfg
         return HRNetModel(self.depth, c["n_time"], c["loc_dim"], c["time_dim"], c["hidden"], c["key_dim"],
-                          multitask=c["multitask"], deconv_activation=bool(c["deconv_activation"]))
+                          multitask=c["multitask"], deconv_activation=bool(c["deconv_activation"]),
+                          finest_weight=c["finest_weight"])
 
 
 class Baseline(_Base):

@@ -13,7 +13,8 @@ times are all learned (nothing is copied from real trajectories at generation).
 * HRNet location head (§3.3, §3.4): ``query = f_query(h_i)``, ``key_l = f_key(hiencode_r(l))`` for every cell
   ``l`` of every resolution ``r = 1..d`` (plus one learned end key shared by all resolutions),
   ``Pr(l^r | v_<i) = softmax_l(query . key_l)``. The multi-task loss sums the cross entropy of every resolution
-  against the ancestor ``up_r(l_i)`` of the true cell (``multitask=False`` keeps resolution d only).
+  against the ancestor ``up_r(l_i)`` of the true cell (``multitask=False`` keeps resolution d only;
+  ``finest_weight`` scales resolution d's term, 1 in the paper).
 
 ``forward`` returns the per-example loss (sum over steps and resolutions), so DP-SGD clips one trajectory's
 whole contribution.
@@ -81,9 +82,11 @@ class HRNetModel(_Sequence):
     """
 
     def __init__(self, depth: int, n_time: int = 5, loc_dim: int = 32, time_dim: int = 16, hidden: int = 64,
-                 key_dim: int = 32, multitask: bool = True, deconv_activation: bool = False):
+                 key_dim: int = 32, multitask: bool = True, deconv_activation: bool = False,
+                 finest_weight: float = 1.0):
         super().__init__(depth, n_time, loc_dim, time_dim, hidden)
         self.multitask = multitask
+        self.finest_weight = float(finest_weight)  # weight of the finest resolution's CE (the paper's: 1)
         self.encoding = HierarchicalEncoding(loc_dim, depth, deconv_activation)
         self.start = nn.Embedding(1, loc_dim)
         self.f_query = nn.Linear(hidden, key_dim)
@@ -127,7 +130,8 @@ class HRNetModel(_Sequence):
             tgt = torch.where(targets < 0, torch.full_like(targets, n_r),
                               ancestor_targets(targets.clamp(min=0), self.depth, r))
             ce = F.cross_entropy(self.scores(query, m[r]), tgt, reduction="none")
-            loss = loss + (ce * loc_valid).sum(1)
+            weight = self.finest_weight if r == self.depth and self.multitask else 1.0
+            loss = loss + weight * (ce * loc_valid).sum(1)
         return loss
 
     def next_logits(self, h: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
