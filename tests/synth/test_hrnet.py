@@ -245,12 +245,12 @@ def test_bad_parameters_are_refused():
 
 
 def test_batch_is_a_public_rule_of_the_noisy_count():
-    """Expected batch batch_factor * sqrt(N~) (the paper's factor is 1, ours 4), or batch_size when given; the
-    steps follow from epochs and the rate q = batch / N~."""
+    """Expected batch batch_factor * sqrt(N~) (the paper's factor is 1: the baseline's default; HRNet's is 4), or
+    batch_size when given; the steps follow from epochs and the rate q = batch / N~."""
     plan = HRNet(BOX).plan(2.0, 1e-5, 10_000)
     assert plan["batch"] == pytest.approx(400) and plan["sample_rate"] == pytest.approx(0.04)
     assert plan["steps"] == 750                                        # ceil(30 epochs / 0.04)
-    paper = Baseline(BOX, batch_factor=1).plan(2.0, 1e-5, 10_000)
+    paper = Baseline(BOX).plan(2.0, 1e-5, 10_000)
     assert paper["sample_rate"] == pytest.approx(0.01) and paper["steps"] == 3000
     assert paper["noise_multiplier"] < plan["noise_multiplier"]        # more steps at a lower rate: less noise
     assert HRNet(BOX, batch_size=250).plan(2.0, 1e-5, 10_000)["batch"] == pytest.approx(250)

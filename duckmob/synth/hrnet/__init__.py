@@ -12,7 +12,8 @@ recorded in the ledger once (``model.event``):
 
 1. a noisy trajectory count ``N~ = N + Laplace(1 / eps_count)`` (sensitivity 1), ``eps_count = count_share * eps``
    (user unit with at most k trajectories: N~ at sensitivity k and a noisy user count, splitting eps_count);
-   it sets the expected batch ``b = batch_factor sqrt(N~)`` (paper: sqrt(N); our default factor 4), the sampling
+   it sets the expected batch ``b = batch_factor sqrt(N~)`` (paper: sqrt(N); default factor 4 for HRNet, 1 for the
+   baseline: each method's better setting in benchmarks/hrnet.py), the sampling
    rate ``q = b / N~`` and the pre-training budget;
 2. (HRNet with ``pretrain``) DPTRAN, ``eps_pre`` from HRNet eq. 9 with c = 0.018 on public parameters and ``N~``
    (see :mod:`.pretrain`);
@@ -60,7 +61,7 @@ DEFAULTS: dict[str, Any] = dict(
     loc_dim=32, time_dim=16, hidden=64, key_dim=32,       # HRNet: loc_dim 32 matches Table 2's growth per depth
     deconv_activation=True,  # tanh after each quad deconvolution (the paper writes a linear one; see benchmark)
     epochs=30, batch_size=None,                           # None: batch_factor * sqrt(noisy N)
-    batch_factor=4.0,      # the paper's batch is sqrt(N) (factor 1); 4 sqrt(N) did better here (benchmarks/hrnet.py)
+    batch_factor=None,     # None: the method's own (hrnet 4, baseline 1 = the paper's sqrt(N)); benchmarks/hrnet.py
     lr=3e-3, max_grad_norm=1.0,  # Adam; the paper's 1e-3 did worse here, 1e-2 diverged (benchmarks/hrnet.py)
     count_share=0.01,      # share of eps for the noisy count
     pretrain=True, multitask=True, c=0.018, pretrain_max_share=0.5,
@@ -183,7 +184,8 @@ class _Base(Synthesizer):
         unknown = set(params) - set(DEFAULTS)
         if unknown:
             raise DuckmobError(f"unknown {self.method} parameter(s) {sorted(unknown)}: use {sorted(DEFAULTS)}")
-        cfg = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
+        cfg = {**DEFAULTS, "batch_factor": self.default_batch_factor,
+               **{k: v for k, v in params.items() if v is not None}}
         super().__init__(bbox, **cfg)
         self.pois = None
         if cfg["pois"] is not None:
@@ -339,6 +341,7 @@ class HRNet(_Base):
     method = "hrnet"
     uses_pretraining = True
     zorder = True
+    default_batch_factor = 4.0  # 4 sqrt(N~): better than the paper's sqrt(N~) on most Table 1 metrics here
 
     def build(self) -> HRNetModel:
         c = self.cfg
@@ -353,6 +356,7 @@ class Baseline(_Base):
     method = "baseline"
     uses_pretraining = False
     zorder = False
+    default_batch_factor = 1.0  # the paper's sqrt(N~), the baseline's better setting here
 
     def build(self) -> BaselineModel:
         c = self.cfg
