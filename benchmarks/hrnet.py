@@ -163,6 +163,7 @@ def saved() -> list[dict]:
                           if all(r["metrics"].get(c) is not None for r in runs)}
         for key in ("fit_s", "synth_mean_len"):
             row[key] = float(np.mean([r[key] for r in runs]))
+        row["timings"] = dict(runs[0]["timings"], epoch_s=[e for r in runs for e in r["timings"].get("epoch_s") or []])
         rows.append(row)
     return rows
 
