@@ -153,9 +153,9 @@ def saved_runs() -> list[dict]:
 
 def saved() -> list[dict]:
     """One row per run: metrics, times and lengths averaged over its seeds (``seeds`` says how many)."""
-    rows = []
+    rows, every = [], saved_runs()
     for name in RUNS:
-        runs = [r for r in saved_runs() if r["name"] == name]
+        runs = [r for r in every if r["name"] == name]
         if not runs:
             continue
         row = dict(runs[0], seeds=len(runs))
