@@ -108,12 +108,17 @@ def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps:
 
     if fits(sigma):
         return sigma
-    lo, hi = sigma, 1e3
-    if not fits(hi):
+    if not fits(1e3):
         raise BudgetError(f"the privacy budget left ({budget_eps:g} at delta {budget_delta:g}, after the releases "
                           "already in the ledger) cannot hold this run's fixed releases: use a smaller eps or "
                           "raise the budget with mob_set_budget")
-    while hi / lo > 1 + rtol:
+    return _bisect_log(fits, sigma, 1e3, 1 + rtol)
+
+
+def _bisect_log(fits, lo: float, hi: float, ratio: float) -> float:
+    """Bisection in log sigma between an infeasible ``lo`` and a feasible ``hi`` (``fits`` monotone: more noise
+    never costs more privacy), until ``hi / lo <= ratio``; returns the feasible end."""
+    while hi / lo > ratio:
         mid = math.sqrt(hi * lo)
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
     return hi
@@ -123,12 +128,15 @@ def _calibrate_alone(fixed: list, sample_rate: float, steps: int, eps: float, de
     """:func:`calibrate_noise_multiplier` against (eps, delta) alone."""
     from dp_accounting import rdp
 
+    def run(sigma):
+        return accounting.compose(fixed + [accounting.dp_sgd(sigma, sample_rate, steps)])
+
     def pld_eps(sigma):
-        return accounting.epsilon(accounting.compose(fixed + [accounting.dp_sgd(sigma, sample_rate, steps)]), delta)
+        return accounting.epsilon(run(sigma), delta)
 
     def rdp_eps(sigma):
         acc = rdp.RdpAccountant()
-        acc.compose(accounting.compose(fixed + [accounting.dp_sgd(sigma, sample_rate, steps)]).to_dp_event())
+        acc.compose(run(sigma).to_dp_event())
         return acc.get_epsilon(delta)
 
     logging.getLogger("absl").setLevel(logging.ERROR)  # RDP's "failed to converge" notes at tiny orders
@@ -136,9 +144,8 @@ def _calibrate_alone(fixed: list, sample_rate: float, steps: int, eps: float, de
     if rdp_eps(hi) > eps and pld_eps(hi) > eps:
         raise DuckmobError(f"eps = {eps} is too small for DP-SGD with {steps} steps after the other releases: "
                            "raise eps or lower epochs")
-    while hi / lo > 1.01:                      # RDP bracket: rdp_eps(hi) <= eps, so pld_eps(hi) <= eps too
-        mid = math.sqrt(hi * lo)
-        lo, hi = (lo, mid) if rdp_eps(mid) <= eps else (mid, hi)
+    # RDP bracket: rdp_eps(hi) <= eps, so pld_eps(hi) <= eps too
+    hi = _bisect_log(lambda s: rdp_eps(s) <= eps, lo, hi, 1.01)
     # Illinois regula falsi on f(log sigma) = log pld_eps(sigma) - log eps: a few PLD evaluations
     lo = hi / 1.5
     f_hi, f_lo = math.log(pld_eps(hi) / eps), math.log(pld_eps(lo) / eps)
