@@ -175,11 +175,15 @@ def _calibrate_alone(fixed: list, sample_rate: float, steps: int, eps: float, de
     return hi
 
 
+def count_shares(eps_count: float, k: int) -> list[float]:
+    """Epsilons of the noisy counts: the trajectory count (k = 1), or (trajectories, users) for users of at most
+    k trajectories, both at Laplace scale (k + 1) / eps_count: eps_count k/(k+1) + eps_count/(k+1) = eps_count."""
+    return [eps_count] if k == 1 else [eps_count * k / (k + 1), eps_count / (k + 1)]
+
+
 def counts_events(eps_count: float, k: int) -> list:
-    """The noisy counts' events: the trajectory count (k = 1), or trajectories and users (k > 1), eps_count in all."""
-    if k == 1:
-        return [accounting.laplace(eps_count)]
-    return [accounting.laplace(eps_count * k / (k + 1)), accounting.laplace(eps_count / (k + 1))]
+    """The accounting events of the noisy counts released with :func:`count_shares`."""
+    return [accounting.laplace(e) for e in count_shares(eps_count, k)]
 
 
 class _Base(Synthesizer):
@@ -299,9 +303,9 @@ class _Base(Synthesizer):
             if per_user.max() > k:
                 raise DuckmobError(f"a user has {per_user.max()} trajectories, more than the contribution bound "
                                    f"{k}: bound contributions first (privacy_unit := 'user' does it)")
-            # both at scale (k + 1) / eps_count: eps_count k/(k+1) + eps_count/(k+1) = eps_count in all
-            n_noisy = noisy_count(arrays.n, eps_count * k / (k + 1), noise, sensitivity=k)
-            units_noisy = noisy_count(len(users), eps_count / (k + 1), noise)
+            eps_traj, eps_users = count_shares(eps_count, k)
+            n_noisy = noisy_count(arrays.n, eps_traj, noise, sensitivity=k)
+            units_noisy = noisy_count(len(users), eps_users, noise)
         try:
             plan = self.plan(eps, delta, n_noisy, units_noisy)
         except DuckmobError as exc:   # e.g. BudgetError, or eps too small for DP-SGD after the counts
