@@ -55,12 +55,12 @@ def test_morton_matches_grid_parents():
 
 def test_encoding_children_are_contiguous_deconvolution():
     enc = HierarchicalEncoding(dim=4, depth=2)
-    m = enc(1)
-    assert [t.shape[1] for t in m] == [1, 4, 16]
+    m = enc()
+    assert [tuple(t.shape) for t in m] == [(1, 4), (4, 4), (16, 4)]
     # the 4 children of Z-order vector z at level 2 are rows 4z..4z+3, a linear image of the parent
     lin = enc.deconvs[1].linear
-    expect = lin(m[1][0]).reshape(4, 4, 4).reshape(16, 4)
-    assert torch.allclose(m[2][0], expect)
+    expect = lin(m[1]).reshape(4, 4, 4).reshape(16, 4)
+    assert torch.allclose(m[2], expect)
 
 
 def test_parameter_count_grows_logarithmically():
@@ -86,10 +86,12 @@ def _batch(model_cls, depth=3, b=6, t=5, seed=0):
 
 @pytest.mark.parametrize("model_cls", [HRNetModel, BaselineModel])
 def test_per_sample_gradients_are_exact_and_clipped(model_cls):
-    """opacus's per-sample gradients (hooks through the per-example encoding tree) equal each example's own
-    autograd gradient, and after clipping every example's gradient norm is <= C."""
-    from opacus import GradSampleModule
+    """The per-sample gradients used by DP-SGD (torch.func over the example axis, the encoding tree computed
+    once per batch) equal each example's own autograd gradient, and after opacus's clipping every example's
+    gradient norm is <= C."""
     from opacus.optimizers import DPOptimizer
+
+    from duckmob.synth.hrnet.train import per_sample_gradients
 
     torch.manual_seed(0)
     model = model_cls(3, loc_dim=8, time_dim=4, hidden=8, **({"key_dim": 8} if model_cls is HRNetModel else {}))
@@ -101,19 +103,18 @@ def test_per_sample_gradients_are_exact_and_clipped(model_cls):
         model(cells[i:i + 1], times[i:i + 1], lengths[i:i + 1]).sum().backward()
         own.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     own = torch.stack(own)
-    gsm = GradSampleModule(model, loss_reduction="mean")
     clip = 0.05
-    opt = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=0.0), noise_multiplier=0.0, max_grad_norm=clip,
+    opt = DPOptimizer(torch.optim.SGD(model.parameters(), lr=0.0), noise_multiplier=0.0, max_grad_norm=clip,
                       expected_batch_size=b)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        gsm(cells, times, lengths).mean().backward()
-    per = torch.cat([p.grad_sample.reshape(b, -1) for p in gsm.parameters()], dim=1)
+    grads = per_sample_gradients(model, cells, times, lengths)
+    for name, p in model.named_parameters():
+        p.grad_sample = grads[name]
+    per = torch.cat([p.grad_sample.reshape(b, -1) for p in model.parameters()], dim=1)
     assert torch.allclose(per, own, atol=1e-5, rtol=1e-4)
     norms = own.norm(dim=1)
     assert (norms > clip).all()  # clipping is active for every example
     opt.step()
-    summed = torch.cat([p.summed_grad.flatten() for p in gsm.parameters()])
+    summed = torch.cat([p.summed_grad.flatten() for p in model.parameters()])
     expect = (own * (clip / (norms + 1e-6)).clamp(max=1.0)[:, None]).sum(0)
     assert torch.allclose(summed, expect, atol=1e-6)
     clipped_norms = (own * (clip / (norms + 1e-6))[:, None]).norm(dim=1)
@@ -359,7 +360,7 @@ def test_coarse_to_fine_decoding_matches_the_product_of_level_conditionals():
     model = HRNetModel(2, loc_dim=4, time_dim=2, hidden=4, key_dim=4).eval()
     with torch.no_grad():
         h = torch.randn(1, 4).expand(40_000, -1)
-        levels = [m[0] for m in model.encoding(1)[1:]]
+        levels = model.encoding()[1:]
         prev = torch.full((40_000,), -1)
         counts = [torch.full((4,), 4), torch.ones(16, dtype=torch.long)]
         got = coarse_to_fine(model, h, levels, prev, False, counts, torch.Generator().manual_seed(1))

@@ -7,14 +7,12 @@ cells are held in Z-order (:func:`morton`), where a parent's four children are c
 deconvolution maps each vector ``M[x, y]`` of level ``l`` to its four children ``M'[2x + dx, 2y + dy]``
 (HRNet §2.5: ``M'[2x+dx, 2y+dy, k] = sum_k' kernel_k[dx, dy, k'] M[x, y, k']``, plus a bias): a
 ``Linear(dim, 4 dim)`` whose output is reshaped into the 2 x 2 children, which is exactly a
-``ConvTranspose2d(dim, dim, kernel_size=2, stride=2)`` but runs under opacus's per-sample-gradient hooks in
-every mode.
+``ConvTranspose2d(dim, dim, kernel_size=2, stride=2)``.
 
 Per-sample gradients: the encoding does not depend on the input, but DP-SGD needs each example's gradient
-with respect to the deconvolution weights. The tree is therefore evaluated once per example of the batch
-(the root is an ``nn.Embedding`` looked up at index 0 for every example), so opacus's standard ``Embedding``
-and ``Linear`` grad samplers give exact per-example gradients. Without DP (pre-training, generation) the same
-modules run with a batch of one.
+with respect to the deconvolution weights. :func:`duckmob.synth.hrnet.train.per_sample_gradients` takes them
+with ``torch.func`` (``vmap`` of ``grad`` over the examples), which evaluates the tree once per batch and
+carries only its gradients per example.
 """
 
 from __future__ import annotations
@@ -52,8 +50,8 @@ def unmorton(z, w: int):
 
 
 class QuadDeconv(nn.Module):
-    """One 2D quad deconvolution layer (HRNet §2.5): (B, 4**l, dim) -> (B, 4**(l+1), dim), in Z-order, where
-    the children of vector ``z`` are rows ``4 z .. 4 z + 3`` (a reshape of the Linear's output, no copy)."""
+    """One 2D quad deconvolution layer (HRNet §2.5): (4**l, dim) -> (4**(l+1), dim), in Z-order, where the
+    children of vector ``z`` are rows ``4 z .. 4 z + 3`` (a reshape of the Linear's output, no copy)."""
 
     def __init__(self, dim: int, activation: bool = False):
         super().__init__()
@@ -62,16 +60,16 @@ class QuadDeconv(nn.Module):
         self.activation = nn.Tanh() if activation else nn.Identity()
 
     def forward(self, m: torch.Tensor) -> torch.Tensor:
-        b, n, dim = m.shape
-        return self.activation(self.linear(m).reshape(b, 4 * n, dim))
+        n, dim = m.shape
+        return self.activation(self.linear(m).reshape(4 * n, dim))
 
 
 class HierarchicalEncoding(nn.Module):
     """``theta_root`` followed by ``depth`` quad deconvolutions (HRNet §3.2.1: M_d = deconv^d(theta_root)).
 
-    ``forward(batch)`` returns the list ``[M_0, M_1, ..., M_depth]`` with ``M_l`` of shape
-    ``(batch, 4**l, dim)``: the encoding ``hiencode_l`` of every cell of level l in Z-order (:func:`morton`),
-    repeated per example.
+    ``forward()`` returns the list ``[M_0, M_1, ..., M_depth]`` with ``M_l`` of shape ``(4**l, dim)``: the
+    encoding ``hiencode_l`` of every cell of level l in Z-order (:func:`morton`). (The root is held as a
+    one-row ``nn.Embedding`` weight.)
     Parameters: ``dim + depth * (4 dim^2 + 4 dim)``, i.e. O(log n_cells).
     """
 
@@ -85,9 +83,8 @@ class HierarchicalEncoding(nn.Module):
         nn.init.normal_(self.root.weight, std=1.0)
         self.deconvs = nn.ModuleList(QuadDeconv(dim, activation) for _ in range(depth))
 
-    def forward(self, batch: int) -> list[torch.Tensor]:
-        idx = torch.zeros(batch, 1, dtype=torch.long, device=self.root.weight.device)
-        levels = [self.root(idx)]
+    def forward(self) -> list[torch.Tensor]:
+        levels = [self.root.weight]
         for layer in self.deconvs:
             levels.append(layer(levels[-1]))
         return levels

@@ -83,7 +83,7 @@ def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, devi
     model.to(device).eval()
     gen = torch_generator(rng, device)
     cell_fn = _gru_cell(model)
-    leaf = model.leaf_vectors()[None] if hasattr(model, "next_logits") else None
+    leaf = model.leaf_vectors() if hasattr(model, "next_logits") else None
     table = model.leaf_vectors()
     start = model.start_vector()
     banned = None
@@ -91,7 +91,7 @@ def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, devi
         banned = torch.as_tensor(~np.append(allowed, True), device=device)  # the end token stays allowed
     hierarchical = decode == "coarse_to_fine" and getattr(model, "multitask", False)
     if hierarchical:
-        levels = [m[0] for m in model.encoding(1)[1:]]
+        levels = model.encoding()[1:]
         ok = torch.ones(model.n_cells, device=device) if allowed is None else \
             torch.as_tensor(allowed, device=device).float()
         counts = [ok.reshape(4 ** r, -1).sum(1).long() for r in range(1, model.depth + 1)]

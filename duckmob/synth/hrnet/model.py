@@ -6,7 +6,8 @@ times are all learned (nothing is copied from real trajectories at generation).
 
 * Input at step i: ``encode(v_{i-1}) = [M_time[t_{i-1}], loc(l_{i-1})]`` (eq. 2); step 1 sees a learned start
   token (time index ``n_time``, location vector ``start``).
-* Prefix encoder: opacus ``DPGRU`` (``nn.GRU`` is refused by opacus's per-sample gradients).
+* Prefix encoder: opacus ``DPGRU`` (a GRU written in plain tensor operations, so per-example gradients
+  can be taken through it; ``nn.GRU``'s fused kernel cannot be).
 * Time head: ``softmax(g_time(h_i))`` over ``n_time`` slots of the day.
 * Baseline location head: ``softmax(g_POI(h_i))`` over the ``w*w`` cells plus the end token; location input
   from an embedding matrix (O(w^2) parameters).
@@ -98,17 +99,16 @@ class HRNetModel(_Sequence):
         return list(range(1, self.depth + 1)) if self.multitask else [self.depth]
 
     def scores(self, query: torch.Tensor, m_r: torch.Tensor) -> torch.Tensor:
-        """Logits (B, 4**r + 1, T): ``query . key_l`` for every cell of one level, the end token last."""
-        cell = torch.einsum("btk,bnk->bnt", self.f_key_t(query), m_r)
+        """Logits (B, 4**r + 1, T): ``query . key_l`` for every cell of one level (``m_r``: (4**r, dim)), the
+        end token last."""
+        cell = torch.einsum("btk,nk->bnt", self.f_key_t(query), m_r)
         return torch.cat([cell, self.end_key(query).transpose(1, 2)], dim=1)
 
     def run(self, cells: torch.Tensor, times: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """GRU states h_i (B, T, hidden) for inputs shifted by one (start token first), and the encoding."""
         b, steps = cells.shape
-        m = self.encoding(b)
-        leaf = m[self.depth]
-        idx = cells[:, : steps - 1].clamp(0, self.n_cells - 1)
-        loc = torch.gather(leaf, 1, idx[..., None].expand(-1, -1, leaf.shape[-1]))
+        m = self.encoding()
+        loc = m[self.depth][cells[:, : steps - 1].clamp(0, self.n_cells - 1)]
         start = self.start(torch.zeros(b, 1, dtype=torch.long, device=cells.device))
         x = self.encode_inputs(torch.cat([start, loc], dim=1), times)
         h, _ = self.gru(x)
@@ -135,13 +135,13 @@ class HRNetModel(_Sequence):
         return loss
 
     def next_logits(self, h: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
-        """Finest-resolution logits (B, 4**d + 1), end last, for states h (B, hidden) and leaf vectors (1, n, dim)."""
+        """Finest-resolution logits (B, 4**d + 1), end last, for states h (B, hidden) and leaf vectors (n, dim)."""
         query = self.f_query(h)
-        return torch.cat([self.f_key_t(query) @ leaf[0].T, self.end_key(query)], dim=1)
+        return torch.cat([self.f_key_t(query) @ leaf.T, self.end_key(query)], dim=1)
 
     def leaf_vectors(self) -> torch.Tensor:
         """(n_cells, loc_dim) input vectors of the leaf cells (Z-order)."""
-        return self.encoding(1)[self.depth][0]
+        return self.encoding()[self.depth]
 
     def start_vector(self) -> torch.Tensor:
         return self.start.weight[0]

@@ -104,12 +104,12 @@ def pretrain(model: HRNetModel, noisy: np.ndarray, *, iterations: int, batch: in
         # Dirichlet(1) = normalised Exp(1) draws
         mix = -torch.log(torch.rand(batch, n_regions, generator=gen).clamp_min(1e-12))
         mix = (mix / mix.sum(1, keepdim=True)).to(device)
-        m = model.encoding(1)
-        x = mix @ m[level][0]
+        m = model.encoding()
+        x = mix @ m[level]
         q = model.f_key_t(model.f_query(temp(x)))
         loss = 0.0
         for r in levels:
-            logp = F.log_softmax(q @ m[r][0].T, dim=1)
+            logp = F.log_softmax(q @ m[r].T, dim=1)
             loss = loss + F.kl_div(logp, mix @ targets[r], reduction="batchmean")
         opt.zero_grad(set_to_none=True)
         loss.backward()
