@@ -243,6 +243,8 @@ def test_bad_parameters_are_refused():
         HRNet(BOX, temperature=0)
     with pytest.raises(DuckmobError, match="batch_factor must be a positive number"):
         HRNet(BOX, batch_factor=-1)
+    with pytest.raises(DuckmobError, match=r"ema must be a number in \[0, 1\)"):
+        HRNet(BOX, ema=1.0)
 
 
 def test_batch_is_a_public_rule_of_the_noisy_count():
@@ -295,6 +297,31 @@ def test_user_level_fit_samples_users_and_accounts():
     with pytest.raises(DuckmobError, match="contribution bound"):
         synth.fit(toy_trajectories(100), 4.0, 1e-5, NoiseSource(2))
     assert model.sample(50, np.random.default_rng(0)).n_trajectories == 50
+
+
+def test_ema_returns_the_moving_average_of_the_iterates():
+    """ema = a: the model ends with avg_k = a avg_{k-1} + (1 - a) theta_k (avg_0 = the initial weights), computed
+    here from the iterates of the same run without averaging (same seed, same noise)."""
+    from duckmob.synth.hrnet import train as tr
+
+    cells, times, lengths = _batch(BaselineModel, depth=2, b=6, t=4)
+    data = tr.TrainingData(cells.numpy(), times.numpy(), lengths.numpy(), np.arange(6))
+
+    def run(steps, ema):
+        torch.manual_seed(0)
+        model = BaselineModel(2, loc_dim=4, time_dim=2, hidden=4)
+        tr.dp_sgd_train(model, data, sample_rate=0.5, steps=steps, noise_multiplier=1.0, max_grad_norm=1.0,
+                        lr=0.1, expected_batch_size=3, rng=np.random.default_rng(3), device=torch.device("cpu"),
+                        progress=False, ema=ema)
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    theta = [run(k, 0.0) for k in range(3)]  # theta_0 (no step), theta_1, theta_2
+    a = 0.7
+    avg = theta[0]
+    for k in (1, 2):
+        avg = a * avg + (1 - a) * theta[k]
+    assert not torch.allclose(theta[2], theta[0])
+    assert torch.allclose(run(2, a), avg, atol=1e-6)
 
 
 def test_per_user_gradient_aggregation_is_clipped_per_user(monkeypatch):

@@ -65,6 +65,7 @@ DEFAULTS: dict[str, Any] = dict(
     lr=3e-3, max_grad_norm=1.0,  # Adam; the paper's 1e-3 did worse here, 1e-2 diverged (benchmarks/hrnet.py)
     count_share=0.01,      # share of eps for the noisy count
     pretrain=True, multitask=True, c=0.018, pretrain_max_share=0.5,
+    ema=0.0,               # moving average of the DP-SGD iterates (0: the last iterate, as the paper)
     finest_weight=1.0,     # weight of the finest resolution in the multi-task loss (the paper: 1, like the others)
     pretrain_iterations=3000, pretrain_batch=100, pretrain_lr=1e-3,
     n_hint=10_000,         # public guess of N, used only by privacy_event() before any data is read
@@ -212,6 +213,8 @@ class _Base(Synthesizer):
         for k in ("temperature", "batch_factor", "finest_weight"):
             if not (isinstance(cfg[k], (int, float)) and 0 < cfg[k] < float("inf")):
                 raise DuckmobError(f"{k} must be a positive number, got {cfg[k]!r}")
+        if not (isinstance(cfg["ema"], (int, float)) and 0 <= cfg["ema"] < 1):
+            raise DuckmobError(f"ema must be a number in [0, 1) (0: no averaging; e.g. 0.99), got {cfg['ema']!r}")
         self.cfg = cfg
 
     # -- accounting ---------------------------------------------------------------------------------
@@ -328,7 +331,7 @@ class _Base(Synthesizer):
         log = dp_sgd_train(model, arrays, sample_rate=plan["sample_rate"], steps=plan["steps"],
                            noise_multiplier=plan["noise_multiplier"], max_grad_norm=cfg["max_grad_norm"],
                            lr=cfg["lr"], expected_batch_size=plan["batch"], rng=rng, device=device,
-                           progress=cfg["progress"], by_user=k > 1)
+                           progress=cfg["progress"], by_user=k > 1, ema=cfg["ema"])
         timings.update(dp_sgd_s=log.seconds, epoch_s=log.epoch_seconds, total_s=time.perf_counter() - t0)
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta,

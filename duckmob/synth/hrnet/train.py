@@ -115,11 +115,15 @@ class TrainingLog:
 def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: float, steps: int,
                  noise_multiplier: float, max_grad_norm: float, lr: float, expected_batch_size: float,
                  rng: np.random.Generator, device: torch.device, progress: bool | None = None,
-                 by_user: bool = False) -> TrainingLog:
+                 by_user: bool = False, ema: float = 0.0) -> TrainingLog:
     """Train ``model`` in place with DP-SGD (HRNet Algorithm 1) for ``steps`` Poisson-sampled steps.
 
     ``model(cells, times, lengths)`` must return the per-example loss. Gradients are averaged by the
     public ``expected_batch_size`` (= sample_rate x the noisy count of units), never by a data-dependent size.
+
+    ``ema``: in [0, 1); above 0 the model ends with the exponential moving average of its DP-SGD iterates
+    (``avg <- ema * avg + (1 - ema) * theta`` after every step), which averages out part of the Gaussian noise
+    the last steps left in the weights. Post-processing of the released iterates: no budget.
 
     ``by_user``: the privacy unit is the user (``data.user_id``; contributions already bounded by the caller).
     Users, not trajectories, are Poisson-sampled; the per-trajectory gradients are summed per user before
@@ -160,6 +164,8 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
 
     bar = tqdm(total=steps, desc="hrnet DP-SGD", unit="step", disable=not show, leave=False)
     start = epoch_start = time.perf_counter()
+    params = [p for _, p in named]
+    average = [p.detach().clone() for p in params] if ema > 0 else None
     for step, batch in enumerate(sampler):
         units = np.asarray(batch, dtype=np.int64)
         weight = 1.0
@@ -184,6 +190,10 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
             # DPOptimizer(loss_reduction="mean") clips these, sums, adds noise, divides by the expected batch
             p.grad_sample = gs * weight
         optimizer.step()
+        if average is not None:
+            with torch.no_grad():
+                for a, p in zip(average, params):
+                    a.lerp_(p, 1.0 - ema)
         bar.update(1)
         if (step + 1) % steps_per_epoch == 0:
             now = time.perf_counter()
@@ -193,4 +203,8 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     log.steps = steps
     log.seconds = time.perf_counter() - start
     optimizer.zero_grad(set_to_none=True)  # drops the last per-sample gradients
+    if average is not None:
+        with torch.no_grad():
+            for p, a in zip(params, average):
+                p.copy_(a)
     return log
