@@ -65,7 +65,8 @@ DEFAULTS: dict[str, Any] = dict(
     lr=3e-3, max_grad_norm=1.0,  # Adam; the paper's 1e-3 did worse here, 1e-2 diverged (benchmarks/hrnet.py)
     count_share=0.01,      # share of eps for the noisy count
     pretrain=True, multitask=True, c=0.018, pretrain_max_share=0.5,
-    ema=0.0,               # moving average of the DP-SGD iterates (0: the last iterate, as the paper)
+    ema=0.0,               # moving average of the DP-SGD iterates (0: the last iterate, as the paper); 0.99 in
+                           # benchmarks/hrnet.py: better trajectory density, mixed elsewhere
     finest_weight=1.0,     # weight of the finest resolution in the multi-task loss (the paper: 1, like the others)
     pretrain_iterations=3000, pretrain_batch=100, pretrain_lr=1e-3,
     n_hint=10_000,         # public guess of N, used only by privacy_event() before any data is read
