@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import dp_accounting
 import numpy as np
 import pytest

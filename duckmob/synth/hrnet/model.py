@@ -6,8 +6,8 @@ times are all learned (nothing is copied from real trajectories at generation).
 
 * Input at step i: ``encode(v_{i-1}) = [M_time[t_{i-1}], loc(l_{i-1})]`` (eq. 2); step 1 sees a learned start
   token (time index ``n_time``, location vector ``start``).
-* Prefix encoder: opacus ``DPGRU`` (a GRU written in plain tensor operations, so per-example gradients
-  can be taken through it; ``nn.GRU``'s fused kernel cannot be).
+* Prefix encoder: opacus ``DPGRU`` (a GRU written in plain tensor operations: per-example gradients through it
+  are ordinary autograd under ``torch.func.vmap``).
 * Time head: ``softmax(g_time(h_i))`` over ``n_time`` slots of the day.
 * Baseline location head: ``softmax(g_POI(h_i))`` over the ``w*w`` cells plus the end token; location input
   from an embedding matrix (O(w^2) parameters).

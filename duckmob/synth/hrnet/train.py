@@ -130,8 +130,8 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     clipping, so each user's whole contribution to a step is clipped to ``max_grad_norm``.
     Per-example gradients come from :func:`per_sample_gradients`; the batch sampler, the per-sample clipping and
     the Gaussian noise are opacus's (``DPOptimizer`` reads the gradients from ``p.grad_sample``); their
-    randomness comes from one torch generator seeded from ``rng``. Privacy: see the module docstring; the caller accounts
-    ``dp_sgd(noise_multiplier, sample_rate, steps)``.
+    randomness comes from one torch generator seeded from ``rng``. Privacy: see the module docstring; the caller
+    accounts ``dp_sgd(noise_multiplier, sample_rate, steps)``.
     """
     if not 0 < sample_rate <= 1:
         raise DuckmobError(f"the DP-SGD sampling rate must be in (0, 1], got {sample_rate}")
@@ -139,7 +139,8 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     noise_gen = torch_generator(rng, device)
     model.to(device).train()
     named = [(k, p) for k, p in model.named_parameters() if p.requires_grad]
-    optimizer = DPOptimizer(torch.optim.Adam([p for _, p in named], lr=lr), noise_multiplier=noise_multiplier,
+    params = [p for _, p in named]
+    optimizer = DPOptimizer(torch.optim.Adam(params, lr=lr), noise_multiplier=noise_multiplier,
                             max_grad_norm=max_grad_norm, expected_batch_size=max(1, round(expected_batch_size)),
                             loss_reduction="mean", generator=noise_gen)
     if by_user:
@@ -164,15 +165,14 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
 
     bar = tqdm(total=steps, desc="hrnet DP-SGD", unit="step", disable=not show, leave=False)
     start = epoch_start = time.perf_counter()
-    params = [p for _, p in named]
     average = [p.detach().clone() for p in params] if ema > 0 else None
     for step, batch in enumerate(sampler):
         units = np.asarray(batch, dtype=np.int64)
-        weight = 1.0
-        if len(units) == 0:
-            # An empty Poisson batch: a zero-weight example makes every per-sample gradient zero, so the
+        empty = len(units) == 0
+        if empty:
+            # An empty Poisson batch: one stand-in example whose per-sample gradient is set to zero, so the
             # step is pure noise, exactly what the accountant assumes.
-            units, weight = np.zeros(1, dtype=np.int64), 0.0
+            units = np.zeros(1, dtype=np.int64)
         if by_user:
             rows = order[ragged_gather(unit_start[units], unit_count[units])]
             group = torch.as_tensor(np.repeat(np.arange(len(units)), unit_count[units]))
@@ -188,7 +188,7 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
             if by_user:
                 gs = gs.new_zeros((len(units),) + gs.shape[1:]).index_add_(0, group.to(gs.device), gs)
             # DPOptimizer(loss_reduction="mean") clips these, sums, adds noise, divides by the expected batch
-            p.grad_sample = gs * weight
+            p.grad_sample = torch.zeros_like(gs) if empty else gs
         optimizer.step()
         if average is not None:
             with torch.no_grad():
