@@ -82,8 +82,9 @@ def _batch(model_cls, depth=3, b=6, t=5, seed=0):
     return cells, times, lengths
 
 
-@pytest.mark.parametrize("model_cls", [HRNetModel, BaselineModel])
-def test_per_sample_gradients_are_exact_and_clipped(model_cls):
+@pytest.mark.parametrize("model_cls,loss", [(HRNetModel, "full"), (HRNetModel, "conditional"),
+                                             (BaselineModel, None)])
+def test_per_sample_gradients_are_exact_and_clipped(model_cls, loss):
     """The per-sample gradients used by DP-SGD (torch.func over the example axis, the encoding tree computed
     once per batch) equal each example's own autograd gradient, and after opacus's clipping every example's
     gradient norm is <= C."""
@@ -92,7 +93,8 @@ def test_per_sample_gradients_are_exact_and_clipped(model_cls):
     from duckmob.synth.hrnet.train import per_sample_gradients
 
     torch.manual_seed(0)
-    model = model_cls(3, loc_dim=8, time_dim=4, hidden=8, **({"key_dim": 8} if model_cls is HRNetModel else {}))
+    extra = {"key_dim": 8, "multitask_loss": loss} if model_cls is HRNetModel else {}
+    model = model_cls(3, loc_dim=8, time_dim=4, hidden=8, **extra)
     cells, times, lengths = _batch(model_cls)
     b = len(lengths)
     own = []
@@ -246,16 +248,16 @@ def test_bad_parameters_are_refused():
 
 
 def test_batch_is_a_public_rule_of_the_noisy_count():
-    """Expected batch batch_factor * sqrt(N~) (the paper's factor is 1: the baseline's default; HRNet's is 4), or
+    """Expected batch batch_factor * sqrt(N~) (the paper's factor is 1: the baseline's default; HRNet's is 2), or
     batch_size when given; the steps follow from epochs and the rate q = batch / N~."""
     plan = HRNet(BOX).plan(2.0, 1e-5, 10_000)
-    assert plan["batch"] == pytest.approx(400) and plan["sample_rate"] == pytest.approx(0.04)
-    assert plan["steps"] == 750                                        # ceil(30 epochs / 0.04)
+    assert plan["batch"] == pytest.approx(200) and plan["sample_rate"] == pytest.approx(0.02)
+    assert plan["steps"] == 1500                                       # ceil(30 epochs / 0.02)
     paper = Baseline(BOX).plan(2.0, 1e-5, 10_000)
     assert paper["sample_rate"] == pytest.approx(0.01) and paper["steps"] == 3000
     assert paper["noise_multiplier"] < plan["noise_multiplier"]        # more steps at a lower rate: less noise
     assert HRNet(BOX, batch_size=250).plan(2.0, 1e-5, 10_000)["batch"] == pytest.approx(250)
-    assert HRNet(BOX).plan(2.0, 1e-5, 9)["sample_rate"] == 1.0          # a tiny table: every example, every step
+    assert HRNet(BOX).plan(2.0, 1e-5, 4)["sample_rate"] == 1.0          # a tiny table: every example, every step
 
 
 def test_sampling_temperature_sharpens_the_softmax():
@@ -431,3 +433,54 @@ def test_finest_weight_scales_only_the_finest_resolution_term():
     assert torch.allclose(diff, 2 * finest.detach(), atol=1e-5)
     with pytest.raises(DuckmobError, match="finest_weight must be a positive number"):
         HRNet(BOX, finest_weight=0)
+
+
+def test_conditional_loss_is_the_likelihood_of_the_coarse_to_fine_decoder():
+    """multitask_loss='conditional': exp(-loss term) of every possible next location (16 leaves + end) is the
+    coarse-to-fine decoder's probability Pr_1(a_1) Pr_2(a_2 | children of a_1), and these sum to 1; the
+    forward loss is that term summed over the steps plus the time loss."""
+    torch.manual_seed(0)
+    model = HRNetModel(2, n_time=3, loc_dim=4, time_dim=2, hidden=4, key_dim=4, multitask_loss="conditional")
+    cells = torch.tensor([[5, 0]]).expand(17, -1).clone()
+    cells[:, 1] = torch.arange(17).clamp(max=15)
+    lengths = torch.where(torch.arange(17) == 16, 1, 2)       # row 16: the end token after cell 5
+    times = torch.zeros(17, 2, dtype=torch.long)
+    with torch.no_grad():
+        h, m = model.run(cells, times)
+        query = model.f_query(h)
+        targets = torch.where(torch.arange(2)[None, :] == lengths[:, None], -1, cells)
+        nll = model.conditional_ce(query, m, targets)[:, 1]      # step 2: the next location after cell 5
+        q, levels = query[0, 1:2], m[1:]
+        qk = model.f_key_t(q)
+        p1 = torch.softmax(torch.cat([qk @ levels[0].T, model.end_key(q)], 1), 1)[0]
+        p2 = torch.softmax((qk @ levels[1].T)[0].reshape(4, 4), 1)
+        expect = torch.cat([(p1[:4, None] * p2).reshape(-1), p1[4:]])
+        assert torch.allclose(torch.exp(-nll), expect, atol=1e-6)
+        assert torch.exp(-nll).sum() == pytest.approx(1.0, abs=1e-5)
+        loc_valid = (torch.arange(2)[None, :] <= lengths[:, None]).float()
+        time_valid = (torch.arange(2)[None, :] < lengths[:, None]).float()
+        total = model.time_loss(h, times, time_valid) + (model.conditional_ce(query, m, targets) * loc_valid).sum(1)
+        assert torch.allclose(model(cells, times, lengths), total)
+    full = HRNetModel(2, n_time=3, loc_dim=4, time_dim=2, hidden=4, key_dim=4, multitask_loss="full")
+    full.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert not torch.allclose(full(cells, times, lengths), model(cells, times, lengths))
+
+
+def test_multitask_loss_and_decode_are_checked():
+    with pytest.raises(DuckmobError, match="multitask_loss must be one of"):
+        HRNet(BOX, multitask_loss="joint")
+    with pytest.raises(DuckmobError, match="decode must be one of"):
+        HRNet(BOX, decode="greedy")
+    with pytest.raises(DuckmobError, match="does not train: use decode 'coarse_to_fine'"):
+        HRNet(BOX, decode="finest")
+    HRNet(BOX, decode="finest", multitask_loss="full")
+    HRNet(BOX, decode="finest", multitask=False)   # the no-multi-task ablation has only the finest head
+
+
+def test_models_saved_before_multitask_loss_load_with_the_papers_loss():
+    model = HRNet(BOX, **{**TINY, "multitask_loss": "full"}).fit(toy_trajectories(120), 2.0, 1e-5, NoiseSource(3))
+    model.config.pop("multitask_loss")
+    again = FittedModel.from_bytes(model.to_bytes())
+    assert again.network().conditional is False
+    assert HRNet(BOX, **TINY).build().conditional is True

@@ -12,7 +12,7 @@ recorded in the ledger once (``model.event``):
 
 1. a noisy trajectory count ``N~ = N + Laplace(1 / eps_count)`` (sensitivity 1), ``eps_count = count_share * eps``
    (user unit with at most k trajectories: N~ at sensitivity k and a noisy user count, splitting eps_count);
-   it sets the expected batch ``b = batch_factor sqrt(N~)`` (paper: sqrt(N); default factor 4 for HRNet, 1 for the
+   it sets the expected batch ``b = batch_factor sqrt(N~)`` (paper: sqrt(N); default factor 2 for HRNet, 1 for the
    baseline: each method's better setting in benchmarks/hrnet.py), the sampling
    rate ``q = b / N~`` and the pre-training budget;
 2. (HRNet with ``pretrain``) DPTRAN, ``eps_pre`` from HRNet eq. 9 with c = 0.018 on public parameters and ``N~``
@@ -47,8 +47,8 @@ from duckmob.synth.base import Model, Synthesizer
 from duckmob.privacy import accounting
 from duckmob.privacy.counting import noisy_count
 from duckmob.synth.hrnet.encoding import morton
-from duckmob.synth.hrnet.generate import sample_sequences, to_trajectories, zorder_to_grid
-from duckmob.synth.hrnet.model import BaselineModel, HRNetModel
+from duckmob.synth.hrnet.generate import DECODES, sample_sequences, to_trajectories, zorder_to_grid
+from duckmob.synth.hrnet.model import MULTITASK_LOSSES, BaselineModel, HRNetModel
 from duckmob.synth.hrnet.pretrain import PRETRAIN_LEVEL, dptran, pretrain, pretraining_epsilon
 from duckmob.synth.hrnet.train import dp_sgd_train, training_arrays
 from duckmob.trajectories import CellSequences, Trajectories
@@ -61,13 +61,15 @@ DEFAULTS: dict[str, Any] = dict(
     loc_dim=32, time_dim=16, hidden=64, key_dim=32,       # HRNet: loc_dim 32 matches Table 2's growth per depth
     deconv_activation=True,  # tanh after each quad deconvolution (the paper writes a linear one; see benchmark)
     epochs=30, batch_size=None,                           # None: batch_factor * sqrt(noisy N)
-    batch_factor=None,     # None: the method's own (hrnet 4, baseline 1 = the paper's sqrt(N)); benchmarks/hrnet.py
+    batch_factor=None,     # None: the method's own (hrnet 2, baseline 1 = the paper's sqrt(N)); benchmarks/hrnet.py
     lr=3e-3, max_grad_norm=1.0,  # Adam; the paper's 1e-3 did worse here, 1e-2 diverged (benchmarks/hrnet.py)
     count_share=0.01,      # share of eps for the noisy count
     pretrain=True, multitask=True, c=0.018, pretrain_max_share=0.5,
     ema=0.0,               # moving average of the DP-SGD iterates (0: the last iterate, as the paper); 0.99 in
                            # benchmarks/hrnet.py: better trajectory density, mixed elsewhere
     finest_weight=1.0,     # weight of the finest resolution in the multi-task loss (the paper: 1, like the others)
+    multitask_loss="conditional",  # each resolution over the children of the true coarser cell (the likelihood of
+                           # the coarse-to-fine decoder), or 'full' (the paper: over all its cells); see model.py
     pretrain_iterations=3000, pretrain_batch=100, pretrain_lr=1e-3,
     n_hint=10_000,         # public guess of N, used only by privacy_event() before any data is read
     pois=None,             # optional public scattered POIs [[lat, lon], ...] (HRNet §3.2.2); sets w to the
@@ -214,6 +216,14 @@ class _Base(Synthesizer):
         for k in ("temperature", "batch_factor", "finest_weight"):
             if not (isinstance(cfg[k], (int, float)) and 0 < cfg[k] < float("inf")):
                 raise DuckmobError(f"{k} must be a positive number, got {cfg[k]!r}")
+        if cfg["multitask_loss"] not in MULTITASK_LOSSES:
+            raise DuckmobError(f"multitask_loss must be one of {list(MULTITASK_LOSSES)}, got {cfg['multitask_loss']!r}")
+        if cfg["decode"] not in DECODES:
+            raise DuckmobError(f"decode must be one of {list(DECODES)}, got {cfg['decode']!r}")
+        if cfg["decode"] == "finest" and cfg["multitask"] and cfg["multitask_loss"] == "conditional":
+            raise DuckmobError("decode 'finest' samples from the finest resolution's softmax over all cells, which "
+                               "multitask_loss 'conditional' does not train: use decode 'coarse_to_fine' or "
+                               "multitask_loss 'full'")
         if not (isinstance(cfg["ema"], (int, float)) and 0 <= cfg["ema"] < 1):
             raise DuckmobError(f"ema must be a number in [0, 1) (0: no averaging; e.g. 0.99), got {cfg['ema']!r}")
         self.cfg = cfg
@@ -356,13 +366,14 @@ class HRNet(_Base):
     method = "hrnet"
     uses_pretraining = True
     zorder = True
-    default_batch_factor = 4.0  # 4 sqrt(N~): better than the paper's sqrt(N~) on most Table 1 metrics here
+    default_batch_factor = 2.0  # 2 sqrt(N~): with the conditional multi-task loss, better than 4 and than the
+                                # paper's sqrt(N~) on most Table 1 metrics here (benchmarks/hrnet.py)
 
     def build(self) -> HRNetModel:
         c = self.cfg
         return HRNetModel(self.depth, c["n_time"], c["loc_dim"], c["time_dim"], c["hidden"], c["key_dim"],
                           multitask=c["multitask"], deconv_activation=bool(c["deconv_activation"]),
-                          finest_weight=c["finest_weight"])
+                          finest_weight=c["finest_weight"], multitask_loss=c["multitask_loss"])
 
 
 class Baseline(_Base):
@@ -405,7 +416,8 @@ class FittedModel(Model):
 
     def network(self) -> torch.nn.Module:
         if self._net is None:
-            synth = _KINDS[self.method](self.bbox, **{**self.config, "pois": self.pois})
+            # models saved before multitask_loss existed were trained with the paper's loss
+            synth = _KINDS[self.method](self.bbox, **{"multitask_loss": "full", **self.config, "pois": self.pois})
             with torch.random.fork_rng(devices=[]):
                 net = synth.build()
             net.load_state_dict(self.state)

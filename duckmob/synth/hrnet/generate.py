@@ -24,6 +24,7 @@ from duckmob.synth.hrnet.train import torch_generator
 from duckmob.trajectories import NO_TIME, Trajectories
 
 DAY_US = 86_400_000_000
+DECODES = ("coarse_to_fine", "finest")
 
 
 def _gru_cell(model):

@@ -12,10 +12,18 @@ times are all learned (nothing is copied from real trajectories at generation).
 * Baseline location head: ``softmax(g_POI(h_i))`` over the ``w*w`` cells plus the end token; location input
   from an embedding matrix (O(w^2) parameters).
 * HRNet location head (§3.3, §3.4): ``query = f_query(h_i)``, ``key_l = f_key(hiencode_r(l))`` for every cell
-  ``l`` of every resolution ``r = 1..d`` (plus one learned end key shared by all resolutions),
-  ``Pr(l^r | v_<i) = softmax_l(query . key_l)``. The multi-task loss sums the cross entropy of every resolution
-  against the ancestor ``up_r(l_i)`` of the true cell (``multitask=False`` keeps resolution d only;
-  ``finest_weight`` scales resolution d's term, 1 in the paper).
+  ``l`` of every resolution ``r = 1..d`` (plus one learned end key shared by all resolutions). The multi-task loss
+  sums one cross entropy per resolution against the ancestor ``up_r(l_i)`` of the true cell
+  (``multitask=False`` keeps resolution d only, over all its cells; ``finest_weight`` scales resolution d's
+  term, 1 in the paper). ``multitask_loss`` says over which cells resolution r's softmax runs:
+
+  - ``'full'`` (the paper, §3.4): ``Pr(l^r | v_<i) = softmax over all 4**r cells of query . key_l`` (end token
+    included at every resolution);
+  - ``'conditional'``: resolution 1 over its 4 cells and the end token, then resolution r over the 4 children
+    of the true resolution r-1 cell ``up_{r-1}(l_i)``. The sum over r is then exactly ``-log Pr(l_i | v_<i)``
+    of the coarse-to-fine decoder that generation samples from (:func:`duckmob.synth.hrnet.generate.
+    coarse_to_fine`), so training maximises the likelihood of what is generated; it needs 4 scores per
+    resolution instead of 4**r. Same parameters, same per-example clipping.
 
 ``forward`` returns the per-example loss (sum over steps and resolutions), so DP-SGD clips one trajectory's
 whole contribution.
@@ -29,6 +37,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from duckmob.synth.hrnet.encoding import HierarchicalEncoding
+
+
+MULTITASK_LOSSES = ("conditional", "full")
 
 
 def ancestor_targets(z: torch.Tensor, depth: int, level: int) -> torch.Tensor:
@@ -84,9 +95,12 @@ class HRNetModel(_Sequence):
 
     def __init__(self, depth: int, n_time: int = 5, loc_dim: int = 32, time_dim: int = 16, hidden: int = 64,
                  key_dim: int = 32, multitask: bool = True, deconv_activation: bool = False,
-                 finest_weight: float = 1.0):
+                 finest_weight: float = 1.0, multitask_loss: str = "full"):
         super().__init__(depth, n_time, loc_dim, time_dim, hidden)
+        if multitask_loss not in MULTITASK_LOSSES:
+            raise ValueError(f"multitask_loss must be one of {MULTITASK_LOSSES}, got {multitask_loss!r}")
         self.multitask = multitask
+        self.conditional = multitask and multitask_loss == "conditional"
         self.finest_weight = float(finest_weight)  # weight of the finest resolution's CE (the paper's: 1)
         self.encoding = HierarchicalEncoding(loc_dim, depth, deconv_activation)
         self.start = nn.Embedding(1, loc_dim)
@@ -125,6 +139,8 @@ class HRNetModel(_Sequence):
         query = self.f_query(h)
         targets = _loc_targets(cells, lengths, -1)
         loss = self.time_loss(h, times, time_valid)
+        if self.conditional:
+            return loss + (self.conditional_ce(query, m, targets) * loc_valid).sum(1)
         for r in self.levels:
             n_r = 4 ** r
             tgt = torch.where(targets < 0, torch.full_like(targets, n_r),
@@ -133,6 +149,28 @@ class HRNetModel(_Sequence):
             weight = self.finest_weight if r == self.depth and self.multitask else 1.0
             loss = loss + weight * (ce * loc_valid).sum(1)
         return loss
+
+    def conditional_ce(self, query: torch.Tensor, m: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+        """(B, T) ``-log Pr(target | prefix)`` under the coarse-to-fine factorisation (``multitask_loss =
+        'conditional'``): resolution 1 over its 4 cells + end, then at each resolution r the 4 children of the
+        true resolution r-1 cell; after an end target only the first term counts. Resolution d's term is
+        scaled by ``finest_weight``. ``targets``: Z-order leaves, -1 for the end token."""
+        qk = self.f_key_t(query)                                           # (B, T, dim)
+        end = targets < 0
+        leaf = targets.clamp(min=0)
+        first = torch.cat([qk @ m[1].T, self.end_key(query)], dim=-1)      # (B, T, 4 + 1)
+        top = torch.where(end, torch.full_like(leaf, 4), ancestor_targets(leaf, self.depth, 1))
+        nll = F.cross_entropy(first.transpose(1, 2), top, reduction="none")
+        quad = torch.arange(4, device=query.device)
+        for r in range(2, self.depth + 1):
+            parent = ancestor_targets(leaf, self.depth, r - 1)
+            kids = m[r][4 * parent[..., None] + quad]                       # (B, T, 4, dim)
+            logits = (qk[..., None, :] * kids).sum(-1)                      # (B, T, 4)
+            child = ancestor_targets(leaf, self.depth, r) - 4 * parent
+            ce = F.cross_entropy(logits.transpose(1, 2), child, reduction="none")
+            weight = self.finest_weight if r == self.depth else 1.0
+            nll = nll + weight * ce.masked_fill(end, 0.0)
+        return nll
 
     def next_logits(self, h: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
         """Finest-resolution logits (B, 4**d + 1), end last, for states h (B, hidden) and leaf vectors (n, dim)."""
