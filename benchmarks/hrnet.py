@@ -52,13 +52,14 @@ RUNS = {  # name: (method, eps, extra parameters); "from": re-sample that run's 
     "hrnet-2-loc64": ("hrnet", 2.0, {"loc_dim": 64}),
     "hrnet-2-c05": ("hrnet", 2.0, {"c": 0.05}),
     # DP-SGD probes: a larger batch, fewer epochs, averaged iterates (both methods)
+    "hrnet-2-b4": ("hrnet", 2.0, {"batch_factor": 4.0}),
     "hrnet-2-b8": ("hrnet", 2.0, {"batch_factor": 8.0}),
     "hrnet-2-e20": ("hrnet", 2.0, {"epochs": 20}),
     "hrnet-2-ema": ("hrnet", 2.0, {"ema": 0.99}),
     "baseline-2-ema": ("baseline", 2.0, {"ema": 0.99}),
 }
-PROBES = ("hrnet-2-loc64", "hrnet-2-c05", "hrnet-2-finest4", "hrnet-2-b8", "hrnet-2-e20", "hrnet-2-ema",
-          "baseline-2-ema")  # opt-in: --runs NAME
+PROBES = ("hrnet-2-loc64", "hrnet-2-c05", "hrnet-2-finest4", "hrnet-2-b4", "hrnet-2-b8", "hrnet-2-e20",
+          "hrnet-2-ema", "baseline-2-ema")  # opt-in: --runs NAME
 DEFAULT_RUNS = [n for n in RUNS if n not in PROBES]
 PAPER = {"hrnet_destination_jsd": 0.192, "hrnet_transition_jsd": 0.212, "hrnet_travel_distance_jsd": 0.00871,
          "hrnet_diameter_jsd": 0.0681, "hrnet_traj_density_are": 0.184, "hrnet_traj_pattern_are": 0.671}
