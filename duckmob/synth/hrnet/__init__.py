@@ -66,7 +66,8 @@ DEFAULTS: dict[str, Any] = dict(
     count_share=0.01,      # share of eps for the noisy count
     pretrain=True, multitask=True, c=0.018, pretrain_max_share=0.5,
     ema=0.0,               # moving average of the DP-SGD iterates (0: the last iterate, as the paper); 0.99 in
-                           # benchmarks/hrnet.py: better trajectory density, mixed elsewhere
+                           # benchmarks/hrnet.py (2 seeds): better travel, diameter and density at t, a
+                           # little worse destination, mixed trajectory density
     finest_weight=1.0,     # weight of the finest resolution in the multi-task loss (the paper: 1, like the others)
     multitask_loss="conditional",  # each resolution over the children of the true coarser cell (the likelihood of
                            # the coarse-to-fine decoder), or 'full' (the paper: over all its cells); see model.py
