@@ -20,6 +20,7 @@ import torch
 
 from duckmob.synth.base import points_in_cells, trajectories_from_cells
 from duckmob.synth.hrnet.encoding import unmorton
+from duckmob.synth.hrnet.model import child_scores
 from duckmob.synth.hrnet.train import torch_generator
 from duckmob.trajectories import NO_TIME, Trajectories
 
@@ -66,8 +67,8 @@ def coarse_to_fine(model, h: torch.Tensor, levels: list[torch.Tensor], prev: tor
     ended = top == 4
     cell = top.clamp(max=3)
     for r in range(2, depth + 1):
-        kids = 4 * cell[:, None] + quad[None, :]                         # (B, 4)
-        lg = masked(r, kids, (qk[:, None, :] * levels[r - 1][kids]).sum(-1))
+        kids, lg = child_scores(qk, levels[r - 1], cell)                 # (B, 4) each
+        lg = masked(r, kids, lg)
         cell = kids.gather(1, _pick(lg, gen, temperature)[:, None])[:, 0]
     return torch.where(ended, torch.full_like(cell, model.end), cell)
 

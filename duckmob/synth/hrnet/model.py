@@ -26,7 +26,7 @@ times are all learned (nothing is copied from real trajectories at generation).
     resolution instead of 4**r. Same parameters, same per-example clipping. The synthesizer's default (the
     module's default stays the paper's). Pre-training (§4) keeps the paper's KL against each resolution's
     softmax over all its cells: fitting the coarse-to-fine distribution there instead did worse on destination
-    and transition in ``benchmarks/hrnet.py`` (two seeds, 0.02-0.03 JSD).
+    and transition at GeoLife eps 2 (0.02-0.03 JSD; one seed at two batch sizes).
 
 ``forward`` returns the per-example loss (sum over steps and resolutions), so DP-SGD clips one trajectory's
 whole contribution.
@@ -48,6 +48,14 @@ MULTITASK_LOSSES = ("conditional", "full")
 def ancestor_targets(z: torch.Tensor, depth: int, level: int) -> torch.Tensor:
     """``up_level`` (HRNet §3.4.2) of Z-order leaf indices: the Z-order index of the covering cell at ``level``."""
     return z >> (2 * (depth - level))
+
+
+def child_scores(qk: torch.Tensor, m_r: torch.Tensor, parent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 4 children ``4 parent + 0..3`` (Z-order, resolution r) of resolution r-1 cells ``parent`` (...,) and
+    their logits ``qk . M_r[child]`` (..., 4), from query-side keys ``qk = f_key^T(query)`` (..., dim): one
+    decision of the coarse-to-fine factorisation, shared by the conditional loss and generation."""
+    kids = 4 * parent[..., None] + torch.arange(4, device=parent.device)
+    return kids, (qk[..., None, :] * m_r[kids]).sum(-1)
 
 
 class _Sequence(nn.Module):
@@ -164,11 +172,9 @@ class HRNetModel(_Sequence):
         first = torch.cat([qk @ m[1].T, self.end_key(query)], dim=-1)      # (B, T, 4 + 1)
         top = torch.where(end, torch.full_like(leaf, 4), ancestor_targets(leaf, self.depth, 1))
         nll = F.cross_entropy(first.transpose(1, 2), top, reduction="none")
-        quad = torch.arange(4, device=query.device)
         for r in range(2, self.depth + 1):
             parent = ancestor_targets(leaf, self.depth, r - 1)
-            kids = m[r][4 * parent[..., None] + quad]                       # (B, T, 4, dim)
-            logits = (qk[..., None, :] * kids).sum(-1)                      # (B, T, 4)
+            _, logits = child_scores(qk, m[r], parent)                       # (B, T, 4)
             child = ancestor_targets(leaf, self.depth, r) - 4 * parent
             ce = F.cross_entropy(logits.transpose(1, 2), child, reduction="none")
             weight = self.finest_weight if r == self.depth else 1.0
