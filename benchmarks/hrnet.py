@@ -38,7 +38,10 @@ RUNS = {  # name: (method, eps, extra parameters); "from": re-sample that run's 
     "hrnet-2": ("hrnet", 2.0, {}),
     "hrnet-2-full": ("hrnet", 2.0, {"multitask_loss": "full"}),   # the paper's multi-task loss
     "hrnet-2-finest": ("hrnet", 2.0, {"from": "hrnet-2-full", "decode": "finest"}),  # ... and its decoding
+    "hrnet-2-finestinput": ("hrnet", 2.0, {"input_levels": "finest"}),   # the paper's GRU input
+    "hrnet-2-constlr": ("hrnet", 2.0, {"lr_final": 1.0}),   # no learning-rate decay
     "baseline-2": ("baseline", 2.0, {}),
+    "baseline-2-constlr": ("baseline", 2.0, {"lr_final": 1.0}),
     "hrnet-nopretrain-2": ("hrnet", 2.0, {"pretrain": False}),
     "hrnet-nomultitask-2": ("hrnet", 2.0, {"multitask": False}),
     "hrnet-0.5": ("hrnet", 0.5, {}),

@@ -14,7 +14,7 @@ from duckmob.privacy import accounting
 from duckmob.privacy.noise import NoiseSource
 from duckmob.synth.hrnet.encoding import HierarchicalEncoding, morton, unmorton
 from duckmob.synth.hrnet.generate import slot_times
-from duckmob.synth.hrnet.model import BaselineModel, HRNetModel
+from duckmob.synth.hrnet.model import BaselineModel, HRNetModel, ancestor_targets
 from duckmob.synth.hrnet.pretrain import dptran, pretraining_epsilon, transition_targets
 from duckmob.trajectories import CellSequences, Trajectories
 
@@ -82,9 +82,9 @@ def _batch(model_cls, depth=3, b=6, t=5, seed=0):
     return cells, times, lengths
 
 
-@pytest.mark.parametrize("model_cls,loss", [(HRNetModel, "full"), (HRNetModel, "conditional"),
-                                             (BaselineModel, None)])
-def test_per_sample_gradients_are_exact_and_clipped(model_cls, loss):
+@pytest.mark.parametrize("model_cls,loss,inputs", [(HRNetModel, "full", "finest"),
+                                                    (HRNetModel, "conditional", "all"), (BaselineModel, None, None)])
+def test_per_sample_gradients_are_exact_and_clipped(model_cls, loss, inputs):
     """The per-sample gradients used by DP-SGD (torch.func over the example axis, the encoding tree computed
     once per batch) equal each example's own autograd gradient, and after opacus's clipping every example's
     gradient norm is <= C."""
@@ -93,7 +93,7 @@ def test_per_sample_gradients_are_exact_and_clipped(model_cls, loss):
     from duckmob.synth.hrnet.train import per_sample_gradients
 
     torch.manual_seed(0)
-    extra = {"key_dim": 8, "multitask_loss": loss} if model_cls is HRNetModel else {}
+    extra = {"key_dim": 8, "multitask_loss": loss, "input_levels": inputs} if model_cls is HRNetModel else {}
     model = model_cls(3, loc_dim=8, time_dim=4, hidden=8, **extra)
     cells, times, lengths = _batch(model_cls)
     b = len(lengths)
@@ -467,7 +467,46 @@ def test_conditional_loss_is_the_likelihood_of_the_coarse_to_fine_decoder():
         assert not torch.allclose(full(cells, times, lengths), model(cells, times, lengths))
 
 
+def test_cosine_learning_rate_goes_from_lr_to_lr_final_times_lr():
+    from duckmob.synth.hrnet.train import cosine_lr
+
+    rates = [cosine_lr(3e-3, 0.1, k, 101) for k in range(101)]
+    assert rates[0] == pytest.approx(3e-3)
+    assert rates[50] == pytest.approx(3e-3 * 0.55)
+    assert rates[-1] == pytest.approx(3e-4)
+    assert all(a > b for a, b in zip(rates, rates[1:]))
+    assert {cosine_lr(3e-3, 1.0, k, 101) for k in range(101)} == {3e-3}
+    with pytest.raises(DuckmobError, match=r"lr_final must be a number in \(0, 1\]"):
+        HRNet(BOX, lr_final=0)
+
+
+def test_input_levels_all_feeds_the_sum_of_a_cells_encodings_at_every_resolution():
+    """input_levels='all': the GRU input of leaf l is sum_{r=1..d} hiencode_r(up_r(l)), the same table at
+    training (run) and generation (input_vectors); 'finest' is the paper's hiencode_d(l). No extra parameters."""
+    torch.manual_seed(0)
+    model = HRNetModel(3, n_time=3, loc_dim=4, time_dim=2, hidden=4, key_dim=4, input_levels="all")
+    paper = HRNetModel(3, n_time=3, loc_dim=4, time_dim=2, hidden=4, key_dim=4)
+    paper.load_state_dict(model.state_dict())   # same parameters: the option adds none
+    with torch.no_grad():
+        m = model.encoding()
+        leaves = torch.arange(64)
+        expect = sum(m[r][ancestor_targets(leaves, 3, r)] for r in (1, 2, 3))
+        assert torch.allclose(model.input_vectors(), expect)
+        assert torch.allclose(paper.input_vectors(), m[3])
+        assert not torch.allclose(expect, m[3])
+        assert torch.equal(model.leaf_vectors(), m[3])   # the keys stay the finest encoding
+        cells = torch.tensor([[9, 40, 63]])
+        times = torch.zeros(1, 3, dtype=torch.long)
+        h, _ = model.run(cells, times)
+        x = model.encode_inputs(torch.cat([model.start.weight[None], expect[cells[:, :2]]], 1), times)
+        assert torch.allclose(h, model.gru(x)[0])
+    with pytest.raises(ValueError, match="input_levels must be one of"):
+        HRNetModel(3, input_levels="coarsest")
+
+
 def test_multitask_loss_and_decode_are_checked():
+    with pytest.raises(DuckmobError, match="input_levels must be one of"):
+        HRNet(BOX, input_levels="sum")
     with pytest.raises(DuckmobError, match="multitask_loss must be one of"):
         HRNet(BOX, multitask_loss="joint")
     with pytest.raises(DuckmobError, match="decode must be one of"):
@@ -478,9 +517,11 @@ def test_multitask_loss_and_decode_are_checked():
     HRNet(BOX, decode="finest", multitask=False)   # the no-multi-task ablation has only the finest head
 
 
-def test_models_saved_before_multitask_loss_load_with_the_papers_loss():
+def test_models_saved_before_multitask_loss_load_with_the_papers_loss_and_input():
     model = HRNet(BOX, **{**TINY, "multitask_loss": "full"}).fit(toy_trajectories(120), 2.0, 1e-5, NoiseSource(3))
     model.config.pop("multitask_loss")
+    model.config.pop("input_levels")
     again = FittedModel.from_bytes(model.to_bytes())
     assert again.network().conditional is False
+    assert again.network().input_levels == "finest"
     assert HRNet(BOX, **TINY).build().conditional is True

@@ -48,7 +48,7 @@ from duckmob.privacy import accounting
 from duckmob.privacy.counting import noisy_count
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.synth.hrnet.generate import DECODES, sample_sequences, to_trajectories, zorder_to_grid
-from duckmob.synth.hrnet.model import MULTITASK_LOSSES, BaselineModel, HRNetModel
+from duckmob.synth.hrnet.model import INPUT_LEVELS, MULTITASK_LOSSES, BaselineModel, HRNetModel
 from duckmob.synth.hrnet.pretrain import PRETRAIN_LEVEL, dptran, pretrain, pretraining_epsilon
 from duckmob.synth.hrnet.train import dp_sgd_train, training_arrays
 from duckmob.trajectories import CellSequences, Trajectories
@@ -63,6 +63,7 @@ DEFAULTS: dict[str, Any] = dict(
     epochs=30, batch_size=None,                           # None: batch_factor * sqrt(noisy N)
     batch_factor=None,     # None: the method's own (hrnet 2, baseline 1 = the paper's sqrt(N)); benchmarks/hrnet.py
     lr=3e-3, max_grad_norm=1.0,  # Adam; the paper's 1e-3 did worse here, 1e-2 diverged (benchmarks/hrnet.py)
+    lr_final=0.1,          # cosine decay of the DP-SGD learning rate to lr_final * lr (1: constant); see benchmark
     count_share=0.01,      # share of eps for the noisy count
     pretrain=True, multitask=True, c=0.018, pretrain_max_share=0.5,
     ema=0.0,               # moving average of the DP-SGD iterates (0: the last iterate, as the paper); 0.99 in
@@ -71,6 +72,8 @@ DEFAULTS: dict[str, Any] = dict(
     finest_weight=1.0,     # weight of the finest resolution in the multi-task loss (the paper: 1, like the others)
     multitask_loss="conditional",  # each resolution over the children of the true coarser cell (the likelihood of
                            # the coarse-to-fine decoder), or 'full' (the paper: over all its cells); see model.py
+    input_levels="all",    # GRU input: a cell's encodings at every resolution, summed, or 'finest' (the paper's
+                           # hiencode_d alone); see model.py and the benchmark
     pretrain_iterations=3000, pretrain_batch=100, pretrain_lr=1e-3,
     n_hint=10_000,         # public guess of N, used only by privacy_event() before any data is read
     pois=None,             # optional public scattered POIs [[lat, lon], ...] (HRNet §3.2.2); sets w to the
@@ -219,12 +222,17 @@ class _Base(Synthesizer):
                 raise DuckmobError(f"{k} must be a positive number, got {cfg[k]!r}")
         if cfg["multitask_loss"] not in MULTITASK_LOSSES:
             raise DuckmobError(f"multitask_loss must be one of {list(MULTITASK_LOSSES)}, got {cfg['multitask_loss']!r}")
+        if cfg["input_levels"] not in INPUT_LEVELS:
+            raise DuckmobError(f"input_levels must be one of {list(INPUT_LEVELS)}, got {cfg['input_levels']!r}")
         if cfg["decode"] not in DECODES:
             raise DuckmobError(f"decode must be one of {list(DECODES)}, got {cfg['decode']!r}")
         if cfg["decode"] == "finest" and cfg["multitask"] and cfg["multitask_loss"] == "conditional":
             raise DuckmobError("decode 'finest' samples from the finest resolution's softmax over all cells, which "
                                "multitask_loss 'conditional' does not train: use decode 'coarse_to_fine' or "
                                "multitask_loss 'full'")
+        if not (isinstance(cfg["lr_final"], (int, float)) and 0 < cfg["lr_final"] <= 1):
+            raise DuckmobError(f"lr_final must be a number in (0, 1] (the last step's learning rate as a fraction of "
+                               f"lr; 1: constant), got {cfg['lr_final']!r}")
         if not (isinstance(cfg["ema"], (int, float)) and 0 <= cfg["ema"] < 1):
             raise DuckmobError(f"ema must be a number in [0, 1) (0: no averaging; e.g. 0.99), got {cfg['ema']!r}")
         self.cfg = cfg
@@ -343,7 +351,8 @@ class _Base(Synthesizer):
         log = dp_sgd_train(model, arrays, sample_rate=plan["sample_rate"], steps=plan["steps"],
                            noise_multiplier=plan["noise_multiplier"], max_grad_norm=cfg["max_grad_norm"],
                            lr=cfg["lr"], expected_batch_size=plan["batch"], rng=rng, device=device,
-                           progress=cfg["progress"], by_user=k > 1, ema=cfg["ema"])
+                           progress=cfg["progress"], by_user=k > 1, ema=cfg["ema"],
+                           lr_final=cfg["lr_final"])
         timings.update(dp_sgd_s=log.seconds, epoch_s=log.epoch_seconds, total_s=time.perf_counter() - t0)
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta,
@@ -374,7 +383,8 @@ class HRNet(_Base):
         c = self.cfg
         return HRNetModel(self.depth, c["n_time"], c["loc_dim"], c["time_dim"], c["hidden"], c["key_dim"],
                           multitask=c["multitask"], deconv_activation=bool(c["deconv_activation"]),
-                          finest_weight=c["finest_weight"], multitask_loss=c["multitask_loss"])
+                          finest_weight=c["finest_weight"], multitask_loss=c["multitask_loss"],
+                          input_levels=c["input_levels"])
 
 
 class Baseline(_Base):
@@ -417,8 +427,9 @@ class FittedModel(Model):
 
     def network(self) -> torch.nn.Module:
         if self._net is None:
-            # models saved before multitask_loss existed were trained with the paper's loss
-            synth = _KINDS[self.method](self.bbox, **{"multitask_loss": "full", **self.config, "pois": self.pois})
+            # models saved before multitask_loss / input_levels existed were trained with the paper's loss / input
+            old = {"multitask_loss": "full", "input_levels": "finest"}
+            synth = _KINDS[self.method](self.bbox, **{**old, **self.config, "pois": self.pois})
             with torch.random.fork_rng(devices=[]):
                 net = synth.build()
             net.load_state_dict(self.state)

@@ -85,8 +85,8 @@ def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, devi
     model.to(device).eval()
     gen = torch_generator(rng, device)
     cell_fn = _gru_cell(model)
-    table = model.leaf_vectors()
-    leaf = table if hasattr(model, "next_logits") else None
+    table = model.input_vectors()
+    leaf = model.leaf_vectors() if hasattr(model, "next_logits") else None
     start = model.start_vector()
     banned = None
     if allowed is not None:

@@ -5,7 +5,9 @@ Both model a stay-point trajectory ``v = [(l_1, t_1), ..., (l_L, t_L)]`` by the 
 times are all learned (nothing is copied from real trajectories at generation).
 
 * Input at step i: ``encode(v_{i-1}) = [M_time[t_{i-1}], loc(l_{i-1})]`` (eq. 2); step 1 sees a learned start
-  token (time index ``n_time``, location vector ``start``).
+  token (time index ``n_time``, location vector ``start``). HRNet's ``loc(l)`` is ``hiencode_d(l)``
+  (``input_levels='finest'``) or, the synthesizer's default, ``sum_r hiencode_r(up_r(l))`` (``'all'``, see
+  :meth:`HRNetModel.input_table`).
 * Prefix encoder: opacus ``DPGRU`` (a GRU written in plain tensor operations: per-example gradients through it
   are ordinary autograd under ``torch.func.vmap``).
 * Time head: ``softmax(g_time(h_i))`` over ``n_time`` slots of the day.
@@ -43,6 +45,7 @@ from duckmob.synth.hrnet.encoding import HierarchicalEncoding
 
 
 MULTITASK_LOSSES = ("conditional", "full")
+INPUT_LEVELS = ("finest", "all")
 
 
 def ancestor_targets(z: torch.Tensor, depth: int, level: int) -> torch.Tensor:
@@ -106,10 +109,13 @@ class HRNetModel(_Sequence):
 
     def __init__(self, depth: int, n_time: int = 5, loc_dim: int = 32, time_dim: int = 16, hidden: int = 64,
                  key_dim: int = 32, multitask: bool = True, deconv_activation: bool = False,
-                 finest_weight: float = 1.0, multitask_loss: str = "full"):
+                 finest_weight: float = 1.0, multitask_loss: str = "full", input_levels: str = "finest"):
         super().__init__(depth, n_time, loc_dim, time_dim, hidden)
         if multitask_loss not in MULTITASK_LOSSES:
             raise ValueError(f"multitask_loss must be one of {MULTITASK_LOSSES}, got {multitask_loss!r}")
+        if input_levels not in INPUT_LEVELS:
+            raise ValueError(f"input_levels must be one of {INPUT_LEVELS}, got {input_levels!r}")
+        self.input_levels = input_levels
         self.multitask = multitask
         self.conditional = multitask and multitask_loss == "conditional"
         self.finest_weight = float(finest_weight)  # weight of the finest resolution's CE (the paper's: 1)
@@ -133,7 +139,7 @@ class HRNetModel(_Sequence):
         """GRU states h_i (B, T, hidden) for inputs shifted by one (start token first), and the encoding."""
         b, steps = cells.shape
         m = self.encoding()
-        loc = m[self.depth][cells[:, : steps - 1].clamp(0, self.n_cells - 1)]
+        loc = self.input_table(m)[cells[:, : steps - 1].clamp(0, self.n_cells - 1)]
         start = self.start(torch.zeros(b, 1, dtype=torch.long, device=cells.device))
         x = self.encode_inputs(torch.cat([start, loc], dim=1), times)
         h, _ = self.gru(x)
@@ -186,8 +192,22 @@ class HRNetModel(_Sequence):
         query = self.f_query(h)
         return torch.cat([self.f_key_t(query) @ leaf.T, self.end_key(query)], dim=1)
 
+    def input_table(self, m: list[torch.Tensor]) -> torch.Tensor:
+        """(n_cells, loc_dim) GRU input vector of every leaf (Z-order) from the encoding ``m``: ``hiencode_d(l)``
+        (``input_levels = 'finest'``, the paper's eq. 2), or ``sum_{r=1..d} hiencode_r(up_r(l))`` (``'all'``:
+        the cell's vectors at every resolution, so the prefix encoder sees where a cell lies at each scale;
+        no extra parameters). In Z-order the leaves under a resolution-r cell are contiguous, so ``up_r`` is
+        a ``repeat_interleave``."""
+        if self.input_levels == "finest":
+            return m[self.depth]
+        return sum(m[r].repeat_interleave(4 ** (self.depth - r), dim=0) for r in range(1, self.depth + 1))
+
+    def input_vectors(self) -> torch.Tensor:
+        """(n_cells, loc_dim) GRU input vectors of the leaf cells (Z-order)."""
+        return self.input_table(self.encoding())
+
     def leaf_vectors(self) -> torch.Tensor:
-        """(n_cells, loc_dim) input vectors of the leaf cells (Z-order)."""
+        """(n_cells, loc_dim) encodings ``hiencode_d`` of the leaf cells (Z-order): the finest resolution's keys."""
         return self.encoding()[self.depth]
 
     def start_vector(self) -> torch.Tensor:
@@ -213,7 +233,7 @@ class BaselineModel(_Sequence):
         ce = F.cross_entropy(logits.transpose(1, 2), tgt, reduction="none")
         return (ce * loc_valid).sum(1) + self.time_loss(h, times, time_valid)
 
-    def leaf_vectors(self) -> torch.Tensor:
+    def input_vectors(self) -> torch.Tensor:
         return self.loc_emb.weight[: self.n_cells]
 
     def start_vector(self) -> torch.Tensor:

@@ -15,6 +15,7 @@ gathers its batch by fancy indexing.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -112,10 +113,17 @@ class TrainingLog:
     epoch_seconds: list | None = None
 
 
+def cosine_lr(lr: float, lr_final: float, step: int, steps: int) -> float:
+    """Learning rate of step ``step`` (0-based) of ``steps``: ``lr`` at the first step, ``lr_final * lr`` at the
+    last, on a half cosine in between (``lr_final = 1``: constant). Depends on public values only."""
+    frac = step / max(1, steps - 1)
+    return lr * (lr_final + (1.0 - lr_final) * 0.5 * (1.0 + math.cos(math.pi * frac)))
+
+
 def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: float, steps: int,
                  noise_multiplier: float, max_grad_norm: float, lr: float, expected_batch_size: float,
                  rng: np.random.Generator, device: torch.device, progress: bool | None = None,
-                 by_user: bool = False, ema: float = 0.0) -> TrainingLog:
+                 by_user: bool = False, ema: float = 0.0, lr_final: float = 1.0) -> TrainingLog:
     """Train ``model`` in place with DP-SGD (HRNet Algorithm 1) for ``steps`` Poisson-sampled steps.
 
     ``model(cells, times, lengths)`` must return the per-example loss. Gradients are averaged by the
@@ -124,6 +132,9 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     ``ema``: in [0, 1); above 0 the model ends with the exponential moving average of its DP-SGD iterates
     (``avg <- ema * avg + (1 - ema) * theta`` after every step), which averages out part of the Gaussian noise
     the last steps left in the weights. Post-processing of the released iterates: no budget.
+
+    ``lr_final``: the learning rate decays from ``lr`` to ``lr_final * lr`` over the steps on a cosine (1: a
+    constant rate). A public schedule: no budget.
 
     ``by_user``: the privacy unit is the user (``data.user_id``; contributions already bounded by the caller).
     Users, not trajectories, are Poisson-sampled; the per-trajectory gradients are summed per user before
@@ -189,6 +200,8 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
                 gs = gs.new_zeros((len(units),) + gs.shape[1:]).index_add_(0, group.to(gs.device), gs)
             # DPOptimizer(loss_reduction="mean") clips these, sums, adds noise, divides by the expected batch
             p.grad_sample = torch.zeros_like(gs) if empty else gs
+        for group_ in optimizer.param_groups:
+            group_["lr"] = cosine_lr(lr, lr_final, step, steps)
         optimizer.step()
         if average is not None:
             with torch.no_grad():
