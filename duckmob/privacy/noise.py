@@ -91,6 +91,20 @@ def _check_scale(scale) -> float:
     return positive("noise scale", scale, " (sensitivity / eps)")
 
 
+# Largest Laplace scale the grid sampler honours: above it the grid step g exceeds 1 and whole counts would be
+# rounded by more than the accounted mechanism allows (and the release would carry no information anyway).
+MAX_SCALE = float(2 ** (BITS + 1))
+
+
+def check_scale(scale: float) -> float:
+    """Refuse, before any data is read, a Laplace scale (sensitivity / eps) the sampler cannot honour."""
+    scale = _check_scale(scale)
+    if scale >= MAX_SCALE:
+        raise DuckmobError(f"eps is too small for this release (noise scale {scale:.3g} = sensitivity / eps is at "
+                           f"least {MAX_SCALE:.3g}): the result would carry no information; use a larger eps")
+    return scale
+
+
 class NoiseSource:
     """The one source of randomness for privacy (Laplace noise) and for post-processing (``generator()``).
 
@@ -186,4 +200,4 @@ class NoiseSource:
         return np.random.Generator(np.random.PCG64(self._seeds.spawn(1)[0]))
 
 
-__all__ = ["BITS", "NoiseSource", "granularity", "epsilon_rounded"]
+__all__ = ["BITS", "MAX_SCALE", "NoiseSource", "granularity", "epsilon_rounded", "check_scale"]

@@ -7,8 +7,11 @@ one pattern: a TEMP table macro gathers the input rows into one LIST(STRUCT) wit
 hidden arrow UDF (named ``_mob_*``) that returns LIST(STRUCT(...)), and ``unnest(..., recursive := true)``
 turns that into rows (see ../../shared/ENGINEERING.md for the measurements behind this).
 
-UDFs are database-wide and persist for the life of the database instance; macros are TEMP (per connection),
-so nothing duckmob-specific is written into a user's database file except the ledger and model tables.
+UDFs are database-wide and persist for the life of the database instance: they are registered once per database,
+on the release core's own connection (``duckmob.release.Database``), so closing the connection that called
+``register`` breaks nothing. Macros are TEMP (per connection): every connection or cursor that calls duckmob's
+SQL functions must be registered (``duckmob.register(cur)``: cheap once the database has the UDFs). Nothing
+duckmob-specific is written into a user's database file except the ledger and model tables.
 """
 
 from __future__ import annotations
@@ -79,29 +82,34 @@ def _area_modules():
                 raise
 
 
-def _existing_functions(con) -> set[str]:
-    rows = con.execute("SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_name LIKE '\\_mob\\_%' ESCAPE '\\'").fetchall()
-    return {r[0] for r in rows}
-
-
-def register(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """Register every duckmob function on ``con``; calling it again is harmless (idempotent)."""
-    existing = _existing_functions(con)
+def _create_udfs(db) -> None:
+    """Register every area's UDFs on the database's own connection, and create the ledger and model tables."""
     modules = list(_area_modules())
     for _, module in modules:
-        for udf in module.udfs(con):
-            if udf.name in existing:
-                continue
-            con.create_function(
+        for udf in module.udfs(db):
+            db.con.create_function(
                 udf.name, udf.fn, udf.params, udf.returns,
                 type="native" if udf.native else "arrow",
                 null_handling="special" if udf.special_nulls else "default",
                 exception_handling="default",
                 side_effects=udf.side_effects,
             )
-    for area, module in modules:
+    for _, module in modules:
         if hasattr(module, "setup"):
-            module.setup(con)
+            module.setup(db.con)
+
+
+def register(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Register every duckmob function on ``con``: idempotent and thread-safe (the UDFs once per database, under
+    a lock; the TEMP macros on ``con``). Also lets Ctrl-C reach releases in progress (see
+    :func:`duckmob.release.install_interrupt_handler`)."""
+    from duckmob import release
+
+    release.database(con, create=_create_udfs)
+    release.install_interrupt_handler()
+    for area, module in _area_modules():
+        if hasattr(module, "setup"):
+            module.setup(con)   # tables the macros name (a TEMP stand-in on a read-only database)
         sql_file = resources.files("duckmob.sql").joinpath(f"{area}.sql")
         if sql_file.is_file():
             con.execute(sql_file.read_text())

@@ -10,7 +10,8 @@ SELECT unnest(_mob_set_budget(source, eps, delta), recursive := true);
 CREATE OR REPLACE TEMP MACRO mob_budget() AS TABLE
 SELECT unnest(_mob_budgets(true), recursive := true);
 
--- Every recorded release, oldest first; params and event are JSON.
+-- Every recorded release, oldest first; params and event are JSON; status is reserved (in progress), spent,
+-- failed (after the data was read: it counts) or cancelled (refused before any data was read: it does not).
 CREATE OR REPLACE TEMP MACRO mob_ledger() AS TABLE
 SELECT * REPLACE (params::JSON AS params, event::JSON AS event)
 FROM (SELECT unnest(_mob_ledger(true), recursive := true));

@@ -3,7 +3,8 @@
 --   eps, delta (NULL: the method's default), method ('privtrace', 'hrnet', 'baseline'), bbox (required,
 --   [min_lat, min_lon, max_lat, max_lon], public), n (NULL: the model's noisy trajectory count), seed (NULL:
 --   OS entropy), privacy_unit ('trajectory' | 'user'), max_trajectories_per_user (k, for 'user'),
---   params (method-specific: a JSON string '{"K": 8}' or a STRUCT {'K': 8}), outside ('fail' | 'drop'),
+--   params (method-specific: a JSON string '{"K": 8}' or a STRUCT {'K': 8}), outside ('drop': a private
+--   release drops points outside the bbox, it cannot refuse because of them),
 --   and the column mapping of mob_points (traj_col, ts_col, lat_col, lon_col, user_col).
 
 -- params as a JSON string whether given as JSON text, a STRUCT or a MAP.
@@ -22,7 +23,7 @@ CREATE OR REPLACE TEMP MACRO _mob_user_list(user_id, privacy_unit) AS
 -- fit + sample in one call, spending eps once from the budget of tbl; the model is not stored.
 CREATE OR REPLACE TEMP MACRO synthesize(tbl, eps := NULL, delta := NULL, method := 'privtrace', bbox := NULL,
                                        n := NULL, seed := NULL, privacy_unit := 'trajectory',
-                                       max_trajectories_per_user := NULL, params := NULL, outside := 'fail',
+                                       max_trajectories_per_user := NULL, params := NULL, outside := 'drop',
                                        traj_col := 'traj_id', ts_col := 'ts', lat_col := 'lat', lon_col := 'lon',
                                        user_col := 'user_id') AS TABLE
 SELECT unnest(_mob_synthesize(list(traj_id), _mob_user_list(user_id, privacy_unit), list(ts), list(lat),
@@ -35,7 +36,7 @@ FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col,
 -- Fit once (one ledger entry) and store the model in duckmob_models under `name`; returns one summary row.
 CREATE OR REPLACE TEMP MACRO mob_fit(tbl, name, eps := NULL, delta := NULL, method := 'privtrace', bbox := NULL,
                                     seed := NULL, privacy_unit := 'trajectory', max_trajectories_per_user := NULL,
-                                    params := NULL, outside := 'fail', traj_col := 'traj_id', ts_col := 'ts',
+                                    params := NULL, outside := 'drop', traj_col := 'traj_id', ts_col := 'ts',
                                     lat_col := 'lat', lon_col := 'lon', user_col := 'user_id') AS TABLE
 SELECT unnest(_mob_fit(list(traj_id), _mob_user_list(user_id, privacy_unit), list(ts), list(lat), list(lon),
                        list(seq) FILTER (WHERE ts IS NULL),
@@ -48,6 +49,9 @@ FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col,
 CREATE OR REPLACE TEMP MACRO mob_sample(name, n := NULL, seed := NULL) AS TABLE
 SELECT unnest(_mob_sample(name, n, seed), recursive := true);
 
--- The stored models with their method, parameters (JSON) and spend.
+-- The stored models with their method, privacy unit, parameters (JSON), spend and whether the fit was seeded
+-- ("seeded, not for release").
 CREATE OR REPLACE TEMP MACRO mob_models() AS TABLE
-SELECT name, method, source, params, eps, delta, created_at FROM duckmob_models ORDER BY created_at, name;
+SELECT name, method, source, coalesce(params->>'privacy_unit', 'trajectory') AS privacy_unit,
+       coalesce((params->>'seeded')::BOOLEAN, false) AS seeded, params, eps, delta, created_at
+FROM duckmob_models ORDER BY created_at, name;

@@ -7,6 +7,7 @@ heavy dependencies (torch for HRNet) are not loaded by the others. Keep it a pla
 
 from __future__ import annotations
 
+import json
 from importlib import import_module
 
 from duckmob.errors import DuckmobError
@@ -30,8 +31,20 @@ def get(method: str):
 
 def model_class(method: str):
     """The Model class that ``method``'s fits produce (``Synthesizer.model_class``), for loading stored models."""
-    cls = get(method)
-    mc = getattr(cls, "model_class", None)
-    if mc is None:
-        raise DuckmobError(f"method {method!r} cannot load stored models (its Synthesizer has no model_class)")
-    return mc
+    return get(method).model_class
+
+
+def parse_params(params) -> dict:
+    """Method hyper-parameters from a JSON object string, a dict, or None."""
+    if params is None or (isinstance(params, str) and not params.strip()):
+        return {}
+    if isinstance(params, dict):
+        return dict(params)
+    try:
+        value = json.loads(params)
+    except (TypeError, ValueError):
+        raise DuckmobError(f"params must be a JSON object such as '{{\"K\": 8}}' or a STRUCT {{'K': 8}}, "
+                           f"got {params!r}") from None
+    if not isinstance(value, dict):
+        raise DuckmobError(f"params must be a JSON object such as '{{\"K\": 8}}', got {params!r}")
+    return value

@@ -25,6 +25,11 @@ class Model(ABC):
 
     method: ClassVar[str]
 
+    @property
+    def default_n(self) -> int | None:
+        """How many trajectories ``sample`` draws when the caller gives no n (a noisy count), or None."""
+        return None
+
     @abstractmethod
     def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
         """Draw ``n`` synthetic trajectories (traj_id 0..n-1; ts = NO_TIME where time is not modelled)."""
@@ -44,36 +49,44 @@ class Model(ABC):
 
 
 class Synthesizer(ABC):
-    """A method with its public hyper-parameters.
+    """A method with its public hyper-parameters (validated in ``__init__``; nothing is set on it afterwards).
 
-    ``model_class`` is the :class:`Model` subclass ``fit`` returns (used to load stored models by method name);
-    ``default_delta`` is the delta used when the caller gives none (0 for a pure eps-DP method); ``needs_time``
-    says whether the input must have timestamps (False: a table without time is ordered by ``seq``);
-    ``contribution_bound`` is k, the number of trajectories one privacy unit may contribute: 1 when the unit is
-    a trajectory; the fit driver sets it to ``max_trajectories_per_user`` for user-level privacy after it has
-    bounded contributions, and ``fit`` multiplies every sensitivity by it. ``ledger_prior`` is
-    ``(events, budget eps, budget delta)`` of the source's ledger, set by the fit driver before planning: a method
-    whose spend depends on a noisy count calibrates it so that the whole composition stays within the budget;
-    a method that spends exactly ``privacy_event`` may ignore it.
+    The contract the release core (``duckmob.release``) relies on, all keyword-only beyond the budget:
+
+    - ``privacy_event(eps, delta, *, contribution_bound, prior)``: from public parameters alone, the event
+      ``fit`` plans to spend; called under the ledger's lock before any data is read, so it must refuse
+      (DuckmobError) an (eps, delta) the mechanism cannot honour. ``contribution_bound`` is k, the trajectories
+      one privacy unit may contribute (1 for the trajectory unit; the user unit's max_trajectories_per_user,
+      already enforced on the data ``fit`` gets): every sensitivity is multiplied by it. ``prior`` is the
+      source's :class:`~duckmob.privacy.ledger.Prior` (budget and earlier releases), for a method that
+      calibrates its noise to what is left; one that spends a fixed event ignores it.
+    - ``fit(data, eps, delta, noise, *, contribution_bound, release)``: one release. All noise comes from
+      ``noise`` (a :class:`~duckmob.privacy.noise.NoiseSource`). Long loops call ``release.check_interrupt()``;
+      a method whose spend depends on a noisy count re-plans with ``release.settle(...)`` (see
+      :class:`duckmob.release.Release`); otherwise the reserved ``privacy_event`` is what was spent.
+      ``data`` may hold zero trajectories (the release path never refuses on the data's content).
+
+    ``model_class`` is the :class:`Model` subclass ``fit`` returns (to load stored models by method name);
+    ``default_delta`` the delta used when the caller gives none (0 for a pure eps-DP method); ``needs_time``
+    whether the input must have timestamps (False: a table without time is ordered by ``seq``).
     """
 
     method: ClassVar[str]
     model_class: ClassVar[type[Model]]
     default_delta: ClassVar[float] = 1e-5
     needs_time: ClassVar[bool] = True
-    contribution_bound: int = 1
-    ledger_prior: tuple | None = None
 
     def __init__(self, bbox, **params):
         self.bbox = BBox.of(bbox)
         self.params = params
 
     @abstractmethod
-    def privacy_event(self, eps: float, delta: float):
+    def privacy_event(self, eps: float, delta: float, *, contribution_bound: int = 1, prior=None):
         """The accounting event ``fit(eps, delta)`` will spend, from public parameters only."""
 
     @abstractmethod
-    def fit(self, data: Trajectories, eps: float, delta: float, noise) -> Model:
+    def fit(self, data: Trajectories, eps: float, delta: float, noise, *, contribution_bound: int = 1,
+            release=None) -> Model:
         """Fit under (eps, delta)-DP using ``noise`` (a duckmob.privacy.noise.NoiseSource) for all noise."""
 
 

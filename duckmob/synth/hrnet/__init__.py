@@ -99,29 +99,28 @@ def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps:
     """Smallest noise multiplier sigma (to ``rtol``) with
     ``epsilon(compose(fixed + [dp_sgd(sigma, sample_rate, steps)]), delta) <= eps`` by the PLD accountant.
 
-    ``prior = (events, budget_eps, budget_delta)``: the source's ledger. Then sigma also keeps the whole
-    composition ``prior events + this run`` within the declared budget (the ledger recomposes every release by
-    PLD, and a run calibrated alone to eps could compose with earlier releases to a hair more than the plan the
-    ledger checked). Raises BudgetError when no sigma <= 1000 does.
+    ``prior``: the source's :class:`~duckmob.privacy.ledger.Prior` (its budget and every other release, reserved
+    ones included). Then sigma also keeps the whole composition ``prior events + this run`` within the declared
+    budget at the budget's delta -- on every release, the first included (the ledger recomposes every release by
+    PLD at the budget's delta, which may be smaller than the release's own). Raises BudgetError when no
+    sigma <= 1000 does.
 
     The RDP accountant (fast, never tighter than PLD) brackets sigma first; bisection in log sigma with the PLD
     accountant then needs a handful of evaluations. Raises DuckmobError when even sigma = 1000 does not fit.
     """
     sigma = _calibrate_alone(fixed, sample_rate, steps, eps, delta, rtol)
-    if not prior or not prior[0]:
+    if prior is None:
         return sigma
-    events, budget_eps, budget_delta = prior
 
     def fits(s):
-        run = accounting.compose(list(events) + fixed + [accounting.dp_sgd(s, sample_rate, steps)])
-        return accounting.epsilon(run, budget_delta) <= budget_eps + 1e-9
+        return prior.fits(accounting.compose(fixed + [accounting.dp_sgd(s, sample_rate, steps)]))
 
     if fits(sigma):
         return sigma
     if not fits(1e3):
-        raise BudgetError(f"the privacy budget left ({budget_eps:g} at delta {budget_delta:g}, after the releases "
-                          "already in the ledger) cannot hold this run's fixed releases: use a smaller eps or "
-                          "raise the budget with mob_set_budget")
+        raise BudgetError(f"the privacy budget of '{prior.source}' ({prior.eps:g} at delta {prior.delta:g}, with "
+                          "the releases already in the ledger) cannot hold this run: use a smaller eps or raise the "
+                          "budget with mob_set_budget")
     return _bisect_log(fits, sigma, 1e3, 1 + rtol)
 
 
@@ -247,14 +246,11 @@ class _Base(Synthesizer):
             raise DuckmobError(f"{self.method} trains with DP-SGD and needs 0 < delta < 1 (e.g. delta := 1e-5), "
                                f"got {delta}")
 
-    @property
-    def k(self) -> int:
-        """Trajectories per privacy unit: 1, or the SQL layer's max_trajectories_per_user for user-level DP."""
-        return int(getattr(self, "contribution_bound", 1))
-
-    def plan(self, eps: float, delta: float, n_noisy: float, units_noisy: float | None = None) -> dict[str, Any]:
+    def plan(self, eps: float, delta: float, n_noisy: float, units_noisy: float | None = None, *, k: int = 1,
+             prior=None) -> dict[str, Any]:
         """The run's privacy parameters from public parameters and the noisy counts (see module docstring):
-        ``n_noisy`` trajectories, ``units_noisy`` privacy units (users when k > 1; default n_noisy)."""
+        ``n_noisy`` trajectories, ``units_noisy`` privacy units (users when k > 1; default n_noisy), k trajectories
+        per unit, calibrated within ``prior`` (the source's budget and other releases) when given."""
         cfg = self.cfg
         eps_count = cfg["count_share"] * eps
         n = max(float(n_noisy), 1.0)
@@ -262,23 +258,23 @@ class _Base(Synthesizer):
         eps_pre = 0.0
         if self.uses_pretraining and cfg["pretrain"]:
             eps_pre = pretraining_epsilon(eps - eps_count, n, cfg["w"], PRETRAIN_LEVEL, cfg["c"],
-                                          cfg["pretrain_max_share"], sensitivity=self.k)
+                                          cfg["pretrain_max_share"], sensitivity=k)
         batch = float(cfg["batch_size"] or cfg["batch_factor"] * math.sqrt(units))
         q = min(1.0, batch / units)
         steps = int(math.ceil(cfg["epochs"] / q))
-        fixed = counts_events(eps_count, self.k) + ([accounting.laplace(eps_pre)] if eps_pre > 0 else [])
-        sigma = calibrate_noise_multiplier(fixed, q, steps, eps, delta, prior=self.ledger_prior)
+        fixed = counts_events(eps_count, k) + ([accounting.laplace(eps_pre)] if eps_pre > 0 else [])
+        sigma = calibrate_noise_multiplier(fixed, q, steps, eps, delta, prior=prior)
         event = accounting.compose(fixed + [accounting.dp_sgd(sigma, q, steps)])
         return dict(eps_count=eps_count, eps_pre=eps_pre, batch=q * units, sample_rate=q, steps=steps,
                     noise_multiplier=sigma, event=event)
 
-    def privacy_event(self, eps: float, delta: float):
-        """The planned spend for ``n_hint`` trajectories (public), for the ledger's check before data is read.
-        The fit's actual event (with the noisy count in place of n_hint) is ``model.event``; both have
-        epsilon <= eps at delta by calibration."""
+    def privacy_event(self, eps: float, delta: float, *, contribution_bound: int = 1, prior=None):
+        """The planned spend for ``n_hint`` trajectories (public), reserved before data is read. ``fit`` re-plans
+        with the noisy count in place of n_hint (``release.settle``); both have epsilon <= eps at delta and fit
+        the budget with ``prior`` by calibration."""
         self._check_budget(eps, delta)
-        n = self.cfg["n_hint"]
-        return self.plan(eps, delta, n, n / self.k if self.k > 1 else None)["event"]
+        n, k = self.cfg["n_hint"], contribution_bound
+        return self.plan(eps, delta, n, n / k if k > 1 else None, k=k, prior=prior)["event"]
 
     # -- data ------------------------------------------------------------------------------------------
     def cell_sequences(self, data: Trajectories) -> CellSequences:
@@ -306,9 +302,12 @@ class _Base(Synthesizer):
         raise NotImplementedError
 
     # -- fit -------------------------------------------------------------------------------------------
-    def fit(self, data: Trajectories, eps: float, delta: float, noise) -> "FittedModel":
+    def fit(self, data: Trajectories, eps: float, delta: float, noise, *, contribution_bound: int = 1,
+            release=None) -> "FittedModel":
         """Fit under (eps, delta)-DP for one trajectory (or one user of at most ``contribution_bound``
-        trajectories); see the module docstring for the privacy map."""
+        trajectories); see the module docstring for the privacy map. With a ``release`` (the release core's),
+        the plan made with the noisy counts is settled against the ledger as it is then, and training stops at
+        Ctrl-C; without one (direct use) it is calibrated to (eps, delta) alone."""
         self._check_budget(eps, delta)
         cfg = self.cfg
         t0 = time.perf_counter()
@@ -317,7 +316,7 @@ class _Base(Synthesizer):
         seqs = self.cell_sequences(data)
         arrays = training_arrays(seqs, cfg["w"], cfg["n_time"], cfg["max_len"], zorder=self.zorder)
         has_time = data.has_time
-        k = self.k
+        k = int(contribution_bound)
         eps_count = cfg["count_share"] * eps
         if k == 1:
             # (1) noisy trajectory count, sensitivity 1
@@ -325,18 +324,22 @@ class _Base(Synthesizer):
         else:
             # (1) noisy (trajectories, users): one user changes them by at most (k, 1), L1 sensitivity k + 1
             users, per_user = np.unique(arrays.user_id, return_counts=True)
-            if per_user.max() > k:
-                raise DuckmobError(f"a user has {per_user.max()} trajectories, more than the contribution bound "
-                                   f"{k}: bound contributions first (privacy_unit := 'user' does it)")
+            if len(per_user) and per_user.max() > k:   # a programming error: the release core bounds first
+                raise DuckmobError("a user has more trajectories than the contribution bound: bound contributions "
+                                   "first (privacy_unit := 'user' does it)")
             eps_traj, eps_users = count_shares(eps_count, k)
             n_noisy = noisy_count(arrays.n, eps_traj, noise, sensitivity=k)
             units_noisy = noisy_count(len(users), eps_users, noise)
-        try:
-            plan = self.plan(eps, delta, n_noisy, units_noisy)
-        except DuckmobError as exc:   # e.g. BudgetError, or eps too small for DP-SGD after the counts
-            # the refusal depends on the noisy counts: they are spent (the SQL layer records exc.spent)
-            exc.spent = accounting.compose(counts_events(eps_count, k))
-            raise
+        if release is None:
+            plan = self.plan(eps, delta, n_noisy, units_noisy, k=k)
+        else:
+            # re-planned with the noisy counts against the ledger as it is now; if the plan does not fit (or eps
+            # is too small for DP-SGD after the counts), the counts alone stay spent and the release is refused
+            def settle(prior):
+                p = self.plan(eps, delta, n_noisy, units_noisy, k=k, prior=prior)
+                return p["event"], p
+            plan = release.settle(settle, drawn=accounting.compose(counts_events(eps_count, k)))
+        check_interrupt = None if release is None else release.check_interrupt
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(rng.integers(2 ** 62)))
             model = self.build()
@@ -347,14 +350,14 @@ class _Base(Synthesizer):
             noisy = dptran(seqs, cfg["w"], plan["eps_pre"], noise, k=k)
             pretrain(model, noisy, iterations=cfg["pretrain_iterations"],
                      batch=cfg["pretrain_batch"], lr=cfg["pretrain_lr"], rng=rng, device=device,
-                     progress=cfg["progress"])
+                     progress=cfg["progress"], check_interrupt=check_interrupt)
             timings["pretrain_s"] = time.perf_counter() - t1
         # (3) DP-SGD
         log = dp_sgd_train(model, arrays, sample_rate=plan["sample_rate"], steps=plan["steps"],
                            noise_multiplier=plan["noise_multiplier"], max_grad_norm=cfg["max_grad_norm"],
                            lr=cfg["lr"], expected_batch_size=plan["batch"], rng=rng, device=device,
                            progress=cfg["progress"], by_user=k > 1, ema=cfg["ema"],
-                           lr_final=cfg["lr_final"])
+                           lr_final=cfg["lr_final"], check_interrupt=check_interrupt)
         timings.update(dp_sgd_s=log.seconds, epoch_s=log.epoch_seconds, total_s=time.perf_counter() - t0)
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta,
@@ -362,8 +365,7 @@ class _Base(Synthesizer):
                     units_noisy=units_noisy, eps_count=plan["eps_count"], eps_pretrain=plan["eps_pre"],
                     sample_rate=plan["sample_rate"],
                     steps=plan["steps"], noise_multiplier=plan["noise_multiplier"], expected_batch=plan["batch"],
-                    has_time=has_time, seeded=getattr(noise, "seeded", False), contribution_bound=k,
-                    privacy_unit="user" if k > 1 else "trajectory",
+                    has_time=has_time, seeded=bool(noise.seeded), contribution_bound=k,
                     n_parameters=sum(p.numel() for p in model.parameters()))
         config = {key: v for key, v in cfg.items() if key not in ("device", "progress", "pois")}
         pois = None if self.pois is None else self.pois.tolist()
@@ -472,15 +474,15 @@ class FittedModel(Model):
 
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()
+        # no timings: wall-clock durations are not part of the release (they vary with the data and the machine)
         torch.save(dict(method=self.method, bbox=self.bbox, config=self.config, pois=self.pois,
-                        state=self.state, event_json=self.event_json, info=self.info, timings=self.timings), buf)
+                        state=self.state, event_json=self.event_json, info=self.info), buf)
         return buf.getvalue()
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> "FittedModel":
         d = torch.load(io.BytesIO(blob), weights_only=True)
-        return cls(d["method"], d["bbox"], d["config"], d["pois"], d["state"], d["event_json"], d["info"],
-                   d["timings"])
+        return cls(d["method"], d["bbox"], d["config"], d["pois"], d["state"], d["event_json"], d["info"], {})
 
     def describe(self) -> dict[str, Any]:
         return {**self.info, **{k: v for k, v in self.config.items()}}

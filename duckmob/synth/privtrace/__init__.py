@@ -123,20 +123,24 @@ class PrivTrace(Synthesizer):
         if not 0.0 <= float(cfg["end_bias"]) <= 1.0:
             raise DuckmobError(f"end_bias must lie in [0, 1], got {cfg['end_bias']!r}")
 
-    def privacy_event(self, eps: float, delta: float = 0.0):
-        """Six Laplace releases at eps * fraction each, composed (pure eps-DP in total)."""
+    def privacy_event(self, eps: float, delta: float = 0.0, *, contribution_bound: int = 1, prior=None):
+        """Six Laplace releases at eps * fraction each, composed (pure eps-DP in total). Refuses an eps whose
+        smallest part the noise sampler cannot honour (scale k / (eps * fraction) too large)."""
         from duckmob.privacy import accounting
+        from duckmob.privacy.noise import check_scale
 
         _check_eps(eps)
+        for f in self.fractions.values():
+            check_scale(contribution_bound / (eps * f))
         return accounting.compose([accounting.laplace(eps * f) for f in self.fractions.values()])
 
-    def fit(self, data: Trajectories, eps: float, delta: float, noise) -> "PrivTraceModel":
+    def fit(self, data: Trajectories, eps: float, delta: float, noise, *, contribution_bound: int = 1,
+            release=None) -> "PrivTraceModel":
         """Fit PrivTrace under eps-DP (delta unused) on trajectories inside ``self.bbox``; see the module doc."""
-        _check_eps(eps)
-        if data.n_trajectories == 0:
-            raise DuckmobError("no trajectory to fit: the table is empty or nothing lies inside the bbox")
+        # the release core reserved exactly privacy_event(eps, delta, k); zero trajectories is a valid input
+        self.privacy_event(eps, delta, contribution_bound=contribution_bound)
         cfg, fr = self.config, self.fractions
-        k = float(getattr(self, "contribution_bound", 1))
+        k = float(contribution_bound)
         scale = {part: k / (eps * f) for part, f in fr.items()}
 
         # count: N + Lap(k / eps_count); one trajectory changes N by 1, a privacy unit by at most k

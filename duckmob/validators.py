@@ -1,0 +1,138 @@
+"""Checks of public arguments, shared by every entry point: a bad value becomes a one-line DuckmobError.
+
+Every check here looks only at what the caller passed (never at data), so it runs before a release reserves any
+budget; a refusal from here costs nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+from duckmob.errors import DuckmobError
+
+PRIVACY_UNITS = ("trajectory", "user")
+OUTSIDE = ("drop", "fail")
+# Largest n a synthesize / mob_sample call may ask for (rows are materialised in memory; ask again for more).
+MAX_N = 50_000_000
+
+
+def _float(value) -> float:
+    if isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def positive(name: str, value, hint: str = "") -> float:
+    """``value`` as a positive finite float, or a DuckmobError naming ``name`` (and ``hint``, e.g. the formula)."""
+    v = _float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise DuckmobError(f"{name} must be a positive finite number{hint}; got {value!r}")
+    return v
+
+
+def epsilon(value) -> float:
+    """A release's eps: positive, finite and at most ``accounting.MAX_EPSILON`` (above it the guarantee means
+    nothing and the noise grid cannot honour it)."""
+    from duckmob.privacy import accounting
+
+    v = _float(value)
+    if value is None or not (math.isfinite(v) and v > 0):
+        raise DuckmobError(f"eps must be a positive number, got {value!r}: pass e.g. eps := 1.0")
+    bound = getattr(accounting, "MAX_EPSILON", 100.0)
+    if v > bound:
+        raise DuckmobError(f"eps = {v:g} is above duckmob's limit of {bound:g} for one release (such a release "
+                           "has no meaningful privacy): use a smaller eps")
+    return v
+
+
+def delta_value(value, default: float | None = None) -> float:
+    """A delta in [0, 1) (``default`` when None and a default is given)."""
+    if value is None and default is not None:
+        return float(default)
+    v = _float(value)
+    if not 0 <= v < 1:
+        raise DuckmobError(f"delta must be a number in [0, 1) (typically 1e-5, below 1 / number of trajectories); "
+                           f"got {value!r}")
+    return v
+
+
+def count(name: str, value, *, minimum: int = 1, maximum: int | None = None, example: str = "") -> int:
+    """An integer in [minimum, maximum]."""
+    v = _float(value)
+    if not (math.isfinite(v) and v == int(v) and v >= minimum and (maximum is None or v <= maximum)):
+        upper = f" and at most {maximum:,}" if maximum is not None else ""
+        raise DuckmobError(f"{name} must be an integer of at least {minimum}{upper}, got {value!r}"
+                           + (f": pass e.g. {example}" if example else ""))
+    return int(v)
+
+
+def n_trajectories(value) -> int | None:
+    """``n`` of synthesize / mob_sample: None (the model's noisy count) or 1 .. MAX_N."""
+    if value is None:
+        return None
+    return count("n", value, maximum=MAX_N, example="n := 1000")
+
+
+def seed(value) -> int | None:
+    """None (OS entropy) or a non-negative integer."""
+    if value is None:
+        return None
+    v = _float(value)
+    if not (math.isfinite(v) and v == int(v) and v >= 0):
+        raise DuckmobError(f"seed must be a non-negative integer, got {value!r}")
+    return int(v)
+
+
+def source_name(value) -> str:
+    """A source table name: a non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise DuckmobError(f"source must be a table name (a non-empty string); got {value!r}")
+    return value
+
+
+def model_name(value) -> str:
+    """A model name: a non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise DuckmobError(f"a model needs a name (a non-empty string), got {value!r}: "
+                           "FROM mob_fit('trips', 'my_model', eps := 1.0, ...)")
+    return value
+
+
+def privacy_unit(unit, k, needs_bound: bool = True) -> tuple[str, int]:
+    """``(unit, k)``: 'trajectory' with k = 1, or 'user' with the public bound k = max_trajectories_per_user
+    (required unless ``needs_bound`` is False, e.g. for a count of users, whose sensitivity is 1 anyway)."""
+    name = str(unit if unit is not None else "trajectory").strip().lower()
+    if name not in PRIVACY_UNITS:
+        raise DuckmobError(f"privacy_unit := '{unit}' is not an option: use 'trajectory' (one trajectory is "
+                           "protected) or 'user' (all of a user's trajectories, with max_trajectories_per_user := k)")
+    if name == "trajectory":
+        if k is not None and _float(k) != 1:
+            raise DuckmobError("max_trajectories_per_user only applies with privacy_unit := 'user': drop it, or "
+                               "add privacy_unit := 'user'")
+        return name, 1
+    if k is None:
+        if not needs_bound:
+            return name, 1
+        raise DuckmobError("privacy_unit := 'user' needs a contribution bound: pass max_trajectories_per_user := k "
+                           "(a user's trajectories beyond k are dropped at random; noise grows with k)")
+    return name, count("max_trajectories_per_user", k, maximum=10_000)
+
+
+def outside(value) -> str:
+    """What a release does with points outside the bbox. Only 'drop' is possible on a private path: refusing
+    would tell whether such points exist, which no mechanism accounts for."""
+    v = str(value if value is not None else "drop").strip().lower()
+    if v not in OUTSIDE:
+        raise DuckmobError(f"outside := '{value}' is not an option: use 'drop'")
+    if v == "fail":
+        raise DuckmobError("outside := 'fail' cannot be honoured by a private release (a refusal would reveal "
+                           "that points lie outside the bbox): releases drop them (outside := 'drop'); "
+                           "FROM mob_check('tbl', bbox := [...]) counts them exactly (not private)")
+    return v
+
+
+__all__ = ["positive", "epsilon", "delta_value", "count", "n_trajectories", "seed", "source_name", "model_name",
+           "privacy_unit", "outside", "PRIVACY_UNITS", "MAX_N"]
