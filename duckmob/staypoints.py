@@ -15,6 +15,13 @@ a walk next(i) = j(i) if i is a stay anchor else i + 1, and the set of points it
 first point is found by pointer doubling (log2(longest trajectory) rounds over all points).
 Distances use the equirectangular approximation, which at a few hundred metres differs from the great-circle
 distance by far less than GPS error.
+
+Each trajectory's output depends on its own points only: every quantity is either an element-wise function of
+a point (or of two points of the same trajectory), an integer computation confined to the trajectory, or a sum
+over one stay's own points that is exact in integers (:func:`stay_means`), so no cumulative sum, shared state or
+floating-point rounding crosses from one trajectory to another, and a trajectory's stays (positions, times,
+indices relative to its first point) and cells are bit-identical wherever it lies in the arrays and whatever other
+trajectories are there.
 """
 
 from __future__ import annotations
@@ -44,8 +51,7 @@ def window_ends(traj: Trajectories, radius_m: float) -> np.ndarray:
     m = traj.n_points
     owner_end = np.repeat(traj.offsets[1:], traj.lengths)
     y = np.radians(traj.lat) * EARTH_RADIUS_M
-    x = np.radians(traj.lon) * EARTH_RADIUS_M * np.cos(np.radians(traj.lat))
-    # x uses each point's own latitude; for the distance between two points use the mean cos(lat) instead.
+    # the east-west distance between two points uses the mean of their cos(lat)
     lon_r = np.radians(traj.lon)
     coslat = np.cos(np.radians(traj.lat))
     r2 = radius_m * radius_m
@@ -64,7 +70,6 @@ def window_ends(traj: Trajectories, radius_m: float) -> np.ndarray:
         end[active[out]] = nxt[out]
         active = active[~out]
         k += 1
-    del x
     return end
 
 
@@ -107,18 +112,45 @@ def detect(traj: Trajectories, radius_m: float = 200.0, min_minutes: float = 30.
     visited = visited_by_scan(traj, nxt)
     anchors = np.flatnonzero(visited & is_stay)
     last = end[anchors] - 1
-    counts = last - anchors + 1
-    csum_lat = np.concatenate([[0.0], np.cumsum(traj.lat)])
-    csum_lon = np.concatenate([[0.0], np.cumsum(traj.lon)])
     return {
         "traj": traj.point_traj()[anchors],
         "first": anchors,
         "last": last,
-        "lat": (csum_lat[last + 1] - csum_lat[anchors]) / counts,
-        "lon": (csum_lon[last + 1] - csum_lon[anchors]) / counts,
+        "lat": stay_means(traj.lat, anchors, last),
+        "lon": stay_means(traj.lon, anchors, last),
         "arrive_ts": traj.ts[anchors],
         "leave_ts": traj.ts[last],
     }
+
+
+def stay_means(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Mean of ``values[first[i] .. last[i]]`` (both ends included) for each i, from those values only.
+
+    Why not a difference of cumulative sums, or a float sum: either one rounds in a way that depends on the
+    values before the segment or on how numpy blocks the reduction, so a stay's mean (and the cell it falls in)
+    could change with the other trajectories. Here each value is taken relative to the segment's first value,
+    d = v - v_first, and rounded to an integer multiple of 2**-s, s = 62 - e - ceil(log2(count)) with
+    max |d| < 2**e, so |sum| <= 2**62 cannot overflow int64; the integer sum is exact in any order, and the mean
+    is v_first + sum / count * 2**-s. Every step is a function of the segment's own values, so the result is
+    bit-identical wherever the segment lies and whatever else ``values`` holds. The rounding error is at most
+    2**-(s+1), i.e. max |d| * 2**-(62 - ceil(log2(count))): below float64 resolution for any realistic stay.
+    Segments must be non-empty (first <= last); they may overlap and come in any order.
+    """
+    first = np.asarray(first, dtype=np.int64)
+    last = np.asarray(last, dtype=np.int64)
+    values = np.asarray(values, dtype=np.float64)
+    if not len(first):
+        return np.zeros(0, dtype=np.float64)
+    counts = last - first + 1
+    seg = np.repeat(np.arange(len(first), dtype=np.int64), counts)
+    seg_start = np.concatenate([[0], np.cumsum(counts)[:-1]])   # integer bookkeeping of the gathered array
+    base = values[first]
+    d = values[ragged_gather(first, counts)] - base[seg]
+    e = np.frexp(np.maximum.reduceat(np.abs(d), seg_start))[1]
+    s = 62 - e - np.frexp((counts - 1).astype(np.float64))[1]   # frexp(count - 1)[1] = ceil(log2(count))
+    q = np.rint(np.ldexp(d, s[seg])).astype(np.int64)
+    total = np.add.reduceat(q, seg_start)
+    return base + np.ldexp(total / counts, -s)
 
 
 def stay_trajectories(traj: Trajectories, radius_m: float = 200.0, min_minutes: float = 30.0) -> Trajectories:

@@ -79,12 +79,17 @@ class Support:
         return self.mask1()[self.row_state2()]
 
     def edge_index(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Index (CSR order) of the directed neighbour pair (a, b); every pair must be in the support."""
+        """Index (CSR order) of the directed neighbour pair (a, b); every pair must be in the support.
+
+        A pair outside the support is an internal error, unreachable from state sequences (states.py fills every
+        gap with 8-neighbouring base cells): it raises RuntimeError, whose message names no state or count.
+        """
         keys = np.repeat(np.arange(self.m, dtype=np.int64), self.deg) * self.m + self.dst
         want = np.asarray(a, dtype=np.int64) * self.m + np.asarray(b, dtype=np.int64)
         e = np.searchsorted(keys, want)
         if len(want) and (e.max() >= len(keys) or not np.array_equal(keys[e], want)):
-            raise AssertionError("a transition between non-neighbouring states reached the counts")
+            raise RuntimeError("internal invariant broken: a transition between non-neighbouring states "
+                               "reached the counts")
         return e
 
 

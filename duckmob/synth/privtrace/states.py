@@ -7,10 +7,23 @@ second-layer cells are the states of the Markov models (§4.2, "Difference from 
 Choice made here (the paper allows any kappa): kappa is a power of two, kappa = 2**e with 0 <= e <= D. Every
 state is then a square block of a fine *base grid* of W = K * 2**D cells per side, which makes three things
 exact and vectorised: a point's state is a formula of its base cell; two states are neighbours when any of
-their base cells touch (8-neighbourhood: an edge or a corner); and a straight line stepped one base cell at a
-time visits a chain of neighbouring states, which is how gaps between consecutive fixes are filled in (PrivTrace
+their base cells touch (8-neighbourhood: an edge or a corner); and a chain of 8-neighbouring base cells visits
+a chain of neighbouring (or equal) states, which is how gaps between consecutive fixes are filled in (PrivTrace
 interpolates between non-adjacent cells so that every transition of a state sequence is between neighbours —
 that is what lets the transition support be restricted to neighbours, a data-independent set).
+
+The line walk (:func:`line_cells`): a fix's base cell is (floor(row), floor(col)) of its base coordinates; the
+gap from base cell (R0, C0) to the next fix's (R1, C1), with dR = R1 - R0, dC = C1 - C0 and
+n = max(|dR|, |dC|), is filled with the cells k = 0 .. n - 1 of
+    (R0 + round(k dR / n), C0 + round(k dC / n)),   round(x) = floor(x + 1/2) = floor((2 k d + n) / (2 n)),
+computed in integers (the digital differential analyser, i.e. Bresenham's line up to tie-breaking). The major
+axis moves exactly one cell a step and the minor axis 0 or 1, so consecutive cells are 8-neighbours, and k = n
+is (R1, C1) exactly; the next gap starts there. Floating point is used only for a fix's own base coordinates.
+
+Each trajectory's output depends on its own points only: a fix's base cell is an element-wise function of the
+fix, a gap's cells a function of its two end cells, and runs are collapsed within the trajectory, so a
+trajectory's state sequence is bit-identical whatever other trajectories are processed with it and wherever it
+lies in the arrays (and whichever chunk it falls in).
 
 Everything here is public: the grid is a function of the bbox, K, D and the per-cell exponents, which are
 themselves post-processing of noisy densities.
@@ -133,11 +146,13 @@ def state_sequences(grid: StateGrid, offsets: np.ndarray, lat: np.ndarray,
     """Discretise trajectories into state sequences whose consecutive states are neighbours.
 
     ``offsets`` (n + 1) cut the points ``lat``, ``lon`` (degrees, inside the bbox) into n trajectories.
-    Between two consecutive fixes in different states the straight segment is sampled every base cell (at most
-    one base cell per axis a step), so the states visited in between are filled in; then runs of one state
-    are collapsed to one visit. Returns ``(seq_offsets int64[n+1], states int64[total], traj int64[total])``;
-    every trajectory keeps at least one state. Vectorised over points (no loop over trajectories); long inputs
-    are cut at trajectory boundaries into chunks of about CHUNK_POINTS points to bound the memory used.
+    Between two consecutive fixes the gap is filled with the integer line walk between their base cells
+    (:func:`line_cells`, module docstring), whose consecutive cells are 8-neighbours, so consecutive states are
+    neighbours or equal; then runs of one state are collapsed to one visit. Returns
+    ``(seq_offsets int64[n+1], states int64[total], traj int64[total])``; every trajectory keeps at least one
+    state. Vectorised over points (no loop over trajectories); long inputs are cut at trajectory boundaries into
+    chunks of about CHUNK_POINTS points to bound the memory used (a trajectory's states do not depend on its
+    chunk).
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     if offsets[-1] > CHUNK_POINTS:
@@ -154,6 +169,28 @@ def state_sequences(grid: StateGrid, offsets: np.ndarray, lat: np.ndarray,
     return _state_sequences(grid, offsets, lat, lon)
 
 
+def line_cells(R0: np.ndarray, C0: np.ndarray, R1: np.ndarray,
+               C1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The integer line walk of each segment from base cell (R0, C0) to (R1, C1), end cell excluded.
+
+    Segment i gives n_i = max(|R1 - R0|, |C1 - C0|, 1) cells: k = 0 .. n_i - 1 of
+    (R0 + floor((2 k dR + n) / (2 n)), C0 + floor((2 k dC + n) / (2 n))), n = max(|dR|, |dC|) (module
+    docstring); a segment with R0 = R1 and C0 = C1 gives its one cell. Consecutive cells of a segment, and its
+    last cell and (R1, C1), differ by at most 1 in row and in column. Integers only; each segment's cells depend
+    on its two end cells only. Returns ``(segment int64[T], R int64[T], C int64[T])``, segments in order.
+    """
+    R0, C0 = np.asarray(R0, dtype=np.int64), np.asarray(C0, dtype=np.int64)
+    dR = np.asarray(R1, dtype=np.int64) - R0
+    dC = np.asarray(C1, dtype=np.int64) - C0
+    n = np.maximum(np.maximum(np.abs(dR), np.abs(dC)), 1)
+    seg = np.repeat(np.arange(len(n), dtype=np.int64), n)
+    k = np.arange(len(seg), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    two_n = 2 * n[seg]
+    R = R0[seg] + np.floor_divide(2 * k * dR[seg] + n[seg], two_n)
+    C = C0[seg] + np.floor_divide(2 * k * dC[seg] + n[seg], two_n)
+    return seg, R, C
+
+
 def _state_sequences(grid: StateGrid, offsets: np.ndarray, lat: np.ndarray,
                      lon: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     offsets = np.asarray(offsets, dtype=np.int64)
@@ -162,24 +199,15 @@ def _state_sequences(grid: StateGrid, offsets: np.ndarray, lat: np.ndarray,
     if n_pts == 0:
         return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     r, c = grid.base_coords(lat, lon)
+    R, C = np.floor(r).astype(np.int64), np.floor(c).astype(np.int64)   # each fix's base cell, as state_of
     owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
     has_next = np.zeros(n_pts, dtype=bool)
     has_next[:-1] = owner[1:] == owner[:-1]
-    nxt = np.minimum(np.arange(n_pts) + 1, n_pts - 1)
-    dr = np.where(has_next, r[nxt] - r, 0.0)
-    dc = np.where(has_next, c[nxt] - c, 0.0)
-    cell_change = has_next & ((np.floor(r) != np.floor(r[nxt])) | (np.floor(c) != np.floor(c[nxt])))
-    steps = np.where(cell_change, np.maximum(1, np.ceil(np.maximum(np.abs(dr), np.abs(dc)))), 1).astype(np.int64)
-    total = int(steps.sum())
-    src = np.repeat(np.arange(n_pts, dtype=np.int64), steps)
-    k = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(steps) - steps, steps)
-    f = k / steps[src]
-    top = np.nextafter(float(grid.W), 0.0)
-    R = np.floor(np.clip(r[src] + f * dr[src], 0.0, top)).astype(np.int64)
-    C = np.floor(np.clip(c[src] + f * dc[src], 0.0, top)).astype(np.int64)
+    nxt = np.where(has_next, np.arange(n_pts) + 1, np.arange(n_pts))   # a trajectory's last fix: its own cell
+    src, R, C = line_cells(R, C, R[nxt], C[nxt])
     states = grid.state_of_base(R, C)
     own = owner[src]
-    keep = np.ones(total, dtype=bool)
+    keep = np.ones(len(src), dtype=bool)
     keep[1:] = (own[1:] != own[:-1]) | (states[1:] != states[:-1])
     states, own = states[keep], own[keep]
     seq_offsets = np.concatenate([[0], np.cumsum(np.bincount(own, minlength=n))]).astype(np.int64)
