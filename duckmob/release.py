@@ -61,14 +61,34 @@ class Database:
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self.token = uuid.uuid4().hex
-        self.con = con
+        self.path, self.read_only = _location(con)
+        self.con = self._connect(con)
         self.lock = threading.RLock()
         self.active: set["Release"] = set()
         self.pending_names: set[str] = set()
 
+    def _connect(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        """The core's own connection, which the UDFs are registered on and which must outlive the user's.
+
+        A file database: an independent connection from DuckDB's instance cache (same path and mode, same
+        instance), so closing the connection that called ``register`` cannot leave the UDFs pointing at a closed
+        one (that crashed the process). It keeps the file open in this process until exit: reopening the same
+        file in another mode in the same process is refused by DuckDB. An in-memory database (or a file opened
+        with a custom configuration): a cursor, since its root connection is the database's life anyway."""
+        if self.path is not None:
+            try:
+                return duckdb.connect(self.path, read_only=self.read_only)
+            except duckdb.Error:   # opened with another configuration: share its instance through a cursor
+                pass
+        return con.cursor()
+
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A new connection to this database, for one thread's use (close it after)."""
-        return self.con.cursor()
+        try:
+            return self.con.cursor()
+        except duckdb.ConnectionException:
+            raise DuckmobError("the connection duckmob was registered on is closed: run duckmob.register(con) "
+                               "on an open connection") from None
 
     def close(self) -> None:
         try:
@@ -83,23 +103,11 @@ _DATABASES: dict[str, Database] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
-def _own_connection(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """A connection to ``con``'s database that lives as long as the database, whoever closes ``con``.
-
-    A file database: an independent connection from DuckDB's instance cache (same path, same instance). An
-    in-memory one: a cursor (its root connection is the database's life anyway).
-    """
-    query = "SELECT path, readonly FROM duckdb_databases() WHERE database_name = current_database()"
-    row = con.execute(query).fetchall()
-    if row and row[0][0]:
-        try:
-            own = duckdb.connect(row[0][0], read_only=bool(row[0][1]))
-        except duckdb.Error:   # opened with another configuration: share its instance through a cursor
-            return con.cursor()
-        if own.execute(query).fetchall() == row:
-            return own
-        own.close()
-    return con.cursor()
+def _location(con: duckdb.DuckDBPyConnection) -> tuple[str | None, bool]:
+    """(file path or None for an in-memory database, read-only) of ``con``'s default database."""
+    row = con.execute("SELECT path, readonly FROM duckdb_databases() WHERE database_name = current_database()"
+                      ).fetchall()
+    return (row[0][0] or None, bool(row[0][1])) if row else (None, False)
 
 
 def database(con: duckdb.DuckDBPyConnection, create: Callable[[Database], None] | None = None) -> Database:
@@ -114,7 +122,7 @@ def database(con: duckdb.DuckDBPyConnection, create: Callable[[Database], None] 
         found = _lookup(con)
         if found is not None:
             return found
-        db = Database(_own_connection(con))
+        db = Database(con)
         create(db)
         db.con.create_function("_mob_instance", lambda: db.token, [], "VARCHAR", side_effects=False)
         _DATABASES[db.token] = db
@@ -454,7 +462,7 @@ def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajector
         return counting.noisy_count(n_items, eps, noise, sensitivity)
 
     params = {"eps": eps, "what": what, "sensitivity": sensitivity,
-              "max_trajectories_per_user": k if unit == "user" else None}
+              "max_trajectories_per_user": k if unit == "user" and what == "trajectories" else None}
     value, _ = run(db, Request(source=validators.source_name(source), mechanism=f"count({what})",
                                privacy_unit=unit, params=params, seeded=noise.seeded, plan=lambda p: event), compute)
     return value

@@ -54,7 +54,7 @@ def delta_value(value, default: float | None = None) -> float:
         return float(default)
     v = _float(value)
     if not 0 <= v < 1:
-        raise DuckmobError(f"delta must be a number in [0, 1) (typically 1e-5, below 1 / number of trajectories); "
+        raise DuckmobError(f"delta must be in [0, 1) (typically 1e-5, below 1 / number of trajectories); "
                            f"got {value!r}")
     return v
 

@@ -1,5 +1,9 @@
 """Budgets and the ledger (duckmob.privacy.ledger) through duckmob.connect() and the SQL macros."""
 
+import shutil
+import subprocess
+import sys
+
 import duckdb
 import pytest
 
@@ -93,14 +97,32 @@ def test_ledger_persists_in_the_database_file(tmp_path):
     c = duckmob.connect(path)
     c.sql("FROM mob_set_budget('trips', eps := 1, delta := 1e-6)").fetchall()
     rec(c, "trips", acc.laplace(0.25))
+    c.execute("CREATE TABLE trips AS SELECT 1 AS traj_id")
+    c.execute("CHECKPOINT")
     c.close()
-    c = duckmob.connect(path, read_only=True)
-    try:
-        assert c.execute("SELECT spent, releases FROM mob_budget()").fetchall()[0] == pytest.approx((0.25, 1), abs=1e-4)
-        with pytest.raises(duckdb.Error):
-            rec(c, "trips", acc.laplace(0.25))  # read-only: nothing can be spent
-    finally:
-        c.close()
-    empty = str(tmp_path / "empty.duckdb")
-    duckdb.connect(empty).close()
-    duckmob.connect(empty, read_only=True).close()  # connecting works without the tables
+    again = duckmob.connect(path)
+    assert again.execute("SELECT spent, releases FROM mob_budget()").fetchall()[0] == pytest.approx((0.25, 1),
+                                                                                                    abs=1e-4)
+    again.close()
+    # duckmob keeps its own connection to the file until this process exits (the UDFs live on it), so a
+    # read-only reopen is tried on a copy, in a fresh process
+    shutil.copy(path, tmp_path / "copy.duckdb")
+    path = str(tmp_path / "copy.duckdb")
+    script = f"""
+import duckmob, duckdb
+from duckmob.privacy import accounting, ledger
+c = duckmob.connect({path!r}, read_only=True)
+print(c.execute("SELECT round(spent, 4), releases FROM mob_budget()").fetchall())
+try:
+    c.execute("FROM mob_noisy_count('trips', eps := 0.25)").fetchall()
+except duckdb.Error as e:
+    print(duckmob.errors.one_line(e))
+empty = {str(tmp_path / "empty.duckdb")!r}
+duckdb.connect(empty).close()
+duckmob.connect(empty, read_only=True).close()
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = done.stdout + done.stderr[-2000:]
+    assert out.splitlines() == ["[(0.25, 1)]", "duckmob: the database is opened read-only: a release must be "
+                                "recorded in its privacy ledger; open it writable", "ok"]

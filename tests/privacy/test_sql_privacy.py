@@ -64,13 +64,20 @@ def test_second_order_and_options(seqs):
 def test_argument_errors_say_the_fix(seqs):
     seqs.sql("FROM mob_set_budget('seqs', eps := 10, delta := 1e-6)").fetchall()
     assert "n_states" in refused(seqs, "FROM mob_transitions('seqs', eps := 1)")
-    assert "eps is required" in refused(seqs, "FROM mob_transitions('seqs', n_states := 4)")
+    assert "eps must be a positive number" in refused(seqs, "FROM mob_transitions('seqs', n_states := 4)")
     assert "max_trajectories_per_user" in refused(
         seqs, "FROM mob_transitions('seqs', eps := 1, n_states := 4, privacy_unit := 'user')")
     assert "markov_order must be 1 or 2" in refused(seqs, "FROM mob_transitions('seqs', markov_order := 3, "
                                                          "eps := 1, n_states := 4)")
-    assert "cell ids" in refused(seqs, "FROM mob_transitions('seqs', eps := 1, n_states := 3)")
-    assert len(seqs.sql("FROM mob_ledger()").fetchall()) == 0  # failed releases record nothing
+    assert "support := 'neighbours' needs the grid width" in refused(
+        seqs, "FROM mob_transitions('seqs', eps := 1, n_states := 4, support := 'neighbours')")
+    assert "too small" in refused(seqs, "FROM mob_transitions('seqs', eps := 1e-300, n_states := 4)")
+    assert len(seqs.sql("FROM mob_ledger()").fetchall()) == 0  # refused before reserving: nothing recorded
+    # a cell id beyond the public n_states is not refused (that would reveal the largest id): its trajectory is
+    # dropped, and the release is recorded like any other
+    rows = seqs.sql("FROM mob_transitions('seqs', eps := 1, n_states := 3, seed := 1)").fetchall()
+    assert all(max(r[1], r[2]) <= 4 for r in rows)
+    assert seqs.sql("SELECT status FROM mob_ledger()").fetchall() == [("spent",)]
 
 
 def test_noisy_count(seqs):
@@ -78,15 +85,15 @@ def test_noisy_count(seqs):
     values = [seqs.execute(f"FROM mob_noisy_count('seqs', eps := 1, seed := {s})").fetchall()[0][0] for s in range(40)]
     assert np.mean(values) == pytest.approx(4, abs=1.0)
     assert seqs.execute("FROM mob_noisy_count('seqs', eps := 1, what := 'users', seed := 1)").fetchall()[0][0] != 2
-    with pytest.raises(duckdb.Error, match="user id on every trajectory"):  # trajectory 4 has no user
-        seqs.execute("FROM mob_noisy_count('seqs', eps := 50, privacy_unit := 'user', max_trajectories_per_user := 1)")
+    # trajectory 4 has no user: under the user unit it is not counted (no refusal: that would be a release too)
+    seqs.execute("FROM mob_noisy_count('seqs', eps := 50, privacy_unit := 'user', max_trajectories_per_user := 1)")
     seqs.execute("UPDATE seqs SET user_id = 12 WHERE user_id IS NULL")
     capped = [seqs.execute(f"FROM mob_noisy_count('seqs', eps := 20, privacy_unit := 'user', "
                            f"max_trajectories_per_user := 1, seed := {s})").fetchall()[0][0] for s in range(20)]
     assert np.mean(capped) == pytest.approx(3, abs=0.2)  # users 10, 11, 12: one trajectory each
     rows = seqs.sql("SELECT mechanism, params->>'sensitivity' FROM mob_ledger() ORDER BY id").fetchall()
     assert rows[40] == ("count(users)", "1") and rows[-1] == ("count(trajectories)", "1")
-    assert len(rows) == 61
+    assert len(rows) == 62
 
 
 def test_noisy_count_contribution_bound_only_where_it_applies(seqs):
@@ -99,9 +106,6 @@ def test_noisy_count_contribution_bound_only_where_it_applies(seqs):
     (row,) = seqs.sql("SELECT privacy_unit, params->>'sensitivity', params->>'max_trajectories_per_user' "
                       "FROM mob_ledger()").fetchall()
     assert row == ("user", "1", None)
-    seqs.execute("CREATE TABLE anon AS SELECT traj_id, cells FROM seqs")
-    seqs.sql("FROM mob_set_budget('anon', eps := 10, delta := 0)").fetchall()
-    assert "needs a user id" in refused(seqs, "FROM mob_noisy_count('anon', eps := 1, what := 'users')")
 
 
 def test_on_cell_sequences_of_the_shipped_sample(con):
