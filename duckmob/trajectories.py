@@ -2,9 +2,14 @@
 
 The one shape every other module takes. A :class:`Trajectories` holds ``n`` trajectories and ``m`` points:
 ``offsets`` (int64, length n + 1, offsets[0] = 0, offsets[-1] = m) cuts the point columns ``ts``, ``lat`` and
-``lon`` into trajectories; ``traj_id`` and ``user_id`` have one entry per trajectory. Points of a trajectory are
-sorted by time with no duplicate timestamps. Everything here is vectorised over points (numpy sorts and
-reductions); nothing loops in Python over points or trajectories.
+``lon`` into trajectories; ``traj_id`` and ``user_id`` have one entry per trajectory (a trajectory is the pair
+(user_id, traj_id); -1 is "no user"). Points of a trajectory are sorted by time with no duplicate timestamps.
+Everything here is vectorised over points (numpy sorts and reductions); nothing loops in Python over points or
+trajectories.
+
+:func:`from_points` cleans a table two ways: ``private=True`` for releases (drops silently, never raises on the
+data, reports nothing) and the default for the exact tools (refuses with counts). :func:`inspect` is the exact,
+NOT private, report of that cleaning for the data owner (mob_check).
 
 Timestamps are int64 microseconds since the epoch (DuckDB's TIMESTAMP, no zone); latitude and longitude are
 WGS 84 degrees.
@@ -16,7 +21,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from duckmob.errors import DuckmobError
 
@@ -39,10 +43,18 @@ class Trajectories:
     def n_trajectories(self) -> int:
         return len(self.offsets) - 1
 
+    @classmethod
+    def empty(cls) -> "Trajectories":
+        """No trajectory and no point (``offsets == [0]``)."""
+        ids = np.zeros(0, dtype=np.int64)
+        return cls(np.zeros(1, dtype=np.int64), ids, ids.copy(), ids.copy(), np.zeros(0), np.zeros(0))
+
     @property
     def has_time(self) -> bool:
-        """False when the source had no timestamps (all ts NULL); ``ts`` then holds NO_TIME."""
-        return not (len(self.ts) and self.ts[0] == NO_TIME)
+        """False when some trajectory has no timestamps (its ``ts`` hold NO_TIME): a synthetic table of a method
+        that models no time, or a timeless trajectory kept by ``from_points(time_required=False)``."""
+        firsts = self.offsets[:-1][self.lengths > 0]
+        return not (self.ts[firsts] == NO_TIME).any()
 
     @property
     def n_points(self) -> int:
@@ -98,14 +110,28 @@ class CellSequences:
 
 @dataclass
 class CleaningReport:
-    """What validation changed, in counts, so callers can tell the user (nothing is dropped silently)."""
+    """What cleaning changed, in exact counts (non-private tools only: see :func:`from_points`).
+
+    Point checks (``null_traj_id`` .. ``lon_out_of_range``) count every point that fails each check, so a point
+    can count twice; ``outside_bbox`` counts points that pass them; ``duplicate_timestamps`` and ``short_*``
+    count what the later steps dropped. ``trajectories_in`` is the number of (user_id, traj_id) trajectories
+    after the point checks.
+    """
 
     points_in: int = 0
     trajectories_in: int = 0
+    null_traj_id: int = 0
+    null_ts: int = 0
+    missing_coordinates: int = 0
+    lat_out_of_range: int = 0
+    lon_out_of_range: int = 0
+    outside_bbox: int = 0
     duplicate_timestamps: int = 0
     unsorted_trajectories: int = 0
-    outside_bbox: int = 0
     short_trajectories: int = 0
+    min_points: int = 2
+    points_out: int = 0
+    trajectories_out: int = 0
     notes: list[str] = field(default_factory=list)
 
     def messages(self) -> list[str]:
@@ -117,7 +143,7 @@ class CleaningReport:
         if self.outside_bbox:
             out.append(f"dropped {self.outside_bbox} points outside the bounding box")
         if self.short_trajectories:
-            out.append(f"dropped {self.short_trajectories} trajectories with fewer than 2 points")
+            out.append(f"dropped {self.short_trajectories} trajectories with fewer than {self.min_points} points")
         return out + self.notes
 
 
@@ -140,131 +166,255 @@ def offsets_from_sorted_keys(keys: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], change, [len(keys)]]).astype(np.int64)
 
 
-def _column(points, name: str) -> np.ndarray:
-    col = points.field(name) if isinstance(points, pa.StructArray) else points.column(name)
+def _column(points, name: str) -> pa.Array:
+    if isinstance(points, pa.StructArray):
+        # flatten() makes a NULL struct a NULL in every field (field() would expose what lies beneath)
+        col = points.field(name) if points.null_count == 0 else points.flatten()[points.type.get_field_index(name)]
+    else:
+        col = points.column(name)
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     return col
 
 
-def _to_numpy(col: pa.Array, dtype) -> np.ndarray:
-    if pa.types.is_timestamp(col.type):
-        col = col.cast(pa.timestamp("us")).cast(pa.int64())
-    return col.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+def _n_rows(points) -> int:
+    if points is None:
+        return 0
+    return len(points) if isinstance(points, pa.StructArray) else points.num_rows
 
 
-def from_points(points: pa.StructArray | pa.Table, bbox=None, outside: str = "fail",
-                min_points: int = 2, time_required: bool = True) -> tuple[Trajectories, CleaningReport]:
+def _names(points) -> list[str]:
+    return points.type.names if isinstance(points, pa.StructArray) else points.column_names
+
+
+def _is_null(col: pa.Array) -> np.ndarray:
+    if col.null_count == 0:
+        return np.zeros(len(col), dtype=bool)
+    return col.is_null().to_numpy(zero_copy_only=False)
+
+
+def _ints(col: pa.Array, fill: int) -> np.ndarray:
+    """int64 values (timestamps and dates as µs since the epoch), NULLs replaced by ``fill``.
+
+    Casts are unchecked (``safe=False``: sub-µs digits are truncated, out-of-range ids wrap) so that no value in
+    the table can make reading it fail."""
+    if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type):
+        col = col.cast(pa.timestamp("us"), safe=False)
+    if col.type != pa.int64():
+        col = col.cast(pa.int64(), safe=False)
+    if col.null_count:
+        col = col.fill_null(fill)
+    return col.to_numpy(zero_copy_only=False)
+
+
+def _floats(col: pa.Array) -> np.ndarray:
+    """float64 values, NULLs as NaN."""
+    if col.type != pa.float64():
+        col = col.cast(pa.float64(), safe=False)
+    if col.null_count:
+        col = col.fill_null(np.nan)
+    return col.to_numpy(zero_copy_only=False)
+
+
+def _plain(x) -> str:
+    """A number as people write it (``116.318417``, not ``np.float64(116.318417)``)."""
+    return f"{float(x):.10g}"
+
+
+def _lex_order(keys: tuple[np.ndarray, ...]) -> np.ndarray | None:
+    """The stable order sorting by ``keys`` (primary first), or None when the rows already are in that order.
+
+    The check is O(m), so sorted input (the usual case) is never sorted again."""
+    m = len(keys[0])
+    if m < 2:
+        return None
+    ahead = np.zeros(m - 1, dtype=bool)
+    tied = np.ones(m - 1, dtype=bool)
+    for k in keys:
+        ahead |= tied & (k[1:] > k[:-1])
+        tied &= k[1:] == k[:-1]
+    if (ahead | tied).all():
+        return None
+    return np.lexsort(keys[::-1])
+
+
+def _refuse(report: CleaningReport, traj, lat, lon, lat_bad, lon_bad, time_required: bool) -> None:
+    """The non-private refusals: exact counts and an example value, for a table the user will fix."""
+    for name, count in (("traj_id", report.null_traj_id), ("ts", report.null_ts if time_required else 0)):
+        if count:
+            raise DuckmobError(f"{count} points have a NULL {name}: filter them out first "
+                               f"(WHERE {name} IS NOT NULL) or fill them in")
+    for name, values in (("lat", lat), ("lon", lon)):
+        count = int(np.isnan(values).sum())
+        if count:
+            raise DuckmobError(f"{count} points have a NULL or NaN {name}: filter them out first "
+                               f"(WHERE {name} IS NOT NULL AND NOT isnan({name}))")
+    if lat_bad.any():
+        hint = " (are lat and lon swapped?)" if (np.abs(lon) <= 90).all() else ""
+        raise DuckmobError(f"{int(lat_bad.sum())} points have a latitude outside [-90, 90], e.g. "
+                           f"{_plain(lat[lat_bad][0])} in traj_id {int(traj[lat_bad][0])}{hint}: lat and lon "
+                           "must be WGS 84 degrees")
+    if lon_bad.any():
+        raise DuckmobError(f"{int(lon_bad.sum())} points have a longitude outside [-180, 180], e.g. "
+                           f"{_plain(lon[lon_bad][0])} in traj_id {int(traj[lon_bad][0])}: lat and lon must be "
+                           "WGS 84 degrees")
+
+
+def from_points(points: pa.StructArray | pa.Table | None, bbox=None, outside: str = "fail", min_points: int = 2,
+                time_required: bool = True, *, private: bool = False) -> tuple[Trajectories, CleaningReport]:
     """Build validated, cleaned :class:`Trajectories` from Arrow points.
 
-    ``points`` has fields ``traj_id`` (integer), ``ts`` (timestamp), ``lat``, ``lon`` (double) and optionally
-    ``user_id``. Checks, each failing with a :class:`DuckmobError` that says what to do: NULL or NaN
-    coordinates, latitude outside [-90, 90], longitude outside [-180, 180], NULL ids or timestamps.
-    Cleaning, each counted in the returned report: points are sorted by (traj_id, ts); points with a
-    timestamp already seen in their trajectory are dropped (the first is kept); points outside ``bbox``
-    (``[min_lat, min_lon, max_lat, max_lon]``, edges included) are dropped when ``outside='drop'`` or
-    refused when ``outside='fail'``; trajectories left with fewer than ``min_points`` points are dropped.
-    The input is never modified.
+    ``points`` has fields ``traj_id`` (integer), ``ts`` (timestamp), ``lat``, ``lon`` (WGS 84 degrees) and
+    optionally ``user_id`` (integer) and ``seq``. The input is never modified.
 
-    With ``time_required=False`` a table whose ``ts`` is entirely NULL is accepted (synthetic output of a
-    method that models no time): points are ordered by ``seq`` (or kept in table order) and ``ts`` holds
-    :data:`NO_TIME`.
+    A trajectory is the pair (user_id, traj_id): a traj_id used by two users gives two trajectories, so removing
+    one user never changes another user's trajectory. A NULL user_id stands for "no user" (-1, as do negative
+    ids): those points form the trajectory (-1, traj_id). ``traj_id`` keeps the traj_id, ``user_id`` the user;
+    trajectories come ordered by (traj_id, user_id), their points by time.
+
+    Cleaning, in this order; every step acts on each point or each trajectory by itself, so a trajectory's result
+    depends on its own points only:
+
+    1. point checks: a NULL traj_id, a NULL or NaN lat or lon, a latitude outside [-90, 90], a longitude outside
+       [-180, 180], a NULL ts (when ``time_required``);
+    2. points outside ``bbox`` (``[min_lat, min_lon, max_lat, max_lon]``, edges included);
+    3. points with a timestamp already seen in their trajectory (the first in table order is kept);
+    4. trajectories left with fewer than ``min_points`` points.
+
+    ``private=True`` (every release path: synthesize, mob_fit): nothing in the table can make this function
+    raise, and nothing computed from the table leaves it except the trajectories. Steps 1 and 2 drop the points
+    silently (step 2 whatever ``outside`` says), 3 and 4 drop as above; an empty input, or one where nothing is
+    left, gives an empty :class:`Trajectories` (``offsets == [0]``), not an error. The report returned is blank:
+    a refusal or a count that depends on the data would be an unaccounted release. Only the public arguments
+    (``outside``, ``bbox``) are checked and can raise.
+
+    ``private=False`` (tools whose output is the exact data anyway: mob_staypoints, mob_cell_sequences): a
+    failed point check raises a :class:`DuckmobError` saying how many points fail and how to fix it; so do points
+    outside ``bbox`` with ``outside='fail'`` (``'drop'`` drops them), an empty table and a table where no
+    trajectory is left. The returned report counts what was changed.
+
+    With ``time_required=False`` (methods that model no time) a trajectory whose points all have a NULL ts is
+    timeless: its points are ordered by ``seq`` (NULLs last, then table order), never deduplicated, and get
+    ``ts`` = :data:`NO_TIME`. In the other trajectories a point with a NULL ts is dropped (private) or refused.
     """
+    out, report = _clean(points, bbox, outside, min_points, time_required, private)
+    return (out, CleaningReport()) if private else (out, report)
+
+
+def _clean(points, bbox, outside, min_points, time_required, private) -> tuple[Trajectories, CleaningReport]:
+    """:func:`from_points`, returning the filled report in both modes (for :func:`inspect`)."""
     if outside not in ("fail", "drop"):
         raise DuckmobError(f"outside := '{outside}' is not an option: use 'drop' (drop points outside the bbox "
                            "and report how many) or 'fail'")
-    n = len(points) if isinstance(points, pa.StructArray) else points.num_rows
-    report = CleaningReport(points_in=n)
-    if n == 0:
-        raise DuckmobError("the trajectory table is empty: give a table with at least one trajectory of 2 points")
-    names = points.type.names if isinstance(points, pa.StructArray) else points.column_names
-    cols = {k: _column(points, k) for k in ("traj_id", "ts", "lat", "lon")}
-    timeless = (not time_required) and cols["ts"].null_count == n
-    for k in ("traj_id",) if timeless else ("traj_id", "ts"):
-        nulls = cols[k].null_count
-        if nulls:
-            raise DuckmobError(f"{nulls} points have a NULL {k}: filter them out first "
-                               f"(WHERE {k} IS NOT NULL) or fill them in")
-    for k in ("lat", "lon"):
-        nulls = cols[k].null_count + int(pc.sum(pc.is_nan(cols[k].fill_null(0.0))).as_py() or 0)
-        if nulls:
-            raise DuckmobError(f"{nulls} points have a NULL or NaN {k}: filter them out first "
-                               f"(WHERE {k} IS NOT NULL AND NOT isnan({k}))")
-    traj = _to_numpy(cols["traj_id"], np.int64)
-    if timeless:
-        # order by seq where the table has one (NULLs last, in table order); else keep the table's order
-        if "seq" in names and _column(points, "seq").null_count < n:
-            seq = _to_numpy(_column(points, "seq").fill_null(np.iinfo(np.int64).max), np.int64)
-            ts = np.argsort(np.lexsort((np.arange(n), seq)), kind="stable").astype(np.int64)
-        else:
-            ts = np.arange(n, dtype=np.int64)
-    else:
-        ts = _to_numpy(cols["ts"], np.int64)
-    lat = _to_numpy(cols["lat"], np.float64)
-    lon = _to_numpy(cols["lon"], np.float64)
-    if "user_id" in names and _column(points, "user_id").null_count < n:
-        user = _column(points, "user_id").fill_null(-1)
-        user = _to_numpy(user, np.int64)
-    else:
-        user = np.full(n, -1, dtype=np.int64)
-    bad = np.abs(lat) > 90
-    if bad.any():
-        hint = " (are lat and lon swapped?)" if (np.abs(lon) <= 90).all() else ""
-        raise DuckmobError(f"{int(bad.sum())} points have a latitude outside [-90, 90], e.g. {lat[bad][0]!r} in "
-                           f"traj_id {traj[bad][0]}{hint}: lat and lon must be WGS 84 degrees")
-    bad = np.abs(lon) > 180
-    if bad.any():
-        raise DuckmobError(f"{int(bad.sum())} points have a longitude outside [-180, 180], e.g. {lon[bad][0]!r} "
-                           f"in traj_id {traj[bad][0]}: lat and lon must be WGS 84 degrees")
-
-    # Sort by (traj_id, ts) only when needed: a stable check first keeps sorted input at O(m). Sorting and the
-    # cleaning masks are combined into one index, so each column is gathered once (not permuted, then masked).
-    in_order = (traj[1:] > traj[:-1]) | ((traj[1:] == traj[:-1]) & (ts[1:] >= ts[:-1]))
-    order = None
-    if not in_order.all():
-        by_traj = np.argsort(traj, kind="stable")
-        gt = traj[by_traj]
-        backwards = (gt[1:] == gt[:-1]) & (ts[by_traj[1:]] < ts[by_traj[:-1]])
-        report.unsorted_trajectories = len(np.unique(gt[1:][backwards]))
-        del by_traj, gt, backwards
-        order = np.lexsort((ts, traj))
-    traj_s = traj if order is None else traj[order]
-    ts_s = ts if order is None else ts[order]
-    keep = np.ones(len(traj_s), dtype=bool)
-    keep[1:] = (traj_s[1:] != traj_s[:-1]) | (ts_s[1:] != ts_s[:-1])
-    report.duplicate_timestamps = int((~keep).sum())
-
+    box = None
     if bbox is not None:
         from duckmob.grid import BBox
         box = BBox.of(bbox)
-        inside = box.contains(lat, lon)
-        if order is not None:
-            inside = inside[order]
-        n_out = int((keep & ~inside).sum())
-        if n_out and outside == "fail":
-            raise DuckmobError(f"{n_out} points lie outside the bounding box {box.as_list()}: pass "
-                               "outside := 'drop' to drop them (they are reported), or declare a larger bbox")
-        report.outside_bbox = n_out
-        keep &= inside
-    if not keep.all():
-        traj_s, ts_s = traj_s[keep], ts_s[keep]
-        order = np.flatnonzero(keep) if order is None else order[keep]
-    if order is not None:
-        lat, lon, user = lat[order], lon[order], user[order]
-    traj, ts = traj_s, ts_s
-    del traj_s, ts_s, order, keep
+    n = _n_rows(points)
+    report = CleaningReport(points_in=n, min_points=int(min_points))
+    if n == 0:
+        if private:
+            return Trajectories.empty(), report
+        raise DuckmobError("the trajectory table is empty: give a table with at least one trajectory of 2 points")
+    names = _names(points)
+    cols = {k: _column(points, k) for k in ("traj_id", "ts", "lat", "lon")}
 
-    offsets = offsets_from_sorted_keys(traj)
-    report.trajectories_in = len(np.unique(_to_numpy(cols["traj_id"], np.int64)))
-    starts = offsets[:-1]
+    # 1. point checks, each on every point
+    traj_null, ts_null = _is_null(cols["traj_id"]), _is_null(cols["ts"])
+    traj, ts = _ints(cols["traj_id"], 0), _ints(cols["ts"], 0)
+    lat, lon = _floats(cols["lat"]), _floats(cols["lon"])
+    missing = np.isnan(lat) | np.isnan(lon)
+    lat_bad, lon_bad = np.abs(lat) > 90, np.abs(lon) > 180  # False on NaN
+    report.null_traj_id, report.null_ts = int(traj_null.sum()), int(ts_null.sum())
+    report.missing_coordinates = int(missing.sum())
+    report.lat_out_of_range, report.lon_out_of_range = int(lat_bad.sum()), int(lon_bad.sum())
+    if not private:
+        _refuse(report, traj, lat, lon, lat_bad, lon_bad, time_required)
+    bad = traj_null | missing | lat_bad | lon_bad
+    del traj_null, missing, lat_bad, lon_bad
+    if time_required:
+        bad |= ts_null
+    else:
+        report.null_ts = 0  # counted below: only NULLs in trajectories that have timestamps are dropped
+
+    # 2. the public bounding box
+    if box is not None:
+        out_box = ~bad & ~box.contains(lat, lon)
+        report.outside_bbox = int(out_box.sum())
+        if report.outside_bbox and outside == "fail" and not private:
+            raise DuckmobError(f"{report.outside_bbox} points lie outside the bounding box {box.as_list()}: pass "
+                               "outside := 'drop' to drop them (they are reported), or declare a larger bbox")
+        bad |= out_box
+        del out_box
+
+    user = _ints(_column(points, "user_id"), -1) if "user_id" in names else np.full(n, -1, dtype=np.int64)
+    user = np.maximum(user, -1)  # every negative id means "no user"
+    kept = np.flatnonzero(~bad) if bad.any() else None
+    del bad
+    if kept is not None:
+        traj, ts, user, ts_null = traj[kept], ts[kept], user[kept], ts_null[kept]
+    timeless = bool(ts_null.any())  # only without time_required: NULL ts points are gone otherwise
     if timeless:
-        ts = np.full(len(ts), NO_TIME, dtype=np.int64)
+        seq = np.full(n, 0, dtype=np.int64)
+        if "seq" in names:
+            seq = _ints(_column(points, "seq"), np.iinfo(np.int64).max)
+        seq = seq if kept is None else seq[kept]
+        # timed points tie on seq = 0 and keep table order; timeless ones (sorted last) follow seq
+        keys = (traj, user, ts_null.view(np.int8), ts, np.where(ts_null, seq, 0))
+        del seq
+    else:
+        keys = (traj, user, ts)
+    order = _lex_order(keys)
+    del keys
+
+    # 3. sort by (traj_id, user_id, ts) and drop repeated timestamps
+    if order is not None:
+        traj, user, ts, ts_null = traj[order], user[order], ts[order], ts_null[order]
+    m = len(traj)
+    start = np.ones(m, dtype=bool)
+    start[1:] = (traj[1:] != traj[:-1]) | (user[1:] != user[:-1])
+    if order is not None:
+        group = np.cumsum(start) - 1
+        report.unsorted_trajectories = int(len(np.unique(group[1:][~start[1:] & (order[1:] < order[:-1])])))
+        del group
+    keep = np.ones(m, dtype=bool)
+    if timeless:
+        group = np.cumsum(start) - 1
+        stray = ts_null & ~ts_null[np.flatnonzero(start)][group]  # NULL ts in a trajectory with timestamps
+        report.null_ts = int(stray.sum())
+        if report.null_ts and not private:
+            raise DuckmobError(f"{report.null_ts} points have a NULL ts in trajectories that have timestamps: "
+                               "filter them out first (WHERE ts IS NOT NULL) or fill them in")
+        keep &= ~stray
+        del group, stray
+    # within a trajectory timed points come first, so a timed point's predecessor is timed (or another trajectory)
+    repeated = ~start[1:] & (ts[1:] == ts[:-1]) & ~ts_null[1:]
+    report.duplicate_timestamps = int(repeated.sum())
+    keep[1:] &= ~repeated
+    del repeated
+    if not keep.all():
+        sel = np.flatnonzero(keep)
+        traj, user, ts, ts_null, start = traj[sel], user[sel], ts[sel], ts_null[sel], start[sel]
+        order = sel if order is None else order[sel]
+    # one gather of the coordinates (each column is read once, not permuted and then masked)
+    pos = order if kept is None else (kept if order is None else kept[order])
+    if pos is not None:
+        lat, lon = lat[pos], lon[pos]
+    del pos, order, kept, keep
+    if timeless:
+        ts = np.where(ts_null, NO_TIME, ts)
+
+    # 4. trajectories too short
+    offsets = np.append(np.flatnonzero(start), len(traj)).astype(np.int64)
+    starts = offsets[:-1]
     out = Trajectories(offsets, traj[starts], user[starts], ts, lat, lon)
+    report.trajectories_in = out.n_trajectories
     short = out.lengths < min_points
     if short.any():
         report.short_trajectories = int(short.sum())
         out = out.take(~short)
-    if out.n_trajectories == 0:
+    report.points_out, report.trajectories_out = out.n_points, out.n_trajectories
+    if out.n_trajectories == 0 and not private:
         raise DuckmobError("no trajectory is left after cleaning (" + "; ".join(report.messages()) +
                            "): check the bbox and that each trajectory has at least 2 points")
     return out, report
@@ -283,46 +433,64 @@ def to_arrow(traj: Trajectories) -> pa.Table:
     })
 
 
-def inspect(points: pa.StructArray | pa.Table, bbox=None) -> list[dict]:
-    """A data-quality report: one row per check (check, count, action) without raising.
+NOT_PRIVATE = "exact counts: NOT differentially private"
+_DROPPED = "dropped by private releases (synthesize, mob_fit); refused by mob_staypoints, mob_cell_sequences"
 
-    What :func:`from_points` would refuse (NULL/NaN/out-of-range values), repair (unsorted points, duplicate
-    timestamps) or drop (points outside ``bbox`` with outside := 'drop', trajectories shorter than 2 points).
+
+def inspect(points: pa.StructArray | pa.Table | None, bbox=None) -> list[dict]:
+    """An exact data-quality report for the data owner: one row per check (check, count, action), never raising.
+
+    NOT differentially private: the counts are exact functions of the table (the first row says so). Keep the
+    output with the data; do not share or publish it.
+
+    The checks are the cleaning of :func:`from_points` (with ``private=True`` it drops silently what is listed
+    here; mob_staypoints and mob_cell_sequences refuse instead): points with a NULL traj_id, a NULL ts, a NULL or
+    NaN lat/lon, a latitude outside [-90, 90], a longitude outside [-180, 180] (each counted on every point, so a
+    point can count twice); valid points outside ``bbox``; trajectories whose points are not in time order; points
+    with a repeated timestamp; trajectories left with fewer than 2 points; and what is left. A trajectory is the
+    pair (user_id, traj_id): the report also counts traj_ids shared by several users (split into one trajectory
+    per user) and points without a user id (dropped by releases with privacy_unit := 'user').
     """
-    n = len(points) if isinstance(points, pa.StructArray) else points.num_rows
-    rows = [{"check": "points", "count": n, "action": "read"}]
+    n = _n_rows(points)
+    rows = [{"check": NOT_PRIVATE, "count": None, "action": "for the data owner only: do not share this output"},
+            {"check": "points", "count": n, "action": "read"}]
     if n == 0:
-        rows.append({"check": "empty table", "count": 1, "action": "refused: give a table with trajectories"})
+        rows.append({"check": "empty table", "count": 1,
+                     "action": "private releases get no trajectory; mob_staypoints, mob_cell_sequences refuse it"})
         return rows
-    cols = {k: _column(points, k) for k in ("traj_id", "ts", "lat", "lon")}
-    traj = _to_numpy(cols["traj_id"].fill_null(-1), np.int64)
-    rows.append({"check": "trajectories", "count": len(np.unique(traj)), "action": "read"})
 
     def add(name, count, action):
         rows.append({"check": name, "count": int(count), "action": action if count else "ok"})
 
-    add("NULL traj_id", cols["traj_id"].null_count, "refused: filter with WHERE traj_id IS NOT NULL")
-    add("NULL ts", cols["ts"].null_count, "refused: filter with WHERE ts IS NOT NULL")
-    lat = _to_numpy(cols["lat"].fill_null(np.nan), np.float64)
-    lon = _to_numpy(cols["lon"].fill_null(np.nan), np.float64)
-    add("NULL or NaN lat/lon", (np.isnan(lat) | np.isnan(lon)).sum(),
-        "refused: filter with WHERE NOT isnan(lat) AND NOT isnan(lon)")
-    add("lat outside [-90, 90]", (np.abs(lat) > 90).sum(), "refused: lat/lon must be WGS 84 degrees")
-    add("lon outside [-180, 180]", (np.abs(lon) > 180).sum(), "refused: lat/lon must be WGS 84 degrees")
-    ts = _to_numpy(cols["ts"].fill_null(0), np.int64)
-    by_traj = np.argsort(traj, kind="stable")
-    gt, gts = traj[by_traj], ts[by_traj]
-    add("points out of time order", ((gt[1:] == gt[:-1]) & (gts[1:] < gts[:-1])).sum(),
-        "repaired: sorted by (traj_id, ts)")
-    order = np.lexsort((ts, traj))
-    st, sts = traj[order], ts[order]
-    same = st[1:] == st[:-1]
-    add("duplicate timestamps", (same & (sts[1:] == sts[:-1])).sum(), "repaired: first point kept")
+    names = _names(points)
+    has_traj = ~_is_null(_column(points, "traj_id"))
+    traj = _ints(_column(points, "traj_id"), 0)[has_traj]
+    user_col = _column(points, "user_id") if "user_id" in names else pa.nulls(n, pa.int64())
+    user = np.maximum(_ints(user_col, -1), -1)[has_traj]
+    order = np.lexsort((user, traj))
+    traj, user = traj[order], user[order]
+    new_pair = np.ones(len(traj), dtype=bool)
+    new_pair[1:] = (traj[1:] != traj[:-1]) | (user[1:] != user[:-1])
+    pair_traj = traj[new_pair]  # sorted: a traj_id with several users repeats
+    shared = pair_traj[1:][pair_traj[1:] == pair_traj[:-1]]
+    rows.append({"check": "trajectories", "count": int(new_pair.sum()), "action": "read: one per (user_id, traj_id)"})
+    add("traj_id shared by several users", len(np.unique(shared)),
+        "split: each (user_id, traj_id) pair is its own trajectory")
+    add("points with a NULL user_id", int((user < 0).sum()), "kept as no user; dropped by privacy_unit := 'user'")
+
+    _, report = _clean(points, bbox, "drop", 2, True, private=True)
+    add("NULL traj_id", report.null_traj_id, _DROPPED)
+    add("NULL ts", report.null_ts, _DROPPED)
+    add("NULL or NaN lat/lon", report.missing_coordinates, _DROPPED)
+    add("lat outside [-90, 90]", report.lat_out_of_range, _DROPPED + " (lat/lon must be WGS 84 degrees)")
+    add("lon outside [-180, 180]", report.lon_out_of_range, _DROPPED + " (lat/lon must be WGS 84 degrees)")
     if bbox is not None:
-        from duckmob.grid import BBox
-        box = BBox.of(bbox)
-        add("points outside bbox", (~box.contains(lat, lon)).sum(),
-            "dropped with outside := 'drop' (refused with the default 'fail')")
-    keys, counts = np.unique(st[np.concatenate([[True], ~(same & (sts[1:] == sts[:-1]))])], return_counts=True)
-    add("trajectories with fewer than 2 points", (counts < 2).sum(), "dropped")
+        add("points outside bbox", report.outside_bbox,
+            "dropped by private releases and with outside := 'drop'; refused with outside := 'fail'")
+    add("trajectories out of time order", report.unsorted_trajectories, "repaired: points sorted by ts")
+    add("duplicate timestamps", report.duplicate_timestamps, "dropped: first point kept")
+    add("trajectories with fewer than 2 points", report.short_trajectories, "dropped")
+    rows.append({"check": "trajectories left", "count": report.trajectories_out,
+                 "action": "what a release cleans down to (before its own steps)"})
+    rows.append({"check": "points left", "count": report.points_out, "action": "in those trajectories"})
     return rows

@@ -33,6 +33,15 @@ trajectory still adds exactly 1 in L1 with non-negative entries, the counts are 
 A public ``max_length`` truncates every sequence to its first ``max_length`` cells before counting (it bounds the
 work per trajectory; the sensitivity bound above does not need it).
 
+Invalid input is dropped, never refused (a refusal that depends on the data is itself a one-bit release): a
+trajectory with a cell id outside ``0 .. n_states - 1`` or a NULL cell is dropped whole, and under
+``privacy_unit='user'`` a trajectory without a user id is dropped. Both act on each trajectory by itself, so the
+sensitivities above hold unchanged (a dropped trajectory contributes nothing). Every released entry, a sum of
+whole noise-grid steps, is clamped to ``[0, MAX_UNITS]`` steps before noise (clamping each coordinate is
+1-Lipschitz: the L1 sensitivity cannot grow), which keeps ``counts + noise`` exact in float64 whatever the data
+size; no real table comes near it (``MAX_UNITS g`` lies in ``(2^30 b, 2^31 b]``: a billion trajectories on one
+entry at noise scale ``b = 1``).
+
 HRNet's coarse-to-fine DPTRAN (§4.1 eq. 3-4) is ``region_transition_counts``: ``TRAN_i[r, l] = sum_v 1[v has a
 transition from a cell inside region r of the 2^i x 2^i grid to cell l] / W_v``, with ``W_v = |v| - 1`` the number
 of transitions of v (a trajectory has at most that many distinct (region, cell) pairs, so again L1 <= 1; HRNet
@@ -41,6 +50,7 @@ divides by ``|v|``, which is also <= 1 but looser).
 
 from __future__ import annotations
 
+import math
 
 import numpy as np
 
@@ -51,8 +61,9 @@ from duckmob.privacy.noise import NoiseSource, granularity
 from duckmob.privacy.normcut import normcut
 
 PRIVACY_UNITS = ("trajectory", "user")
-# Largest exact integer sum in float64.
-_EXACT = 2 ** 53
+# Largest released count, in steps of the noise grid g (public): a count is clamped to [0, MAX_UNITS] steps before
+# noise, so that count + noise (both on the g/2 grid, |value| < 2^52 g) is exact in float64.
+MAX_UNITS = 2 ** 51
 # Slabs of the second-order tensor noised at once (entries per block ~ this).
 _BLOCK = 1 << 22
 # Tables up to this many entries are summed with one bincount; larger ones by sorting the windows.
@@ -63,20 +74,65 @@ MAX_DENSE = 1 << 28
 
 # -- inputs ------------------------------------------------------------------------------------------------
 
-def _sequences(offsets, cells, n_states) -> tuple[np.ndarray, np.ndarray, int]:
+def _user_ids(user_id) -> np.ndarray:
+    """int64 user ids, one per trajectory; NULL (None, NaN) and negative ids become -1: no user."""
+    values = np.asarray(user_id)
+    if values.dtype.kind not in "iu":
+        values = np.asarray(values, dtype=np.float64)
+        values = np.where(np.isfinite(values), values, -1)
+    return np.maximum(values.astype(np.int64), -1)
+
+
+def _cell_ids(cells, n_states: int) -> np.ndarray:
+    """int64 cell ids with every invalid entry (NULL, NaN, not an integer, outside 0 .. n_states - 1) as -1.
+
+    A NULL cell may come as a masked entry, a NaN (float array) or None (object array)."""
+    if np.ma.isMaskedArray(cells):
+        cells = np.ma.asarray(cells, dtype=np.float64).filled(np.nan)
+    values = np.asarray(cells)
+    if values.dtype.kind in "iub":
+        values = values.astype(np.int64, copy=False)
+        if len(values) == 0 or (values.min() >= 0 and values.max() < n_states):
+            return values  # the same result without a copy (only the time depends on this branch)
+        return np.where((values >= 0) & (values < n_states), values, -1)
+    values = np.asarray(values, dtype=np.float64)
+    ok = (values >= 0) & (values < n_states) & (values == np.floor(values))  # False on NaN
+    return np.where(ok, values, -1).astype(np.int64)
+
+
+def _sequences(offsets, cells, n_states, user_id=None) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+    """Validated ragged sequences ``(offsets, cells, n_states, user_id)``.
+
+    The public arguments raise when wrong: ``n_states`` must be a positive integer, ``offsets`` a ragged offset
+    vector over ``cells`` and ``user_id`` (if given) have one entry per trajectory; these are the caller's
+    contract, not the table's content, and their messages quote nothing from the data. The data never raises: a
+    trajectory with any cell outside ``0 .. n_states - 1``, or a NULL cell, is dropped whole and silently, with
+    its user id. That is a per-trajectory transformation (a trajectory's fate depends on its own cells only),
+    so every sensitivity in this module holds unchanged; a refusal instead would release a bit about the data
+    (e.g. let an attacker binary-search the largest cell id by varying n_states).
+    """
     offsets = np.asarray(offsets, dtype=np.int64)
-    cells = np.asarray(cells, dtype=np.int64)
     if isinstance(n_states, bool) or int(n_states) != n_states or n_states < 1:
         raise DuckmobError(f"n_states must be a positive integer (public: e.g. w * w grid cells); got {n_states!r}")
     n_states = int(n_states)
-    if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(cells) \
+    n_cells = len(cells)
+    if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != n_cells \
             or np.any(np.diff(offsets) < 0):
         raise DuckmobError("offsets must start at 0, never decrease and end at len(cells) (ragged arrays)")
-    if len(cells) and (cells.min() < 0 or cells.max() >= n_states):
-        # the message must not quote ids from the data (an error is an output too)
-        raise DuckmobError(f"cell ids must lie in 0 .. n_states - 1 = {n_states - 1} and some do not: pass the "
-                           "public number of states (e.g. w * w for the grid the cells were made on)")
-    return offsets, cells, n_states
+    if user_id is not None:
+        user_id = _user_ids(user_id)
+        if user_id.shape != (len(offsets) - 1,):
+            raise DuckmobError("user_id must have one entry per trajectory (len(offsets) - 1 entries)")
+    cells = _cell_ids(cells, n_states)
+    invalid = cells < 0
+    if invalid.any():
+        lengths = np.diff(offsets)
+        owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+        keep = np.ones(len(lengths), dtype=bool)
+        keep[owner[invalid]] = False
+        offsets, cells = _select(offsets, cells, keep)
+        user_id = None if user_id is None else user_id[keep]
+    return offsets, cells, n_states, user_id
 
 
 def _order(order) -> int:
@@ -101,15 +157,16 @@ def truncate(offsets: np.ndarray, cells: np.ndarray, max_length: int | None) -> 
 
 def bound_contributions(user_id, max_trajectories_per_user: int, rng: np.random.Generator) -> np.ndarray:
     """Boolean keep mask per trajectory: at most ``max_trajectories_per_user`` (public k) per user, chosen
-    uniformly at random (``rng`` from ``NoiseSource.generator()``). Users are ``user_id >= 0``; a missing user
-    (negative id) is refused, since user-level privacy needs to know whose each trajectory is."""
-    user_id = np.asarray(user_id, dtype=np.int64)
+    uniformly at random (``rng`` from ``NoiseSource.generator()``).
+
+    Users are ``user_id >= 0``. A trajectory without a user (NULL or negative id) is dropped (False), silently:
+    user-level privacy needs to know whose each trajectory is, and refusing the whole table instead would
+    release whether some id is missing. Dropping acts on each trajectory by itself, so a user still changes the
+    kept set by at most k trajectories."""
+    user_id = _user_ids(user_id)
     k = max_trajectories_per_user
     if isinstance(k, bool) or k is None or int(k) != k or k < 1:
         raise DuckmobError(f"max_trajectories_per_user must be a positive integer (public k); got {k!r}")
-    if len(user_id) and user_id.min() < 0:
-        raise DuckmobError("privacy_unit 'user' needs a user id on every trajectory: fill user_id, or use "
-                           "privacy_unit := 'trajectory'")
     order = np.lexsort((rng.random(len(user_id)), user_id))
     sorted_users = user_id[order]
     first = np.flatnonzero(np.concatenate([[True], sorted_users[1:] != sorted_users[:-1]])) if len(order) else \
@@ -117,7 +174,7 @@ def bound_contributions(user_id, max_trajectories_per_user: int, rng: np.random.
     group_start = np.repeat(first, np.diff(np.concatenate([first, [len(order)]])))
     rank = np.arange(len(order)) - group_start
     keep = np.zeros(len(user_id), dtype=bool)
-    keep[order[rank < int(k)]] = True
+    keep[order[(rank < int(k)) & (sorted_users >= 0)]] = True
     return keep
 
 
@@ -129,16 +186,19 @@ def _select(offsets, cells, keep) -> tuple[np.ndarray, np.ndarray]:
 
 def _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells,
           noise) -> tuple[np.ndarray, np.ndarray, int]:
-    """Apply contribution bounding; return (offsets, cells, k = trajectories per privacy unit)."""
+    """Apply contribution bounding; return (offsets, cells, k = trajectories per privacy unit).
+
+    ``user_id`` (one per trajectory) is needed with the user unit; trajectories without a user are dropped
+    (:func:`bound_contributions`)."""
     if privacy_unit not in PRIVACY_UNITS:
         raise DuckmobError(f"privacy_unit must be 'trajectory' or 'user'; got {privacy_unit!r}")
     if privacy_unit == "trajectory":
         return offsets, cells, 1
     if user_id is None:
         raise DuckmobError("privacy_unit 'user' needs user_id (one per trajectory)")
-    user_id = np.asarray(user_id, dtype=np.int64)
-    if len(user_id) != len(offsets) - 1:
-        raise DuckmobError(f"user_id has {len(user_id)} entries for {len(offsets) - 1} trajectories")
+    user_id = _user_ids(user_id)
+    if user_id.shape != (len(offsets) - 1,):
+        raise DuckmobError("user_id must have one entry per trajectory (len(offsets) - 1 entries)")
     keep = bound_contributions(user_id, max_trajectories_per_user, noise.generator())
     offsets, cells = _select(offsets, cells, keep)
     return offsets, cells, int(max_trajectories_per_user)
@@ -223,9 +283,10 @@ def transition_counts(offsets, cells, n_states, order=1, *, max_length: int | No
 
     Shape ``(n_states + 2,) * (order + 1)``: index ``n_states`` is the virtual start, ``n_states + 1`` the end.
     ``counts[a, b] = sum_T N_T(a, b) / W_T`` with ``W_T`` the number of windows of T's augmented sequence, so
-    every trajectory adds exactly 1 to ``counts.sum()`` (see the module docstring for the proof).
+    every trajectory adds exactly 1 to ``counts.sum()`` (see the module docstring for the proof). Trajectories with
+    an invalid cell are left out, as in the releases.
     """
-    offsets, cells, n_states = _sequences(offsets, cells, n_states)
+    offsets, cells, n_states, _ = _sequences(offsets, cells, n_states)
     order = _order(order)
     offsets, cells = truncate(offsets, cells, max_length)
     index, owner, n_windows = windows(offsets, cells, n_states, order)
@@ -274,17 +335,18 @@ def first_order_support(n_states: int, support=None, w: int | None = None) -> np
 
 def _grid_counts(offsets, cells, n_states, order, eps, noise, user_id, privacy_unit, max_trajectories_per_user,
                  max_length):
-    """Validated inputs -> (n_states, order, scale, g, flat index of every window, its weight in grid steps)."""
-    offsets, cells, n_states = _sequences(offsets, cells, n_states)
+    """Validated inputs -> (n_states, order, scale, g, flat index of every window, its weight in grid steps).
+
+    Trajectories with an invalid cell are dropped (``_sequences``), then every sequence is truncated, then the
+    privacy unit's contributions are bounded."""
     order = _order(order)
     eps = positive("eps", eps)
+    offsets, cells, n_states, user_id = _sequences(offsets, cells, n_states, user_id)
     offsets, cells = truncate(offsets, cells, max_length)
     offsets, cells, k = _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise)
     scale = k / eps
     index, owner, n_windows = windows(offsets, cells, n_states, order)
     steps, g = _grid_steps(owner, n_windows, scale)
-    if len(offsets) * round(1 / g) >= _EXACT / 4:
-        raise DuckmobError("too many trajectories for an exact sum on the noise grid; use a smaller eps")
     return n_states, order, scale, g, index, steps.astype(np.float64)
 
 
@@ -297,7 +359,9 @@ def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSo
     Privacy map: one privacy unit (a trajectory, or a user's at most ``max_trajectories_per_user = k`` kept
     trajectories) changes the exact table by at most k in L1; Laplace noise of scale ``k / eps`` on every entry
     of the data-independent support (``first_order_support``; second order: triples whose two steps are in it)
-    makes the table eps-DP; NormCut is post-processing. Account it as ``accounting.laplace(eps)``.
+    makes the table eps-DP; NormCut is post-processing. Account it as ``accounting.laplace(eps)``. Trajectories
+    with an invalid cell (or, for the user unit, no user id) are dropped first and every entry is clamped to
+    ``MAX_UNITS`` grid steps: both keep the sensitivity (module docstring).
     Dense output of shape ``(n_states + 2,) * (order + 1)``, zero outside the support. ``cut=False`` returns the
     noisy table before NormCut (tests). ``dtype=np.float32`` halves the memory of a second-order table (602^3
     entries: 0.9 GB); the rounding to float32 is post-processing. For a restricted support over many states use
@@ -312,6 +376,7 @@ def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSo
                            "for the second order, e.g. a coarser grid), support := 'neighbours', or markov_order 1")
     sup1 = first_order_support(n_states, support, w)
     uniq, sums = _summed(index, steps, kk ** (order + 1))
+    np.minimum(sums, MAX_UNITS, out=sums)  # public clamp: keeps sums * g + noise exact
     out = np.zeros((kk,) * (order + 1), dtype=dtype)
     flat = out.reshape(-1)
     if order == 1:
@@ -371,7 +436,7 @@ def noisy_transition_counts_sparse(offsets, cells, n_states, order, eps, noise: 
     inside = (pos < len(entries)) & (entries[np.minimum(pos, len(entries) - 1)] == index) if len(entries) else \
         np.zeros(len(index), dtype=bool)
     # transitions outside the support are dropped; sums of whole grid steps are exact
-    values = np.bincount(pos[inside], weights=steps[inside], minlength=len(entries)) * g
+    values = np.minimum(np.bincount(pos[inside], weights=steps[inside], minlength=len(entries)), MAX_UNITS) * g
     values += noise.laplace(scale, len(entries))  # every support entry, zero or not; exact sums
     if cut and len(entries):
         context = entries // kk
@@ -391,26 +456,29 @@ def noisy_count(n_items: int, eps: float, noise: NoiseSource, sensitivity: int =
 
     Privacy map: one privacy unit changes the count by at most ``sensitivity`` (1 per trajectory; k for a user
     with at most k trajectories) -> eps-DP, accounted as ``accounting.laplace(eps)``. Integers lie on the grid
-    (its step is a power of two <= 1), so the sum is exact.
+    (its step g is a power of two <= 1). The count is first clamped to the public ``C = MAX_UNITS g`` (2^31 for
+    a noise scale of 1; clamping is 1-Lipschitz, so the sensitivity is unchanged), which keeps the sum exact
+    whatever the data: no count refuses.
     """
     eps = positive("eps", eps)
     if isinstance(n_items, bool) or int(n_items) != n_items or n_items < 0:
-        raise DuckmobError(f"n_items must be a non-negative integer count; got {n_items!r}")
+        # a count is never negative: this is the caller's bug, and the message quotes nothing from the data
+        raise DuckmobError("n_items must be a non-negative integer count")
     if isinstance(sensitivity, bool) or int(sensitivity) != sensitivity or sensitivity < 1:
         raise DuckmobError(f"sensitivity must be a positive integer; got {sensitivity!r}")
     scale = sensitivity / eps
-    if granularity(scale) > 1:
+    g = granularity(scale)
+    if g > 1:
         raise DuckmobError(f"eps is too small for this sensitivity (noise scale {scale:.3g} > 2^20); use a larger eps")
-    if n_items >= _EXACT / 4:
-        raise DuckmobError("count too large for an exact noisy sum")
-    return float(int(n_items) + noise.laplace(scale, 1)[0])
+    count = min(int(n_items), math.floor(MAX_UNITS * g))
+    return float(count + noise.laplace(scale, 1)[0])
 
 
 # -- HRNet's coarse-to-fine transition matrix ------------------------------------------------------------------
 
 def _region_pairs(offsets, cells, w, level) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     quadtree_depth(w)
-    offsets, cells, n_cells = _sequences(offsets, cells, w * w)
+    offsets, cells, n_cells, _ = _sequences(offsets, cells, w * w)
     lengths = np.diff(offsets)
     owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     starts = np.arange(max(len(cells) - 1, 0), dtype=np.int64)
@@ -428,7 +496,8 @@ def region_transition_counts(offsets, cells, w: int, level: int) -> np.ndarray:
     """EXACT HRNet TRAN_level (§4.1 eq. 3): shape ``(4^level, w*w)``; never release directly.
 
     ``TRAN[r, l] = sum_v 1[v moves from a cell inside region r (the 2^level x 2^level grid) to cell l] / W_v``
-    with ``W_v`` the number of transitions of v: each trajectory adds at most 1 in L1.
+    with ``W_v`` the number of transitions of v: each trajectory adds at most 1 in L1. Trajectories with an
+    invalid cell are left out, as in the release.
     """
     traj, pair, n_transitions, size = _region_pairs(offsets, cells, w, level)
     out = np.bincount(pair, weights=1.0 / np.maximum(n_transitions[traj], 1), minlength=size)
@@ -442,19 +511,21 @@ def noisy_region_transition_counts(offsets, cells, w: int, level: int, eps: floa
 
     Privacy map: eps-DP for the privacy unit (one trajectory changes TRAN by <= 1 in L1, a user by <= k),
     accounted as ``accounting.laplace(eps)``. Not NormCut-ed (HRNet normalises rows itself); entries are exact
-    multiples of the noise grid plus grid noise.
+    multiples of the noise grid (clamped to ``MAX_UNITS`` steps) plus grid noise. Trajectories with an invalid
+    cell, or without a user id under the user unit, are dropped first (module docstring).
     """
     eps = positive("eps", eps)
-    offsets, cells, n_cells = _sequences(offsets, cells, w * w)
+    quadtree_depth(w)
+    offsets, cells, _, user_id = _sequences(offsets, cells, w * w, user_id)
     offsets, cells, k = _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise)
     scale = k / eps
     traj, pair, n_transitions, size = _region_pairs(offsets, cells, w, level)
     steps, g = _grid_steps(traj, n_transitions, scale)
-    units = np.bincount(pair, weights=steps.astype(np.float64), minlength=size)
+    units = np.minimum(np.bincount(pair, weights=steps.astype(np.float64), minlength=size), MAX_UNITS)
     return (units * g + noise.laplace(scale, size)).reshape(4 ** int(level), w * w)
 
 
 __all__ = ["transition_counts", "noisy_transition_counts", "noisy_transition_counts_sparse", "support_entries",
            "noisy_count", "bound_contributions", "truncate",
            "windows", "first_order_support", "region_transition_counts", "noisy_region_transition_counts",
-           "PRIVACY_UNITS"]
+           "PRIVACY_UNITS", "MAX_UNITS"]

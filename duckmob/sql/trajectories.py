@@ -21,6 +21,8 @@ def _user(values: np.ndarray) -> pa.Array:
 
 
 def _load(pts, bbox=None, outside="fail", time_required=True):
+    # mob_staypoints and mob_cell_sequences return exact data, so they use the informative, refusing cleaning;
+    # release paths call from_points(..., private=True) instead.
     traj, _report = from_points(points(pts), bbox=bbox, outside=outside, time_required=time_required)
     return traj
 
@@ -52,6 +54,7 @@ def _cell_sequences(pts, bbox, w, stay_points, radius_m, min_minutes, outside):
 
 
 def _check(pts, bbox):
+    # Exact counts for the data owner, NOT differentially private: inspect's first row says so.
     rows = inspect(points(pts), scalar(bbox))
     return one_row(pa.table({k: [r[k] for r in rows] for k in ("check", "count", "action")},
                             schema=pa.schema([("check", pa.string()), ("count", pa.int64()),

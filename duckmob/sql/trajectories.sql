@@ -124,7 +124,11 @@ SELECT unnest(_mob_cell_sequences(list({'traj_id': traj_id, 'user_id': user_id, 
 FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col, lon_col := lon_col,
                 user_col := user_col);
 
--- A data-quality report for the data owner: what validation would refuse, drop or repair, and how to fix it.
+-- A data-quality report for the data owner, one row (check, count, action) per check: the cleaning every private
+-- release applies (what it drops silently: NULL ids, timestamps and coordinates, coordinates out of range, points
+-- outside the bbox, repeated timestamps, trajectories left with fewer than 2 points), traj_ids shared by several
+-- users (a trajectory is the pair (user_id, traj_id)), and what mob_staypoints / mob_cell_sequences refuse.
+-- The counts are EXACT, NOT differentially private (the first row says so): do not share or publish the output.
 CREATE OR REPLACE TEMP MACRO mob_check(tbl, bbox := NULL, traj_col := 'traj_id', ts_col := 'ts',
                                       lat_col := 'lat', lon_col := 'lon', user_col := 'user_id') AS TABLE
 SELECT unnest(_mob_check(list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon,

@@ -1,15 +1,17 @@
 """Length-normalised transition counts and their noisy release (duckmob.privacy.counting)."""
 
 import math
+import re
 
 import numpy as np
 import pytest
 
 from duckmob.errors import DuckmobError
-from duckmob.privacy.counting import (bound_contributions, first_order_support, noisy_count,
+from duckmob.privacy.counting import (MAX_UNITS, bound_contributions, first_order_support, noisy_count,
                                       noisy_region_transition_counts, noisy_transition_counts,
-                                      region_transition_counts, transition_counts, truncate, windows)
-from duckmob.privacy.noise import NoiseSource
+                                      noisy_transition_counts_sparse, region_transition_counts, transition_counts,
+                                      truncate, windows)
+from duckmob.privacy.noise import NoiseSource, granularity
 
 
 def ragged(seqs):
@@ -109,8 +111,6 @@ def test_bound_contributions_keeps_at_most_k_per_user_at_random():
     assert (per_user == [2, 1, 2]).all()
     freq = masks[:, users == 3].mean(axis=0)  # each of user 3's 10 trajectories kept with prob 2/10
     assert np.allclose(freq, 0.2, atol=0.07)
-    with pytest.raises(DuckmobError, match="user id"):
-        bound_contributions(np.array([1, -1]), 1, np.random.default_rng(0))
     with pytest.raises(DuckmobError, match="max_trajectories_per_user"):
         bound_contributions(users, 0, np.random.default_rng(0))
 
@@ -215,7 +215,6 @@ def test_noisy_count():
 
 
 @pytest.mark.parametrize("bad, match", [
-    (dict(cells=np.array([0, 9])), "cell ids"),
     (dict(order=3), "order"),
     (dict(eps=-1), "eps"),
     (dict(n_states=0), "n_states"),
@@ -252,3 +251,116 @@ def test_second_order_neighbour_support_on_a_32_grid_is_small():
     assert len(values) == len(entries) and (values >= 0).all()
     with pytest.raises(DuckmobError, match="neighbours"):
         noisy_transition_counts(off, cells, 1024, 2, 1.0, NoiseSource(1))
+
+
+# -- data never refuses: invalid trajectories are dropped, counts are clamped ----------------------------------
+
+def test_trajectories_without_a_user_are_dropped_not_refused():
+    users = np.array([1, -1, 5, -7, 1, 5])
+    keep = bound_contributions(users, 1, np.random.default_rng(0))
+    assert not keep[[1, 3]].any() and keep[[0, 4]].sum() == 1 and keep[[2, 5]].sum() == 1
+    # NULLs (NaN, None) are no user either
+    assert not bound_contributions(np.array([np.nan, 2.0]), 1, np.random.default_rng(0))[0]
+    assert bound_contributions(np.array([None, 2], dtype=object), 1, np.random.default_rng(0)).tolist() == \
+        [False, True]
+    # the release equals the release of the table without those trajectories (same seed, same noise)
+    m = 9
+    seqs = random_seqs(40, m, np.random.default_rng(1))
+    users = np.arange(40) % 7 - 1  # user -1: no user
+    kw = dict(privacy_unit="user", max_trajectories_per_user=10, cut=False)
+    got = noisy_transition_counts(*ragged(seqs), m, 1, 1.0, NoiseSource(3), user_id=users, **kw)
+    kept = users >= 0
+    want = noisy_transition_counts(*ragged([s for s, k in zip(seqs, kept) if k]), m, 1, 1.0, NoiseSource(3),
+                                   user_id=users[kept], **kw)
+    assert np.array_equal(got, want)
+
+
+INVALID = {"too large": [3, 9, 1], "negative": [-1, 2], "NaN": [0.0, np.nan], "not an integer": [2.5, 1.0],
+           "huge": [1e300, 0.0]}
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("name", sorted(INVALID))
+def test_a_trajectory_with_an_invalid_cell_is_dropped_whole(name):
+    m, w = 9, 3
+    rng = np.random.default_rng(4)
+    seqs = random_seqs(50, m, rng)
+    bad = np.asarray(INVALID[name], dtype=np.float64)
+    with_bad = [s.astype(np.float64) for s in seqs[:20]] + [bad] + [s.astype(np.float64) for s in seqs[20:]]
+    off_b = np.concatenate([[0], np.cumsum([len(s) for s in with_bad])]).astype(np.int64)
+    cells_b = np.concatenate(with_bad)  # float cells: NaN is a NULL
+    users = np.arange(51) % 10
+    users_clean = np.delete(users, 20)
+    clean = ragged(seqs)
+    np.testing.assert_array_equal(transition_counts(off_b, cells_b, m, 2), transition_counts(*clean, m, 2))
+    for order in (1, 2):
+        for kw in (dict(), dict(privacy_unit="user", max_trajectories_per_user=2)):
+            a = noisy_transition_counts(off_b, cells_b, m, order, 1.0, NoiseSource(5), cut=False,
+                                        user_id=users, **kw)
+            b = noisy_transition_counts(*clean, m, order, 1.0, NoiseSource(5), cut=False, user_id=users_clean,
+                                        **kw)
+            assert np.array_equal(a, b)
+        sa = noisy_transition_counts_sparse(off_b, cells_b, m, order, 1.0, NoiseSource(5), w=w)
+        sb = noisy_transition_counts_sparse(*clean, m, order, 1.0, NoiseSource(5), w=w)
+        assert all(np.array_equal(x, y) for x, y in zip(sa, sb))
+
+
+def test_region_counts_drop_cells_outside_the_grid():
+    rng = np.random.default_rng(6)
+    seqs = random_seqs(30, 16, rng)
+    with_bad = seqs[:10] + [np.array([3, 16, 2])] + seqs[10:]
+    np.testing.assert_array_equal(region_transition_counts(*ragged(with_bad), 4, 1),
+                                  region_transition_counts(*ragged(seqs), 4, 1))
+    users = np.arange(31) % 4
+    kw = dict(privacy_unit="user", max_trajectories_per_user=3)
+    a = noisy_region_transition_counts(*ragged(with_bad), 4, 1, 1.0, NoiseSource(8), user_id=users, **kw)
+    b = noisy_region_transition_counts(*ragged(seqs), 4, 1, 1.0, NoiseSource(8), user_id=np.delete(users, 10), **kw)
+    assert np.array_equal(a, b)
+    # masked entries are NULL cells
+    cells = np.ma.masked_array(ragged(with_bad)[1], mask=False)
+    cells.mask[0] = True
+    assert np.array_equal(transition_counts(ragged(with_bad)[0], cells, 16, 1),
+                          transition_counts(*ragged(seqs[1:10] + seqs[10:]), 16, 1))
+
+
+def test_messages_quote_nothing_from_the_data():
+    # distinctive cell ids and lengths in the data; every refusal is about a public argument
+    off, cells = ragged([[8, 7, 6], [5] * 13, [4, 987654]])
+    noise = NoiseSource(1)
+    for call in (lambda: noisy_transition_counts(off, cells, 0, 1, 1.0, noise),
+                 lambda: noisy_transition_counts(off, cells, 9, 3, 1.0, noise),
+                 lambda: noisy_transition_counts(off, cells, 9, 1, -1.0, noise),
+                 lambda: noisy_transition_counts(off, cells, 9, 1, 1.0, noise, privacy_unit="user"),
+                 lambda: noisy_transition_counts(off, cells, 9, 1, 1.0, noise, privacy_unit="user",
+                                                 max_trajectories_per_user=1, user_id=np.arange(7)),
+                 lambda: noisy_count(-17, 1.0, noise)):
+        with pytest.raises(DuckmobError) as exc:
+            call()
+        assert not re.search(r"987654|\b13\b|\b18\b|\b3 trajectories|-17", str(exc.value)), str(exc.value)
+    # the data alone never raises: out-of-range cells drop their trajectory
+    assert noisy_transition_counts(off, cells, 9, 1, 1.0, noise).shape == (11, 11)
+
+
+def test_counts_are_clamped_to_a_public_maximum():
+    # noisy_count: C = MAX_UNITS * g (2^31 at noise scale 1); beyond it every count releases the same
+    g = granularity(1.0)
+    cap = int(MAX_UNITS * g)
+    assert cap == 2 ** 31
+    assert noisy_count(2 ** 60, 1.0, NoiseSource(4)) == noisy_count(cap, 1.0, NoiseSource(4))
+    assert noisy_count(cap - 1, 1.0, NoiseSource(4)) == noisy_count(cap, 1.0, NoiseSource(4)) - 1
+    # transition counts: a huge eps makes the cap tiny (MAX_UNITS * g = 2^-9 at scale 2^-40), so one
+    # trajectory's entries (1/3 each) are clamped; the change from one trajectory stays <= 1 in L1
+    eps = 2.0 ** 40
+    g = granularity(1 / eps)
+    off, cells = ragged([[0, 1]])
+    noisy = noisy_transition_counts(off, cells, 4, 1, eps, NoiseSource(2), cut=False)
+    cap = MAX_UNITS * g
+    assert cap == 2.0 ** -9
+    assert np.allclose(noisy[[4, 0, 1], [0, 1, 5]], cap, atol=1e-9)
+    empty = noisy_transition_counts(np.zeros(1, np.int64), np.zeros(0, np.int64), 4, 1, eps, NoiseSource(2),
+                                    cut=False)
+    assert np.abs(noisy - empty).sum() == pytest.approx(3 * cap)
+    states, values = noisy_transition_counts_sparse(off, cells, 4, 1, eps, NoiseSource(2), w=2, cut=False)
+    assert values.max() <= cap + 1e-9
+    region = noisy_region_transition_counts(off, cells, 2, 1, eps, NoiseSource(2))
+    assert region.max() <= cap + 1e-9
