@@ -24,6 +24,7 @@ _WRAPPERS = (
 
 _MISSING = re.compile(r'Referenced column "([^"]+)" not found in FROM clause!(?:\s*Candidate bindings: ([^\n]*))?')
 _DUCKMOB_CALL = re.compile(r"\b(mob_\w+|synthesize)\s*\(")
+_UNREGISTERED = re.compile(r"Function with name \"?(mob_\w+|synthesize)\"? does not exist")
 
 
 def one_line(exc: BaseException, sql: str = "") -> str:
@@ -37,6 +38,10 @@ def one_line(exc: BaseException, sql: str = "") -> str:
     for name in ("BudgetError: ", "DuckmobError: "):
         if name in text:
             return "duckmob: " + text.split(name, 1)[1].splitlines()[0].removeprefix("duckmob: ")
+    unregistered = _UNREGISTERED.search(text)
+    if unregistered:
+        return (f"duckmob: {unregistered.group(1)} is not registered on this connection: run duckmob.register(con) "
+                "on it (macros are per connection: each cursor needs it once)")
     missing = _MISSING.search(text)
     if missing and (_DUCKMOB_CALL.search(text) or _DUCKMOB_CALL.search(sql)):
         column, candidates = missing.group(1), missing.group(2)

@@ -148,6 +148,13 @@ def _close_all() -> None:
 _HANDLER_INSTALLED = False
 
 
+def interrupt_all() -> None:
+    """Flag every release in progress in this process as interrupted (what Ctrl-C does)."""
+    for db in list(_DATABASES.values()):
+        for release in list(db.active):
+            release.interrupted.set()
+
+
 def install_interrupt_handler() -> None:
     """Make Ctrl-C reach releases in progress (once per process, from the main thread; elsewhere a no-op).
 
@@ -162,9 +169,7 @@ def install_interrupt_handler() -> None:
     previous = signal.getsignal(signal.SIGINT)
 
     def handler(signum, frame):
-        for db in list(_DATABASES.values()):
-            for release in list(db.active):
-                release.interrupted.set()
+        interrupt_all()
         if callable(previous):
             previous(signum, frame)
         elif previous != signal.SIG_IGN:
@@ -544,4 +549,4 @@ def read_ledger(db: Database, what: Callable) -> Any:
 
 
 __all__ = ["Database", "database", "Release", "Request", "Interrupted", "run", "fit_request", "fit", "sample",
-           "noisy_count", "transitions", "set_budget", "read_ledger", "install_interrupt_handler"]
+           "noisy_count", "transitions", "set_budget", "read_ledger", "install_interrupt_handler", "interrupt_all"]

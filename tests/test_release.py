@@ -1,0 +1,340 @@
+"""The release core under concurrency, failure, interrupts, tampering and bad input (duckmob.release).
+
+Each scenario was measured to break the budget before the core existed (issue: one release core); each asserts
+the spend the ledger holds afterwards, not only that the code runs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import duckdb
+import numpy as np
+import pytest
+
+import duckmob
+from duckmob import release
+from duckmob.errors import BudgetError, DuckmobError, one_line
+from duckmob.privacy import accounting, ledger
+from duckmob.synth.privtrace import PrivTrace
+
+BOX = [0.0, 0.0, 1.0, 1.0]
+SQL_BOX = "[0.0, 0.0, 1.0, 1.0]"
+SMALL = "params := {'K': 2, 'max_depth': 0}"
+
+
+def _trips(con, n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for t in range(n):
+        a, b = rng.random(2) * 0.8 + 0.1, rng.random(2) * 0.8 + 0.1
+        for i, f in enumerate(np.linspace(0, 1, int(rng.integers(2, 8)))):
+            p = a + f * (b - a)
+            rows.append((t % 20, t, i * 60, float(p[0]), float(p[1])))
+    con.execute("CREATE TABLE trips (user_id INTEGER, traj_id INTEGER, ts TIMESTAMP, lat DOUBLE, lon DOUBLE)")
+    con.executemany("INSERT INTO trips VALUES (?, ?, to_timestamp(1.7e9 + ?)::TIMESTAMP, ?, ?)", rows)
+
+
+@pytest.fixture
+def filedb(tmp_path):
+    path = str(tmp_path / "trips.duckdb")
+    con = duckmob.connect(path)
+    _trips(con)
+    yield path, con
+    con.close()
+
+
+def _spent(con, source="trips") -> float:
+    return ledger.spent(con, source)
+
+
+def _statuses(con) -> list[tuple]:
+    return con.execute("SELECT id, status FROM duckmob_ledger ORDER BY id").fetchall()
+
+
+def test_eight_threads_never_overspend(filedb):
+    path, con = filedb
+    con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
+    results = []
+
+    def one():
+        cur = duckmob.register(con.cursor())
+        try:
+            cur.execute(f"FROM synthesize('trips', eps := 0.3, bbox := {SQL_BOX}, n := 5, {SMALL})").fetchall()
+            results.append("ok")
+        except duckdb.Error as exc:
+            results.append(one_line(exc))
+        finally:
+            cur.close()
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count("ok") == 3   # 3 x 0.3 <= 1.0 < 4 x 0.3
+    assert all("budget of 'trips' exceeded" in r for r in results if r != "ok")
+    assert _spent(con) == pytest.approx(0.9)
+    ids = [r[0] for r in _statuses(con)]
+    assert ids == list(range(1, len(ids) + 1)) and len(ids) == 3
+
+
+def test_one_statement_with_two_releases_never_overspends(con):
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
+    con.execute("SET threads = 2")
+    with pytest.raises(duckdb.Error, match="exceeded"):
+        con.execute(f"SELECT * FROM synthesize('trips', eps := 0.8, bbox := {SQL_BOX}, n := 3) UNION ALL "
+                    f"SELECT * FROM synthesize('trips', eps := 0.8, bbox := {SQL_BOX}, n := 3)").fetchall()
+    assert _spent(con) <= 1.0 + 1e-9
+    assert len([s for s in _statuses(con) if s[1] != "cancelled"]) <= 1
+
+
+def test_a_rollback_does_not_erase_the_spend(con):
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 2.0, delta := 0)").fetchall()
+    con.begin()
+    out = duckmob.synthesize(con, "trips", eps=0.5, bbox=BOX, n=4, K=2)
+    con.rollback()
+    assert out.num_rows > 0
+    assert _spent(con) == pytest.approx(0.5)
+    # a budget declared inside a rolled-back transaction stays declared too: the ledger is outside it
+    con.begin()
+    con.sql("FROM mob_set_budget('trips', eps := 3.0, delta := 0)").fetchall()
+    con.rollback()
+    assert ledger.budget(con, "trips") == (3.0, 0.0)
+
+
+def test_same_model_name_from_two_threads_is_fitted_and_charged_once(filedb):
+    path, con = filedb
+    con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
+    results = []
+    slow_fit = PrivTrace.fit
+
+    def slow(self, *args, **kwargs):
+        time.sleep(0.5)   # both threads are inside the release at once
+        return slow_fit(self, *args, **kwargs)
+
+    def one():
+        cur = duckmob.register(con.cursor())
+        try:
+            cur.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {SQL_BOX}, {SMALL})").fetchall()
+            results.append("ok")
+        except duckdb.Error as exc:
+            results.append(one_line(exc))
+        finally:
+            cur.close()
+
+    PrivTrace.fit = slow
+    try:
+        threads = [threading.Thread(target=one) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        PrivTrace.fit = slow_fit
+    assert sorted(results)[1] == "ok" and "already exists or is being fitted" in sorted(results)[0]
+    assert _spent(con) == pytest.approx(1.0)
+    assert con.execute("SELECT count(*) FROM duckmob_models").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_a_failure_after_the_read_is_charged_and_stores_nothing(con, monkeypatch, error):
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 2.0, delta := 0)").fetchall()
+
+    def fail(self, *args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(PrivTrace, "fit", fail)
+    with pytest.raises((duckdb.Error, type(error))):
+        con.execute(f"FROM mob_fit('trips', 'm', eps := 0.7, bbox := {SQL_BOX})").fetchall()
+    assert _statuses(con) == [(1, "failed")]
+    assert _spent(con) == pytest.approx(0.7)
+    assert con.execute("SELECT count(*) FROM duckmob_models").fetchone()[0] == 0
+    # the name is free again
+    monkeypatch.undo()
+    con.execute(f"FROM mob_fit('trips', 'm', eps := 0.5, bbox := {SQL_BOX}, {SMALL})").fetchall()
+    assert _spent(con) == pytest.approx(1.2)
+
+
+def test_a_failure_before_the_read_is_free(con):
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
+    db = release.database(con)
+
+    def interrupted_before_read(rel):
+        rel.interrupted.set()
+        return rel.read(lambda: None)
+
+    req = release.Request(source="trips", mechanism="test", privacy_unit="trajectory", params={}, seeded=False,
+                          plan=lambda p: accounting.laplace(0.6))
+    with pytest.raises(release.Interrupted, match="nothing was stored"):
+        release.run(db, req, interrupted_before_read)
+    assert _statuses(con) == [(1, "cancelled")]
+    assert _spent(con) == 0.0
+
+
+@pytest.mark.parametrize("sql, message", [
+    ("n := 0", "n must be an integer of at least 1"),
+    ("n := -5", "n must be an integer of at least 1"),
+    ("n := 1000000000", "at most"),
+    ("eps := 1e-300", "too small"),
+    ("eps := 1000", "above duckmob's limit"),
+    ("eps := 1e9", "above duckmob's limit"),
+    ("outside := 'fail'", "cannot be honoured"),
+])
+def test_bad_public_arguments_are_refused_before_anything_is_reserved(con, sql, message):
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 1e6, delta := 0)").fetchall()
+    args = {"eps": "eps := 1.0", "n": "n := 3"}
+    for key in list(args):
+        if sql.startswith(key):
+            args[key] = sql
+    extra = "" if sql.startswith(("n", "eps")) else ", " + sql
+    start = time.perf_counter()
+    with pytest.raises(duckdb.Error) as info:
+        con.execute(f"FROM synthesize('trips', {args['eps']}, {args['n']}, bbox := {SQL_BOX}{extra})").fetchall()
+    assert time.perf_counter() - start < 30   # no hang (the figure is measured in benchmarks/release.py)
+    assert message in one_line(info.value)
+    assert _statuses(con) == []
+
+
+def test_a_null_model_name_and_a_read_only_database_cost_nothing(con):
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
+    with pytest.raises(duckdb.Error, match="needs a name"):
+        con.execute(f"FROM mob_fit('trips', NULL, eps := 0.5, bbox := {SQL_BOX})").fetchall()
+    assert _statuses(con) == []
+
+
+def test_deleting_or_dropping_the_ledger_is_detected(filedb):
+    path, con = filedb
+    con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
+    con.execute(f"FROM synthesize('trips', eps := 1.0, bbox := {SQL_BOX}, n := 3, {SMALL})").fetchall()
+    con.execute("DELETE FROM duckmob_ledger")
+    with pytest.raises(duckdb.Error, match="rows were deleted from duckmob_ledger"):
+        con.execute(f"FROM synthesize('trips', eps := 1.0, bbox := {SQL_BOX}, n := 3)").fetchall()
+    con.execute("DROP TABLE duckmob_ledger")
+    with pytest.raises(duckdb.Error, match="duckmob_ledger was dropped"):
+        con.execute(f"FROM synthesize('trips', eps := 1.0, bbox := {SQL_BOX}, n := 3)").fetchall()
+    with pytest.raises(duckdb.Error, match="was dropped"):
+        con.sql("FROM mob_set_budget('trips', eps := 9.0, delta := 0)").fetchall()
+
+
+def test_an_edited_spend_is_detected(con):
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
+    con.execute(f"FROM synthesize('trips', eps := 1.0, bbox := {SQL_BOX}, n := 3, {SMALL})").fetchall()
+    con.execute("""UPDATE duckmob_ledger SET event = '{"kind":"laplace","eps":0.001}'""")
+    with pytest.raises(duckdb.Error, match="ledger row 1 was edited"):
+        con.execute(f"FROM synthesize('trips', eps := 1.0, bbox := {SQL_BOX}, n := 3)").fetchall()
+
+
+def test_budget_declarations_are_ordered_by_sequence_not_clock(con):
+    con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
+    con.execute("UPDATE duckmob_budget SET declared_at = TIMESTAMP '2999-01-01'")
+    con.sql("FROM mob_set_budget('trips', eps := 2.0, delta := 0)").fetchall()
+    assert ledger.budget(con, "trips") == (2.0, 0.0)
+    assert con.sql("SELECT eps FROM mob_budget()").fetchall() == [(2.0,)]
+
+
+def test_a_tampered_model_is_refused(con):
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
+    con.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {SQL_BOX}, {SMALL})").fetchall()
+    assert con.execute("SELECT count(*) FROM mob_sample('m', n := 3)").fetchone()[0] > 0
+    blob = con.execute("SELECT model FROM duckmob_models").fetchone()[0]
+    other = PrivTrace([0.0, 0.0, 2.0, 2.0], K=2, max_depth=0)
+    con.execute("UPDATE duckmob_models SET model = ?", [blob[:-1] + bytes([blob[-1] ^ 1])])
+    with pytest.raises(duckdb.Error, match="does not match the ledger record"):
+        con.execute("FROM mob_sample('m', n := 3)").fetchall()
+    con.execute("UPDATE duckmob_models SET model = ?, params = '{}'", [blob])
+    with pytest.raises(duckdb.Error, match="does not match the ledger record"):
+        con.execute("FROM mob_sample('m', n := 3)").fetchall()
+    assert other.bbox.max_lat == 2.0
+
+
+def test_register_is_thread_safe_and_survives_closing_the_registering_connection(tmp_path):
+    path = str(tmp_path / "shared.duckdb")
+    errors, cons = [], []
+
+    def one():
+        try:
+            cons.append(duckmob.connect(path))
+        except Exception as exc:   # noqa: BLE001 -- the test reports any failure
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(cons) == 8
+    first, rest = cons[0], cons[1:]
+    first.close()
+    rest[0].sql("FROM mob_set_budget('x', eps := 1, delta := 0)").fetchall()
+    assert rest[0].sql("SELECT source FROM mob_budget()").fetchall() == [("x",)]
+    for c in rest:
+        c.close()
+
+
+def test_a_cursor_needs_register_and_is_told_so(con):
+    cur = con.cursor()
+    with pytest.raises(duckdb.Error) as info:
+        cur.execute("FROM mob_budget()").fetchall()
+    assert "duckmob.register" in one_line(info.value)
+    duckmob.register(cur)
+    assert cur.execute("FROM mob_budget()").fetchall() == []
+    cur.close()
+
+
+def test_ctrl_c_stops_a_fit_records_the_spend_and_stores_no_model(con):
+    _trips(con, n=200)
+    con.sql("FROM mob_set_budget('trips', eps := 10.0, delta := 1e-5)").fetchall()
+    outcome = {}
+
+    def fit():
+        cur = duckmob.register(con.cursor())
+        start = time.perf_counter()
+        try:
+            cur.execute(f"FROM mob_fit('trips', 'h', eps := 2.0, method := 'baseline', bbox := {SQL_BOX}, "
+                        "params := {'w': 4, 'epochs': 200, 'progress': false})").fetchall()
+            outcome["result"] = "finished"
+        except duckdb.Error as exc:
+            outcome["result"] = one_line(exc)
+        outcome["seconds"] = time.perf_counter() - start
+        cur.close()
+
+    thread = threading.Thread(target=fit)
+    thread.start()
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(db.active for db in release._DATABASES.values()):
+        time.sleep(0.05)
+    time.sleep(1.0)
+    pressed = time.perf_counter()
+    release.interrupt_all()
+    thread.join(120)
+    assert "interrupted (Ctrl-C)" in outcome["result"]
+    assert outcome["seconds"] < 60
+    assert time.perf_counter() - pressed < 10   # stopped within a few seconds of the key press
+    (row,) = con.execute("SELECT status, event FROM duckmob_ledger").fetchall()
+    assert row[0] == "failed" and "dp_sgd" in row[1]
+    assert _spent(con) > 1.0
+    assert con.execute("SELECT count(*) FROM duckmob_models").fetchone()[0] == 0
+
+
+def test_hrnet_first_release_stays_within_the_budget_delta():
+    from duckmob.synth.hrnet import calibrate_noise_multiplier
+
+    # the measured overshoot: budget (1.922, 1e-5), a release asking eps 1.922 at delta 1e-3, nothing spent yet
+    prior = ledger.Prior("trips", 1.922, 1e-5, ())
+    fixed = [accounting.laplace(0.019)]
+    q, steps = 224 / 50_000, 6700
+    sigma = calibrate_noise_multiplier(fixed, q, steps, 1.922, 1e-3, prior=prior)
+    run = accounting.compose(fixed + [accounting.dp_sgd(sigma, q, steps)])
+    assert accounting.epsilon(run, 1e-5) <= 1.922 + 1e-9
+    alone = calibrate_noise_multiplier(fixed, q, steps, 1.922, 1e-3)
+    assert accounting.epsilon(accounting.compose(fixed + [accounting.dp_sgd(alone, q, steps)]), 1e-5) > 1.922
