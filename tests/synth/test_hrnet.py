@@ -5,6 +5,8 @@ from __future__ import annotations
 import dp_accounting
 import numpy as np
 import pytest
+
+from duckmob.privacy.ledger import Prior
 import torch
 
 from duckmob.errors import BudgetError, DuckmobError
@@ -149,11 +151,11 @@ def test_calibration_keeps_the_ledger_budget_with_earlier_releases():
 
     alone = calibrate_noise_multiplier(fixed, q, steps, 0.6, delta)
     assert total(alone) > 1.5
-    sigma = calibrate_noise_multiplier(fixed, q, steps, 0.6, delta, prior=(earlier, 1.5, delta))
+    sigma = calibrate_noise_multiplier(fixed, q, steps, 0.6, delta, prior=Prior("t", 1.5, delta, tuple(earlier)))
     assert sigma > alone
     assert 1.49 < total(sigma) <= 1.5 + 1e-9
-    with pytest.raises(BudgetError, match="budget left"):
-        calibrate_noise_multiplier(fixed, q, steps, 0.6, delta, prior=(earlier * 2, 1.5, delta))
+    with pytest.raises(BudgetError, match="cannot hold this run"):
+        calibrate_noise_multiplier(fixed, q, steps, 0.6, delta, prior=Prior("t", 1.5, delta, tuple(earlier * 2)))
 
 
 def test_dptran_is_the_privacy_core_release_with_scale_k_over_eps():
@@ -283,19 +285,18 @@ def test_scattered_pois_output_lies_on_pois():
 
 
 def test_user_level_fit_samples_users_and_accounts():
-    """privacy_unit 'user' (the SQL layer sets contribution_bound = k): counts and DPTRAN scaled by k, users
+    """privacy_unit 'user' (the release core passes contribution_bound = k): counts and DPTRAN scaled by k, users
     Poisson-sampled, per-trajectory gradients summed per user before clipping."""
     synth = HRNet(BOX, **TINY)
-    synth.contribution_bound = 3
     data = toy_trajectories(300)
     data = data.take(np.arange(data.n_trajectories) < 7 * 3)    # 7 users, 3 trajectories each
-    model = synth.fit(data, 4.0, 1e-5, NoiseSource(2))
+    model = synth.fit(data, 4.0, 1e-5, NoiseSource(2), contribution_bound=3)
     info = model.info
-    assert info["privacy_unit"] == "user" and info["contribution_bound"] == 3
+    assert info["contribution_bound"] == 3
     assert info["epsilon_accounted"] <= 4.0 + 1e-9
     assert info["sample_rate"] == pytest.approx(min(1.0, max(info["units_noisy"], 1) ** -0.5))
     with pytest.raises(DuckmobError, match="contribution bound"):
-        synth.fit(toy_trajectories(100), 4.0, 1e-5, NoiseSource(2))
+        synth.fit(toy_trajectories(100), 4.0, 1e-5, NoiseSource(2), contribution_bound=3)
     assert model.sample(50, np.random.default_rng(0)).n_trajectories == 50
 
 
