@@ -70,16 +70,10 @@ class Database:
     def _connect(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         """The core's own connection, which the UDFs are registered on and which must outlive the user's.
 
-        A file database: an independent connection from DuckDB's instance cache (same path and mode, same
-        instance), so closing the connection that called ``register`` cannot leave the UDFs pointing at a closed
-        one (that crashed the process). It keeps the file open in this process until exit: reopening the same
-        file in another mode in the same process is refused by DuckDB. An in-memory database (or a file opened
-        with a custom configuration): a cursor, since its root connection is the database's life anyway."""
-        if self.path is not None:
-            try:
-                return duckdb.connect(self.path, read_only=self.read_only)
-            except duckdb.Error:   # opened with another configuration: share its instance through a cursor
-                pass
+        A cursor of the registering connection, so that closing the user's connections releases the file (an
+        independent connection kept it open with DuckDB's default configuration, and a later connection with
+        another configuration -- dbt's -- was refused). Known limit: closing the registering connection while
+        another independent connection to the same file stays open leaves the UDFs on a closed connection."""
         return con.cursor()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:

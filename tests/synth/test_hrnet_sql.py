@@ -35,12 +35,14 @@ def db():
 
 
 def test_hrnet_fit_sample_and_synthesize_from_sql(db, monkeypatch):
-    spent = []
-    real_record = ledger.record
-    monkeypatch.setattr(ledger, "record", lambda c, s, e, **kw: (spent.append(e), real_record(c, s, e, **kw)))
+    def spent_events():   # the events of the finished releases, in order
+        return [accounting.Event.from_json(r[0]) for r in
+                db.execute("SELECT event FROM duckmob_ledger WHERE status = 'spent' ORDER BY id").fetchall()]
+
     ledger.set_budget(db, "trips", 5.0, 1e-5)
     row = db.execute(f"FROM mob_fit('trips', 'h', eps := 2.0, delta := 1e-5, method := 'hrnet', bbox := {BOX}, "
                      f"seed := 1, params := {TINY})").fetchall()
+    spent = spent_events()
     assert row[0][:2] == ("h", "hrnet") and len(spent) == 1
     assert accounting.epsilon(spent[0], 1e-5) <= 2.0 + 1e-9
     out = db.execute("FROM mob_sample('h', n := 40, seed := 2)").fetchall()
@@ -49,7 +51,7 @@ def test_hrnet_fit_sample_and_synthesize_from_sql(db, monkeypatch):
     assert out == again
     syn = db.execute(f"FROM synthesize('trips', eps := 1.0, method := 'baseline', bbox := {BOX}, n := 30, "
                      f"seed := 3, params := {TINY})").fetchall()
-    assert len({r[0] for r in syn}) == 30 and len(spent) == 2
+    assert len({r[0] for r in syn}) == 30 and len(spent_events()) == 2
 
 
 def test_ledger_records_the_run_not_the_plan(db):
@@ -77,17 +79,17 @@ def test_refusal_after_the_noisy_count_records_the_count(db, monkeypatch):
     the ledger records the count's Laplace spend, since the refusal depends on it."""
     planned = HRNet.plan
 
-    def plan(self, eps, delta, n_noisy, units_noisy=None):
+    def plan(self, eps, delta, n_noisy, units_noisy=None, **kwargs):
         if n_noisy != self.cfg["n_hint"]:
             raise DuckmobError("forced: eps is too small for DP-SGD after the other releases")
-        return planned(self, eps, delta, n_noisy, units_noisy)
+        return planned(self, eps, delta, n_noisy, units_noisy, **kwargs)
 
     monkeypatch.setattr(HRNet, "plan", plan)
     ledger.set_budget(db, "trips", 2.0, 1e-5)
     with pytest.raises(duckdb.Error, match="forced"):
         db.execute(f"FROM mob_fit('trips', 'h', eps := 1.0, method := 'hrnet', bbox := {BOX}, seed := 1, "
                    f"params := {TINY})").fetchall()
-    (row,) = db.execute("SELECT event, params->>'refused' FROM mob_ledger()").fetchall()
+    (row,) = db.execute("SELECT event, status FROM mob_ledger()").fetchall()
     assert accounting.Event.from_json(row[0]) == accounting.compose([accounting.laplace(0.01)])
-    assert row[1] == "true"
+    assert row[1] == "failed"
     assert db.execute("SELECT count(*) FROM mob_models()").fetchall() == [(0,)]

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 import torch
@@ -73,12 +74,15 @@ def transition_targets(noisy: np.ndarray) -> np.ndarray:
 
 def pretrain(model: HRNetModel, noisy: np.ndarray, *, iterations: int, batch: int, lr: float,
              rng: np.random.Generator, device: torch.device, level: int = PRETRAIN_LEVEL,
-             progress: bool | None = None) -> None:
+             progress: bool | None = None, check_interrupt: Callable[[], None] | None = None) -> None:
     """Fit ``model``'s encoding, f_query and f_key to the raw DPTRAN ``noisy`` (4**level, w*w; grid ids) with the
     Dirichlet(1)-mixing KL loss (HRNet eq. 6), at every resolution of the model's loss. The target at resolution
     r is :func:`transition_targets` of the noisy counts summed over each resolution-r cell (summing before
     normcut keeps the coarse targets unbiased; their noise is relatively smaller). Post-processing of a DP
-    release: no budget. In place."""
+    release: no budget. In place.
+
+    ``check_interrupt``: called with no arguments before every iteration (a cheap flag check); whatever it raises
+    propagates unchanged, leaving the model partly pre-trained."""
     from tqdm import tqdm
 
     depth = model.depth
@@ -100,17 +104,24 @@ def pretrain(model: HRNetModel, noisy: np.ndarray, *, iterations: int, batch: in
     opt = torch.optim.Adam(params, lr=lr)
     show = progress_enabled() if progress is None else progress
     gen = torch_generator(rng, torch.device("cpu"))
-    for _ in tqdm(range(iterations), desc="hrnet pre-training", disable=not show, leave=False):
-        # Dirichlet(1) = normalised Exp(1) draws
-        mix = -torch.log(torch.rand(batch, n_regions, generator=gen).clamp_min(1e-12))
-        mix = (mix / mix.sum(1, keepdim=True)).to(device)
-        m = model.encoding()
-        x = mix @ m[level]
-        q = model.f_key_t(model.f_query(temp(x)))
-        loss = 0.0
-        for r in levels:
-            logp = F.log_softmax(q @ m[r].T, dim=1)
-            loss = loss + F.kl_div(logp, mix @ targets[r], reduction="batchmean")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    bar = tqdm(total=iterations, desc="hrnet pre-training", disable=not show, leave=False)
+    try:
+        for _ in range(iterations):
+            if check_interrupt is not None:
+                check_interrupt()
+            # Dirichlet(1) = normalised Exp(1) draws
+            mix = -torch.log(torch.rand(batch, n_regions, generator=gen).clamp_min(1e-12))
+            mix = (mix / mix.sum(1, keepdim=True)).to(device)
+            m = model.encoding()
+            x = mix @ m[level]
+            q = model.f_key_t(model.f_query(temp(x)))
+            loss = 0.0
+            for r in levels:
+                logp = F.log_softmax(q @ m[r].T, dim=1)
+                loss = loss + F.kl_div(logp, mix @ targets[r], reduction="batchmean")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            bar.update(1)
+    finally:
+        bar.close()

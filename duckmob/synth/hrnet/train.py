@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -123,7 +124,8 @@ def cosine_lr(lr: float, lr_final: float, step: int, steps: int) -> float:
 def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: float, steps: int,
                  noise_multiplier: float, max_grad_norm: float, lr: float, expected_batch_size: float,
                  rng: np.random.Generator, device: torch.device, progress: bool | None = None,
-                 by_user: bool = False, ema: float = 0.0, lr_final: float = 1.0) -> TrainingLog:
+                 by_user: bool = False, ema: float = 0.0, lr_final: float = 1.0,
+                 check_interrupt: Callable[[], None] | None = None) -> TrainingLog:
     """Train ``model`` in place with DP-SGD (HRNet Algorithm 1) for ``steps`` Poisson-sampled steps.
 
     ``model(cells, times, lengths)`` must return the per-example loss. Gradients are averaged by the
@@ -143,6 +145,11 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     the Gaussian noise are opacus's (``DPOptimizer`` reads the gradients from ``p.grad_sample``); their
     randomness comes from one torch generator seeded from ``rng``. Privacy: see the module docstring; the caller
     accounts ``dp_sgd(noise_multiplier, sample_rate, steps)``.
+
+    ``check_interrupt``: called with no arguments before every step (a cheap flag check, e.g.
+    ``Release.check_interrupt``). Whatever it raises propagates unchanged and training stops there: the model
+    then holds the steps already taken (fewer than ``steps``, so the ``dp_sgd`` event above still bounds what
+    they spent) and is left mid-training (no EMA swap).
     """
     if not 0 < sample_rate <= 1:
         raise DuckmobError(f"the DP-SGD sampling rate must be in (0, 1], got {sample_rate}")
@@ -177,42 +184,46 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     bar = tqdm(total=steps, desc="hrnet DP-SGD", unit="step", disable=not show, leave=False)
     start = epoch_start = time.perf_counter()
     average = [p.detach().clone() for p in params] if ema > 0 else None
-    for step, batch in enumerate(sampler):
-        units = np.asarray(batch, dtype=np.int64)
-        empty = len(units) == 0
-        if empty:
-            # An empty Poisson batch: one stand-in example whose per-sample gradient is set to zero, so the
-            # step is pure noise, exactly what the accountant assumes.
-            units = np.zeros(1, dtype=np.int64)
-        if by_user:
-            rows = order[ragged_gather(unit_start[units], unit_count[units])]
-            group = torch.as_tensor(np.repeat(np.arange(len(units)), unit_count[units]))
-        else:
-            rows = units
-        idx = torch.as_tensor(rows, dtype=torch.long)
-        lb = lengths[idx]
-        t = min(int(lb.max()) + 1, width)
-        optimizer.zero_grad(set_to_none=True)
-        grads = per_sample_gradients(model, cells[idx, :t].to(device), times[idx, :t].to(device), lb.to(device))
-        for name, p in named:
-            gs = grads[name]
+    try:
+        for step, batch in enumerate(sampler):
+            if check_interrupt is not None:
+                check_interrupt()
+            units = np.asarray(batch, dtype=np.int64)
+            empty = len(units) == 0
+            if empty:
+                # An empty Poisson batch: one stand-in example whose per-sample gradient is set to zero, so the
+                # step is pure noise, exactly what the accountant assumes.
+                units = np.zeros(1, dtype=np.int64)
             if by_user:
-                gs = gs.new_zeros((len(units),) + gs.shape[1:]).index_add_(0, group.to(gs.device), gs)
-            # DPOptimizer(loss_reduction="mean") clips these, sums, adds noise, divides by the expected batch
-            p.grad_sample = torch.zeros_like(gs) if empty else gs
-        for group_ in optimizer.param_groups:
-            group_["lr"] = cosine_lr(lr, lr_final, step, steps)
-        optimizer.step()
-        if average is not None:
-            with torch.no_grad():
-                for a, p in zip(average, params):
-                    a.lerp_(p, 1.0 - ema)
-        bar.update(1)
-        if (step + 1) % steps_per_epoch == 0:
-            now = time.perf_counter()
-            log.epoch_seconds.append(now - epoch_start)
-            epoch_start = now
-    bar.close()
+                rows = order[ragged_gather(unit_start[units], unit_count[units])]
+                group = torch.as_tensor(np.repeat(np.arange(len(units)), unit_count[units]))
+            else:
+                rows = units
+            idx = torch.as_tensor(rows, dtype=torch.long)
+            lb = lengths[idx]
+            t = min(int(lb.max()) + 1, width)
+            optimizer.zero_grad(set_to_none=True)
+            grads = per_sample_gradients(model, cells[idx, :t].to(device), times[idx, :t].to(device), lb.to(device))
+            for name, p in named:
+                gs = grads[name]
+                if by_user:
+                    gs = gs.new_zeros((len(units),) + gs.shape[1:]).index_add_(0, group.to(gs.device), gs)
+                # DPOptimizer(loss_reduction="mean") clips these, sums, adds noise, divides by the expected batch
+                p.grad_sample = torch.zeros_like(gs) if empty else gs
+            for group_ in optimizer.param_groups:
+                group_["lr"] = cosine_lr(lr, lr_final, step, steps)
+            optimizer.step()
+            if average is not None:
+                with torch.no_grad():
+                    for a, p in zip(average, params):
+                        a.lerp_(p, 1.0 - ema)
+            bar.update(1)
+            if (step + 1) % steps_per_epoch == 0:
+                now = time.perf_counter()
+                log.epoch_seconds.append(now - epoch_start)
+                epoch_start = now
+    finally:
+        bar.close()  # also on the way out of an interrupt, so the terminal is left clean
     log.steps = steps
     log.seconds = time.perf_counter() - start
     optimizer.zero_grad(set_to_none=True)  # drops the last per-sample gradients

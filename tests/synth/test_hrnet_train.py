@@ -1,0 +1,116 @@
+"""HRNet's training loops stop where ``check_interrupt`` raises, and what it raises comes out unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import tqdm
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from duckmob.synth.hrnet import train as tr
+from duckmob.synth.hrnet.pretrain import pretrain as run_pretrain
+from duckmob.synth.hrnet.model import BaselineModel, HRNetModel
+
+
+class Stop(Exception):
+    pass
+
+
+def raising_on(n: int, exc: type[BaseException] = Stop):
+    """A check_interrupt that counts its calls and raises ``exc`` on call ``n``."""
+    calls = []
+
+    def check() -> None:
+        calls.append(None)
+        if len(calls) == n:
+            raise exc("stop here")
+
+    check.calls = calls
+    return check
+
+
+@pytest.fixture
+def optimizer_steps():
+    """How many optimizer steps ran (any optimizer: opacus's DPOptimizer steps the Adam it wraps)."""
+    steps = []
+    handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: steps.append(None))
+    yield steps
+    handle.remove()
+
+
+@pytest.fixture
+def bars(monkeypatch):
+    """Every tqdm bar the loops open, with whether it was closed."""
+    made = []
+
+    class Recording(tqdm.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.was_closed = False
+            made.append(self)
+
+        def close(self):
+            self.was_closed = True
+            super().close()
+
+    monkeypatch.setattr(tqdm, "tqdm", Recording)
+    return made
+
+
+def train(check, steps=10):
+    g = torch.Generator().manual_seed(0)
+    cells = torch.randint(0, 16, (6, 4), generator=g)
+    times = torch.randint(0, 5, (6, 4), generator=g)
+    lengths = torch.randint(1, 4, (6,), generator=g)
+    data = tr.TrainingData(cells.numpy(), times.numpy(), lengths.numpy(), np.arange(6))
+    model = BaselineModel(2, loc_dim=4, time_dim=2, hidden=4)
+    return tr.dp_sgd_train(model, data, sample_rate=0.5, steps=steps, noise_multiplier=1.0, max_grad_norm=1.0,
+                           lr=0.1, expected_batch_size=3, rng=np.random.default_rng(0), device=torch.device("cpu"),
+                           progress=False, check_interrupt=check)
+
+
+def pretrain(check, iterations=10):
+    model = HRNetModel(2, n_time=3, loc_dim=4, time_dim=2, hidden=4, key_dim=4)
+    noisy = np.random.default_rng(0).poisson(3.0, (16, 16)).astype(float)
+    run_pretrain(model, noisy, iterations=iterations, batch=4, lr=0.01, rng=np.random.default_rng(0),
+                 device=torch.device("cpu"), progress=False, check_interrupt=check)
+
+
+def test_dp_sgd_stops_at_the_step_whose_check_raises(optimizer_steps, bars):
+    check = raising_on(3)
+    with pytest.raises(Stop, match="stop here"):
+        train(check)
+    # called before each step: steps 1 and 2 ran, the third call stopped the third step before it started
+    assert len(check.calls) == 3 and len(optimizer_steps) == 2
+    assert len(bars) == 1 and bars[0].was_closed
+
+
+def test_dp_sgd_calls_check_once_per_step(optimizer_steps):
+    check = raising_on(0)  # never raises
+    assert train(check, steps=7).steps == 7
+    assert len(check.calls) == 7 and len(optimizer_steps) == 7
+
+
+def test_pretrain_stops_at_the_iteration_whose_check_raises(optimizer_steps, bars):
+    check = raising_on(3)
+    with pytest.raises(Stop, match="stop here"):
+        pretrain(check)
+    assert len(check.calls) == 3 and len(optimizer_steps) == 2
+    assert len(bars) == 1 and bars[0].was_closed
+    check = raising_on(0)
+    pretrain(check, iterations=5)
+    assert len(check.calls) == 5
+
+
+@pytest.mark.parametrize("loop", [train, pretrain])
+def test_keyboard_interrupt_from_the_check_propagates(loop, bars):
+    with pytest.raises(KeyboardInterrupt):
+        loop(raising_on(2, KeyboardInterrupt))
+    assert bars and all(bar.was_closed for bar in bars)
+
+
+def test_without_a_check_training_runs_all_steps(optimizer_steps):
+    assert train(None, steps=3).steps == 3
+    pretrain(None, iterations=2)
+    assert len(optimizer_steps) == 5
