@@ -10,9 +10,9 @@ MIN_COUNT times, the empirical privacy loss |log(P_D(E) / P_D'(E))| must stay wi
 the mechanism really allows for that statistic (computed in each test). Negative controls: the same check must
 FAIL on a release whose noise is 4x too small.
 
-Every release is charged to the source's budget and recorded in the ledger; each release re-reads (and re-checks
-the seal of) every ledger row of the database, so a database serves PER_DATABASE releases and then a fresh
-in-memory one with the same tables takes over. That only keeps the test fast; it has no effect on the released
+Every release is charged to the source's budget and recorded in the ledger, and its bookkeeping grows with the
+ledger of its database (today each release re-reads and re-checks the seal of every ledger row), so a database
+serves PER_DATABASE releases and then a fresh in-memory one with the same tables takes over. That only keeps the test fast; it has no effect on the released
 values (the noise depends on the seed alone).
 """
 
@@ -24,7 +24,7 @@ import pytest
 import duckmob
 from duckmob.privacy.noise import NoiseSource
 
-MIN_COUNT = 10  # an event is used when both samples hit it at least this often
+MIN_COUNT = 8  # an event is used when both samples hit it at least this often
 Z = 4.0         # tolerance, in standard errors of each event's log-ratio
 PER_DATABASE = 50  # releases made in one in-memory database before a fresh one takes over
 OTHER_SEEDS = 1_000_000  # D' runs use seeds OTHER_SEEDS + i, D runs seeds i: independent samples
@@ -110,7 +110,8 @@ PARAMS = ("{'K': 2, 'max_depth': 0, 'max_len': 4, 'budget_split': {"
 SYNTH_QUERY = (f"SELECT count(DISTINCT traj_id), count(*) FILTER (WHERE mob_cell(lat, lon, {BBOX}, 2) = 3) "
                f"FROM synthesize('{{src}}', eps := {SYNTH_EPS}, method := 'privtrace', bbox := {BBOX}, "
                f"params := {PARAMS}, seed := {{seed}})")
-SYNTH_DRAWS = 200
+SYNTH_DRAWS = 200        # per table
+NEGATIVE_DRAWS = 150     # per table, for the negative control (its loss is far above the claim)
 
 
 def trips(con) -> None:
@@ -124,16 +125,16 @@ def trips(con) -> None:
     con.execute(f"CREATE TABLE trips_dp AS FROM trips_d WHERE traj_id < {N_PRIME}")
 
 
-def synth_draws() -> tuple[np.ndarray, np.ndarray]:
+def synth_draws(n: int) -> tuple[np.ndarray, np.ndarray]:
     budget = PER_DATABASE * SYNTH_EPS
-    d = run(trips, "trips_d", SYNTH_DRAWS, SYNTH_QUERY, 0, budget)
-    dp = run(trips, "trips_dp", SYNTH_DRAWS, SYNTH_QUERY, OTHER_SEEDS, budget)
+    d = run(trips, "trips_d", n, SYNTH_QUERY, 0, budget)
+    dp = run(trips, "trips_dp", n, SYNTH_QUERY, OTHER_SEEDS, budget)
     return d, dp
 
 
 @pytest.fixture(scope="module")
 def privtrace():
-    return synth_draws()
+    return synth_draws(SYNTH_DRAWS)
 
 
 def test_synthesize_trajectory_count_is_private_and_the_test_has_power(privtrace):
@@ -165,15 +166,15 @@ def test_synthesize_whole_release_is_private_and_the_test_has_power(privtrace):
     assert loss.max() >= 0.5 * SYNTH_EPS, (loss.max(), SYNTH_EPS)
     # the spatial part alone: "no point in cell 3" shows most of EPS_LEVEL2
     alone = abs(np.log(empty_dp.mean() / empty_d.mean()))
-    assert 0.5 * EPS_LEVEL2 <= alone, (alone, EPS_LEVEL2, empty_d.mean(), empty_dp.mean())
-    assert empty_dp.mean() >= 0.45  # at least the probability 1/2 that cell 3's state is dropped, up to sampling
+    assert alone >= 0.4 * EPS_LEVEL2, (alone, EPS_LEVEL2, empty_d.mean(), empty_dp.mean())
+    assert empty_dp.mean() >= 0.4  # at least the probability 1/2 that cell 3's state is dropped, up to sampling
 
 
 def test_negative_control_synthesize_with_quartered_noise_is_caught(monkeypatch):
     # the same release and statistic, with every Laplace draw 4x too small: the count is really 4 EPS_COUNT-DP
     # (loss up to 3.6 in the tails) while the check still holds it to EPS_COUNT; the check must fail
     quarter_noise(monkeypatch)
-    d, dp = synth_draws()
+    d, dp = synth_draws(NEGATIVE_DRAWS)
     edges = integer_edges(d[:, 0], dp[:, 0])
     loss, se = losses(events(d[:, 0], edges), events(dp[:, 0], edges))
     assert not within(loss, se, EPS_COUNT), (loss.max(), EPS_COUNT)
@@ -182,20 +183,21 @@ def test_negative_control_synthesize_with_quartered_noise_is_caught(monkeypatch)
 
 # -- mob_transitions ------------------------------------------------------------------------------------------
 
-TRANS_EPS = 1.5
-TRANS_DRAWS = 250
+TRANS_EPS = 2.0
+TRANS_DRAWS = 200
 LONG = 99  # cells of the removed trajectory
 # one released count: 0 -> 0 (a missing row is a released zero: NormCut-ed zeros are omitted)
 TRANS_QUERY = ("SELECT coalesce(sum(count) FILTER (WHERE from_state = 0 AND to_state = 0), 0) "
                "FROM mob_transitions('{src}', eps := %s, n_states := 1, seed := {seed})")
-BIN = 0.25  # histogram bin of the released count (the noise scale is 1 / TRANS_EPS = 0.67)
+BIN = 0.25  # histogram bin of the released count (the noise scale is 1 / TRANS_EPS = 0.5)
 
 
 def seqs(con) -> None:
     """D' (``seqs_dp``): 20 one-cell sequences [0] (mass 10 on 0 -> end keeps that entry positive, so NormCut
     releases 0 -> 0 as max(count + noise, 0)); D (``seqs_d``): D' plus [0] * LONG, which puts (LONG - 1) / (LONG
     + 1) = 0.98 of its unit L1 mass on 0 -> 0, the most one trajectory can move it."""
-    con.execute("CREATE TABLE seqs_dp AS SELECT i AS traj_id, i AS user_id, [0]::BIGINT[] AS cells FROM range(20) t(i)")
+    con.execute("CREATE TABLE seqs_dp AS "
+                "SELECT i AS traj_id, i AS user_id, [0]::BIGINT[] AS cells FROM range(20) t(i)")
     con.execute(f"CREATE TABLE seqs_d AS FROM seqs_dp UNION ALL "
                 f"SELECT 20, 20, [0 for x in range({LONG})]::BIGINT[]")
 
@@ -223,7 +225,7 @@ def test_released_transition_count_is_private_and_the_test_has_power(transitions
     loss, se = transition_losses(d, dp)
     assert len(loss) >= 10
     assert within(loss, se, TRANS_EPS), (loss.max(), TRANS_EPS)
-    assert loss.max() >= 0.7 * theory, (loss.max(), theory)
+    assert loss.max() >= 0.6 * theory, (loss.max(), theory)
 
 
 def test_negative_control_transitions_claiming_a_quarter_of_eps_is_caught(transitions, monkeypatch):
@@ -233,7 +235,8 @@ def test_negative_control_transitions_claiming_a_quarter_of_eps_is_caught(transi
     # draws above ARE draws of the broken release, which the check must reject at its claimed eps / 4.
     d, dp = transitions
     quarter_noise(monkeypatch)
-    broken = run(seqs, "seqs_d", 4, TRANS_QUERY % (TRANS_EPS / 4), 0, TRANS_EPS)[:, 0]
-    np.testing.assert_allclose(broken, d[:4], atol=1e-4)
+    broken = run(seqs, "seqs_d", 6, TRANS_QUERY % (TRANS_EPS / 4), 0, PER_DATABASE * TRANS_EPS)[:, 0]
+    assert (d[:6] > 0).sum() >= 3  # the comparison is not only of released zeros
+    np.testing.assert_allclose(broken, d[:6], atol=1e-4)
     loss, se = transition_losses(d, dp)
     assert not within(loss, se, TRANS_EPS / 4), (loss.max(), TRANS_EPS / 4)
