@@ -9,7 +9,9 @@ Loading the extension
    user's namespace as ``duckmob_con`` (for Python cells: ``duckmob.synthesize(duckmob_con, ...)``),
 4. adds the line magic ``%duckmob [DATABASE]`` to switch to a database file (``%duckmob trips.duckdb``),
 5. installs an exception handler: a duckmob error, or a DuckDB error raised by ``%sql``, prints duckmob's own
-   one-line message (``duckmob: no privacy budget declared for 'trips': run ...``) instead of a traceback.
+   one-line message (``duckmob: no privacy budget declared for 'trips': run ...``) instead of a traceback; a
+   ``%sql`` statement stopped by "interrupt the kernel" (jupysql lets DuckDB's ``RuntimeError('Query interrupted')``,
+   ``InterruptException`` or a ``KeyboardInterrupt`` through) prints the shell's one line, ``duckmob.cli.INTERRUPTED``.
 
 Why a wrapper around the connection: jupysql runs every statement on a fresh ``connection.cursor()``, and a DuckDB
 cursor is a new connection that does not see the TEMP macros (``synthesize``, ``mob_*``) of its parent. The
@@ -86,12 +88,17 @@ def use(ipython, database: str = ":memory:", con: duckdb.DuckDBPyConnection | No
 
 
 def duckmob_error(exc: BaseException) -> str | None:
-    """duckmob's one-line message for ``exc`` if it is (or was caused by) a duckmob error, or is a DuckDB error that
-    came through jupysql's ``%sql``; None for anything else (which keeps its normal traceback)."""
+    """duckmob's one-line message for ``exc`` if it is (or was caused by) a duckmob error, or is a DuckDB error or an
+    interrupted statement that came through jupysql's ``%sql``; None for anything else (which keeps its normal
+    traceback)."""
+    from duckmob.cli import INTERRUPTED, is_interrupt
+
     via_sql = _through_jupysql(exc)
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
+        if via_sql and is_interrupt(exc):
+            return INTERRUPTED
         if isinstance(exc, DuckmobError):  # raised in Python, not across DuckDB's UDF boundary
             text = one_line(exc)
             return text if text.startswith("duckmob: ") else "duckmob: " + text
@@ -128,7 +135,7 @@ def _install_error_handler(ipython) -> None:
         return None
 
     ipython._duckmob_previous_exc = (previous_types, previous_handler)
-    ipython.set_custom_exc((Exception,), handler)
+    ipython.set_custom_exc((Exception, KeyboardInterrupt), handler)
 
 
 def _duckmob_magic(ipython):

@@ -1,8 +1,14 @@
 import io
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
+import duckdb
 import pyarrow.parquet as pq
+import pytest
 
 from duckmob import cli
 
@@ -83,3 +89,117 @@ def test_demo_runs():
     assert r.returncode == 0, r.stderr
     assert "1,999 trajectories" in r.stdout and "stay points" in r.stdout
     assert "PrivTrace at eps 1.0" in r.stdout and "of 2.0 spent" in r.stdout and "length JSD" in r.stdout
+
+
+LONG = "SELECT count(*) FROM range(100000000000) t(x) WHERE x % 7 = 3;"  # minutes of work
+
+
+class Running:
+    """``python -m duckmob ARGS`` with piped standard streams; ``text()`` is everything it has printed so far
+    (stdout and stderr together)."""
+
+    def __init__(self, args, **kw):
+        self.proc = subprocess.Popen([sys.executable, "-m", "duckmob", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, **kw)
+        self.chunks = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for chunk in iter(lambda: self.proc.stdout.read(1), ""):
+            self.chunks.append(chunk)
+
+    def text(self):
+        return "".join(self.chunks)
+
+    def wait_for(self, needle, count=1, timeout=60.0):
+        end = time.monotonic() + timeout
+        while self.text().count(needle) < count and time.monotonic() < end:
+            time.sleep(0.05)
+        return self.text().count(needle) >= count
+
+    def finish(self, timeout=60.0):
+        """The exit status, once everything printed has been read."""
+        status = self.proc.wait(timeout)
+        self.reader.join(10)
+        return status
+
+    def interrupt_until_reported(self):
+        """SIGINT, then wait for the report; again if the first one came before the statement started."""
+        for _ in range(3):
+            self.proc.send_signal(signal.SIGINT)
+            if self.wait_for(cli.INTERRUPTED, timeout=20):
+                return
+        pytest.fail("no interrupted line: " + self.text())
+
+
+def test_ctrl_c_during_a_statement_prints_one_line_and_returns_to_the_prompt():
+    shell = Running(["-i"], stdin=subprocess.PIPE)
+    try:
+        assert shell.wait_for("duckmob> "), shell.text()
+        shell.proc.stdin.write(LONG + "\n")
+        shell.proc.stdin.flush()
+        time.sleep(1.5)
+        shell.interrupt_until_reported()
+        shell.proc.stdin.write("SELECT 42 AS answer;\n")
+        shell.proc.stdin.close()
+        assert shell.finish() == 0
+    finally:
+        shell.proc.kill()
+    out = shell.text()
+    assert out.count(cli.INTERRUPTED) == 1 and "Traceback" not in out, out
+    assert "answer" in out and "42" in out.split(cli.INTERRUPTED)[1]
+
+
+def test_ctrl_c_in_a_command_exits_130_without_running_the_rest():
+    shell = Running(["-c", "SELECT 'ready' AS r; " + LONG + " SELECT 4343 AS never;"], stdin=subprocess.DEVNULL,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert shell.wait_for("ready"), shell.text()
+        time.sleep(0.5)
+        shell.interrupt_until_reported()
+        assert shell.finish() == cli.EXIT_INTERRUPTED == 130
+    finally:
+        shell.proc.kill()
+    out = shell.text()
+    assert out.count(cli.INTERRUPTED) == 1 and "Traceback" not in out and "4343" not in out, out
+
+
+class Interrupting:
+    """A connection whose statements fail as DuckDB reports an interrupted query."""
+
+    def __init__(self, con, exc):
+        self.con, self.exc = con, exc
+
+    def extract_statements(self, text):
+        return self.con.extract_statements(text)
+
+    def sql(self, query):
+        raise self.exc
+
+    def interrupt(self):
+        pass
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), duckdb.InterruptException("INTERRUPT Error: Interrupted!"),
+                                 RuntimeError("Query interrupted"),
+                                 duckdb.InvalidInputException("Invalid Input Error: Python exception occurred while "
+                                                              "executing the UDF: Interrupted: interrupted (Ctrl-C)")])
+def test_every_form_of_an_interrupted_query_is_one_line(exc):
+    con = duckdb.connect()
+    out, err = io.StringIO(), io.StringIO()
+    shell = cli.Shell(Interrupting(con, exc), out=out, err=err)
+    assert not shell.run_sql("SELECT 1; SELECT 2;") and shell.interrupted
+    assert err.getvalue() == cli.INTERRUPTED + "\n" and out.getvalue() == ""
+    shell.con = con
+    assert shell.run_sql("SELECT 42 AS answer;") and not shell.interrupted and "42" in out.getvalue()
+    con.close()
+
+
+def test_other_errors_are_not_taken_for_an_interrupt():
+    con = duckdb.connect()
+    err = io.StringIO()
+    shell = cli.Shell(Interrupting(con, duckdb.BinderException("Binder Error: nope")), out=io.StringIO(), err=err)
+    assert not shell.run_sql("SELECT 1;") and not shell.interrupted
+    assert err.getvalue() == "Error: Binder Error: nope\n"
+    con.close()

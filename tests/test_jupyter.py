@@ -137,3 +137,44 @@ def test_example_notebook_runs_top_to_bottom(tmp_path):
     assert "privtrace_length_jsd" in text and "trips_privtrace" in text
     images = [o for c in cells for o in c.outputs if "image/png" in o.get("data", {})]
     assert len(images) == 1 and (tmp_path / "density.png").is_file()
+
+
+def test_an_interrupted_sql_statement_shows_one_line(ip, capsys):
+    """What "interrupt the kernel" does to a running %sql statement, without a signal: DuckDB's own interrupt on
+    jupysql's cursor. The cell shows the shell's one line, no traceback."""
+    import threading
+
+    from duckmob.cli import INTERRUPTED
+
+    done = threading.Event()
+
+    def interrupt_cursors():
+        while not done.wait(0.2):
+            for cur in list(ip.user_ns["_duckmob_notebook_connection"]._cursors):
+                cur.interrupt()
+
+    capsys.readouterr()
+    threading.Thread(target=interrupt_cursors, daemon=True).start()
+    try:
+        r = run(ip, "%sql SELECT count(*) FROM range(100000000000) t(x) WHERE x % 7 = 3")
+    finally:
+        done.set()
+    out = capsys.readouterr()
+    shown = [line for line in (out.out + out.err).strip().splitlines() if not line.startswith("Running query in")]
+    assert r.error_in_exec is not None
+    assert shown == [INTERRUPTED] and "Traceback" not in out.out + out.err
+
+
+def test_a_release_interrupted_inside_sql_shows_one_line(ip, capsys):
+    """A duckmob release stopped by Ctrl-C inside a UDF reaches jupysql as DuckDB's wrapped UDF error."""
+    from duckmob.cli import INTERRUPTED
+
+    def stopped_release() -> int:
+        raise RuntimeError("interrupted (Ctrl-C): the release stopped")  # the text of release.Interrupted
+
+    ip.user_ns["duckmob_con"].create_function("stopped_release", stopped_release, [], "INTEGER")
+    capsys.readouterr()
+    r = run(ip, "%sql SELECT stopped_release() AS x")
+    out = capsys.readouterr()
+    shown = [line for line in (out.out + out.err).strip().splitlines() if not line.startswith("Running query in")]
+    assert r.error_in_exec is not None and shown == [INTERRUPTED], shown
