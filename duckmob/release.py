@@ -9,7 +9,7 @@ SQL, Python, the shell, Jupyter or dbt) is :func:`run`, in this order:
    a ROLLBACK cannot undo it): read the budget and every other release of the source, check the ledger's
    integrity, plan the spend (a method may calibrate it to what is left), check it fits, insert a ``reserved``
    ledger row and commit. Concurrent releases (threads, cursors, one statement with several releases) see each
-   other's reservations, so together they never exceed the budget. A model name is claimed in the same step.
+   other's reservations, so together they never exceed the budget. A model name is claimed just before.
 3. **read** the data (:meth:`Release.read`). From here on the reservation stands whatever happens: an
    exception, Ctrl-C (:meth:`Release.check_interrupt`), a full disk while saving. A failure before the read
    cancels the reservation (the row stays, marked ``cancelled``, counting nothing).
@@ -22,7 +22,7 @@ Messages on this path never carry anything computed from the table (``duckmob.tr
 ``private=True`` drops what it cannot use, silently; ``mob_check`` is the exact, non-private diagnostic).
 
 One :class:`Database` per DuckDB database instance in this process holds the core's own connection, the lock,
-the releases in progress and the model names being fitted. DuckDB lets one process at a time write a database
+the releases in progress and the model names being fitted (claimed by :func:`fit` before it reserves). DuckDB lets one process at a time write a database
 file, so a per-process lock is a per-database lock.
 """
 
@@ -33,6 +33,7 @@ import hashlib
 import signal
 import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
@@ -75,6 +76,15 @@ class Database:
         another configuration -- dbt's -- was refused). Known limit: closing the registering connection while
         another independent connection to the same file stays open leaves the UDFs on a closed connection."""
         return con.cursor()
+
+    @contextmanager
+    def connection(self):
+        """A new connection to this database for one thread's use, closed on exit."""
+        cur = self.cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A new connection to this database, for one thread's use (close it after)."""
@@ -192,7 +202,6 @@ class Request:
     params: dict
     seeded: bool
     plan: Callable[[ledger.Prior], Event]
-    model_name: str | None = None
 
 
 @dataclass(eq=False)
@@ -226,8 +235,7 @@ class Release:
         the error (a BudgetError when it does not fit) propagates.
         """
         with self.db.lock:
-            cur = self.db.cursor()
-            try:
+            with self.db.connection() as cur:
                 p = ledger.prior(cur, self.source, exclude=self.ledger_id)
                 try:
                     event, result = plan(p)
@@ -237,8 +245,6 @@ class Release:
                     raise
                 self._set_event(cur, event)
                 return result
-            finally:
-                cur.close()
 
     def _set_event(self, cur, event: Event) -> None:
         ledger.update(cur, self.ledger_id, event=event)
@@ -246,56 +252,44 @@ class Release:
 
 
 def _reserve(db: Database, request: Request) -> Release:
-    with db.lock:
-        if request.model_name is not None:
-            _claim_name(db, request.model_name)
-        cur = db.cursor()
+    with db.lock, db.connection() as cur:
         try:
-            try:
-                ledger.ensure_tables(cur)
-                p = ledger.prior(cur, request.source)
-                event = request.plan(p)
-                ledger.check(p, event)
-                ledger_id = ledger.reserve(cur, p, event, mechanism=request.mechanism,
-                                           privacy_unit=request.privacy_unit, params=request.params,
-                                           seeded=request.seeded)
-            except duckdb.Error as exc:
-                if "read-only" in str(exc) or "read only" in str(exc):
-                    raise DuckmobError("the database is opened read-only: a release must be recorded in its "
-                                       "privacy ledger; open it writable") from None
-                raise
-        except BaseException:
-            db.pending_names.discard(request.model_name)
+            ledger.ensure_tables(cur)
+            p = ledger.prior(cur, request.source)
+            event = request.plan(p)
+            ledger.check(p, event)
+            ledger_id = ledger.reserve(cur, p, event, mechanism=request.mechanism,
+                                       privacy_unit=request.privacy_unit, params=request.params,
+                                       seeded=request.seeded)
+        except duckdb.Error as exc:
+            if "read-only" in str(exc) or "read only" in str(exc):
+                raise DuckmobError("the database is opened read-only: a release must be recorded in its "
+                                   "privacy ledger; open it writable") from None
             raise
-        finally:
-            cur.close()
     release = Release(db, request.source, ledger_id, event)
     db.active.add(release)
     return release
 
 
 def _claim_name(db: Database, name: str) -> None:
+    """Claim a model name for one fit (refused when stored or being fitted); release it with
+    ``db.pending_names.discard(name)`` once the fit is over."""
     from duckmob.synth import store
 
-    cur = db.cursor()
-    try:
+    with db.lock, db.connection() as cur:
         taken = name in db.pending_names or store.exists(cur, name)
-    finally:
-        cur.close()
+        if not taken:
+            db.pending_names.add(name)
     if taken:
         raise DuckmobError(f"a model named '{name}' already exists or is being fitted: choose another name, or "
                            f"delete it first with DELETE FROM {store.TABLE} WHERE name = '{name}'")
-    db.pending_names.add(name)
 
 
 def _finish(release: Release, status: str, params: dict | None = None) -> None:
     db = release.db
     with db.lock:
-        cur = db.cursor()
-        try:
+        with db.connection() as cur:
             ledger.update(cur, release.ledger_id, status=status, params=params)
-        finally:
-            cur.close()
 
 
 def run(db: Database, request: Request, compute: Callable[[Release], T]) -> tuple[T, int]:
@@ -306,17 +300,10 @@ def run(db: Database, request: Request, compute: Callable[[Release], T]) -> tupl
         result = compute(release)
     except BaseException:
         db.active.discard(release)
-        try:
-            _finish(release, "failed" if release.was_read else "cancelled")
-        finally:
-            db.pending_names.discard(request.model_name)
+        _finish(release, "failed" if release.was_read else "cancelled")
         raise
     db.active.discard(release)
-    try:
-        _finish(release, "spent")
-    except BaseException:
-        db.pending_names.discard(request.model_name)
-        raise
+    _finish(release, "spent")
     return result, release.ledger_id
 
 
@@ -384,15 +371,16 @@ def fit(db: Database, request: FitRequest, load_points: Callable[[], pa.Table]):
         return synthesizer.fit(data, r.eps, r.delta, noise, contribution_bound=r.k, release=release)
 
     req = Request(source=r.source, mechanism=r.method, privacy_unit=r.privacy_unit, params=recorded,
-                  seeded=noise.seeded, model_name=r.name,
+                  seeded=noise.seeded,
                   plan=lambda p: synthesizer.privacy_event(r.eps, r.delta, contribution_bound=r.k, prior=p))
     if r.name is None:
         model, ledger_id = run(db, req, compute)
         return model, ledger_id, noise
+    _claim_name(db, r.name)   # before anything is reserved; a second fit of the same name is refused here
     try:
         model, ledger_id = run(db, req, compute)
         _store(db, r, model, ledger_id)
-    finally:
+    finally:   # stored, or nothing stored: the name is no longer being fitted
         db.pending_names.discard(r.name)
     return model, ledger_id, noise
 
@@ -406,13 +394,10 @@ def _store(db: Database, r: FitRequest, model, ledger_id: int) -> None:
                  "seeded": r.seed is not None}
     digest = store.checksum(r.name, r.method, r.source, described, blob, ledger_id)
     with db.lock:
-        cur = db.cursor()
-        try:
+        with db.connection() as cur:
             ledger.update(cur, ledger_id, params={"model_checksum": digest})
             store.save(cur, r.name, r.method, r.source, described, r.eps, r.delta, blob, ledger_id=ledger_id,
                        checksum=digest)
-        finally:
-            cur.close()
 
 
 def sample(model, n: int | None, rng: np.random.Generator):
@@ -525,21 +510,15 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
 def set_budget(db: Database, source, eps, delta) -> dict:
     """Declare or raise a budget (on the core's connection, under the lock); returns the source's budget row."""
     with db.lock:
-        cur = db.cursor()
-        try:
+        with db.connection() as cur:
             ledger.set_budget(cur, source, eps, delta)
             return next(b for b in ledger.budgets(cur) if b["source"] == source)
-        finally:
-            cur.close()
 
 
 def read_ledger(db: Database, what: Callable) -> Any:
     """``what(cursor)`` on the core's connection (mob_budget, mob_ledger, loading a model)."""
-    cur = db.cursor()
-    try:
+    with db.connection() as cur:
         return what(cur)
-    finally:
-        cur.close()
 
 
 __all__ = ["Database", "database", "Release", "Request", "Interrupted", "run", "fit_request", "fit", "sample",

@@ -49,6 +49,28 @@ def _spent(con, source="trips") -> float:
     return ledger.spent(con, source)
 
 
+def _in_threads(con, sql: str, n: int) -> list[str]:
+    """Run ``sql`` on n registered cursors at once: "ok" or the one-line error of each."""
+    results = []
+
+    def one():
+        cur = duckmob.register(con.cursor())
+        try:
+            cur.execute(sql).fetchall()
+            results.append("ok")
+        except duckdb.Error as exc:
+            results.append(one_line(exc))
+        finally:
+            cur.close()
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
 def _statuses(con) -> list[tuple]:
     return con.execute("SELECT id, status FROM duckmob_ledger ORDER BY id").fetchall()
 
@@ -56,23 +78,7 @@ def _statuses(con) -> list[tuple]:
 def test_eight_threads_never_overspend(filedb):
     path, con = filedb
     con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
-    results = []
-
-    def one():
-        cur = duckmob.register(con.cursor())
-        try:
-            cur.execute(f"FROM synthesize('trips', eps := 0.3, bbox := {SQL_BOX}, n := 5, {SMALL})").fetchall()
-            results.append("ok")
-        except duckdb.Error as exc:
-            results.append(one_line(exc))
-        finally:
-            cur.close()
-
-    threads = [threading.Thread(target=one) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = _in_threads(con, f"FROM synthesize('trips', eps := 0.3, bbox := {SQL_BOX}, n := 5, {SMALL})", 8)
     assert results.count("ok") == 3   # 3 x 0.3 <= 1.0 < 4 x 0.3
     assert all("budget of 'trips' exceeded" in r for r in results if r != "ok")
     assert _spent(con) == pytest.approx(0.9)
@@ -109,30 +115,15 @@ def test_a_rollback_does_not_erase_the_spend(con):
 def test_same_model_name_from_two_threads_is_fitted_and_charged_once(filedb):
     path, con = filedb
     con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
-    results = []
     slow_fit = PrivTrace.fit
 
     def slow(self, *args, **kwargs):
         time.sleep(0.5)   # both threads are inside the release at once
         return slow_fit(self, *args, **kwargs)
 
-    def one():
-        cur = duckmob.register(con.cursor())
-        try:
-            cur.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {SQL_BOX}, {SMALL})").fetchall()
-            results.append("ok")
-        except duckdb.Error as exc:
-            results.append(one_line(exc))
-        finally:
-            cur.close()
-
     PrivTrace.fit = slow
     try:
-        threads = [threading.Thread(target=one) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results = _in_threads(con, f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {SQL_BOX}, {SMALL})", 2)
     finally:
         PrivTrace.fit = slow_fit
     assert sorted(results)[1] == "ok" and "already exists or is being fitted" in sorted(results)[0]
@@ -337,3 +328,14 @@ def test_hrnet_first_release_stays_within_the_budget_delta():
     assert accounting.epsilon(run, 1e-5) <= 1.922 + 1e-9
     alone = calibrate_noise_multiplier(fixed, q, steps, 1.922, 1e-3)
     assert accounting.epsilon(accounting.compose(fixed + [accounting.dp_sgd(alone, q, steps)]), 1e-5) > 1.922
+
+
+def test_a_refused_fit_does_not_free_the_name_another_fit_holds(con):
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
+    db = release.database(con)
+    release._claim_name(db, "m")   # another fit of 'm' is in progress
+    with pytest.raises(duckdb.Error, match="being fitted"):
+        con.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {SQL_BOX}, {SMALL})").fetchall()
+    assert "m" in db.pending_names and _statuses(con) == []
+    db.pending_names.discard("m")

@@ -36,12 +36,13 @@ FROM query('SELECT ' || traj_col || '::BIGINT AS traj_id, ' ||
 
 -- An eps-DP count of the trajectories (distinct traj_id) or users of a table: one row (count DOUBLE).
 -- Sensitivity 1 per trajectory; with privacy_unit := 'user', at most max_trajectories_per_user := k are counted
--- per user and the sensitivity is k. Checks and records the budget of `tbl`.
+-- per user and the sensitivity is k. A trajectory is a (user_id, traj_id) pair, as everywhere (one traj_id used
+-- by two users is two trajectories). Checks and records the budget of `tbl`.
 CREATE OR REPLACE TEMP MACRO mob_noisy_count(tbl, eps := NULL, seed := NULL, privacy_unit := 'trajectory',
                                             max_trajectories_per_user := NULL, what := 'trajectories',
                                             traj_col := 'traj_id', user_col := 'user_id') AS TABLE
 SELECT unnest(_mob_noisy_count(list({'traj_id': traj_id, 'user_id': user_id}), tbl, eps, seed, privacy_unit,
                                max_trajectories_per_user, what), recursive := true)
 FROM query('SELECT ' || traj_col || '::BIGINT AS traj_id, ' ||
-           'min(coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$''))::BIGINT) AS user_id ' ||
+           'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$''))::BIGINT AS user_id ' ||
            'FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ') GROUP BY ALL');
