@@ -11,7 +11,8 @@ Loading the extension
 5. installs an exception handler: a duckmob error, or a DuckDB error raised by ``%sql``, prints duckmob's own
    one-line message (``duckmob: no privacy budget declared for 'trips': run ...``) instead of a traceback; a
    ``%sql`` statement stopped by "interrupt the kernel" (jupysql lets DuckDB's ``RuntimeError('Query interrupted')``,
-   ``InterruptException`` or a ``KeyboardInterrupt`` through) prints the shell's one line, ``duckmob.cli.INTERRUPTED``.
+   ``InterruptException`` or a ``KeyboardInterrupt`` through) prints the shell's one line, ``duckmob.cli.INTERRUPTED``;
+6. at kernel exit, closes the duckmob connection and lets go of it (:func:`_close_connection`).
 
 Why a wrapper around the connection: jupysql runs every statement on a fresh ``connection.cursor()``, and a DuckDB
 cursor is a new connection that does not see the TEMP macros (``synthesize``, ``mob_*``) of its parent. The
@@ -148,6 +149,27 @@ def _duckmob_magic(ipython):
     return duckmob
 
 
+def _close_connection(ipython) -> None:
+    """Close jupysql's duckmob connection and drop every reference to it (at ``%unload_ext`` and at interpreter
+    exit).
+
+    Why at exit: DuckDB's Python bindings (nanobind) print about 60 lines of ``nanobind: leaked ... instances`` when a
+    connection object is still alive as the interpreter finalises. jupysql's own exit hook closes its connections
+    but keeps the current one in ``ConnectionManager.current``, a class attribute that lives to the end, and with it
+    our wrapper, the DuckDB connection and the cursors of its result sets. Registered after jupysql's hook and
+    IPython's, so it runs before them (``atexit`` runs last-registered first).
+    """
+    from sql.connection import ConnectionManager
+
+    ours = ConnectionManager.connections.get(ALIAS)
+    if ours is not None:
+        ConnectionManager.close_connection_with_descriptor(ALIAS)
+    if ConnectionManager.current is not None and ConnectionManager.current is ours:
+        ConnectionManager.current = None
+    ipython.user_ns.pop(NAMESPACE_NAME, None)
+    ipython.user_ns.pop("_duckmob_notebook_connection", None)
+
+
 def load_ipython_extension(ipython) -> None:
     """``%load_ext duckmob``: jupysql with telemetry off, a duckmob connection, ``%duckmob`` and one-line errors."""
     os.environ.update(_TELEMETRY_OFF)
@@ -156,17 +178,15 @@ def load_ipython_extension(ipython) -> None:
     if not hasattr(ipython, "_duckmob_previous_exc"):
         _install_error_handler(ipython)
     use(ipython)
+    atexit.unregister(_close_connection)  # once, however often the extension is loaded
+    atexit.register(_close_connection, ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
     """``%unload_ext duckmob``: restore the previous exception handler and close the duckmob connection."""
-    from sql.connection import ConnectionManager
-
     if hasattr(ipython, "_duckmob_previous_exc"):
         types, handler = ipython._duckmob_previous_exc
         ipython.custom_exceptions, ipython.CustomTB = types, handler
         del ipython._duckmob_previous_exc
-    if ConnectionManager.connections.get(ALIAS) is not None:
-        ConnectionManager.close_connection_with_descriptor(ALIAS)
-    ipython.user_ns.pop(NAMESPACE_NAME, None)
-    ipython.user_ns.pop("_duckmob_notebook_connection", None)
+    _close_connection(ipython)
+    atexit.unregister(_close_connection)

@@ -117,9 +117,11 @@ def test_duckmob_magic_switches_to_a_database_file(ip, tmp_path):
         con.close()
 
 
-def test_example_notebook_runs_top_to_bottom(tmp_path):
+def test_example_notebook_runs_top_to_bottom(tmp_path, capfd):
     """examples/notebook.ipynb in a real kernel (nbclient): every cell runs, the two cells tagged raises-exception
-    show duckmob's one line and nothing else, and the density picture is displayed."""
+    show duckmob's one line and nothing else, the density picture is displayed, and the kernel exits without
+    DuckDB's "nanobind: leaked ... instances" lines (the kernel writes to this process's standard error, which
+    capfd reads; nbclient waits for the kernel to exit)."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     notebook = nbformat.read(Path(__file__).resolve().parents[1] / "examples" / "notebook.ipynb", as_version=4)
@@ -137,6 +139,8 @@ def test_example_notebook_runs_top_to_bottom(tmp_path):
     assert "privtrace_length_jsd" in text and "trips_privtrace" in text
     images = [o for c in cells for o in c.outputs if "image/png" in o.get("data", {})]
     assert len(images) == 1 and (tmp_path / "density.png").is_file()
+    kernel_stderr = capfd.readouterr().err
+    assert "nanobind" not in kernel_stderr and "leaked" not in kernel_stderr, kernel_stderr[-2000:]
 
 
 def test_an_interrupted_sql_statement_shows_one_line(ip, capsys):
