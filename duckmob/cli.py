@@ -4,10 +4,17 @@
     duckmob [DATABASE] [-i]                     interactive prompt when standard input is a terminal (or with -i)
     duckmob demo                                                the demo on the shipped GeoLife sample
 
-Statements end with ``;`` and may span lines. Results print as aligned tables with their run time. Errors print
-as one line (``--traceback`` shows Python's traceback too). ``-o OUT.parquet`` (or ``.csv``) writes the result of
-the last statement to a file. Dot commands: .tables, .schema [NAME], .timer on|off,
-.help, .quit. Results go to files with plain SQL: ``COPY (FROM synthesize(...)) TO 'out.parquet'``.
+Statements end with ``;`` and may span lines. Results print as aligned tables (at most ``.maxrows`` rows, 100 by
+default: the first and last half of a longer result; a text wider than the table allows ends in an ellipsis) with
+their run time. Errors print as one line, with DuckDB's hints (``Did you mean "trips"?``) kept; ``--traceback``
+shows Python's traceback too. ``-o OUT.parquet`` (or ``.csv``) writes the result of the last statement to a file.
+Dot commands (.tables, .schema [NAME], .maxrows N, .maxwidth N, .timer on|off, .help, .quit) work at the prompt and,
+as in the DuckDB CLI, on a line of their own between statements in ``-c`` text, a ``-f`` file or piped SQL
+(``echo .tables | duckmob trips.duckdb``). Results go to files with plain SQL too: ``COPY (FROM synthesize(...))
+TO 'out.parquet'``.
+
+Long statements: in a terminal DuckDB draws its progress bar, and HRNet's pre-training and DP-SGD draw their own
+(on standard error, with the time left).
 
 Ctrl-C while a statement runs stops it (DuckDB's query and any release in progress, which keeps the budget it
 reserved) and prints one line, :data:`INTERRUPTED`; the prompt comes back, or ``-c`` / ``-f`` / piped SQL exits with
@@ -17,10 +24,13 @@ status 130. Ctrl-C at the prompt clears the line being typed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import shutil
 import signal
 import sys
+import textwrap
 import threading
 import time
 import traceback
@@ -33,21 +43,64 @@ from duckmob.errors import one_line
 HELP = """\
 .tables            list tables and views          (SQL: SHOW TABLES)
 .schema [NAME]     columns of a table             (SQL: DESCRIBE NAME)
+.maxrows N         show at most N rows of a result (default 100: the first and last N/2 of a longer one)
+.maxwidth N        tables at most N characters wide (default: the terminal's width); wider text ends in ...
 .timer on|off      show how long each statement took
 .help              this text
 .quit              leave (also Ctrl-D)
+Dot commands also work on a line of their own in -c text, -f files and piped SQL.
 Write a result to a file: COPY (SELECT ...) TO 'result.parquet' (or .csv)."""
+
+# Rows a result table shows by default: all of mob_evaluate's (38 metrics and growing; the DuckDB CLI shows 40).
+DEFAULT_MAX_ROWS = 100
+# Rows read to draw a result, as DuckDB's own display reads (a longer result shows as ">9999 rows").
+SHOWN_LIMIT = 10_000
 
 INTERRUPTED = "duckmob: interrupted (Ctrl-C); any privacy budget already spent stays recorded in mob_ledger()"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 
 
 class Shell:
-    def __init__(self, con: duckdb.DuckDBPyConnection, out=sys.stdout, err=sys.stderr, show_traceback=False):
-        self.con, self.out, self.err = con, out, err
+    def __init__(self, con: duckdb.DuckDBPyConnection, out=None, err=None, show_traceback=False):
+        # the streams as they are now (None), not as they were at import: a caller (or a test) may replace them
+        self.con = con
+        self.out, self.err = (sys.stdout if out is None else out), (sys.stderr if err is None else err)
         self.show_traceback = show_traceback
         self.timer = True
-        self.interrupted = False  # whether the last run_sql was stopped by Ctrl-C
+        self.maxrows = DEFAULT_MAX_ROWS
+        self.maxwidth: int | None = None  # None: the terminal's width (DuckDB's default when not a terminal)
+        self.interrupted = False  # whether the last run_sql or run_script was stopped by Ctrl-C
+
+    def run_script(self, text: str, output: str | None = None) -> bool:
+        """Run SQL with dot commands, as ``-c``, ``-f`` and piped input are run: a line starting with ``.`` where
+        a statement could begin is a dot command (as in the DuckDB CLI); the SQL between them runs with
+        :meth:`run_sql`. Returns False at the first statement or dot command that fails (the rest are skipped);
+        ``.quit`` ends the script there. ``output`` receives the result of the last SQL statement.
+        """
+        chunks: list[tuple[str, str]] = []  # ("sql", text) or ("dot", line)
+        sql: list[str] = []
+        for line in text.splitlines():
+            if line.lstrip().startswith(".") and _complete("\n".join(sql)):
+                if _has_statement("\n".join(sql)):
+                    chunks.append(("sql", "\n".join(sql)))
+                sql = []
+                chunks.append(("dot", line.strip()))
+            else:
+                sql.append(line)
+        if _has_statement("\n".join(sql)):
+            chunks.append(("sql", "\n".join(sql)))
+        last_sql = max((i for i, (kind, _) in enumerate(chunks) if kind == "sql"), default=-1)
+        for i, (kind, chunk) in enumerate(chunks):
+            if kind == "dot":
+                try:
+                    ok = self.dot(chunk)
+                except EOFError:  # .quit
+                    return True
+            else:
+                ok = self.run_sql(chunk, output if i == last_sql else None)
+            if not ok:
+                return False
+        return True
 
     def run_sql(self, text: str, output: str | None = None) -> bool:
         """Run every statement in ``text``; return False if one failed or was interrupted (the rest are skipped;
@@ -82,8 +135,27 @@ class Shell:
             write_result(rel, output)
             self.err.write(f"wrote {output}\n")
         elif rel is not None:
-            self.out.write(str(rel))
-            self.out.write("\n")
+            self._show(rel)
+
+    def _show(self, rel) -> None:
+        """Draw ``rel`` as DuckDB's box table: at most ``maxrows`` rows, one line each.
+
+        The statement runs once (its first :data:`SHOWN_LIMIT` rows are held). DuckDB's renderer spends the rows
+        a result leaves below ``max_rows`` on wrapping long text over several lines (a 300-character value in a
+        2-row result took 13 lines); asking for exactly the rows there are keeps every row on one line, its text
+        cut with an ellipsis to fit ``maxwidth``.
+        """
+        held = rel.limit(SHOWN_LIMIT).materialize()
+        if held.columns != rel.columns:  # the limit renamed repeated names (a, a_1): show the statement's own
+            held = held.project(", ".join(f"{_quote(h)} AS {_quote(c)}" for h, c in zip(held.columns, rel.columns)))
+        n = len(held)
+        with contextlib.redirect_stdout(self.out):
+            held.show(max_rows=n if 0 < n <= self.maxrows else self.maxrows, max_width=self._width())
+
+    def _width(self) -> int | None:
+        if self.maxwidth is not None:
+            return self.maxwidth
+        return shutil.get_terminal_size().columns if self.out.isatty() else None
 
     def _interruptible(self, work) -> None:
         """Run ``work()``; raise :class:`_Interrupted` if Ctrl-C came meanwhile or DuckDB reports an interrupted
@@ -160,8 +232,27 @@ class Shell:
         if cmd == ".timer":
             self.timer = not args or args[0] == "on"
             return True
+        if cmd in (".maxrows", ".maxwidth"):
+            return self._set_size(cmd, args)
         self.err.write(f"Error: unknown command {cmd}: try .help\n")
         return False
+
+    def _set_size(self, cmd: str, args: list[str]) -> bool:
+        """``.maxrows N`` / ``.maxwidth N``; without N, print the current value."""
+        rows = cmd == ".maxrows"
+        if not args:
+            current = self.maxrows if rows else self.maxwidth
+            self.out.write(f"{cmd} {'the terminal width' if current is None else current}\n")
+            return True
+        minimum = 1 if rows else 20
+        if not args[0].isdigit() or int(args[0]) < minimum:
+            self.err.write(f"Error: {cmd} takes a whole number of at least {minimum}, e.g. {cmd} 100\n")
+            return False
+        if rows:
+            self.maxrows = int(args[0])
+        else:
+            self.maxwidth = int(args[0])
+        return True
 
     def interactive(self) -> int:
         try:
@@ -184,12 +275,13 @@ class Shell:
                     buffer = []
                     self.out.write("\n")
                     continue
-                if not buffer and line.strip().startswith("."):
+                if not _has_statement("\n".join(buffer)) and line.strip().startswith("."):
+                    buffer = []
                     self.dot(line.strip())
                     continue
                 buffer.append(line)
                 text = "\n".join(buffer)
-                if text.strip() and _complete(text):
+                if _has_statement(text) and _complete(text):
                     buffer = []
                     self.run_sql(text)
         except EOFError:
@@ -244,31 +336,54 @@ def write_result(rel, path: str) -> None:
         raise duckmob.DuckmobError(f"cannot write {path!r}: name a .parquet or .csv file")
 
 
+def _code_tokens(text: str) -> list[tuple[int, object]]:
+    """DuckDB's tokens of ``text`` without its comments."""
+    return [t for t in duckdb.tokenize(text) if t[1] != duckdb.token_type.comment]
+
+
 def _complete(text: str) -> bool:
-    """True when ``text`` ends a statement: a ';' at the end, outside quotes."""
-    stripped = text.rstrip()
-    if not stripped.endswith(";"):
-        return False
-    quote = None
-    for ch in stripped:
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in ("'", '"'):
-            quote = ch
-    return quote is None
+    """True when ``text`` ends where a statement may begin: nothing but comments, or a last ';' outside strings,
+    quoted names and comments (DuckDB's tokenizer decides; an unclosed string is one token, so it ends nothing)."""
+    tokens = _code_tokens(text)
+    if not tokens:
+        return True
+    start, kind = tokens[-1]
+    return kind == duckdb.token_type.operator and text[start] == ";"
+
+
+def _has_statement(text: str) -> bool:
+    """Whether ``text`` holds any SQL (not only blanks and comments)."""
+    return bool(_code_tokens(text))
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+USAGE = """duckmob [DATABASE] [-c SQL | -f FILE] [-o OUT] [-i] [--traceback]
+       duckmob demo"""
+DEMO = ("the whole pipeline on the GeoLife sample shipped with duckmob: load, clean, stay points, a synthetic "
+        "table under differential privacy and its quality (a few seconds)")
+COMMANDS = f"""commands:
+  demo  {textwrap.fill(DEMO, 100, subsequent_indent=' ' * 8)}
+
+Without a command: run SQL with every duckmob function registered, from -c, -f or standard input, or at a
+prompt (.help there lists the dot commands; they also work in -c, -f and piped SQL)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
+        argparse.ArgumentParser(prog="duckmob demo", description=DEMO).parse_args(argv[1:])
         from duckmob.demo import run
         run()
         return 0
-    parser = argparse.ArgumentParser(prog="duckmob", description="DuckDB with duckmob's functions registered.")
+    parser = argparse.ArgumentParser(prog="duckmob", usage=USAGE, epilog=COMMANDS,
+                                     description="DuckDB with duckmob's functions registered.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("database", nargs="?", default=":memory:", help="database file (default: in memory)")
-    parser.add_argument("-c", "--command", help="SQL to run, then exit")
-    parser.add_argument("-f", "--file", help="a .sql file to run, then exit")
+    parser.add_argument("-c", "--command", help="SQL (and dot commands) to run, then exit")
+    parser.add_argument("-f", "--file", help="a .sql file (SQL and dot commands) to run, then exit")
     parser.add_argument("-o", "--output", help="write the last statement's result to this .parquet or .csv file")
     parser.add_argument("--traceback", action="store_true", help="show Python tracebacks on errors")
     parser.add_argument("-i", "--interactive", action="store_true",
@@ -292,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command is not None:
-            return status(shell.run_sql(args.command, args.output))
+            return status(shell.run_script(args.command, args.output))
         if args.file is not None:
             try:
                 with open(args.file, encoding="utf-8") as fh:
@@ -300,10 +415,10 @@ def main(argv: list[str] | None = None) -> int:
             except OSError as exc:
                 sys.stderr.write(f"Error: cannot read {args.file}: {exc.strerror}\n")
                 return 1
-            return status(shell.run_sql(text, args.output))
+            return status(shell.run_script(text, args.output))
         if sys.stdin.isatty() or args.interactive:
             return shell.interactive()
-        return status(shell.run_sql(sys.stdin.read(), args.output))
+        return status(shell.run_script(sys.stdin.read(), args.output))
     except KeyboardInterrupt:  # Ctrl-C outside a statement: while reading piped SQL, say
         sys.stderr.write(INTERRUPTED + "\n")
         return EXIT_INTERRUPTED

@@ -1,5 +1,6 @@
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -203,3 +204,141 @@ def test_other_errors_are_not_taken_for_an_interrupt():
     assert not shell.run_sql("SELECT 1;") and not shell.interrupted
     assert err.getvalue() == "Error: Binder Error: nope\n"
     con.close()
+
+
+def shell_on(con):
+    out, err = io.StringIO(), io.StringIO()
+    return cli.Shell(con, out=out, err=err), out, err
+
+
+def clear(buffer: io.StringIO) -> None:
+    buffer.seek(0)
+    buffer.truncate()
+
+
+def test_dot_commands_from_a_pipe_a_file_and_c(tmp_path):
+    db = str(tmp_path / "t.duckdb")
+    assert run([db, "-c", "CREATE TABLE trips AS SELECT 1 AS traj_id"]).returncode == 0
+    r = run([db], stdin=".tables\n")  # echo .tables | duckmob t.duckdb: a parser error before
+    assert r.returncode == 0 and "trips" in r.stdout and r.stderr == "", r.stderr
+    script = tmp_path / "s.sql"
+    script.write_text("-- a comment\nSELECT 1 AS a;\n.maxrows 4\nSELECT * FROM range(10);\n.schema trips\n"
+                      ".quit\nSELECT 'never' AS n;\n")
+    r = run([db, "-f", str(script)])
+    assert r.returncode == 0, r.stderr
+    assert "(4 shown)" in r.stdout and "traj_id" in r.stdout and "never" not in r.stdout
+    r = run([db, "-c", ".bogus"])
+    assert r.returncode == 1 and "unknown command .bogus" in r.stderr
+
+
+def test_scripts_mix_sql_and_dot_commands_at_statement_starts_only(tmp_path):
+    import duckmob
+    con = duckmob.connect()
+    shell, out, err = shell_on(con)
+    # a line starting with '.' inside a statement or a string is SQL, as in the DuckDB CLI
+    assert shell.run_script("SELECT\n.5 AS half;\nSELECT 'x\n.tables' AS s;\n.tables\n")
+    assert "half" in out.getvalue() and ".5 │" in out.getvalue() and "x\\n.tables" in out.getvalue()
+    assert "duckmob_ledger" in out.getvalue() and err.getvalue() == ""
+    assert not shell.run_script(".maxrows zero\nSELECT 42 AS never;") and "42" not in out.getvalue()
+    clear(out)
+    # -o gets the last SQL statement's result even when a dot command follows it
+    path = tmp_path / "r.csv"
+    assert shell.run_script("SELECT 1 AS a;\nSELECT 7 AS x;\n.timer off\n", output=str(path))
+    assert path.read_text().splitlines() == ["x", "7"] and "a" in out.getvalue()
+    con.close()
+
+
+def test_in_process_main_reads_the_current_streams(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("SELECT 6 * 7 AS answer;\n.maxrows\n"))
+    assert cli.main([]) == 0
+    captured = capsys.readouterr()
+    assert "42" in captured.out and f".maxrows {cli.DEFAULT_MAX_ROWS}" in captured.out
+
+
+def test_a_31_row_result_shows_whole_and_maxrows_cuts_it():
+    con = duckdb.connect()
+    shell, out, _ = shell_on(con)
+
+    def shown_rows():
+        return [int(m) for m in re.findall(r"^│\s+(\d+) │$", out.getvalue(), re.M)]
+
+    shell.run_sql("SELECT range AS i FROM range(31);")  # mob_evaluate's size when the issue was filed
+    assert shown_rows() == list(range(31)) and "shown" not in out.getvalue()
+    clear(out)
+    assert shell.dot(".maxrows 10")
+    shell.run_sql("SELECT range AS i FROM range(31);")
+    assert shown_rows() == [0, 1, 2, 3, 4, 26, 27, 28, 29, 30] and "(10 shown)" in out.getvalue()
+    con.close()
+
+
+def test_wide_text_is_cut_with_an_ellipsis_and_rows_stay_one_line():
+    con = duckdb.connect()
+    shell, out, _ = shell_on(con)
+    shell.dot(".maxwidth 80")
+    # DuckDB's renderer wrapped this 300-character value over 13 lines
+    shell.run_sql("SELECT repeat('x', 300) AS s, i FROM range(2) t(i);")
+    lines = out.getvalue().splitlines()
+    rows = [line for line in lines if line.startswith("│ x")]
+    assert len(rows) == 2 and all(line.rstrip().endswith("│") and "…" in line for line in rows), lines
+    assert max(len(line) for line in lines) <= 80
+    clear(out)
+    shell.run_sql("SELECT 1 AS a, 2 AS a;")  # a repeated name shows as written
+    assert out.getvalue().splitlines()[1].count(" a ") == 2
+    con.close()
+
+
+def test_errors_keep_duckdb_hints_on_one_line():
+    import duckmob
+    con = duckmob.connect()
+    shell, _, err = shell_on(con)
+    shell.run_sql("CREATE TABLE trips AS SELECT 1 AS traj_id, 40.0 AS lat;")
+    for sql, expected in [
+        ("SELECT * FROM trip;", 'Catalog Error: Table with name trip does not exist! Did you mean "trips"?'),
+        ("SELECT latt FROM trips;", 'Referenced column "latt" not found in FROM clause! Candidate bindings: "lat"'),
+        ("SELECT mob_cel(1);", 'Did you mean "mob_cell"?'),  # a typo, not "not registered"
+        ("SELECT mob_cell(1);", "Candidate macros: mob_cell(lat, lon, bbox, w)"),
+        ("SELECT CAST('a' AS INT);", "Conversion Error: Could not convert string 'a' to INT32"),
+    ]:
+        clear(err)
+        assert not shell.run_sql(sql)
+        assert len(err.getvalue().splitlines()) == 1 and expected in err.getvalue(), err.getvalue()
+        assert "LINE 1" not in err.getvalue()
+    con.close()
+    cur = duckdb.connect()  # no duckmob here: the message says so
+    try:
+        cur.sql("SELECT mob_cell(1, 2, [1, 2, 3, 4], 2)").fetchall()
+    except duckdb.Error as exc:
+        assert "duckmob.register" in cli.one_line(exc)
+    cur.close()
+
+
+def test_long_candidate_lists_are_cut():
+    con = duckdb.connect()
+    try:
+        con.sql("SELECT abs('a', 1)").fetchall()
+    except duckdb.Error as exc:
+        text = cli.one_line(exc)
+    assert "Candidate functions: abs(x TINYINT) -> TINYINT; " in text and "more)" in text and "\n" not in text
+    con.close()
+
+
+def test_numbers_in_duckmob_messages_read_as_written():
+    import numpy as np
+
+    from duckmob.errors import DuckmobError
+    exc = DuckmobError(f"bbox must be finite, got {[np.float64(116.318417), np.float64('nan')]!r}; "
+                       f"k = {np.int64(3)!r}, {np.True_!r}")
+    assert str(exc) == "bbox must be finite, got [116.318417, nan]; k = 3, True"
+
+
+def test_help_lists_every_subcommand():
+    r = run(["--help"])
+    assert r.returncode == 0 and "demo" in r.stdout and "-c" in r.stdout and "-f" in r.stdout
+    r = run(["demo", "--help"])
+    assert r.returncode == 0 and "GeoLife sample" in r.stdout
+
+
+def test_statement_completion_uses_duckdbs_tokenizer():
+    assert cli._complete("SELECT 1;") and cli._complete("SELECT 1; -- it's done") and cli._complete("-- only")
+    assert not cli._complete("SELECT ';") and not cli._complete("SELECT 1") and not cli._complete("SELECT 'a;")
+    assert cli._complete("SELECT $$ a; $$;") and not cli._complete("SELECT 1 /* ; */")
