@@ -1,6 +1,7 @@
-"""examples/dbt_project under `dbt run` (dbt-core 1.11, dbt-duckdb, the duckmob.dbt plugin), in a temp copy of the
-project: it builds the synthetic table and its evaluation from the shipped sample, spends the declared budget once,
-and a run that would overspend fails with duckmob's one-line message."""
+"""examples/dbt_project under `dbt run` and `dbt test` (dbt-core 1.11, dbt-duckdb, the duckmob.dbt plugin), in a temp
+copy of the project: it builds the synthetic table and its evaluation from the shipped sample, spends the declared
+budget once, its tests pass (and catch a point outside the box), it runs from another working directory, and a run
+that would overspend fails with duckmob's one-line message."""
 
 from __future__ import annotations
 
@@ -75,6 +76,52 @@ def test_dbt_run_builds_synthetic_and_evaluation_tables(project):
     finally:
         con.close()
     assert (root / "density.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the evaluation's post-hook
+
+
+def test_dbt_test_checks_the_synthetic_table_and_the_ledger(project):
+    copy, root, first = project
+    assert first.success
+    result = dbt(copy, "test")
+    assert result.success, [(r.node.name, r.message) for r in result.result if r.status != "pass"]
+    names = {r.node.name for r in result.result}
+    assert {"budget_never_exceeded", "every_release_has_a_budget", "inside_bbox_synthetic_trips_",
+            "not_null_synthetic_trips_lat", "unique_synthetic_quality_metric"} <= names, names
+    assert all(r.status == "pass" for r in result.result)
+
+
+def test_the_project_runs_from_another_working_directory(project, tmp_path, monkeypatch):
+    """`dbt ... --project-dir` from elsewhere: the density picture goes to the project's target/ (it went to
+    ./target, which did not exist), and nothing is written where dbt was started."""
+    copy, root, first = project
+    assert first.success
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    picture = copy / "target" / "density.png"
+    picture.unlink(missing_ok=True)
+    result = dbt(copy, "run", "--select", "synthetic_quality")  # no spend: the synthetic table is only read
+    assert result.success, [r.message for r in result.result]
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert dbt(copy, "test").success
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_the_tests_catch_a_point_outside_the_box(project):
+    copy, root, first = project
+    assert first.success
+    con = duckmob.connect(str(root / "example.duckdb"))
+    try:
+        con.execute("INSERT INTO synthetic_trips (traj_id, seq, lat, lon) VALUES (-1, 0, 0.0, 0.0)")
+    finally:
+        con.close()
+    try:
+        result = dbt(copy, "test", "--select", "synthetic_trips")
+    finally:
+        con = duckmob.connect(str(root / "example.duckdb"))
+        con.execute("DELETE FROM synthetic_trips WHERE traj_id = -1")
+        con.close()
+    assert not result.success
+    assert {r.node.name for r in result.result if r.status == "fail"} == {"inside_bbox_synthetic_trips_"}
 
 
 def test_overspending_run_fails_with_duckmob_message(project):
