@@ -3,8 +3,9 @@
 ``evaluate(real, synth, bbox, **options)`` returns one row per metric: ``metric``, ``value``,
 ``lower_is_better``, ``source`` (paper and section), ``description`` (one line: what was measured, units).
 Families (``families=[...]``): ``hrnet`` (hrnet.py), ``privtrace`` (privtrace.py), ``pategail``
-(pategail.py), ``lestyan`` (lestyan.py), ``adatrace`` (adatrace.py); shared helpers live in common.py,
-downstream tasks in downstream.py, privacy attacks in audit.py, pictures in plots.py.
+(pategail.py), ``lestyan`` (lestyan.py), ``adatrace`` (adatrace.py), ``fine`` (fine.py: fine-grid point,
+trajectory and route density, consecutive-step lengths, one-point trajectories, points per trajectory); shared
+helpers live in common.py, downstream tasks in downstream.py, privacy attacks in audit.py, pictures in plots.py.
 
 NOT differentially private: every number here reads the real table exactly. The evaluation is for the data
 owner, to judge a synthetic table before releasing it; publishing these figures publishes facts about the

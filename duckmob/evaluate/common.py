@@ -53,7 +53,7 @@ class Metric:
                 "source": self.source, "description": self.description}
 
 
-FAMILIES = ("hrnet", "privtrace", "pategail", "lestyan", "adatrace")
+FAMILIES = ("hrnet", "privtrace", "pategail", "lestyan", "adatrace", "fine")
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,9 @@ class Options:
     top_k: int = 100                  # Lestyan's top-K frequent patterns; PateGail G-rank locations
     irank_k: int = 10                 # PateGail I-rank: top locations per trajectory
     emd_sample: int = 2000            # Lestyan: trips sampled per side for the EMD
+    fine_point_w: int = 200           # fine: point density grid
+    fine_traj_w: int = 100            # fine: trajectory density grid
+    step_bins: int = 50               # fine: log-spaced consecutive-step bins from 1 m to the bbox diagonal
 
     @classmethod
     def of(cls, **given) -> "Options":
@@ -109,7 +112,8 @@ class Options:
         opts = cls(**kwargs)
         for name in ("w", "bins", "n_queries", "top_starts", "top_patterns", "pattern_w", "n_times",
                      "query_w", "adatrace_w", "adatrace_coverage_w", "adatrace_queries", "adatrace_bins",
-                     "adatrace_top_k", "top_k", "irank_k", "emd_sample"):
+                     "adatrace_top_k", "top_k", "irank_k", "emd_sample", "fine_point_w", "fine_traj_w",
+                     "step_bins"):
             v = getattr(opts, name)
             if int(v) != v or v < 1:
                 raise DuckmobError(f"option {name} must be a positive integer, got {v!r}")

@@ -1,9 +1,10 @@
 """Pictures for a person comparing a synthetic table with the real one (matplotlib, Agg canvas, no pyplot state).
 
-``density_png``: side-by-side maps of how many trajectories pass each cell (like PrivTrace Fig. 3), one shared
-logarithmic colour scale and one colourbar. ``distributions_png``: length and diameter distributions on shared
-bins. Both write a PNG and return its absolute path. Like every evaluation output, these pictures show the real
-data exactly: they are for the data owner, not for release.
+``density_png``: side-by-side maps of where trajectories go (like PrivTrace Fig. 3), each panel the share of its
+table's trajectory-cell passes so that tables of different sizes compare on shape, one shared logarithmic
+colour scale and one colourbar, panels shaped like the bbox in metres. ``distributions_png``: length and
+diameter distributions on shared bins. Both write a PNG and return its absolute path. Like every evaluation
+output, these pictures show the real data exactly: they are for the data owner, not for release.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import os
 import numpy as np
 
 from duckmob.errors import DuckmobError
-from duckmob.evaluate.common import Side, jsd, shared_histograms
+from duckmob.evaluate.common import Side, bbox_sides_m, jsd, shared_histograms
+from duckmob.evaluate.fine import route_density
 
 
 def _target(path) -> str:
@@ -28,48 +30,60 @@ def _target(path) -> str:
     return path
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float, layout: str | None = None):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=110)
+    fig = Figure(figsize=(width, height), dpi=110, layout=layout)
     FigureCanvasAgg(fig)
     return fig
 
 
-def pass_counts(side: Side, w: int) -> np.ndarray:
-    """(w x w) number of trajectories whose route passes each cell; row 0 is the southern edge."""
-    return side.routes(w).getnnz(axis=0).reshape(w, w)
+def pass_shares(side: Side, w: int) -> np.ndarray:
+    """(w x w) share of the table's (trajectory, cell its route passes) pairs in each cell, summing to 1 (0 for
+    an empty grid); row 0 is the southern edge. The distribution compared by ``fine_route_density_jsd``
+    (:func:`duckmob.evaluate.fine.route_density`): a table repeated k times has the same shares."""
+    counts = route_density(side, w)
+    return (counts / max(counts.sum(), 1.0)).reshape(w, w)
+
+
+def density_figure(real: Side, synth: Side, w: int = 64):
+    """The figure of :func:`density_png`: panels ``fig.axes[0]`` (real) and ``[1]`` (synthetic), each one image of
+    :func:`pass_shares` on one shared logarithmic colour scale, then the colourbar."""
+    from matplotlib.colors import LogNorm
+
+    box = real.bbox
+    grids = [pass_shares(real, w), pass_shares(synth, w)]
+    positive = np.concatenate([g[g > 0] for g in grids])
+    low, high = (float(positive.min()), float(positive.max())) if positive.size else (1e-6, 1.0)
+    norm = LogNorm(vmin=low, vmax=max(high, low * 10))
+    ns_m, ew_m = bbox_sides_m(box)
+    panel_h = 5.0
+    panel_w = panel_h * ew_m / ns_m  # each panel keeps the bbox's shape in metres
+    fig = _figure(2 * panel_w + 1.3, panel_h + 0.9, layout="constrained")
+    axes = fig.subplots(1, 2, sharex=True, sharey=True)
+    extent = (box.min_lon, box.max_lon, box.min_lat, box.max_lat)
+    aspect = (ns_m / (box.max_lat - box.min_lat)) / (ew_m / (box.max_lon - box.min_lon))  # metres per degree
+    image = None
+    for ax, grid, side, label in zip(axes, grids, (real, synth), ("Real", "Synthetic")):
+        image = ax.imshow(np.ma.masked_equal(grid, 0.0), origin="lower", extent=extent, norm=norm, cmap="inferno",
+                          aspect=aspect, interpolation="nearest")
+        ax.set_facecolor("#d9d9d9")
+        ax.set_title(f"{label}: {side.n:,} trajectories, {int((grid > 0).sum()):,} cells passed", fontsize=10)
+        ax.set_xlabel("longitude (degrees)")
+    axes[0].set_ylabel("latitude (degrees)")
+    bar = fig.colorbar(image, ax=list(axes), shrink=0.9, pad=0.01)
+    # No suptitle: with the panels' aspect fixed, constrained layout leaves the spare height around the axes,
+    # which the tight crop removes; a suptitle would pin it between the title and the panels.
+    bar.set_label(f"share of the table's trajectory-cell passes, {w}x{w} grid (log; grey: none)")
+    return fig
 
 
 def density_png(real: Side, synth: Side, path, w: int = 64) -> str:
-    """Write side-by-side heatmaps of trajectories passing each cell of the w x w grid; return the path."""
-    from matplotlib.colors import LogNorm
-
+    """Write side-by-side heatmaps of the share of trajectory passes in each cell of the w x w grid (tables of
+    different sizes compare on shape: a table repeated 25 times gives the same picture); return the path."""
     path = _target(path)
-    box = real.bbox
-    grids = [pass_counts(real, w), pass_counts(synth, w)]
-    top = max(1, int(max(g.max() for g in grids)))
-    norm = LogNorm(vmin=1, vmax=max(top, 2))
-    mid = np.radians((box.min_lat + box.max_lat) / 2)
-    aspect = 1 / np.cos(mid)  # degrees of latitude are longer than degrees of longitude away from the equator
-    fig = _figure(12, 5.6)
-    axes = fig.subplots(1, 2, sharex=True, sharey=True)
-    extent = (box.min_lon, box.max_lon, box.min_lat, box.max_lat)
-    cmap = "inferno"
-    image = None
-    for ax, grid, side, label in zip(axes, grids, (real, synth), ("Real", "Synthetic")):
-        shown = np.ma.masked_less(grid.astype(float), 1)
-        image = ax.imshow(shown, origin="lower", extent=extent, norm=norm, cmap=cmap, aspect=aspect,
-                          interpolation="nearest")
-        ax.set_facecolor("#d9d9d9")
-        ax.set_title(f"{label}: {side.n:,} trajectories, {int((grid > 0).sum()):,} cells passed")
-        ax.set_xlabel("longitude (degrees)")
-    axes[0].set_ylabel("latitude (degrees)")
-    bar = fig.colorbar(image, ax=list(axes), shrink=0.85, pad=0.02)
-    bar.set_label("trajectories passing the cell (log scale; grey = none)")
-    fig.suptitle(f"Trajectory density on a {w}x{w} grid over the bounding box (shared colour scale)")
-    fig.savefig(path)
+    density_figure(real, synth, w).savefig(path, bbox_inches="tight", pad_inches=0.05)
     return path
 
 

@@ -9,19 +9,22 @@ CREATE OR REPLACE TEMP MACRO _mob_eval_points(tbl) AS (
     FROM mob_points(tbl));
 
 -- One row per metric: metric, value, lower_is_better, source (paper, section), description (one line).
--- families: any of ['hrnet', 'privtrace', 'pategail', 'lestyan', 'adatrace'] (NULL = all); w: grid width;
--- bins: histogram bins; n_queries: random queries; seed: evaluation randomness (NULL = fixed default);
+-- families: any of ['hrnet', 'privtrace', 'pategail', 'lestyan', 'adatrace', 'fine'] (NULL = all); w: grid
+-- width; bins: histogram bins; n_queries: random queries; seed: evaluation randomness (NULL = fixed default);
+-- fine_point_w / fine_traj_w / step_bins: the fine family's grids (200, 100) and step bins (50);
 -- further options as in duckmob.evaluate.common.Options.
 CREATE OR REPLACE TEMP MACRO mob_evaluate(real, synth, bbox := NULL, families := NULL, w := NULL, bins := NULL,
                                          n_queries := NULL, seed := NULL, phi := NULL, top_starts := NULL,
                                          top_patterns := NULL, pattern_w := NULL, n_times := NULL,
                                          query_w := NULL, radius_range := NULL, adatrace_radius := NULL,
-                                         top_k := NULL, emd_sample := NULL) AS TABLE
+                                         top_k := NULL, emd_sample := NULL, fine_point_w := NULL,
+                                         fine_traj_w := NULL, step_bins := NULL) AS TABLE
 SELECT unnest(_mob_evaluate(_mob_eval_points(real), _mob_eval_points(synth), bbox,
     json_object('families', families, 'w', w, 'bins', bins, 'n_queries', n_queries, 'seed', seed, 'phi', phi,
                 'top_starts', top_starts, 'top_patterns', top_patterns, 'pattern_w', pattern_w,
                 'n_times', n_times, 'query_w', query_w, 'radius_range', radius_range,
-                'adatrace_radius', adatrace_radius, 'top_k', top_k, 'emd_sample', emd_sample)::VARCHAR),
+                'adatrace_radius', adatrace_radius, 'top_k', top_k, 'emd_sample', emd_sample,
+                'fine_point_w', fine_point_w, 'fine_traj_w', fine_traj_w, 'step_bins', step_bins)::VARCHAR),
     recursive := true);
 
 -- Side-by-side heatmaps of how many trajectories pass each cell of a w x w grid (like PrivTrace Fig. 3):
