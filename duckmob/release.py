@@ -22,8 +22,9 @@ Messages on this path never carry anything computed from the table (``duckmob.tr
 ``private=True`` drops what it cannot use, silently; ``mob_check`` is the exact, non-private diagnostic).
 
 One :class:`Database` per DuckDB database instance in this process holds the core's own connection, the lock,
-the releases in progress and the model names being fitted (claimed by :func:`fit` before it reserves). DuckDB lets one process at a time write a database
-file, so a per-process lock is a per-database lock.
+the releases in progress, the model names being fitted (claimed by :func:`fit` before it reserves) and what was
+last verified of the ledger (so each release checks it incrementally). DuckDB lets one process at a time write a
+database file, so a per-process lock is a per-database lock.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ class Interrupted(DuckmobError):
 
 class Database:
     """duckmob's state for one DuckDB database instance: the core's own connection, the release lock, the
-    releases in progress (for Ctrl-C) and the model names being fitted."""
+    releases in progress (for Ctrl-C), the model names being fitted, and what this process last verified of the
+    ledger (:class:`~duckmob.privacy.ledger.Verified`: each release re-checks it with one aggregate query and
+    hashes only the rows added since; read and written under the lock)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self.token = uuid.uuid4().hex
@@ -67,6 +70,7 @@ class Database:
         self.lock = threading.RLock()
         self.active: set["Release"] = set()
         self.pending_names: set[str] = set()
+        self.verified = ledger.Verified()
 
     def _connect(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         """The core's own connection, which the UDFs are registered on and which must outlive the user's.
@@ -236,7 +240,7 @@ class Release:
         """
         with self.db.lock:
             with self.db.connection() as cur:
-                p = ledger.prior(cur, self.source, exclude=self.ledger_id)
+                p = ledger.prior(cur, self.source, exclude=self.ledger_id, verified=self.db.verified)
                 try:
                     event, result = plan(p)
                     ledger.check(p, event)
@@ -247,20 +251,20 @@ class Release:
                 return result
 
     def _set_event(self, cur, event: Event) -> None:
-        ledger.update(cur, self.ledger_id, event=event)
+        ledger.update(cur, self.ledger_id, event=event, verified=self.db.verified)
         self.event = event
 
 
 def _reserve(db: Database, request: Request) -> Release:
     with db.lock, db.connection() as cur:
         try:
-            ledger.ensure_tables(cur)
-            p = ledger.prior(cur, request.source)
+            ledger.ensure_tables(cur, db.verified)   # a look at the catalog until the tables are found once
+            p = ledger.prior(cur, request.source, verified=db.verified)
             event = request.plan(p)
             ledger.check(p, event)
             ledger_id = ledger.reserve(cur, p, event, mechanism=request.mechanism,
                                        privacy_unit=request.privacy_unit, params=request.params,
-                                       seeded=request.seeded)
+                                       seeded=request.seeded, verified=db.verified)
         except duckdb.Error as exc:
             if "read-only" in str(exc) or "read only" in str(exc):
                 raise DuckmobError("the database is opened read-only: a release must be recorded in its "
@@ -289,7 +293,7 @@ def _finish(release: Release, status: str, params: dict | None = None) -> None:
     db = release.db
     with db.lock:
         with db.connection() as cur:
-            ledger.update(cur, release.ledger_id, status=status, params=params)
+            ledger.update(cur, release.ledger_id, status=status, params=params, verified=db.verified)
 
 
 def run(db: Database, request: Request, compute: Callable[[Release], T]) -> tuple[T, int]:
@@ -395,7 +399,7 @@ def _store(db: Database, r: FitRequest, model, ledger_id: int) -> None:
     digest = store.checksum(r.name, r.method, r.source, described, blob, ledger_id)
     with db.lock:
         with db.connection() as cur:
-            ledger.update(cur, ledger_id, params={"model_checksum": digest})
+            ledger.update(cur, ledger_id, params={"model_checksum": digest}, verified=db.verified)
             store.save(cur, r.name, r.method, r.source, described, r.eps, r.delta, blob, ledger_id=ledger_id,
                        checksum=digest)
 
@@ -412,11 +416,22 @@ def sample(model, n: int | None, rng: np.random.Generator):
 
 # -- counting releases ----------------------------------------------------------------------------------------
 
+def _needs_users(source: str, user_col: str | None, what: str, instead: str) -> None:
+    """Refuse, before anything is reserved, a release that needs user ids from a table without a user column.
+    Which columns a table has is public schema, not data, so saying so releases nothing."""
+    if user_col is None:
+        raise DuckmobError(f"'{source}' has no user_id column (nor one named with user_col := ...), so {what}: "
+                           f"name its user column with user_col := '...', or {instead}")
+
+
 def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajectory", max_trajectories_per_user=None,
-                what="trajectories", load: Callable[[], tuple[np.ndarray, np.ndarray]]) -> float:
+                what="trajectories", user_col: str | None = "user_id",
+                load: Callable[[], tuple[np.ndarray, np.ndarray]]) -> float:
     """An eps-DP count of the trajectories or users of ``source`` (``mob_noisy_count``).
 
-    ``load()`` returns ``(traj_id, user_id)`` per trajectory (user -1 when unknown). Privacy map: one trajectory
+    ``load()`` returns ``(traj_id, user_id)`` per trajectory (user -1 when unknown). ``user_col`` names the
+    table's user column, None when it has none: counting users, or the user unit, is then refused before anything
+    is reserved (it would count no one and release noise around 0). Privacy map: one trajectory
     changes the trajectory count by 1; under the user unit at most k trajectories per user are counted (sensitivity
     k); one trajectory or user changes the user count by at most 1. Laplace(sensitivity / eps), accounted as
     ``accounting.laplace(eps)``.
@@ -427,6 +442,12 @@ def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajector
     if what not in ("trajectories", "users"):
         raise DuckmobError(f"what must be 'trajectories' or 'users'; got {what!r}")
     unit, k = validators.privacy_unit(privacy_unit, max_trajectories_per_user, needs_bound=what == "trajectories")
+    source = validators.source_name(source)
+    if what == "users":
+        _needs_users(source, user_col, "its users cannot be counted", "count trajectories with what := 'trajectories'")
+    elif unit == "user":
+        _needs_users(source, user_col, "privacy_unit := 'user' cannot tell whose each trajectory is",
+                     "use privacy_unit := 'trajectory'")
     eps = validators.epsilon(eps)
     sensitivity = k if what == "trajectories" else 1
     check_scale(sensitivity / eps)
@@ -447,17 +468,18 @@ def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajector
 
     params = {"eps": eps, "what": what, "sensitivity": sensitivity,
               "max_trajectories_per_user": k if unit == "user" and what == "trajectories" else None}
-    value, _ = run(db, Request(source=validators.source_name(source), mechanism=f"count({what})",
+    value, _ = run(db, Request(source=source, mechanism=f"count({what})",
                                privacy_unit=unit, params=params, seeded=noise.seeded, plan=lambda p: event), compute)
     return value
 
 
 def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, privacy_unit="trajectory",
-                max_trajectories_per_user=None, max_length=None, support=None, w=None,
+                max_trajectories_per_user=None, max_length=None, support=None, w=None, user_col: str | None = "user_id",
                 load: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]):
     """eps-DP length-normalised transition counts of a table of cell sequences (``mob_transitions``).
 
-    ``load()`` returns ``(offsets, cells, user_id)``. The mechanism and its privacy map are
+    ``load()`` returns ``(offsets, cells, user_id)``; ``user_col`` is as in :func:`noisy_count` (the user unit
+    on a table without a user column is refused before anything is reserved). The mechanism and its privacy map are
     ``duckmob.privacy.counting.noisy_transition_counts`` (dense) / ``..._sparse`` (support 'neighbours'):
     Laplace(k / eps) on every entry of a data-independent support, accounted as ``accounting.laplace(eps)``.
     Returns ``(states (n, order + 1), counts)`` of the entries left positive by NormCut.
@@ -467,6 +489,10 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
 
     example = f"FROM mob_transitions('{source}', eps := 0.5, n_states := 1024)"
     unit, k = validators.privacy_unit(privacy_unit, max_trajectories_per_user)
+    source = validators.source_name(source)
+    if unit == "user":
+        _needs_users(source, user_col, "privacy_unit := 'user' cannot tell whose each sequence is",
+                     "use privacy_unit := 'trajectory'")
     eps = validators.epsilon(eps)
     if n_states is None:
         raise DuckmobError(f"n_states is required (public: w * w for a w x w grid), e.g. {example}")
@@ -502,7 +528,7 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
     params = {"order": order, "eps": eps, "n_states": n_states, "max_length": max_length,
               "max_trajectories_per_user": k if unit == "user" else None, "support": support, "w": w,
               "normcut": True}
-    result, _ = run(db, Request(source=validators.source_name(source), mechanism=f"transition_counts(order={order})",
+    result, _ = run(db, Request(source=source, mechanism=f"transition_counts(order={order})",
                                 privacy_unit=unit, params=params, seeded=noise.seeded, plan=lambda p: event), compute)
     return result
 
@@ -511,7 +537,7 @@ def set_budget(db: Database, source, eps, delta) -> dict:
     """Declare or raise a budget (on the core's connection, under the lock); returns the source's budget row."""
     with db.lock:
         with db.connection() as cur:
-            ledger.set_budget(cur, source, eps, delta)
+            ledger.set_budget(cur, source, eps, delta, verified=db.verified)
             return next(b for b in ledger.budgets(cur) if b["source"] == source)
 
 

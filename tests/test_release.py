@@ -339,3 +339,82 @@ def test_a_refused_fit_does_not_free_the_name_another_fit_holds(con):
         con.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {SQL_BOX}, {SMALL})").fetchall()
     assert "m" in db.pending_names and _statuses(con) == []
     db.pending_names.discard("m")
+
+
+def _nothing_read(db, eps=0.1):
+    req = release.Request(source="trips", mechanism="test", privacy_unit="trajectory", params={}, seeded=False,
+                          plan=lambda p: accounting.laplace(eps))
+    return release.run(db, req, lambda rel: rel.read(lambda: None))
+
+
+def test_each_release_checks_the_ledger_incrementally(con, monkeypatch):
+    con.sql("FROM mob_set_budget('trips', eps := 100.0, delta := 0)").fetchall()
+    db = release.database(con)
+    sealed, looks = [], []
+    real_seal, real_present = ledger._seal, ledger._present
+    monkeypatch.setattr(ledger, "_seal", lambda row: sealed.append(row.get("id")) or real_seal(row))
+    monkeypatch.setattr(ledger, "_present", lambda c: looks.append(1) or real_present(c))
+    per_release = []
+    for _ in range(30):
+        sealed.clear()
+        _nothing_read(db)
+        per_release.append(len(sealed))
+    # the new row sealed at reserve, checked and re-sealed at finish: the same work with 1 or 29 rows before it
+    assert per_release[1:] == [3] * 29
+    assert looks == []   # ensure_tables looked at the catalog once, when mob_set_budget found the tables
+    assert _spent(con) == pytest.approx(3.0)
+
+
+def test_an_edit_of_a_release_in_progress_is_refused_at_its_end(con):
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
+    db = release.database(con)
+
+    def lower_own_spend(rel):
+        rel.read(lambda: None)
+        row = ledger.release_row(con, rel.ledger_id)
+        row["event"] = accounting.laplace(0.001).to_json()
+        con.execute("UPDATE duckmob_ledger SET event = ?, seal = ? WHERE id = ?",
+                    [row["event"], ledger._seal(row), rel.ledger_id])   # resealed, as a careful editor would
+        return "released"
+
+    req = release.Request(source="trips", mechanism="test", privacy_unit="trajectory", params={}, seeded=False,
+                          plan=lambda p: accounting.laplace(2.0))
+    with pytest.raises(ledger.LedgerTampered, match="ledger row 1 was edited"):
+        release.run(db, req, lower_own_spend)
+    assert _statuses(con) == [(1, "reserved")]   # not re-sealed as spent
+    with pytest.raises(duckdb.Error, match="ledger row 1 was edited"):
+        con.execute(f"FROM synthesize('trips', eps := 1.0, bbox := {SQL_BOX}, n := 3, {SMALL})").fetchall()
+
+
+def test_dropping_every_ledger_object_is_detected_by_the_process_that_saw_the_budget(filedb):
+    path, con = filedb
+    con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
+    con.execute(f"FROM mob_noisy_count('trips', eps := 1.0)").fetchall()
+    con.execute("DROP TABLE duckmob_ledger; DROP TABLE duckmob_budget; DROP SEQUENCE duckmob_ledger_id; "
+                "DROP SEQUENCE duckmob_budget_seq")
+    with pytest.raises(duckdb.Error, match="were dropped after this process saw a privacy budget"):
+        con.execute("FROM mob_noisy_count('trips', eps := 1.0)").fetchall()
+    with pytest.raises(duckdb.Error, match="were dropped"):
+        con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda db, load: release.noisy_count(db, source="trips", eps=0.5, what="users", user_col=None, load=load),
+     "its users cannot be counted: name its user column with user_col := '...', or count trajectories"),
+    (lambda db, load: release.noisy_count(db, source="trips", eps=0.5, privacy_unit="user",
+                                          max_trajectories_per_user=2, user_col=None, load=load),
+     "privacy_unit := 'user' cannot tell whose each trajectory is"),
+    (lambda db, load: release.transitions(db, source="trips", eps=0.5, n_states=4, privacy_unit="user",
+                                          max_trajectories_per_user=2, user_col=None, load=load),
+     "privacy_unit := 'user' cannot tell whose each sequence is"),
+])
+def test_a_release_needing_users_from_a_table_without_a_user_column_costs_nothing(con, call, message):
+    con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
+    read = []
+    with pytest.raises(DuckmobError) as info:
+        call(release.database(con), lambda: read.append(1))
+    assert str(info.value).startswith(f"'trips' has no user_id column (nor one named with user_col := ...), so "
+                                      f"{message}") and "\n" not in str(info.value)
+    assert read == []
+    assert _statuses(con) == [] and _spent(con) == 0.0

@@ -23,17 +23,41 @@ budget, :func:`reserve` inserts a ``reserved`` row, all before any data is read 
 connection (never inside the caller's transaction); :func:`settle` replaces a reserved event by the one a
 method actually plans (checked again), and :func:`finish` closes the row.
 
+Integrity checks are incremental. The release core keeps one :class:`Verified` per database: what this process
+last found intact (every row's fingerprint -- DuckDB's ``hash`` of all its columns, seal included -- and its
+source, status and event). Each release then runs one aggregate query (row count, min and max id, the count
+and the sum of the fingerprints of the rows verified before, the sequence's last id, whether a budget exists)
+and hashes in Python only the rows added since. Its own writes (:func:`reserve`, :func:`update`) refresh the
+fingerprints from the row DuckDB wrote (``RETURNING``). The spend is composed from the verified rows it holds, so
+an edit committed between the check and the composition cannot lower it. A new process (or a caller without a
+:class:`Verified`, e.g. :func:`record`) starts empty: it hashes every row once, as the full check always did.
+
 Threat model. The ledger protects the data owner from spending more than the declared budget by mistake,
 including through concurrent releases (threads, one statement with several releases), failures and interrupts
 after the data was read (the reservation stands), a ROLLBACK of the caller's transaction (the ledger is written
 on its own connection and committed at once: ROLLBACK undoes neither a spend nor a budget declaration), and a
-silent reset: deleting or editing ledger rows, or dropping the ledger table or its sequence, while a budget is
-declared is detected and every further release of every source refused. It is NOT a security boundary: whoever
-can write the database file can recompute the seals, drop every duckmob object at once (the database then looks
-new), run another tool on the raw table, or call the numpy functions directly. The budget is per source NAME:
-the same data under two names (a copy, a view) has two budgets, and two different tables under one name share
-one; releases over a derived table (a filter, a join) are charged to the name given. The privacy unit is
-recorded per release; composing releases made with different units is the data owner's responsibility.
+silent reset by someone with SQL access to the database between two releases (or during a long one):
+
+- deleting ledger rows, or dropping and recreating the table: the ids are no longer exactly 1 .. the last one
+  the sequence handed out, or there are fewer rows than this process verified before (a reset sequence too);
+- editing any column of a row: its seal no longer matches (seen by any process), and its fingerprint differs
+  from the one this process verified (seen even when the editor recomputed the seal); a release in progress
+  checks its own row the same way before it rewrites it, so an edit of a ``reserved`` row is not re-sealed;
+- dropping the ledger table, its sequence, the budget table or its sequence while the others exist; dropping
+  all four at once after this process saw a declared budget.
+
+Each is detected and every further release of every source refused, until the database is restored.
+
+It is NOT a security boundary. Seals are unkeyed SHA-256 and fingerprints 64-bit non-cryptographic hashes:
+whoever can write the database can recompute the seals, and against a process that verified the rows before,
+also engineer a fingerprint collision. A new process has no memory: it cannot see a reset that dropped every
+duckmob table and sequence at once (the database looks new) nor an edit whose seal was recomputed. Budget rows
+carry no seal: editing ``duckmob_budget`` directly is a declaration duckmob cannot tell from mob_set_budget
+(except that it leaves no history). Anyone can also run another tool on the raw table or call the numpy
+functions directly. The budget is per source NAME: the same data under two names (a copy, a view) has two
+budgets, and two different tables under one name share one; releases over a derived table (a filter, a join) are
+charged to the name given. The privacy unit is recorded per release; composing releases made with different
+units is the data owner's responsibility.
 """
 
 from __future__ import annotations
@@ -43,6 +67,8 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
+
+import duckdb
 
 from duckmob.errors import BudgetError, DuckmobError
 from duckmob.privacy import accounting
@@ -93,11 +119,14 @@ def _present(con) -> tuple[set, set]:
     return tables, seqs
 
 
-def ensure_tables(con) -> None:
+def ensure_tables(con, verified: Verified | None = None) -> None:
     """Create the ledger's tables and sequences when the database has none of them (idempotent; writes nothing
     when they exist, so a read-only database with a ledger works). A database whose ledger was written by an
     older duckmob (no sequences) is upgraded once. A partial set left by a reset is not recreated: it is
-    reported by :func:`verify` instead."""
+    reported by :func:`verify` instead. Nothing to do (not even a look at the catalog) once ``verified`` has
+    found the tables."""
+    if verified is not None and verified.tables:
+        return
     tables, seqs = _present(con)
     if tables == {BUDGET, LEDGER} and seqs == {LEDGER_SEQ, BUDGET_SEQ}:
         return
@@ -169,45 +198,138 @@ def _seal(row: dict) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
 
-def _handed_out(con) -> int:
-    """How many ledger ids the sequence has handed out (0 when none)."""
-    row = con.execute("SELECT last_value, start_value FROM duckdb_sequences() WHERE database_name = "
-                      "current_database() AND schema_name = current_schema() AND sequence_name = ?",
-                      [LEDGER_SEQ]).fetchall()
-    if not row:
-        return 0
-    last, start = row[0]
-    return int(last) if last is not None else int(start) - 1  # an unused sequence starts after the ids it owns
+# DuckDB's hash of every column of a ledger row, seal included: what a :class:`Verified` remembers of each row.
+_FINGERPRINT = f"hash({', '.join(_COLUMNS)}, seal)"
+_OBJECTS = (("the table", LEDGER), ("the sequence", LEDGER_SEQ), ("the table", BUDGET), ("the sequence", BUDGET_SEQ))
+# One query for the per-release check: a missing table raises CatalogException, a missing sequence counts 0.
+_SUMMARY = f"""SELECT count(*), count(*) FILTER (WHERE id <= $verified), coalesce(min(id), 1), coalesce(max(id), 0),
+    coalesce(sum({_FINGERPRINT}::HUGEINT) FILTER (WHERE id <= $verified), 0),
+    (SELECT count(*) > 0 FROM {BUDGET}),
+    (SELECT {{'sequences': count(*), 'handed_out': max(coalesce(last_value, start_value - 1))
+                                                    FILTER (WHERE sequence_name = '{LEDGER_SEQ}')}}
+     FROM duckdb_sequences() WHERE database_name = current_database() AND schema_name = current_schema()
+     AND sequence_name IN ('{LEDGER_SEQ}', '{BUDGET_SEQ}'))
+FROM {LEDGER}"""
 
 
-def verify(con) -> None:
+@dataclass(frozen=True)
+class _Row:
+    """What a :class:`Verified` holds of one ledger row."""
+
+    fingerprint: int
+    source: str
+    status: str
+    event: Event
+
+
+class Verified:
+    """What this process last found intact in one database's ledger, so that the next check reads only what
+    changed (see the module docstring). The release core keeps one per database and uses it under the
+    database's lock; a new one knows nothing, and its first :func:`verify` hashes every row.
+
+    ``rows[i]`` is ledger row ``i + 1`` as verified or written by this process; ``total`` is the sum of their
+    fingerprints; ``tables`` says the ledger's tables and sequences were found (so :func:`ensure_tables` has
+    nothing to do); ``declared`` that a budget was seen.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[_Row] = []
+        self.total = 0
+        self.tables = False
+        self.declared = False
+
+    def remember(self, ledger_id: int, row: _Row) -> None:
+        """Record row ``ledger_id`` as written by this process. A row beyond the next one (rows were added by
+        another caller since the last check) is left for :func:`verify` to hash."""
+        if ledger_id <= len(self.rows):
+            self.total += row.fingerprint - self.rows[ledger_id - 1].fingerprint
+            self.rows[ledger_id - 1] = row
+        elif ledger_id == len(self.rows) + 1:
+            self.rows.append(row)
+            self.total += row.fingerprint
+
+    def fingerprint(self, ledger_id: int) -> int | None:
+        """The fingerprint of row ``ledger_id`` as this process last saw it (None if not seen yet)."""
+        return self.rows[ledger_id - 1].fingerprint if ledger_id <= len(self.rows) else None
+
+    def events(self, source: str, exclude: int | None = None) -> tuple:
+        """Every verified release of ``source`` that counts (not cancelled), in order, leaving out ``exclude``."""
+        return tuple(r.event for i, r in enumerate(self.rows, 1)
+                     if r.source == source and r.status != "cancelled" and i != exclude)
+
+
+def _tampered_rows() -> LedgerTampered:
+    return LedgerTampered("rows were deleted from duckmob_ledger (its ids are no longer 1, 2, ... up to the last "
+                          "one handed out): the spent budget cannot be known. Restore the database from a backup; "
+                          "releases are refused until then")
+
+
+def _tampered_row(ledger_id: int) -> LedgerTampered:
+    return LedgerTampered(f"ledger row {ledger_id} was edited after it was recorded (its seal, or what this "
+                          "process verified of it, no longer matches): the spent budget cannot be trusted. Restore "
+                          "the database from a backup; releases are refused until then")
+
+
+def _row(values, seal: str, fingerprint: int, ledger_id: int) -> _Row:
+    """A fetched row (the :data:`_COLUMNS` values) checked against its seal."""
+    row = dict(zip(_COLUMNS, values))
+    if seal != _seal(row):
+        raise _tampered_row(ledger_id)
+    return _Row(int(fingerprint), row["source"], row["status"], Event.from_json(row["event"]))
+
+
+def verify(con, verified: Verified | None = None) -> None:
     """Refuse (LedgerTampered, saying what happened) when the ledger lost or changed a release.
 
-    Checked: the budget table, ledger table and both sequences exist together (or none does); the ledger ids are
-    exactly 1 .. the number the sequence handed out (a DELETE leaves a gap or a short tail); every row's seal
-    matches its columns (an UPDATE of a spend is seen).
+    Checked: the budget table, ledger table and both sequences exist together (or none does, and ``verified``
+    saw no budget); the ledger ids are exactly 1 .. the number the sequence handed out, and no fewer than
+    ``verified`` holds (a DELETE leaves a gap or a short tail); the rows ``verified`` holds are unchanged (their
+    count and the sum of their fingerprints -- which hash the ids too -- then row by row to name the edited
+    one); the other rows are numbered on from there and their seals match their columns. ``verified`` is then
+    brought up to date; without it every row is hashed.
     """
+    verified = Verified() if verified is None else verified
+    known = len(verified.rows)
+    try:
+        n, n_known, first, last, total, declared, seqs = con.execute(_SUMMARY, {"verified": known}).fetchall()[0]
+    except duckdb.CatalogException:
+        _missing(con, verified)
+        return
+    if seqs["sequences"] != 2:
+        _missing(con, verified)   # the tables are there: this raises
+    if (n and (first != 1 or last != n)) or n != int(seqs["handed_out"]) or n_known != known:
+        raise _tampered_rows()
+    if int(total) != verified.total:
+        fingerprints = con.execute(f"SELECT id, {_FINGERPRINT} FROM {LEDGER} WHERE id <= ? ORDER BY id",
+                                   [known]).fetchall()
+        changed = next((i for i, fp in fingerprints if int(fp) != verified.fingerprint(i)), known)
+        raise _tampered_row(changed)
+    added = con.execute(f"SELECT {', '.join(_COLUMNS)}, seal, {_FINGERPRINT} FROM {LEDGER} WHERE id > ? ORDER BY id",
+                        [known]).fetchall()
+    if [r[0] for r in added] != list(range(known + 1, n + 1)):   # a repeated id stands in for a deleted one
+        raise _tampered_rows()
+    for *values, seal, fingerprint in added:
+        verified.remember(values[0], _row(values, seal, fingerprint, values[0]))
+    verified.tables = True
+    verified.declared = verified.declared or bool(declared)
+
+
+def _missing(con, verified: Verified) -> None:
+    """Some of the ledger's tables and sequences are missing: fine when all are and ``verified`` saw no budget
+    (a new database: :func:`ensure_tables` creates them), a reset otherwise."""
     tables, seqs = _present(con)
-    if not tables and not seqs:
+    missing = [f"{kind} {name}" for kind, name in _OBJECTS if name not in tables | seqs]
+    if len(missing) == len(_OBJECTS) and not verified.declared and not verified.rows:
+        verified.tables = False
         return
-    if BUDGET in tables and (LEDGER not in tables or LEDGER_SEQ not in seqs):
-        missing = "the table duckmob_ledger" if LEDGER not in tables else "the sequence duckmob_ledger_id"
-        raise LedgerTampered(f"{missing} was dropped while a privacy budget is declared: the record of earlier "
-                             "releases is lost, so no spend can be checked. Restore the database from a backup "
-                             "taken before the drop; releases are refused until then")
-    if LEDGER not in tables:
-        return
-    rows = con.execute(f"SELECT {', '.join(_COLUMNS)}, seal FROM {LEDGER} ORDER BY id").fetchall()
-    ids = [r[0] for r in rows]
-    if ids != list(range(1, len(ids) + 1)) or len(ids) != _handed_out(con):
-        raise LedgerTampered("rows were deleted from duckmob_ledger (its ids are no longer 1, 2, ... up to the "
-                             "last one handed out): the spent budget cannot be known. Restore the database from "
-                             "a backup; releases are refused until then")
-    for r in rows:
-        if r[-1] != _seal(dict(zip(_COLUMNS, r[:-1]))):
-            raise LedgerTampered(f"ledger row {r[0]} was edited after it was recorded (its seal does not match): "
-                                 "the spent budget cannot be trusted. Restore the database from a backup; "
-                                 "releases are refused until then")
+    if len(missing) == len(_OBJECTS):
+        raise LedgerTampered("the tables duckmob_budget and duckmob_ledger and their sequences were dropped after "
+                             "this process saw a privacy budget declared: the record of earlier releases is lost, "
+                             "so no spend can be checked. Restore the database from a backup taken before the drop; "
+                             "releases are refused until then")
+    raise LedgerTampered(f"{' and '.join(missing)} {'was' if len(missing) == 1 else 'were'} dropped while a privacy "
+                         "budget is declared: the record of earlier releases is lost, so no spend can be checked. "
+                         "Restore the database from a backup taken before the drop; releases are refused until then")
 
 
 # -- reading --------------------------------------------------------------------------------------------------
@@ -219,8 +341,10 @@ def _now() -> datetime:
 def budget(con, source: str) -> tuple[float, float] | None:
     """The declared (eps, delta) of ``source`` (its latest declaration by sequence), or None."""
     source = source_name(source)
-    if not has_tables(con):
-        return None
+    return _declared(con, source) if has_tables(con) else None
+
+
+def _declared(con, source: str) -> tuple[float, float] | None:
     rows = con.execute(f"SELECT eps, delta FROM {BUDGET} WHERE source = ? ORDER BY seq DESC LIMIT 1",
                        [source]).fetchall()
     return (float(rows[0][0]), float(rows[0][1])) if rows else None
@@ -250,15 +374,17 @@ def _no_budget(source: str) -> BudgetError:
                        "eps := ..., delta := ...) first")
 
 
-def prior(con, source: str, exclude: int | None = None) -> Prior:
+def prior(con, source: str, exclude: int | None = None, verified: Verified | None = None) -> Prior:
     """The budget of ``source`` and the releases a new one composes with; refuses a source with no budget and
-    a tampered ledger (:func:`verify`)."""
+    a tampered ledger (:func:`verify`, incremental with the ``verified`` the release core keeps). The releases
+    are the verified rows themselves, not a second read that an edit could slip in before."""
     source = source_name(source)
-    verify(con)
-    declared = budget(con, source)
+    verified = Verified() if verified is None else verified
+    verify(con, verified)
+    declared = _declared(con, source) if verified.tables else None
     if declared is None:
         raise _no_budget(source)
-    return Prior(source, declared[0], declared[1], tuple(events(con, source, exclude)))
+    return Prior(source, declared[0], declared[1], verified.events(source, exclude))
 
 
 def check(prior_or_con, source_or_event, event: Event | None = None) -> None:
@@ -316,19 +442,24 @@ def release_row(con, ledger_id: int) -> dict | None:
 
 # -- writing --------------------------------------------------------------------------------------------------
 
-def set_budget(con, source: str, eps: float, delta: float) -> None:
-    """Declare (or raise) the (eps, delta) budget of ``source``; refuses one below what is already spent."""
+def set_budget(con, source: str, eps: float, delta: float, verified: Verified | None = None) -> None:
+    """Declare (or raise) the (eps, delta) budget of ``source``; refuses one below what is already spent and a
+    tampered ledger (checked with ``verified`` as in :func:`prior`)."""
     source = source_name(source)
     eps = positive("eps", eps)
     delta = delta_value(delta)
-    ensure_tables(con)
-    verify(con)
-    used = spent(con, source, delta)
+    verified = Verified() if verified is None else verified
+    ensure_tables(con, verified)
+    verify(con, verified)
+    if not verified.tables:   # every object was dropped before any budget was seen: a new database again
+        ensure_tables(con)
+    used = accounting.epsilon(accounting.compose(list(verified.events(source))), delta)
     if used > eps + _SLACK:
         raise BudgetError(f"cannot set the budget of '{source}' to eps {eps:g} at delta {delta:g}: "
                           f"eps {used:.6g} is already spent; a budget can only be raised, to at least {used:.6g}")
     con.execute(f"INSERT INTO {BUDGET} (seq, source, eps, delta, declared_at) "
                 f"VALUES (nextval('{BUDGET_SEQ}'), ?, ?, ?, ?)", [source, eps, delta, _now()])
+    verified.declared = True
 
 
 def _own_epsilon(event: Event, delta: float) -> float | None:
@@ -337,25 +468,40 @@ def _own_epsilon(event: Event, delta: float) -> float | None:
 
 
 def reserve(con, p: Prior, event: Event, *, mechanism: str, privacy_unit: str, params: dict,
-            seeded: bool) -> int:
-    """Insert a ``reserved`` row for ``event`` (already checked against ``p``); returns its id."""
+            seeded: bool, verified: Verified | None = None) -> int:
+    """Insert a ``reserved`` row for ``event`` (already checked against ``p``, read with ``verified``, which
+    then remembers the row); returns its id."""
     row = {"recorded_at": _now(), "source": p.source, "mechanism": str(mechanism),
            "epsilon": _own_epsilon(event, p.delta), "delta": p.delta, "privacy_unit": str(privacy_unit),
            "params": json.dumps(params, default=_jsonable, sort_keys=True), "event": event.to_json(),
            "seeded": bool(seeded), "status": "reserved"}
     row["id"] = int(con.execute(f"SELECT nextval('{LEDGER_SEQ}')").fetchall()[0][0])
-    con.execute(f"INSERT INTO {LEDGER} ({', '.join(_COLUMNS)}, seal) VALUES ({', '.join('?' * len(_COLUMNS))}, ?)",
-                [row[c] for c in _COLUMNS] + [_seal(row)])
+    fingerprint = con.execute(
+        f"INSERT INTO {LEDGER} ({', '.join(_COLUMNS)}, seal) VALUES ({', '.join('?' * len(_COLUMNS))}, ?) "
+        f"RETURNING {_FINGERPRINT}", [row[c] for c in _COLUMNS] + [_seal(row)]).fetchall()[0][0]
+    if verified is not None:
+        verified.remember(row["id"], _Row(int(fingerprint), p.source, "reserved", event))
     return row["id"]
 
 
 def update(con, ledger_id: int, *, event: Event | None = None, status: str | None = None,
-           params: dict | None = None) -> None:
-    """Change a row's event, status or params (merged into the recorded ones), re-sealing it."""
-    row = release_row(con, ledger_id)
-    if row is None:
+           params: dict | None = None, verified: Verified | None = None) -> None:
+    """Change a row's event, status or params (merged into the recorded ones), re-sealing it. The row is first
+    checked against its seal and against what ``verified`` remembers of it, so an edit made while the release
+    was in progress is refused rather than sealed; ``verified`` then remembers the new row."""
+    try:
+        rows = con.execute(f"SELECT {', '.join(_COLUMNS)}, seal, {_FINGERPRINT} FROM {LEDGER} WHERE id = ?",
+                           [int(ledger_id)]).fetchall()
+    except duckdb.CatalogException:
+        rows = []
+    if not rows:
         raise LedgerTampered(f"ledger row {ledger_id} of a release in progress disappeared: the ledger was "
                              "edited; releases are refused until the database is restored")
+    *values, seal, fingerprint = rows[0]
+    _row(values, seal, fingerprint, ledger_id)
+    if verified is not None and verified.fingerprint(ledger_id) not in (None, int(fingerprint)):
+        raise _tampered_row(ledger_id)
+    row = dict(zip(_COLUMNS, values))
     if status is not None:
         if status not in STATUSES:
             raise DuckmobError(f"status must be one of {STATUSES}; got {status!r}")
@@ -366,8 +512,13 @@ def update(con, ledger_id: int, *, event: Event | None = None, status: str | Non
     if params:
         row["params"] = json.dumps({**json.loads(row["params"] or "{}"), **params}, default=_jsonable,
                                    sort_keys=True)
-    con.execute(f"UPDATE {LEDGER} SET status = ?, event = ?, epsilon = ?, params = ?, seal = ? WHERE id = ?",
-                [row["status"], row["event"], row["epsilon"], row["params"], _seal(row), int(ledger_id)])
+    fingerprint = con.execute(
+        f"UPDATE {LEDGER} SET status = ?, event = ?, epsilon = ?, params = ?, seal = ? WHERE id = ? "
+        f"RETURNING {_FINGERPRINT}",
+        [row["status"], row["event"], row["epsilon"], row["params"], _seal(row), int(ledger_id)]).fetchall()[0][0]
+    if verified is not None:
+        verified.remember(ledger_id, _Row(int(fingerprint), row["source"], row["status"],
+                                          Event.from_json(row["event"])))
 
 
 def record(con, source: str, event: Event, *, mechanism: str, privacy_unit: str, params: dict,
@@ -389,6 +540,6 @@ def _jsonable(value):
     return str(value)
 
 
-__all__ = ["ensure_tables", "has_tables", "verify", "set_budget", "prior", "check", "reserve", "update", "record",
-           "budget", "budgets", "spent", "events", "releases", "release_row", "Prior", "LedgerTampered", "BUDGET",
-           "LEDGER", "STATUSES"]
+__all__ = ["ensure_tables", "has_tables", "verify", "Verified", "set_budget", "prior", "check", "reserve", "update",
+           "record", "budget", "budgets", "spent", "events", "releases", "release_row", "Prior", "LedgerTampered",
+           "BUDGET", "LEDGER", "STATUSES"]

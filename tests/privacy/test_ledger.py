@@ -126,3 +126,125 @@ print("ok")
     out = done.stdout + done.stderr[-2000:]
     assert out.splitlines() == ["[(0.25, 1)]", "duckmob: the database is opened read-only: a release must be "
                                 "recorded in its privacy ledger; open it writable", "ok"]
+
+
+def _reseal(con, ledger_id, event):
+    """Edit a row's event and recompute its seal, as someone who read ledger.py could."""
+    row = ledger.release_row(con, ledger_id)
+    row["event"] = event.to_json()
+    con.execute("UPDATE duckmob_ledger SET event = ?, seal = ? WHERE id = ?",
+                [row["event"], ledger._seal(row), ledger_id])
+
+
+def test_verification_hashes_only_the_rows_added_since(con, monkeypatch):
+    ledger.set_budget(con, "t", 5.0, 0.0)
+    for _ in range(4):
+        rec(con, "t", acc.laplace(0.1))
+    verified = ledger.Verified()
+    ledger.verify(con, verified)
+    assert len(verified.rows) == 4 and verified.declared and verified.tables
+    sealed = []
+    real_seal = ledger._seal
+    monkeypatch.setattr(ledger, "_seal", lambda row: sealed.append(row["id"]) or real_seal(row))
+    ledger.verify(con, verified)
+    assert sealed == []
+    monkeypatch.undo()
+    rec(con, "t", acc.laplace(0.1))
+    monkeypatch.setattr(ledger, "_seal", lambda row: sealed.append(row["id"]) or real_seal(row))
+    ledger.verify(con, verified)
+    assert sealed == [5]
+    assert ledger.prior(con, "t", verified=verified).events == (acc.laplace(0.1),) * 5
+
+
+def test_a_resealed_edit_is_seen_by_the_process_that_verified_the_row(con):
+    ledger.set_budget(con, "t", 5.0, 0.0)
+    rec(con, "t", acc.laplace(1.0))
+    rec(con, "t", acc.laplace(1.0))
+    verified = ledger.Verified()
+    ledger.verify(con, verified)
+    _reseal(con, 2, acc.laplace(0.001))
+    ledger.verify(con)   # a new process cannot tell (the threat model says so)
+    with pytest.raises(ledger.LedgerTampered, match="ledger row 2 was edited"):
+        ledger.verify(con, verified)
+    with pytest.raises(ledger.LedgerTampered, match="ledger row 2 was edited"):
+        ledger.prior(con, "t", verified=verified)
+
+
+def test_a_deleted_tail_with_a_reset_sequence_is_seen_by_the_process_that_verified_it(con):
+    ledger.set_budget(con, "t", 5.0, 0.0)
+    for _ in range(3):
+        rec(con, "t", acc.laplace(1.0))
+    verified = ledger.Verified()
+    ledger.verify(con, verified)
+    con.execute("DELETE FROM duckmob_ledger WHERE id > 1")
+    con.execute("DROP SEQUENCE duckmob_ledger_id")
+    con.execute("CREATE SEQUENCE duckmob_ledger_id START 2")   # ids 1 .. 1 again, as if nothing was lost
+    ledger.verify(con)
+    with pytest.raises(ledger.LedgerTampered, match="rows were deleted from duckmob_ledger"):
+        ledger.verify(con, verified)
+
+
+def test_dropping_every_ledger_object_after_a_budget_was_seen_is_detected(con):
+    verified = ledger.Verified()
+    ledger.set_budget(con, "t", 5.0, 0.0, verified=verified)
+    rec(con, "t", acc.laplace(1.0))
+    for drop in ("TABLE duckmob_ledger", "TABLE duckmob_budget", "SEQUENCE duckmob_ledger_id",
+                 "SEQUENCE duckmob_budget_seq"):
+        con.execute(f"DROP {drop}")
+    ledger.verify(con)   # a new process sees a new database
+    with pytest.raises(ledger.LedgerTampered, match="were dropped after this process saw a privacy budget"):
+        ledger.prior(con, "t", verified=verified)
+    with pytest.raises(ledger.LedgerTampered, match="were dropped"):
+        ledger.set_budget(con, "t", 9.0, 0.0, verified=verified)
+    # a process that never saw a budget starts a new ledger
+    fresh = ledger.Verified()
+    ledger.set_budget(con, "t", 1.0, 0.0, verified=fresh)
+    assert ledger.budget(con, "t") == (1.0, 0.0)
+
+
+def test_a_dropped_budget_table_is_detected(con):
+    ledger.set_budget(con, "t", 5.0, 0.0)
+    rec(con, "t", acc.laplace(1.0))
+    con.execute("DROP TABLE duckmob_budget")
+    with pytest.raises(ledger.LedgerTampered, match="the table duckmob_budget was dropped"):
+        ledger.check(con, "t", acc.laplace(0.1))
+
+
+def test_ensure_tables_looks_at_the_catalog_until_the_tables_are_found(con, monkeypatch):
+    verified = ledger.Verified()
+    looks = []
+    real_present = ledger._present
+    monkeypatch.setattr(ledger, "_present", lambda c: looks.append(1) or real_present(c))
+    ledger.ensure_tables(con, verified)
+    assert len(looks) == 1
+    ledger.verify(con, verified)
+    ledger.ensure_tables(con, verified)
+    ledger.ensure_tables(con, verified)
+    assert len(looks) == 1
+
+
+def test_an_edit_of_a_row_being_updated_is_refused_not_resealed(con):
+    verified = ledger.Verified()
+    ledger.set_budget(con, "t", 5.0, 0.0, verified=verified)
+    p = ledger.prior(con, "t", verified=verified)
+    ledger_id = ledger.reserve(con, p, acc.laplace(2.0), mechanism="test", privacy_unit="trajectory", params={},
+                               seeded=False, verified=verified)
+    _reseal(con, ledger_id, acc.laplace(0.001))   # lowered while the release runs
+    with pytest.raises(ledger.LedgerTampered, match=f"ledger row {ledger_id} was edited"):
+        ledger.update(con, ledger_id, status="spent", verified=verified)
+    con.execute("UPDATE duckmob_ledger SET epsilon = 0.001")   # not resealed: any caller sees it
+    with pytest.raises(ledger.LedgerTampered, match=f"ledger row {ledger_id} was edited"):
+        ledger.update(con, ledger_id, status="spent")
+
+
+def test_a_deleted_row_replaced_by_a_copy_of_another_is_detected(con):
+    ledger.set_budget(con, "t", 5.0, 0.0)
+    for eps in (1.0, 1.0, 0.5):
+        rec(con, "t", acc.laplace(eps))
+    verified = ledger.Verified()
+    ledger.verify(con, verified)
+    con.execute("DELETE FROM duckmob_ledger WHERE id = 2")
+    con.execute("INSERT INTO duckmob_ledger FROM duckmob_ledger WHERE id = 3")   # ids 1, 3, 3: count and max hold
+    for check in (ledger.Verified(), verified):
+        with pytest.raises(ledger.LedgerTampered, match="rows were deleted|was edited"):
+            ledger.verify(con, check)
