@@ -145,6 +145,10 @@ class Shell:
         2-row result took 13 lines); asking for exactly the rows there are keeps every row on one line, its text
         cut with an ellipsis to fit ``maxwidth``.
         """
+        if rel.columns == ["explain_key", "explain_value"]:  # EXPLAIN [ANALYZE]: the plan as DuckDB draws it
+            for _, plan in rel.fetchall():
+                self.out.write(plan + "\n")
+            return
         held = rel.limit(SHOWN_LIMIT).materialize()
         if held.columns != rel.columns:  # the limit renamed repeated names (a, a_1): show the statement's own
             held = held.project(", ".join(f"{_quote(h)} AS {_quote(c)}" for h, c in zip(held.columns, rel.columns)))

@@ -284,6 +284,9 @@ def test_wide_text_is_cut_with_an_ellipsis_and_rows_stay_one_line():
     clear(out)
     shell.run_sql("SELECT 1 AS a, 2 AS a;")  # a repeated name shows as written
     assert out.getvalue().splitlines()[1].count(" a ") == 2
+    clear(out)
+    shell.run_sql("EXPLAIN SELECT 42 AS x;")  # the plan as DuckDB draws it, not one escaped line
+    assert "Projection" in out.getvalue() and "\\n" not in out.getvalue() and "explain_value" not in out.getvalue()
     con.close()
 
 
