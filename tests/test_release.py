@@ -418,3 +418,19 @@ def test_a_release_needing_users_from_a_table_without_a_user_column_costs_nothin
                                       f"{message}") and "\n" not in str(info.value)
     assert read == []
     assert _statuses(con) == [] and _spent(con) == 0.0
+
+
+@pytest.mark.parametrize("args", ["what := 'users'", "privacy_unit := 'user', max_trajectories_per_user := 2"])
+def test_mob_noisy_count_needing_users_of_a_table_without_them_is_refused_for_free(con, args):
+    con.execute("CREATE TABLE trips AS SELECT range AS traj_id FROM range(50)")
+    con.execute("CREATE TABLE empty_trips AS SELECT range AS traj_id FROM range(0)")
+    con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
+    con.sql("FROM mob_set_budget('empty_trips', eps := 1.0, delta := 0)").fetchall()
+    for table in ("trips", "empty_trips"):   # the same refusal whatever the rows: it is about the schema
+        with pytest.raises(duckdb.Error) as info:
+            con.execute(f"FROM mob_noisy_count('{table}', eps := 0.5, {args})").fetchall()
+        assert one_line(info.value).startswith(f"duckmob: '{table}' has no user_id column")
+    assert _statuses(con) == [] and _spent(con) == 0.0
+    con.execute("ALTER TABLE trips ADD COLUMN uid INTEGER DEFAULT 1")
+    con.execute(f"FROM mob_noisy_count('trips', eps := 0.5, user_col := 'uid', {args})").fetchall()
+    assert _statuses(con) == [(1, "spent")]

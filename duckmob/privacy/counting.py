@@ -275,6 +275,44 @@ def _grid_steps(owner: np.ndarray, n_windows: np.ndarray, scale: float) -> tuple
     return total // w + (position < total % w), g
 
 
+# -- the one length-normalised counting mechanism -------------------------------------------------------------
+
+def normalised_release(index, owner, n_windows, entries, scale: float, noise: NoiseSource) -> np.ndarray:
+    """THE release of length-normalised counts: every private count table of duckmob goes through here.
+
+    Input: the windows of every trajectory (a window is whatever one trajectory adds to: a transition, a visited
+    cell, a length bin), ``index`` the flat table entry of each window, ``owner`` its trajectory (windows listed
+    trajectory by trajectory, ``owner`` non-decreasing) and ``n_windows[t]`` the mass divisor ``W_t`` of
+    trajectory t (at least its number of windows). ``entries`` is the data-independent support: an int ``size``
+    (entries ``0 .. size - 1``) or sorted distinct flat indices; windows outside it are dropped (dropping mass only
+    lowers the sensitivity). ``scale`` is ``k / eps`` (k trajectories per privacy unit).
+
+    Sensitivity, by construction: each trajectory's mass 1 is split into ``G = 1/g`` steps of the noise grid g
+    (:func:`_grid_steps`), ``G // W_t`` per window and one more on its first ``G % W_t`` windows, so its entries
+    are non-negative and sum to at most 1: adding or removing one trajectory moves the table by at most 1 in L1,
+    one privacy unit by at most k. Every entry is clamped to ``[0, MAX_UNITS]`` steps (1-Lipschitz per coordinate),
+    then ``Laplace(scale)`` from the vetted sampler is added to EVERY support entry, zero or not: eps-DP, accounted
+    as ``accounting.laplace(k / scale)``. Sums are whole grid steps, so ``counts + noise`` is exact (no Mironov
+    leak). Returns the noisy values, one per support entry, before any NormCut (post-processing is the caller's).
+    """
+    index = np.asarray(index, dtype=np.int64)
+    owner = np.asarray(owner, dtype=np.int64)
+    n_windows = np.asarray(n_windows, dtype=np.int64)
+    steps, g = _grid_steps(owner, n_windows, scale)
+    steps = steps.astype(np.float64)
+    if isinstance(entries, (int, np.integer)):
+        size = int(entries)
+        sums = np.bincount(index, weights=steps, minlength=size)[:size] if len(index) else np.zeros(size)
+    else:
+        entries = np.asarray(entries, dtype=np.int64)
+        size = len(entries)
+        pos = np.searchsorted(entries, index)
+        inside = (pos < size) & (entries[np.minimum(pos, size - 1)] == index) if size else \
+            np.zeros(len(index), dtype=bool)
+        sums = np.bincount(pos[inside], weights=steps[inside], minlength=size)
+    return np.minimum(sums, MAX_UNITS) * g + noise.laplace(scale, size)
+
+
 # -- exact counts (not for release) --------------------------------------------------------------------------
 
 def transition_counts(offsets, cells, n_states, order=1, *, max_length: int | None = None,
@@ -428,16 +466,15 @@ def noisy_transition_counts_sparse(offsets, cells, n_states, order, eps, noise: 
     noisy, NormCut-ed (per context row) float64 counts. Meant for restricted supports (``'neighbours'``): a
     second-order neighbour support on a 32 x 32 grid has ~100 k entries instead of 1026^3.
     """
-    n_states, order, scale, g, index, steps = _grid_counts(offsets, cells, n_states, order, eps, noise, user_id,
-                                                           privacy_unit, max_trajectories_per_user, max_length)
+    order = _order(order)
+    eps = positive("eps", eps)
+    offsets, cells, n_states, user_id = _sequences(offsets, cells, n_states, user_id)
+    offsets, cells = truncate(offsets, cells, max_length)
+    offsets, cells, k = _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise)
     kk = n_states + 2
     entries = support_entries(n_states, order, support, w)
-    pos = np.searchsorted(entries, index)
-    inside = (pos < len(entries)) & (entries[np.minimum(pos, len(entries) - 1)] == index) if len(entries) else \
-        np.zeros(len(index), dtype=bool)
-    # transitions outside the support are dropped; sums of whole grid steps are exact
-    values = np.minimum(np.bincount(pos[inside], weights=steps[inside], minlength=len(entries)), MAX_UNITS) * g
-    values += noise.laplace(scale, len(entries))  # every support entry, zero or not; exact sums
+    index, owner, n_windows = windows(offsets, cells, n_states, order)
+    values = normalised_release(index, owner, n_windows, entries, k / eps, noise)
     if cut and len(entries):
         context = entries // kk
         first = np.concatenate([[0], np.flatnonzero(context[1:] != context[:-1]) + 1])
@@ -520,12 +557,11 @@ def noisy_region_transition_counts(offsets, cells, w: int, level: int, eps: floa
     offsets, cells, k = _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise)
     scale = k / eps
     traj, pair, n_transitions, size = _region_pairs(offsets, cells, w, level)
-    steps, g = _grid_steps(traj, n_transitions, scale)
-    units = np.minimum(np.bincount(pair, weights=steps.astype(np.float64), minlength=size), MAX_UNITS)
-    return (units * g + noise.laplace(scale, size)).reshape(4 ** int(level), w * w)
+    # a trajectory's distinct pairs are at most its W_v transitions: mass <= 1 each (see normalised_release)
+    return normalised_release(pair, traj, n_transitions, size, scale, noise).reshape(4 ** int(level), w * w)
 
 
-__all__ = ["transition_counts", "noisy_transition_counts", "noisy_transition_counts_sparse", "support_entries",
+__all__ = ["normalised_release", "transition_counts", "noisy_transition_counts", "noisy_transition_counts_sparse", "support_entries",
            "noisy_count", "bound_contributions", "truncate",
            "windows", "first_order_support", "region_transition_counts", "noisy_region_transition_counts",
            "PRIVACY_UNITS", "MAX_UNITS"]

@@ -81,11 +81,13 @@ def udfs(db) -> list[Udf]:
             return one_row(pa.Table.from_pylist(release.read_ledger(db, read), schema=schema))
         return udf
 
-    def transitions(rows, source, order, eps, n_states, seed, privacy_unit, max_per_user, max_length, support, w):
+    def transitions(rows, source, order, eps, n_states, seed, privacy_unit, max_per_user, max_length, support, w,
+                    user_col):
         states, values = release.transitions(
             db, source=scalar(source), order=scalar(order), eps=scalar(eps), n_states=scalar(n_states),
             seed=scalar(seed), privacy_unit=scalar(privacy_unit), max_trajectories_per_user=scalar(max_per_user),
-            max_length=scalar(max_length), support=scalar(support), w=scalar(w), load=lambda: _sequences(rows))
+            max_length=scalar(max_length), support=scalar(support), w=scalar(w), user_col=scalar(user_col),
+            load=lambda: _sequences(rows))
         order = states.shape[1] - 1
         keep = values > 0  # zeros after NormCut are omitted (the whole table is released; they are known zeros)
         states, values = states[keep], values[keep]
@@ -93,7 +95,7 @@ def udfs(db) -> list[Udf]:
         return one_row(pa.table({"prev_state": prev, "from_state": pa.array(states[:, -2], pa.int64()),
                                  "to_state": pa.array(states[:, -1], pa.int64()), "count": pa.array(values)}))
 
-    def noisy_count(rows, source, eps, seed, privacy_unit, max_per_user, what):
+    def noisy_count(rows, source, eps, seed, privacy_unit, max_per_user, what, user_col):
         def load():
             pairs = points(rows)
             if pairs is None or len(pairs) == pairs.null_count:
@@ -104,16 +106,16 @@ def udfs(db) -> list[Udf]:
 
         value = release.noisy_count(db, source=scalar(source), eps=scalar(eps), seed=scalar(seed),
                                     privacy_unit=scalar(privacy_unit), max_trajectories_per_user=scalar(max_per_user),
-                                    what=scalar(what) or "trajectories", load=load)
+                                    what=scalar(what) or "trajectories", user_col=scalar(user_col), load=load)
         return one_row(pa.table({"count": [value]}))
 
     return [
         Udf("_mob_transitions", transitions,
             [_SEQS_TYPE, "VARCHAR", "BIGINT", "DOUBLE", "BIGINT", "BIGINT", "VARCHAR", "BIGINT", "BIGINT", "VARCHAR",
-             "BIGINT"], _TRANSITION_ROW, side_effects=True, special_nulls=True),
+             "BIGINT", "VARCHAR"], _TRANSITION_ROW, side_effects=True, special_nulls=True),
         Udf("_mob_noisy_count", noisy_count,
             ["STRUCT(traj_id BIGINT, user_id BIGINT)[]", "VARCHAR", "DOUBLE", "BIGINT", "VARCHAR", "BIGINT",
-             "VARCHAR"], "STRUCT(count DOUBLE)[]", side_effects=True, special_nulls=True),
+             "VARCHAR", "VARCHAR"], "STRUCT(count DOUBLE)[]", side_effects=True, special_nulls=True),
         Udf("_mob_set_budget", set_budget, ["VARCHAR", "DOUBLE", "DOUBLE"], _BUDGET_ROW, side_effects=True,
             special_nulls=True),
         Udf("_mob_budgets", listing(ledger.budgets, _BUDGETS_SCHEMA), ["BOOLEAN"], _struct(_BUDGETS_SCHEMA),

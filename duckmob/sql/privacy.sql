@@ -16,6 +16,12 @@ CREATE OR REPLACE TEMP MACRO mob_ledger() AS TABLE
 SELECT * REPLACE (params::JSON AS params, event::JSON AS event)
 FROM (SELECT unnest(_mob_ledger(true), recursive := true));
 
+-- The user column's name, or NULL when the table has none (only the NULL stand-in matched): a fact about the
+-- schema (typeof is the column's type, the same on an empty table), passed so a release that needs user ids is
+-- refused before anything is reserved.
+CREATE OR REPLACE TEMP MACRO _mob_user_col(user_type, user_col) AS
+    CASE WHEN user_type IN ('NULL', '"NULL"') THEN NULL ELSE user_col END;
+
 -- eps-DP length-normalised transition counts (PrivTrace §4.3, App. B.2) of a table of cell sequences
 -- (traj_id, user_id, cells BIGINT[]: the output of mob_cell_sequences), noised on the whole data-independent
 -- support and NormCut per row: rows (prev_state, from_state, to_state, count) with count > 0; prev_state is NULL
@@ -27,11 +33,12 @@ CREATE OR REPLACE TEMP MACRO mob_transitions(tbl, markov_order := 1, eps := NULL
                                             max_length := NULL, support := NULL, w := NULL,
                                             traj_col := 'traj_id', user_col := 'user_id',
                                             cells_col := 'cells') AS TABLE
-SELECT unnest(_mob_transitions(list({'traj_id': traj_id, 'user_id': user_id, 'cells': cells}), tbl,
+SELECT unnest(_mob_transitions(list({'traj_id': traj_id, 'user_id': user_id::BIGINT, 'cells': cells}), tbl,
                                markov_order, eps, n_states, seed, privacy_unit, max_trajectories_per_user,
-                               max_length, support, w), recursive := true)
+                               max_length, support, w, _mob_user_col(typeof(any_value(user_id)), user_col)),
+              recursive := true)
 FROM query('SELECT ' || traj_col || '::BIGINT AS traj_id, ' ||
-           'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$''))::BIGINT AS user_id, ' ||
+           'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$'')) AS user_id, ' ||
            cells_col || '::BIGINT[] AS cells FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ')');
 
 -- An eps-DP count of the trajectories (distinct traj_id) or users of a table: one row (count DOUBLE).
@@ -41,8 +48,9 @@ FROM query('SELECT ' || traj_col || '::BIGINT AS traj_id, ' ||
 CREATE OR REPLACE TEMP MACRO mob_noisy_count(tbl, eps := NULL, seed := NULL, privacy_unit := 'trajectory',
                                             max_trajectories_per_user := NULL, what := 'trajectories',
                                             traj_col := 'traj_id', user_col := 'user_id') AS TABLE
-SELECT unnest(_mob_noisy_count(list({'traj_id': traj_id, 'user_id': user_id}), tbl, eps, seed, privacy_unit,
-                               max_trajectories_per_user, what), recursive := true)
+SELECT unnest(_mob_noisy_count(list({'traj_id': traj_id, 'user_id': user_id::BIGINT}), tbl, eps, seed,
+                               privacy_unit, max_trajectories_per_user, what,
+                               _mob_user_col(typeof(any_value(user_id)), user_col)), recursive := true)
 FROM query('SELECT ' || traj_col || '::BIGINT AS traj_id, ' ||
-           'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$''))::BIGINT AS user_id ' ||
+           'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$'')) AS user_id ' ||
            'FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ') GROUP BY ALL');

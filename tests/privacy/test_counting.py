@@ -364,3 +364,23 @@ def test_counts_are_clamped_to_a_public_maximum():
     assert values.max() <= cap + 1e-9
     region = noisy_region_transition_counts(off, cells, 2, 1, eps, NoiseSource(2))
     assert region.max() <= cap + 1e-9
+
+
+def test_normalised_release_noises_every_support_entry_and_bounds_each_trajectory():
+    from duckmob.privacy.counting import normalised_release
+
+    # no windows: pure Laplace(scale) on every entry, mean |x| = scale
+    values = normalised_release(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 100_000, 2.5,
+                                NoiseSource(1))
+    assert (values != 0).all() and abs(np.abs(values).mean() - 2.5) < 0.05
+    # one trajectory of 3 windows, one outside the support: its mass on the support is 2/3, split on the grid
+    entries = np.array([2, 5, 9])
+    tiny = normalised_release(np.array([5, 9, 7]), np.zeros(3, np.int64), np.array([3]), entries, 1e-9,
+                              NoiseSource(2))
+    assert np.allclose(tiny, [0, 1 / 3, 1 / 3], atol=1e-6)
+    # a trajectory's mass is exactly 1 whatever its number of windows: the neighbouring tables differ by 1 in L1
+    idx = np.array([0, 0, 1, 3, 3, 3, 3])
+    owner = np.array([0, 0, 0, 1, 1, 1, 1])
+    a = normalised_release(idx, owner, np.array([3, 4]), 4, 1e-9, NoiseSource(3))
+    b = normalised_release(idx[:3], owner[:3], np.array([3]), 4, 1e-9, NoiseSource(3))
+    assert abs(np.abs(a - b).sum() - 1.0) < 1e-6

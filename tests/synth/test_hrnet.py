@@ -241,9 +241,9 @@ def test_bad_parameters_are_refused():
         HRNet(BOX, epoch=3)
     with pytest.raises(DuckmobError, match="w = 2"):
         HRNet(BOX, w=12)
-    with pytest.raises(DuckmobError, match="temperature must be a positive number"):
+    with pytest.raises(DuckmobError, match="temperature must be a number > 0"):
         HRNet(BOX, temperature=0)
-    with pytest.raises(DuckmobError, match="batch_factor must be a positive number"):
+    with pytest.raises(DuckmobError, match="batch_factor must be a number > 0"):
         HRNet(BOX, batch_factor=-1)
     with pytest.raises(DuckmobError, match=r"ema must be a number in \[0, 1\)"):
         HRNet(BOX, ema=1.0)
@@ -276,7 +276,7 @@ def test_scattered_pois_output_lies_on_pois():
     places = np.array([[39.85, 116.25], [39.95, 116.35], [40.05, 116.45], [40.15, 116.55], [39.9, 116.5],
                        [40.0, 116.3]])
     synth = HRNet(BOX, **{**TINY, "pois": places.tolist()})
-    assert synth.cfg["w"] == 4  # 6 POIs fit on the 16 leaves of depth 2
+    assert synth.cfg.w == 4  # 6 POIs fit on the 16 leaves of depth 2
     model = synth.fit(toy_trajectories(150), 2.0, 1e-5, NoiseSource(1))
     out = model.sample(200, np.random.default_rng(0))
     on_poi = (np.abs(out.lat[:, None] - places[None, :, 0]) < 1e-12) & \
@@ -432,7 +432,7 @@ def test_finest_weight_scales_only_the_finest_resolution_term():
     with torch.no_grad():
         diff = three(cells, times, lengths) - one(cells, times, lengths)
     assert torch.allclose(diff, 2 * finest.detach(), atol=1e-5)
-    with pytest.raises(DuckmobError, match="finest_weight must be a positive number"):
+    with pytest.raises(DuckmobError, match="finest_weight must be a number > 0"):
         HRNet(BOX, finest_weight=0)
 
 

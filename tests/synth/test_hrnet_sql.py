@@ -80,7 +80,7 @@ def test_refusal_after_the_noisy_count_records_the_count(db, monkeypatch):
     planned = HRNet.plan
 
     def plan(self, eps, delta, n_noisy, units_noisy=None, **kwargs):
-        if n_noisy != self.cfg["n_hint"]:
+        if n_noisy != self.cfg.n_hint:
             raise DuckmobError("forced: eps is too small for DP-SGD after the other releases")
         return planned(self, eps, delta, n_noisy, units_noisy, **kwargs)
 

@@ -8,8 +8,8 @@ import pytest
 from duckmob.errors import DuckmobError
 from duckmob.privacy.noise import NoiseSource
 from duckmob.synth.privtrace import PrivTrace, PrivTraceModel
-from duckmob.synth.privtrace.markov import (Support, add_laplace, normcut_rows,
-                                            select_second_order, transition_counts)
+from duckmob.synth.privtrace.markov import (Support, normcut_rows, release_transitions,
+                                            select_second_order, transition_counts, transition_windows)
 from duckmob.synth.privtrace.states import StateGrid, state_sequences, uniform_grid
 from duckmob.synth.privtrace.trips import hop_distances, trip_distribution
 from duckmob.synth.privtrace.walk import (cumulative_rows, hazard, length_bins,
@@ -115,23 +115,35 @@ def test_one_trajectory_changes_each_table_by_at_most_one_in_l1():
         d1 = np.abs(full[0] - part[0]).sum() + np.abs(full[1] - part[1]).sum()
         d2 = np.abs(full[2] - part[2]).sum()
         assert d1 <= 1 + 1e-9 and d2 <= 1 + 1e-9
-    # rounded down to a noise grid, every count is a multiple of the grid step and still within 1 per trajectory
-    q = 2.0 ** -12
-    start, first, second = transition_counts(sup, off, states, quantum1=q, quantum2=q)
-    for table in (start, first, second):
-        assert np.array_equal(table / q, np.round(table / q))
-    assert start.sum() + first.sum() <= 40 and second.sum() <= 40
-    assert start.sum() + first.sum() > 40 - 40 * 16 * q
 
 
-def test_noise_covers_the_whole_support_and_nothing_else():
-    sup = _line_support(5)
-    mask = sup.mask1()
-    noisy = add_laplace(np.zeros(mask.shape), mask, 1.0, NoiseSource(0))
-    assert (noisy[mask] != 0).all() and (noisy[~mask] == 0).all()
-    # Laplace(scale) statistically: mean |x| = scale
-    big = add_laplace(np.zeros(200_000), None, 2.5, NoiseSource(1))
-    assert abs(np.abs(big).mean() - 2.5) < 0.05
+def test_windows_list_each_trajectory_together_with_its_mass_divisor():
+    sup = _line_support(3)
+    win = transition_windows(sup, np.array([0, 3, 4]), np.array([0, 1, 2, 1]))
+    assert win.first_owner.tolist() == [0, 0, 0, 0, 1, 1] and win.second_owner.tolist() == [0, 0, 0, 1]
+    assert win.n_first.tolist() == [4, 2] and win.n_second.tolist() == [3, 1]
+    m, D = 3, 2
+    # T1: start->0, 0->1, 1->2, 2->end; T2: start->1, 1->end
+    assert win.first_index.tolist() == [0, m + 0 * (D + 1) + 0, m + 1 * (D + 1) + 1, m + 2 * (D + 1) + D,
+                                        1, m + 1 * (D + 1) + D]
+
+
+def test_release_transitions_is_the_exact_table_plus_noise_on_the_support_only():
+    rng = np.random.default_rng(3)
+    g = StateGrid(BOX, 3, 1, rng.integers(0, 2, 9))
+    t = _traj([[tuple(p) for p in rng.random((rng.integers(1, 15), 2))] for _ in range(40)])
+    off, states, _ = state_sequences(g, t.offsets, t.lat, t.lon)
+    sup = Support.of(g.m, *g.neighbours())
+    exact = transition_counts(sup, off, states)
+    # a tiny noise scale: the release equals the exact counts up to the grid split and the noise
+    start, first, second = release_transitions(sup, off, states, 1e-7, 1e-7, NoiseSource(0))
+    for got, want in zip((start, first, second), exact):
+        assert np.allclose(got, want, atol=1e-5)
+    assert (first[~sup.mask1()] == 0).all() and (second[~sup.mask2()] == 0).all()
+    # at scale 1 the noise is there on the support (NormCut keeps each row's noisy total when positive)
+    start, first, second = release_transitions(sup, off, states, 1.0, 1.0, NoiseSource(1))
+    assert not np.allclose(first, exact[1], atol=0.05)
+    assert (first[~sup.mask1()] == 0).all() and (second[~sup.mask2()] == 0).all()
 
 
 def test_normcut_rows_matches_appendix_b6_example():
@@ -267,7 +279,7 @@ def test_bad_inputs_give_clear_errors():
     with pytest.raises(DuckmobError, match="unknown PrivTrace parameter"):
         PrivTrace(BOX, kapa=3)
     model = PrivTrace(BOX, K=3).fit(data, 1.0, 0.0, NoiseSource(0))
-    with pytest.raises(DuckmobError, match="n must be a positive"):
+    with pytest.raises(DuckmobError, match="n must be an integer of at least 1"):
         model.sample(0, np.random.default_rng(0))
     empty = Trajectories(np.zeros(1, np.int64), *(np.zeros(0, np.int64),) * 3, np.zeros(0), np.zeros(0))
     # zero trajectories is a valid input (a release never refuses on the data): the model is noise alone
@@ -306,7 +318,7 @@ def test_state_sequences_in_chunks_equal_one_pass(monkeypatch):
 
 
 def test_a_walk_that_returns_to_a_state_returns_to_the_same_point():
-    model = PrivTrace(BOX, K=3).fit(_toy(400, seed=4), 5.0, 0.0, NoiseSource(3))
+    model = PrivTrace(BOX, K=3, output="cells").fit(_toy(400, seed=4), 5.0, 0.0, NoiseSource(3))
     rng_states = np.random.default_rng(8)
     off, states = model.sample_states(300, rng_states)
     syn = model.sample(300, np.random.default_rng(8))
@@ -316,3 +328,25 @@ def test_a_walk_that_returns_to_a_state_returns_to_the_same_point():
         pts = set(zip(syn.lat[key == k].tolist(), syn.lon[key == k].tolist()))
         assert len(pts) == 1
     assert np.array_equal(model.grid.state_of(syn.lat, syn.lon), states)
+
+
+@pytest.mark.parametrize("params, says", [
+    ({"K": 2.5}, "K must be an integer in [1, 1024]"),
+    ({"max_depth": 9}, "max_depth must be an integer in [0, 6]"),
+    ({"c": "big"}, "c must be a number > 0"),
+    ({"end_bias": True}, "end_bias must be a number in [0, 1]"),
+    ({"budget_split": {"count": 1.0}}, "budget_split must give a fraction for each"),
+    ({"budget_split": "{not json"}, "budget_split must be a JSON object"),
+])
+def test_config_is_typed_and_each_bad_parameter_is_named(params, says):
+    with pytest.raises(DuckmobError) as err:
+        PrivTrace(BOX, **params)
+    assert says in str(err.value)
+
+
+def test_config_accepts_sql_numbers_and_nulls_as_defaults():
+    from duckmob.synth.privtrace import PrivTraceConfig
+
+    cfg = PrivTrace(BOX, K=4.0, max_len=None, trip_decay=1).config
+    assert cfg.K == 4 and isinstance(cfg.K, int) and cfg.max_len == PrivTraceConfig().max_len
+    assert cfg.trip_decay == 1.0 and isinstance(cfg.trip_decay, float)

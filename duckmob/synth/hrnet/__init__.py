@@ -37,6 +37,7 @@ import io
 import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -45,6 +46,7 @@ import torch
 from duckmob.errors import BudgetError, DuckmobError
 from duckmob.grid import BBox, assign_pois, haversine_m, quadtree_depth
 from duckmob.synth.base import Model, Synthesizer
+from duckmob.synth.config import Config, param
 from duckmob.privacy import accounting
 from duckmob.privacy.counting import noisy_count
 from duckmob.synth.hrnet.encoding import morton
@@ -54,38 +56,67 @@ from duckmob.synth.hrnet.pretrain import PRETRAIN_LEVEL, dptran, pretrain, pretr
 from duckmob.synth.hrnet.train import dp_sgd_train, training_arrays
 from duckmob.trajectories import CellSequences, Trajectories
 
-DEFAULTS: dict[str, Any] = dict(
-    w=32,                  # grid width (a power of two); HRNet's GeoLife setting
-    n_time=5,              # time slots of the day (the reference's 5 bins)
-    max_len=16,            # public cap on cells per trajectory (longer ones are truncated)
-    stay_points=True, radius_m=200.0, min_minutes=30.0,   # Li et al. 2008 stay points (HRNet §5.1.2)
-    loc_dim=32, time_dim=16, hidden=64, key_dim=32,       # HRNet: loc_dim 32 matches Table 2's growth per depth
-    deconv_activation=True,  # tanh after each quad deconvolution (the paper writes a linear one; see benchmark)
-    epochs=30, batch_size=None,                           # None: batch_factor * sqrt(noisy N)
-    batch_factor=None,     # None: the method's own (hrnet 2, baseline 1 = the paper's sqrt(N)); benchmarks/hrnet.py
-    lr=3e-3, max_grad_norm=1.0,  # Adam; the paper's 1e-3 did worse here, 1e-2 diverged (benchmarks/hrnet.py)
-    lr_final=None,         # cosine decay of the DP-SGD learning rate to lr_final * lr (1: constant); None: the
-                           # method's own (hrnet 0.1, baseline 1: each one's better setting in benchmarks/hrnet.py)
-    count_share=0.01,      # share of eps for the noisy count
-    pretrain=True, multitask=True, c=0.018, pretrain_max_share=0.5,
-    ema=0.0,               # moving average of the DP-SGD iterates (0: the last iterate, as the paper); 0.99 in
-                           # benchmarks/hrnet.py (2 seeds): better travel, diameter and density at t, a
-                           # little worse destination, mixed trajectory density
-    finest_weight=1.0,     # weight of the finest resolution in the multi-task loss (the paper: 1, like the others)
-    multitask_loss="conditional",  # each resolution over the children of the true coarser cell (the likelihood of
-                           # the coarse-to-fine decoder), or 'full' (the paper: over all its cells); see model.py
-    input_levels="all",    # GRU input: a cell's encodings at every resolution, summed, or 'finest' (the paper's
-                           # hiencode_d alone); see model.py and the benchmark
-    pretrain_iterations=3000, pretrain_batch=100, pretrain_lr=1e-3,
-    n_hint=10_000,         # public guess of N, used only by privacy_event() before any data is read
-    pois=None,             # optional public scattered POIs [[lat, lon], ...] (HRNet §3.2.2); sets w to the
-                           # smallest power of two with w*w >= number of POIs
-    decode="coarse_to_fine",  # or 'finest' (the paper's: the finest head only); see generate.py and the benchmark
-    temperature=1.0,       # sampling temperature of the location and end logits (1: the model's distribution)
-    base_date="2008-01-01",  # synthetic times lie on this (public) date and the days after it
-    device=None,           # None: CUDA when available, else CPU
-    progress=None,         # None: tqdm in a terminal, off in CI
-)
+@dataclass(frozen=True)
+class HRNetConfig(Config):
+    """HRNet's and the baseline's public hyper-parameters (``params := {...}`` in SQL), typed and validated.
+    Defaults and the reasons for them are in each field's doc; benchmarks/hrnet.py measured the choices."""
+
+    method: ClassVar[str] = "HRNet"
+
+    w: int = param(32, int, low=2, high=1024, doc="grid width, a power of two (HRNet's GeoLife setting)")
+    n_time: int = param(5, int, low=1, high=1440, doc="time slots of the day (the reference's 5 bins)")
+    max_len: int = param(16, int, low=1, high=10_000, doc="public cap on cells per trajectory")
+    stay_points: bool = param(True, bool, doc="Li et al. 2008 stay points (HRNet §5.1.2)")
+    radius_m: float = param(200.0, float, low=0, low_open=True, doc="stay-point radius (metres)")
+    min_minutes: float = param(30.0, float, low=0, doc="stay-point minimum duration (minutes)")
+    loc_dim: int = param(32, int, low=1, high=4096, doc="location encoding size (Table 2's growth per depth)")
+    time_dim: int = param(16, int, low=1, high=4096, doc="time embedding size")
+    hidden: int = param(64, int, low=1, high=8192, doc="GRU hidden size")
+    key_dim: int = param(32, int, low=1, high=4096, doc="attention key size")
+    deconv_activation: bool = param(True, bool, doc="tanh after each quad deconvolution (the paper: linear)")
+    epochs: int = param(30, int, low=1, high=100_000, doc="DP-SGD epochs")
+    batch_size: int | None = param(None, int, low=1, doc="expected batch; null: batch_factor * sqrt(noisy N)")
+    batch_factor: float | None = param(None, float, low=0, low_open=True,
+                                       doc="null: the method's own (hrnet 2, baseline 1 = the paper's sqrt(N))")
+    lr: float = param(3e-3, float, low=0, low_open=True, doc="Adam learning rate (the paper's 1e-3 did worse)")
+    max_grad_norm: float = param(1.0, float, low=0, low_open=True, doc="DP-SGD clipping norm")
+    lr_final: float | None = param(None, float, low=0, high=1, low_open=True,
+                                   doc="cosine decay to lr_final * lr (1: constant); null: the method's own")
+    count_share: float = param(0.01, float, low=0, high=0.5, low_open=True, doc="share of eps for the noisy count")
+    pretrain: bool = param(True, bool, doc="private pre-training on DPTRAN (HRNet §4.1)")
+    multitask: bool = param(True, bool, doc="multi-resolution multi-task loss (HRNet §4.2)")
+    c: float = param(0.018, float, low=0, low_open=True, doc="pre-training budget constant (HRNet eq. 9)")
+    pretrain_max_share: float = param(0.5, float, low=0, high=1, doc="cap on pre-training's share of eps")
+    ema: float = param(0.0, float, low=0, high=1, high_open=True, doc="moving average of the DP-SGD iterates (0: last)")
+    finest_weight: float = param(1.0, float, low=0, low_open=True, doc="weight of the finest resolution's loss")
+    multitask_loss: str = param("conditional", str, choices=MULTITASK_LOSSES,
+                                doc="each resolution over the children of the true coarser cell, or 'full'")
+    input_levels: str = param("all", str, choices=INPUT_LEVELS,
+                              doc="GRU input: encodings at every resolution summed, or 'finest' (the paper)")
+    pretrain_iterations: int = param(3000, int, low=0, high=10_000_000, doc="pre-training iterations")
+    pretrain_batch: int = param(100, int, low=1, doc="pre-training batch")
+    pretrain_lr: float = param(1e-3, float, low=0, low_open=True, doc="pre-training learning rate")
+    n_hint: int = param(10_000, int, low=1, doc="public guess of N, used only before any data is read")
+    pois: list | None = param(None, list, doc="public POIs [[lat, lon], ...] (HRNet §3.2.2); sets w")
+    decode: str = param("coarse_to_fine", str, choices=DECODES, doc="or 'finest' (the paper's finest head only)")
+    temperature: float = param(1.0, float, low=0, low_open=True, doc="sampling temperature (1: the model's)")
+    base_date: str = param("2008-01-01", str, doc="public date of the synthetic times")
+    device: str | None = param(None, str, doc="null: CUDA when available, else CPU")
+    progress: bool | None = param(None, bool, doc="null: a progress bar in a terminal, off in CI")
+
+    def check(self) -> None:
+        if self.decode == "finest" and self.multitask and self.multitask_loss == "conditional":
+            raise DuckmobError("decode 'finest' samples from the finest resolution's softmax over all cells, which "
+                               "multitask_loss 'conditional' does not train: use decode 'coarse_to_fine' or "
+                               "multitask_loss 'full'")
+        try:
+            np.datetime64(self.base_date, "us")
+        except ValueError:
+            raise DuckmobError(f"HRNet parameter base_date must be a date such as '2008-01-01', got "
+                               f"{self.base_date!r}") from None
+
+
+DEFAULTS: dict[str, Any] = HRNetConfig().as_dict()
 
 
 def _device(spec) -> torch.device:
@@ -201,42 +232,20 @@ class _Base(Synthesizer):
     default_delta: ClassVar[float] = 1e-5
 
     def __init__(self, bbox, **params):
-        unknown = set(params) - set(DEFAULTS)
-        if unknown:
-            raise DuckmobError(f"unknown {self.method} parameter(s) {sorted(unknown)}: use {sorted(DEFAULTS)}")
-        cfg = {**DEFAULTS, "batch_factor": self.default_batch_factor, "lr_final": self.default_lr_final,
-               **{k: v for k, v in params.items() if v is not None}}
-        super().__init__(bbox, **cfg)
+        config = HRNetConfig.parse(params, batch_factor=self.default_batch_factor, lr_final=self.default_lr_final)
+        super().__init__(bbox, **params)
         self.pois = None
-        if cfg["pois"] is not None:
-            pois = np.asarray(cfg["pois"], dtype=np.float64).reshape(-1, 2)
+        if config.pois is not None:
+            try:
+                pois = np.asarray(config.pois, dtype=np.float64).reshape(-1, 2)
+            except (TypeError, ValueError):
+                raise DuckmobError("HRNet parameter pois must be a list of [lat, lon] pairs") from None
             depth = max(1, math.ceil(math.log(max(len(pois), 2), 4)))
-            cfg["w"] = 1 << depth
+            config = config.replace(w=1 << depth)
             self.pois = pois
-            self.poi_leaf = assign_pois(pois[:, 0], pois[:, 1], self.bbox, cfg["w"])
-        self.depth = quadtree_depth(cfg["w"])
-        for k in ("n_time", "max_len", "epochs", "loc_dim", "hidden", "time_dim", "key_dim"):
-            if int(cfg[k]) != cfg[k] or cfg[k] < 1:
-                raise DuckmobError(f"{k} must be a positive integer, got {cfg[k]!r}")
-        for k in ("temperature", "batch_factor", "finest_weight"):
-            if not (isinstance(cfg[k], (int, float)) and 0 < cfg[k] < float("inf")):
-                raise DuckmobError(f"{k} must be a positive number, got {cfg[k]!r}")
-        if cfg["multitask_loss"] not in MULTITASK_LOSSES:
-            raise DuckmobError(f"multitask_loss must be one of {list(MULTITASK_LOSSES)}, got {cfg['multitask_loss']!r}")
-        if cfg["input_levels"] not in INPUT_LEVELS:
-            raise DuckmobError(f"input_levels must be one of {list(INPUT_LEVELS)}, got {cfg['input_levels']!r}")
-        if cfg["decode"] not in DECODES:
-            raise DuckmobError(f"decode must be one of {list(DECODES)}, got {cfg['decode']!r}")
-        if cfg["decode"] == "finest" and cfg["multitask"] and cfg["multitask_loss"] == "conditional":
-            raise DuckmobError("decode 'finest' samples from the finest resolution's softmax over all cells, which "
-                               "multitask_loss 'conditional' does not train: use decode 'coarse_to_fine' or "
-                               "multitask_loss 'full'")
-        if not (isinstance(cfg["lr_final"], (int, float)) and 0 < cfg["lr_final"] <= 1):
-            raise DuckmobError(f"lr_final must be a number in (0, 1] (the last step's learning rate as a fraction of "
-                               f"lr; 1: constant), got {cfg['lr_final']!r}")
-        if not (isinstance(cfg["ema"], (int, float)) and 0 <= cfg["ema"] < 1):
-            raise DuckmobError(f"ema must be a number in [0, 1) (0: no averaging; e.g. 0.99), got {cfg['ema']!r}")
-        self.cfg = cfg
+            self.poi_leaf = assign_pois(pois[:, 0], pois[:, 1], self.bbox, config.w)
+        self.depth = quadtree_depth(config.w)
+        self.cfg = config
 
     # -- accounting ---------------------------------------------------------------------------------
     def _check_budget(self, eps, delta):
@@ -252,16 +261,16 @@ class _Base(Synthesizer):
         ``n_noisy`` trajectories, ``units_noisy`` privacy units (users when k > 1; default n_noisy), k trajectories
         per unit, calibrated within ``prior`` (the source's budget and other releases) when given."""
         cfg = self.cfg
-        eps_count = cfg["count_share"] * eps
+        eps_count = cfg.count_share * eps
         n = max(float(n_noisy), 1.0)
         units = n if units_noisy is None else max(float(units_noisy), 1.0)
         eps_pre = 0.0
-        if self.uses_pretraining and cfg["pretrain"]:
-            eps_pre = pretraining_epsilon(eps - eps_count, n, cfg["w"], PRETRAIN_LEVEL, cfg["c"],
-                                          cfg["pretrain_max_share"], sensitivity=k)
-        batch = float(cfg["batch_size"] or cfg["batch_factor"] * math.sqrt(units))
+        if self.uses_pretraining and cfg.pretrain:
+            eps_pre = pretraining_epsilon(eps - eps_count, n, cfg.w, PRETRAIN_LEVEL, cfg.c,
+                                          cfg.pretrain_max_share, sensitivity=k)
+        batch = float(cfg.batch_size or cfg.batch_factor * math.sqrt(units))
         q = min(1.0, batch / units)
-        steps = int(math.ceil(cfg["epochs"] / q))
+        steps = int(math.ceil(cfg.epochs / q))
         fixed = counts_events(eps_count, k) + ([accounting.laplace(eps_pre)] if eps_pre > 0 else [])
         sigma = calibrate_noise_multiplier(fixed, q, steps, eps, delta, prior=prior)
         event = accounting.compose(fixed + [accounting.dp_sgd(sigma, q, steps)])
@@ -273,7 +282,7 @@ class _Base(Synthesizer):
         with the noisy count in place of n_hint (``release.settle``); both have epsilon <= eps at delta and fit
         the budget with ``prior`` by calibration."""
         self._check_budget(eps, delta)
-        n, k = self.cfg["n_hint"], contribution_bound
+        n, k = self.cfg.n_hint, contribution_bound
         return self.plan(eps, delta, n, n / k if k > 1 else None, k=k, prior=prior)["event"]
 
     # -- data ------------------------------------------------------------------------------------------
@@ -284,9 +293,9 @@ class _Base(Synthesizer):
 
         cfg = self.cfg
         if self.pois is None:
-            return cell_sequences(data, self.bbox, cfg["w"], cfg["stay_points"], cfg["radius_m"],
-                                  cfg["min_minutes"])
-        traj = stay_trajectories(data, cfg["radius_m"], cfg["min_minutes"]) if cfg["stay_points"] else data
+            return cell_sequences(data, self.bbox, cfg.w, cfg.stay_points, cfg.radius_m,
+                                  cfg.min_minutes)
+        traj = stay_trajectories(data, cfg.radius_m, cfg.min_minutes) if cfg.stay_points else data
         nearest = np.empty(traj.n_points, dtype=np.int64)
         for lo in range(0, traj.n_points, 4096):
             d = haversine_m(traj.lat[lo:lo + 4096, None], traj.lon[lo:lo + 4096, None],
@@ -311,13 +320,13 @@ class _Base(Synthesizer):
         self._check_budget(eps, delta)
         cfg = self.cfg
         t0 = time.perf_counter()
-        device = _device(cfg["device"])
+        device = _device(cfg.device)
         rng = noise.generator()
         seqs = self.cell_sequences(data)
-        arrays = training_arrays(seqs, cfg["w"], cfg["n_time"], cfg["max_len"], zorder=self.zorder)
+        arrays = training_arrays(seqs, cfg.w, cfg.n_time, cfg.max_len, zorder=self.zorder)
         has_time = data.has_time
         k = int(contribution_bound)
-        eps_count = cfg["count_share"] * eps
+        eps_count = cfg.count_share * eps
         if k == 1:
             # (1) noisy trajectory count, sensitivity 1
             n_noisy, units_noisy = noisy_count(arrays.n, eps_count, noise), None
@@ -347,17 +356,17 @@ class _Base(Synthesizer):
         # (2) pre-training on DPTRAN
         if plan["eps_pre"] > 0:
             t1 = time.perf_counter()
-            noisy = dptran(seqs, cfg["w"], plan["eps_pre"], noise, k=k)
-            pretrain(model, noisy, iterations=cfg["pretrain_iterations"],
-                     batch=cfg["pretrain_batch"], lr=cfg["pretrain_lr"], rng=rng, device=device,
-                     progress=cfg["progress"], check_interrupt=check_interrupt)
+            noisy = dptran(seqs, cfg.w, plan["eps_pre"], noise, k=k)
+            pretrain(model, noisy, iterations=cfg.pretrain_iterations,
+                     batch=cfg.pretrain_batch, lr=cfg.pretrain_lr, rng=rng, device=device,
+                     progress=cfg.progress, check_interrupt=check_interrupt)
             timings["pretrain_s"] = time.perf_counter() - t1
         # (3) DP-SGD
         log = dp_sgd_train(model, arrays, sample_rate=plan["sample_rate"], steps=plan["steps"],
-                           noise_multiplier=plan["noise_multiplier"], max_grad_norm=cfg["max_grad_norm"],
-                           lr=cfg["lr"], expected_batch_size=plan["batch"], rng=rng, device=device,
-                           progress=cfg["progress"], by_user=k > 1, ema=cfg["ema"],
-                           lr_final=cfg["lr_final"], check_interrupt=check_interrupt)
+                           noise_multiplier=plan["noise_multiplier"], max_grad_norm=cfg.max_grad_norm,
+                           lr=cfg.lr, expected_batch_size=plan["batch"], rng=rng, device=device,
+                           progress=cfg.progress, by_user=k > 1, ema=cfg.ema,
+                           lr_final=cfg.lr_final, check_interrupt=check_interrupt)
         timings.update(dp_sgd_s=log.seconds, epoch_s=log.epoch_seconds, total_s=time.perf_counter() - t0)
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta,
@@ -367,7 +376,7 @@ class _Base(Synthesizer):
                     steps=plan["steps"], noise_multiplier=plan["noise_multiplier"], expected_batch=plan["batch"],
                     has_time=has_time, seeded=bool(noise.seeded), contribution_bound=k,
                     n_parameters=sum(p.numel() for p in model.parameters()))
-        config = {key: v for key, v in cfg.items() if key not in ("device", "progress", "pois")}
+        config = {key: v for key, v in cfg.as_dict().items() if key not in ("device", "progress", "pois")}
         pois = None if self.pois is None else self.pois.tolist()
         return FittedModel(self.method, self.bbox.as_list(), config, pois,
                            {key: v.detach().cpu() for key, v in model.state_dict().items()},
@@ -386,10 +395,10 @@ class HRNet(_Base):
 
     def build(self) -> HRNetModel:
         c = self.cfg
-        return HRNetModel(self.depth, c["n_time"], c["loc_dim"], c["time_dim"], c["hidden"], c["key_dim"],
-                          multitask=c["multitask"], deconv_activation=bool(c["deconv_activation"]),
-                          finest_weight=c["finest_weight"], multitask_loss=c["multitask_loss"],
-                          input_levels=c["input_levels"])
+        return HRNetModel(self.depth, c.n_time, c.loc_dim, c.time_dim, c.hidden, c.key_dim,
+                          multitask=c.multitask, deconv_activation=bool(c.deconv_activation),
+                          finest_weight=c.finest_weight, multitask_loss=c.multitask_loss,
+                          input_levels=c.input_levels)
 
 
 class Baseline(_Base):
@@ -404,7 +413,7 @@ class Baseline(_Base):
 
     def build(self) -> BaselineModel:
         c = self.cfg
-        return BaselineModel(self.depth, c["n_time"], c["loc_dim"], c["time_dim"], c["hidden"])
+        return BaselineModel(self.depth, c.n_time, c.loc_dim, c.time_dim, c.hidden)
 
 
 _KINDS = {"hrnet": HRNet, "baseline": Baseline}
@@ -491,4 +500,4 @@ class FittedModel(Model):
 HRNet.model_class = FittedModel
 Baseline.model_class = FittedModel
 
-__all__ = ["HRNet", "Baseline", "FittedModel", "calibrate_noise_multiplier", "DEFAULTS"]
+__all__ = ["HRNet", "Baseline", "HRNetConfig", "FittedModel", "calibrate_noise_multiplier", "DEFAULTS"]

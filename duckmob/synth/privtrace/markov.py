@@ -93,30 +93,36 @@ class Support:
         return e
 
 
-def on_grid(weights: np.ndarray, quantum: float | None) -> np.ndarray:
-    """Weights rounded DOWN to multiples of ``quantum`` (the noise grid, ``duckmob.privacy.noise.granularity``).
+@dataclass(frozen=True)
+class Windows:
+    """The first- and second-order windows of state sequences, ready for ``counting.normalised_release``.
 
-    Rounding each trajectory's contribution down keeps its L1 norm <= 1 and puts every sum of contributions
-    exactly on the grid, so the safe Laplace mechanism needs no rounding of its input (no epsilon increase).
-    """
-    w = np.asarray(weights, dtype=np.float64)
-    return w if quantum is None else np.floor(w / quantum) * quantum
+    First order: the table is ``[start (m) | first (m, D + 1) flattened]`` (one release: start and state rows
+    together); a sequence of L states has L + 1 windows (start, L - 1 moves, end). Second order: the table is
+    ``second (m + E, D + 1)`` flattened; L windows (one per state: its context and its next state or end).
+    Windows are listed trajectory by trajectory (``owner`` non-decreasing)."""
+
+    first_index: np.ndarray
+    first_owner: np.ndarray
+    second_index: np.ndarray
+    second_owner: np.ndarray
+    lengths: np.ndarray      # L per trajectory
+
+    @property
+    def n_first(self) -> np.ndarray:
+        return self.lengths + 1
+
+    @property
+    def n_second(self) -> np.ndarray:
+        return self.lengths
 
 
-def transition_counts(support: Support, seq_offsets: np.ndarray, states: np.ndarray,
-                      weight: np.ndarray | None = None, quantum1: float | None = None,
-                      quantum2: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """EXACT length-normalised transition counts (§4.3, App. B.2) on the sparse support.
+def transition_windows(support: Support, seq_offsets: np.ndarray, states: np.ndarray) -> Windows:
+    """Every window of the augmented sequences (start, s_1 .. s_L, end) on the sparse support (§4.3, App. B.2).
 
-    ``seq_offsets`` (n + 1) cut ``states`` into n non-empty sequences of neighbouring states. Returns
-    ``(start (m,), first (m, D + 1), second (m + E, D + 1))``: start[s] = sum over trajectories starting at s of
-    1 / (L + 1); first[s, j] the same weights summed over the transitions s -> j-th neighbour (or -> end in column
-    D); second[r, j] = sum of 1 / L over the triples in context r followed by column j. Each trajectory adds
-    exactly 1 to the L1 norm of (start, first) together and exactly 1 to that of second. ``weight`` (one per
-    trajectory, default 1) multiplies a trajectory's contribution; ``quantum1``/``quantum2`` round the
-    per-transition weights of the first/second-order tables down to the noise grid (:func:`on_grid`), after
-    which each trajectory adds at most 1.
-    """
+    ``seq_offsets`` (n + 1) cut ``states`` into n non-empty sequences of neighbouring states. Each trajectory owns
+    L + 1 first-order and L second-order windows; with mass 1 spread over them (``counting.normalised_release``)
+    it adds at most 1 to the L1 norm of each table."""
     m, D = support.m, support.width
     seq_offsets = np.asarray(seq_offsets, dtype=np.int64)
     states = np.asarray(states, dtype=np.int64)
@@ -124,58 +130,79 @@ def transition_counts(support: Support, seq_offsets: np.ndarray, states: np.ndar
     L = np.diff(seq_offsets)
     if n and L.min() < 1:
         raise ValueError("every state sequence needs at least one state")
-    w = np.ones(n) if weight is None else np.asarray(weight, dtype=np.float64)
-    owner = np.repeat(np.arange(n), L)
-    first_idx, last_idx = seq_offsets[:-1], seq_offsets[1:] - 1
-    w1 = on_grid(w / (L + 1.0), quantum1)
-    w2 = on_grid(w / L, quantum2)
-
-    start = np.bincount(states[first_idx], weights=w1, minlength=m)
-
-    # interior first-order transitions s_i -> s_{i+1}
+    owner = np.repeat(np.arange(n, dtype=np.int64), L)
+    pos = np.arange(len(states), dtype=np.int64) - seq_offsets[owner]
+    last_idx = seq_offsets[1:] - 1
     inner = np.ones(len(states), dtype=bool)
     inner[last_idx] = False
-    i = np.flatnonzero(inner)
-    a, b = states[i], states[i + 1]
-    e = support.edge_index(a, b)
-    col = e - support.offsets[a]
-    flat = np.concatenate([a * (D + 1) + col, states[last_idx] * (D + 1) + D])
-    wt = np.concatenate([w1[owner[i]], w1])
-    first = np.bincount(flat, weights=wt, minlength=m * (D + 1)).reshape(m, D + 1)
+    i = np.flatnonzero(inner)                      # moves s_i -> s_{i+1}
+    col = np.full(len(states), D, dtype=np.int64)  # column of the next state, or the end
+    col[i] = support.edge_index(states[i], states[i + 1]) - support.offsets[states[i]]
 
-    # second-order triples: context row of (s_{i-1}, s_i) (or (start, s_1)), column of s_{i+1} (or end)
-    pos = np.arange(len(states)) - seq_offsets[owner]
+    # first order: the window into each state (start -> s_1, or s_{i-1} -> s_i), then the end window; placed so
+    # that each trajectory's windows stay together (state p at p + owner, T's end at its last state's slot + 1)
+    into = np.where(pos == 0, states, 0)
+    prev = np.flatnonzero(pos > 0)
+    into[prev] = m + states[prev - 1] * (D + 1) + col[prev - 1]
+    first_index = np.empty(len(states) + n, dtype=np.int64)
+    first_index[np.arange(len(states)) + owner] = into
+    first_index[last_idx + np.arange(n) + 1] = m + states[last_idx] * (D + 1) + D
+    first_owner = np.repeat(np.arange(n, dtype=np.int64), L + 1)
+
+    # second order: context (start, s_1) or (s_{i-1}, s_i), then the next state's column (or the end)
     row = np.where(pos == 0, states, 0)
-    has_prev = pos > 0
-    j = np.flatnonzero(has_prev)
-    row[j] = m + support.edge_index(states[j - 1], states[j])
-    col2 = np.full(len(states), D, dtype=np.int64)
-    col2[i] = col
-    second = np.bincount(row * (D + 1) + col2, weights=w2[owner],
+    row[prev] = m + support.edge_index(states[prev - 1], states[prev])
+    return Windows(first_index, first_owner, row * (D + 1) + col, owner, L)
+
+
+def transition_counts(support: Support, seq_offsets: np.ndarray,
+                      states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """EXACT length-normalised counts (never release these): ``(start (m,), first (m, D + 1), second (m + E,
+    D + 1))``, each window weighted 1 / W of its trajectory; each trajectory adds exactly 1 to the L1 norm of
+    (start, first) together and exactly 1 to that of second. For tests and diagnostics."""
+    m, D = support.m, support.width
+    win = transition_windows(support, seq_offsets, states)
+    f = np.bincount(win.first_index, weights=1.0 / win.n_first[win.first_owner], minlength=m + m * (D + 1))
+    second = np.bincount(win.second_index, weights=1.0 / win.n_second[win.second_owner],
                          minlength=(m + support.n_edges) * (D + 1)).reshape(m + support.n_edges, D + 1)
+    return f[:m], f[m:].reshape(m, D + 1), second
+
+
+def release_transitions(support: Support, seq_offsets: np.ndarray, states: np.ndarray, scale_first: float,
+                        scale_second: float, noise) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first- and second-order releases through ``counting.normalised_release`` (the one counting mechanism),
+    NormCut per row. Privacy map: each table has L1 sensitivity k (k trajectories per privacy unit); Laplace of
+    ``scale = k / eps_part`` on every support entry (start row, neighbour columns and end of each state row;
+    second-order rows likewise) is eps_part-DP per table. Returns ``(start, first, second)``, zero outside the
+    support, non-negative."""
+    from duckmob.privacy.counting import normalised_release
+
+    m, D = support.m, support.width
+    win = transition_windows(support, seq_offsets, states)
+    mask1, mask2 = support.mask1(), support.mask2()
+    entries1 = np.concatenate([np.arange(m), m + np.flatnonzero(mask1.reshape(-1))])
+    values1 = normalised_release(win.first_index, win.first_owner, win.n_first, entries1, scale_first, noise)
+    flat1 = np.zeros(m + m * (D + 1))
+    flat1[entries1] = values1
+    entries2 = np.flatnonzero(mask2.reshape(-1))
+    values2 = normalised_release(win.second_index, win.second_owner, win.n_second, entries2, scale_second, noise)
+    flat2 = np.zeros(mask2.size)
+    flat2[entries2] = values2
+    start = normcut_rows(flat1[None, :m])[0]
+    first = normcut_rows(flat1[m:].reshape(m, D + 1), mask1)
+    second = normcut_rows(flat2.reshape(mask2.shape), mask2)
     return start, first, second
 
 
-def add_laplace(counts: np.ndarray, mask: np.ndarray | None, scale: float, noise) -> np.ndarray:
-    """Counts plus Laplace(scale) noise on every support entry (``mask``; all entries when None); zero elsewhere.
+def release_density(seq_offsets: np.ndarray, states: np.ndarray, size: int, scale: float, noise) -> np.ndarray:
+    """Length-normalised visit density over ``size`` states (PrivTrace B.1): a trajectory of L states adds 1 / L
+    to each state it visits (L1 sensitivity 1; k per privacy unit), Laplace of ``scale`` on every state, through
+    ``counting.normalised_release``. Noisy and not NormCut-ed (the caller decides)."""
+    from duckmob.privacy.counting import normalised_release
 
-    With ``scale = sensitivity / eps`` this is the eps-DP Laplace mechanism on the whole support. The noise is
-    duckmob's safe Laplace (``NoiseSource.add_laplace``: input and output on a power-of-two grid); counts built
-    with :func:`on_grid` at ``granularity(scale)`` are on that grid already.
-    """
-    counts = np.asarray(counts, dtype=np.float64)
-    if mask is None:
-        return noise.add_laplace(counts, scale)
-    out = np.zeros_like(counts)
-    out[mask] = noise.add_laplace(counts[mask], scale)
-    return out
-
-
-def quantum(scale: float) -> float:
-    """The noise grid step for Laplace noise of ``scale`` (``duckmob.privacy.noise.granularity``)."""
-    from duckmob.privacy.noise import granularity
-
-    return granularity(scale)
+    L = np.diff(np.asarray(seq_offsets, dtype=np.int64))
+    owner = np.repeat(np.arange(len(L), dtype=np.int64), L)
+    return normalised_release(states, owner, L, int(size), scale, noise)
 
 
 def normcut_rows(noisy: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:

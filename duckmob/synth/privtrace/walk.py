@@ -39,10 +39,15 @@ def length_bins(max_len: int) -> np.ndarray:
     return np.unique(np.asarray(edges, dtype=np.int64))
 
 
-def length_histogram(lengths: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Exact counts of sequence lengths per bin (lengths above the last bin are counted in it)."""
+def length_bin(lengths: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The bin of each sequence length (lengths above the last bin fall in it)."""
     clipped = np.minimum(np.asarray(lengths, dtype=np.int64), edges[-1] - 1)
-    return np.bincount(np.searchsorted(edges, clipped, side="right") - 1, minlength=len(edges) - 1).astype(float)
+    return np.searchsorted(edges, clipped, side="right") - 1
+
+
+def length_histogram(lengths: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Exact counts of sequence lengths per bin (not for release; tests and diagnostics)."""
+    return np.bincount(length_bin(lengths, edges), minlength=len(edges) - 1).astype(float)
 
 
 def truncate_tail(noisy: np.ndarray, scale: float, tau: float = 1.0) -> np.ndarray:

@@ -1,0 +1,129 @@
+"""Typed, validated hyper-parameters: one frozen dataclass per method, every field declared with :func:`param`.
+
+A method's config is a ``@dataclass(frozen=True)`` whose fields carry their kind and valid range::
+
+    @dataclass(frozen=True)
+    class PrivTraceConfig(Config):
+        K: int | None = param(None, int, low=1, high=1024, doc="first-layer cells per side")
+
+``PrivTraceConfig.parse(params)`` takes what the user wrote (a dict from JSON or a SQL STRUCT: numbers may come
+as floats, ``None`` means "the default") and returns a config or raises one DuckmobError naming the parameter,
+what it must be, and what was given. Unknown names are refused with the list of known ones. Hyper-parameters are
+public: nothing here reads data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+from duckmob.errors import DuckmobError
+
+
+def param(default, kind: type, *, low=None, high=None, low_open: bool = False, high_open: bool = False, choices=None,
+          nullable: bool = False, doc: str = ""):
+    """A config field: ``kind`` is int, float, bool, str, dict or list; ``low``/``high`` bound numbers
+    (``low_open``/``high_open``: strictly inside); ``choices`` lists allowed strings; ``nullable`` admits None (a default
+    of None implies it)."""
+    meta = dict(kind=kind, low=low, high=high, low_open=low_open, high_open=high_open, choices=tuple(choices) if choices else None,
+                nullable=nullable or default is None, doc=doc)
+    if isinstance(default, (dict, list)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _describe(meta) -> str:
+    kind = meta["kind"]
+    if meta["choices"]:
+        return "one of " + ", ".join(repr(c) for c in meta["choices"])
+    what = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "an object",
+            list: "a list"}[kind]
+    low, high = meta["low"], meta["high"]
+    if low is not None and high is not None:
+        what += f" in {'(' if meta['low_open'] else '['}{low}, {high}{')' if meta['high_open'] else ']'}"
+    elif low is not None:
+        what += f" {'>' if meta['low_open'] else '>='} {low}"
+    elif high is not None:
+        what += f" {'<' if meta['high_open'] else '<='} {high}"
+    return what + (" or null" if meta["nullable"] else "")
+
+
+def _coerce(name: str, value, meta, method: str):
+    """The value as the field's kind, or DuckmobError."""
+    kind = meta["kind"]
+    if value is None:
+        if meta["nullable"]:
+            return None
+        raise DuckmobError(f"{method} parameter {name} must be {_describe(meta)}, got null")
+    bad = DuckmobError(f"{method} parameter {name} must be {_describe(meta)}, got {value!r}")
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if kind in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        if not math.isfinite(value):
+            raise bad
+        if kind is int:
+            if int(value) != value:
+                raise bad
+            value = int(value)
+        else:
+            value = float(value)
+        low, high = meta["low"], meta["high"]
+        if low is not None and (value < low or (meta["low_open"] and value == low)):
+            raise bad
+        if high is not None and (value > high or (meta["high_open"] and value == high)):
+            raise bad
+        return value
+    if kind is str:
+        if not isinstance(value, str) or (meta["choices"] and value not in meta["choices"]):
+            raise bad
+        return value
+    if not isinstance(value, kind):
+        raise bad
+    return value
+
+
+class Config:
+    """Base of the per-method config dataclasses (see the module docstring)."""
+
+    method: ClassVar[str] = "method"
+
+    @classmethod
+    def parse(cls, params: dict[str, Any] | None = None, **defaults):
+        """A validated config from user ``params``; ``defaults`` replace the class defaults (the method's own)."""
+        params = dict(params or {})
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(params) - set(fields))
+        if unknown:
+            raise DuckmobError(f"unknown {cls.method} parameter(s) {unknown}: known ones are {sorted(fields)}")
+        values = {}
+        for name, f in fields.items():
+            if name in params and params[name] is not None:
+                values[name] = _coerce(name, params[name], f.metadata, cls.method)
+            elif name in defaults:
+                values[name] = _coerce(name, defaults[name], f.metadata, cls.method)
+        config = cls(**values)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """Checks across fields (override); raise DuckmobError."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def docs(cls) -> dict[str, str]:
+        """Each parameter's one-line documentation, its kind and default (for docs and error messages)."""
+        out = {}
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            out[f.name] = f"{f.metadata['doc']} ({_describe(f.metadata)}; default {default!r})"
+        return out

@@ -1,0 +1,466 @@
+"""Fine placement, shared by every method: where synthetic points go inside coarse cells, the street-level route
+between consecutive coarse cells, and the spacing of points along it.
+
+A method models trajectories on a coarse discretisation (PrivTrace's states, HRNet's grid). Left there, every
+synthetic point is uniform inside a cell of a kilometre or more: a blob on the map, one point per cell. This stage
+adds, as part of the method's fit, two private releases on a public fine grid (``fine_w`` x ``fine_w`` cells over
+the public bbox, about ``fine_m`` metres each by default):
+
+=========  ======================================================================  ============  ============
+part       what is released                                                         sensitivity   budget
+=========  ======================================================================  ============  ============
+density    trajectory density on the fine grid: a trajectory passing W distinct     k             0.8 share
+           fine cells (its fixes joined by the integer line walk) adds 1 / W to
+           each (length-normalised: its mass is 1)
+steps      histogram of the distance between consecutive fixes (public log bins):   k             0.2 share
+           a trajectory with S steps adds 1 / S to the bin of each
+=========  ======================================================================  ============  ============
+
+Both go through ``duckmob.privacy.counting.normalised_release`` (the one counting mechanism): each trajectory's
+mass 1 is split over its windows on the noise grid, so one trajectory moves each table by at most 1 in L1 and a
+privacy unit of k trajectories by at most k; Laplace of scale ``k / (eps * share * part)`` on EVERY fine cell and
+EVERY bin (data-independent supports) makes each part eps-DP; they compose into the method's ledger event. The
+fine density is NormCut (non-negative, total kept); the step histogram too. Trajectories of one point have no
+step and add nothing to the step histogram (dropping mass only lowers the sensitivity).
+
+Sampling (post-processing of the released model, :class:`Placement`):
+
+1. *Anchors*: the ``anchors`` fine cells of highest released density inside each coarse cell (a coarse cell with
+   no mass keeps its central fine cell). A trajectory starts at an anchor of its first coarse cell, drawn in
+   proportion to the density.
+2. *Routes*: from the current anchor in coarse cell A to the next coarse cell B, the most probable path over the
+   fine cells of A and B: the shortest path where entering a fine cell costs ``-log p`` (``p`` its share of the
+   released density, floored) times the step length, ending at whichever anchor of B is cheapest to reach (the
+   clean-slate paper's idea; one multi-source Dijkstra in ``scipy.sparse.csgraph`` over a block-diagonal graph
+   of every coarse move used at once). A one-cell trajectory runs between two anchors of its cell.
+3. *Spacing*: points are laid along the route (each route vertex jittered uniformly inside its fine cell) at
+   distances drawn from the released step histogram (uniform in log inside a bin), so there are about as many
+   points per trajectory, as far apart, as in the real sampling; a trajectory gets at least its two end points.
+
+``output := 'cells'`` (or ``fine_share := 0``) keeps the method's cell-level output and spends nothing here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import dijkstra
+
+from duckmob.grid import BBox
+from duckmob.privacy import accounting
+from duckmob.privacy.counting import normalised_release
+from duckmob.privacy.normcut import normcut
+from duckmob.synth.config import Config, param
+from duckmob.trajectories import Trajectories
+
+# Each part's fraction of the fine stage's share of eps.
+PARTS = {"density": 0.8, "steps": 0.2}
+# Public bins of the distance between consecutive fixes (metres): [0, 1) then log-spaced up to 50 km; longer
+# steps fall in the last bin.
+STEP_EDGES_M = np.concatenate([[0.0], np.geomspace(1.0, 50_000.0, 48)])
+EARTH_M_PER_DEG = 111_195.0
+# Floor of a fine cell's probability in the route costs, relative to the mean cell (so routes may cross cells
+# the release left empty, at a high cost).
+FLOOR = 1e-3
+MAX_POINTS = 20_000
+
+
+@dataclass(frozen=True)
+class PlacementConfig(Config):
+    """The fine-placement parameters every method shares (mixed into each method's config)."""
+
+    fine_share: float = param(0.2, float, low=0, high=0.9,
+                              doc="share of eps spent on the fine density and the step histogram (0: cells only)")
+    fine_w: int | None = param(None, int, low=4, high=1024,
+                               doc="fine cells per side; null: the power of two giving cells nearest fine_m")
+    fine_m: float = param(100.0, float, low=1, doc="target fine cell size (metres) when fine_w is null")
+    anchors: int = param(8, int, low=1, high=64, doc="route end points per coarse cell (densest fine cells)")
+    output: str = param("points", str, choices=("points", "cells"),
+                        doc="'points': routed, spaced points; 'cells': one uniform point per coarse cell")
+    max_points: int = param(5000, int, low=2, high=MAX_POINTS, doc="cap on points per synthetic trajectory")
+
+    @property
+    def placing(self) -> bool:
+        return self.output == "points" and self.fine_share > 0
+
+
+def fine_width(bbox, config: PlacementConfig) -> int:
+    """The public fine grid width: ``fine_w``, or the power of two (8 .. 512) whose cells are nearest ``fine_m``
+    metres along the bbox's longer side. A function of public parameters only."""
+    if config.fine_w is not None:
+        return int(config.fine_w)
+    b = BBox.of(bbox)
+    mid = math.cos(math.radians((b.min_lat + b.max_lat) / 2))
+    extent = max((b.max_lat - b.min_lat) * EARTH_M_PER_DEG, (b.max_lon - b.min_lon) * EARTH_M_PER_DEG * mid)
+    return int(2 ** np.clip(round(math.log2(max(extent / config.fine_m, 1.0))), 3, 9))
+
+
+def privacy_events(eps: float, config: PlacementConfig) -> list:
+    """The fine stage's accounting events at the method's eps (none when it is off)."""
+    if not config.placing:
+        return []
+    return [accounting.laplace(eps * config.fine_share * f) for f in PARTS.values()]
+
+
+def scales(eps: float, config: PlacementConfig, k: int) -> dict[str, float]:
+    """Laplace scale of each part: k / (eps * share * fraction)."""
+    return {part: k / (eps * config.fine_share * f) for part, f in PARTS.items()}
+
+
+# -- the private releases ---------------------------------------------------------------------------------------
+
+def _local_xy(bbox: BBox, lat, lon) -> tuple[np.ndarray, np.ndarray]:
+    """Metres east/north of the bbox's corner (equirectangular at the bbox's middle latitude: public)."""
+    mid = math.cos(math.radians((bbox.min_lat + bbox.max_lat) / 2))
+    return ((np.asarray(lon) - bbox.min_lon) * EARTH_M_PER_DEG * mid,
+            (np.asarray(lat) - bbox.min_lat) * EARTH_M_PER_DEG)
+
+
+def fine_cells(data: Trajectories, bbox, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct fine cells each trajectory passes: ``(cell, owner, n_distinct per trajectory)``, owner sorted.
+
+    Fixes are joined by the integer line walk (privtrace.states), so a sparsely sampled trajectory still marks
+    the cells between its fixes; each trajectory's cells depend on its own points only."""
+    from duckmob.synth.privtrace.states import state_sequences, uniform_grid
+
+    _, cells, owner = state_sequences(uniform_grid(bbox, w), data.offsets, data.lat, data.lon)
+    key = np.unique(owner * (w * w) + cells)          # sorted by owner, distinct per trajectory
+    owner, cells = np.divmod(key, w * w)
+    return cells, owner, np.bincount(owner, minlength=data.n_trajectories)
+
+
+def step_bins(data: Trajectories, bbox) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The bin of each step between consecutive fixes: ``(bin, owner, steps per trajectory)``, owner sorted."""
+    box = BBox.of(bbox)
+    x, y = _local_xy(box, data.lat, data.lon)
+    owner = data.point_traj()
+    same = owner[1:] == owner[:-1]
+    d = np.hypot(np.diff(x), np.diff(y))[same]
+    step_owner = owner[1:][same]
+    b = np.clip(np.searchsorted(STEP_EDGES_M, d, side="right") - 1, 0, len(STEP_EDGES_M) - 2)
+    return b, step_owner, np.bincount(step_owner, minlength=data.n_trajectories)
+
+
+def release(data: Trajectories, bbox, eps: float, config: PlacementConfig, noise, k: int = 1) -> "FineStats":
+    """The fine stage's two releases (module docstring): eps * fine_share in total, k trajectories per unit."""
+    w = fine_width(bbox, config)
+    sc = scales(eps, config, k)
+    cells, owner, n_cells = fine_cells(data, bbox, w)
+    density = normalised_release(cells, owner, n_cells, w * w, sc["density"], noise)
+    b, step_owner, n_steps = step_bins(data, bbox)
+    steps = normalised_release(b, step_owner, n_steps, len(STEP_EDGES_M) - 1, sc["steps"], noise)
+    from duckmob.synth.privtrace.walk import truncate_tail   # (privtrace imports this module)
+
+    # post-processing: the long tail past where the histogram falls to the noise is zeroed (noise there would
+    # make kilometre steps), then NormCut
+    steps = truncate_tail(steps, sc["steps"])
+    return FineStats(w=w, density=normcut(density[None, :], axis=-1)[0].astype(np.float32),
+                     steps=normcut(steps[None, :], axis=-1)[0])
+
+
+@dataclass
+class FineStats:
+    """The released fine statistics (post-processed: non-negative)."""
+
+    w: int
+    density: np.ndarray     # (w * w,) float32
+    steps: np.ndarray       # (len(STEP_EDGES_M) - 1,)
+
+    def arrays(self, prefix: str = "fine_") -> dict[str, np.ndarray]:
+        return {f"{prefix}w": np.array(self.w), f"{prefix}density": self.density, f"{prefix}steps": self.steps}
+
+    @classmethod
+    def from_arrays(cls, z, prefix: str = "fine_") -> "FineStats | None":
+        if f"{prefix}w" not in z:
+            return None
+        return cls(int(z[f"{prefix}w"]), np.asarray(z[f"{prefix}density"]), np.asarray(z[f"{prefix}steps"]))
+
+
+# -- sampling (post-processing) ----------------------------------------------------------------------------------
+
+_DELTAS = np.array([(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)], dtype=np.int64)
+
+
+class Placement:
+    """Routes and points for coarse cell sequences, from :class:`FineStats` and the coarse partition.
+
+    ``coarse_of_fine`` (w * w,) gives the coarse cell of each fine cell (by its centre), ``n_coarse`` their
+    number. Everything here is post-processing of released statistics and public parameters."""
+
+    def __init__(self, stats: FineStats, bbox, coarse_of_fine: np.ndarray, n_coarse: int, anchors: int = 8):
+        self.stats, self.bbox, self.w = stats, BBox.of(bbox), stats.w
+        self.coarse = np.asarray(coarse_of_fine, dtype=np.int64)
+        self.n_coarse = int(n_coarse)
+        w = self.w
+        d = np.maximum(np.asarray(stats.density, dtype=np.float64), 0.0)
+        total = d.sum()
+        self.p = d / total if total > 0 else np.full(w * w, 1.0 / (w * w))
+        floor = FLOOR / (w * w)
+        # entering a fine cell costs -log p up to a constant: log(peak / p) >= 0 (csgraph needs non-negative
+        # weights and drops zero ones: + 1e-3 per step)
+        q = self.p + floor
+        self.cost = np.log(q.max() / q) + 1e-3
+        # fine cells grouped by coarse cell
+        order = np.lexsort((-self.p, self.coarse))       # by coarse cell, densest first
+        self.cell_order = order
+        counts = np.bincount(self.coarse, minlength=self.n_coarse)
+        self.cell_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.rank = np.empty(w * w, dtype=np.int64)
+        self.rank[order] = np.arange(w * w) - self.cell_offsets[self.coarse[order]]
+        # anchors: the densest `anchors` fine cells of each coarse cell; probability in proportion to density
+        h = int(anchors)
+        n_anchor = np.minimum(counts, h)
+        self.anchor_offsets = np.concatenate([[0], np.cumsum(n_anchor)]).astype(np.int64)
+        owner = np.repeat(np.arange(self.n_coarse), n_anchor)
+        pos = np.arange(len(owner)) - self.anchor_offsets[owner]
+        self.anchor_cells = order[self.cell_offsets[owner] + pos]
+        weight = self.p[self.anchor_cells]
+        mass = np.bincount(owner, weights=weight, minlength=self.n_coarse)
+        # a coarse cell without released mass: its anchors are equally likely
+        self.anchor_weight = np.where(mass[owner] > 0, weight, 1.0)
+        self._routes: dict[int, tuple] = {}
+
+    # -- anchors -----------------------------------------------------------------------------------------
+    def draw_anchor(self, coarse: np.ndarray, rng: np.random.Generator, exclude: np.ndarray | None = None):
+        """One anchor (global fine cell) per entry of ``coarse``, in proportion to its density; ``exclude`` (fine
+        cells) is avoided where the coarse cell has another anchor."""
+        coarse = np.asarray(coarse, dtype=np.int64)
+        lo, hi = self.anchor_offsets[coarse], self.anchor_offsets[coarse + 1]
+        wmax = int((hi - lo).max()) if len(coarse) else 0
+        idx = lo[:, None] + np.arange(max(wmax, 1))[None, :]
+        valid = idx < hi[:, None]
+        wts = np.where(valid, self.anchor_weight[np.minimum(idx, len(self.anchor_cells) - 1)], 0.0)
+        cells = self.anchor_cells[np.minimum(idx, len(self.anchor_cells) - 1)]
+        if exclude is not None:
+            other = valid & (cells != exclude[:, None])
+            has_other = other.any(axis=1)
+            wts = np.where(has_other[:, None] & ~other, 0.0, wts)
+        cum = np.cumsum(wts, axis=1)
+        u = rng.random(len(coarse)) * cum[:, -1]
+        col = np.minimum((cum <= u[:, None]).sum(axis=1), np.maximum(hi - lo - 1, 0))
+        return cells[np.arange(len(coarse)), col]
+
+    # -- routes ------------------------------------------------------------------------------------------
+    def _route_table(self, pairs: np.ndarray):
+        """Routes of the coarse moves ``pairs`` (k, 2) from every anchor of A to the cheapest anchor of B over
+        the fine cells of A and B: one multi-source Dijkstra over the block-diagonal graph of all moves."""
+        w = self.w
+        a, b = pairs[:, 0], pairs[:, 1]
+        size_a = np.diff(self.cell_offsets)[a]
+        size_b = np.diff(self.cell_offsets)[b]
+        size = size_a + size_b
+        base = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
+        n_nodes = int(base[-1])
+        move = np.repeat(np.arange(len(pairs)), size)
+        local = np.arange(n_nodes) - base[move]
+        in_a = local < size_a[move]
+        coarse_of_node = np.where(in_a, a[move], b[move])
+        fine = self.cell_order[self.cell_offsets[coarse_of_node] + np.where(in_a, local, local - size_a[move])]
+        # edges u -> v between 8-neighbouring fine cells of the same move (both in A or B)
+        r, c = np.divmod(fine, w)
+        src, dst, wt = [], [], []
+        for dr, dc in _DELTAS:
+            rr, cc = r + dr, c + dc
+            ok = (rr >= 0) & (rr < w) & (cc >= 0) & (cc < w)
+            nb = np.where(ok, rr * w + cc, 0)
+            cb = self.coarse[nb]
+            ok &= (cb == a[move]) | (cb == b[move])
+            # local index of the neighbour inside the move
+            v = base[move] + np.where(cb == a[move], self.rank[nb], size_a[move] + self.rank[nb])
+            u = np.flatnonzero(ok)
+            src.append(u)
+            dst.append(v[u])
+            wt.append(self.cost[nb[u]] * math.hypot(dr, dc))
+        src, dst, wt = np.concatenate(src), np.concatenate(dst), np.concatenate(wt)
+        # reversed graph (search from B's anchors back): edge v -> u carries the cost of moving u -> v
+        graph = sp.csr_matrix((wt, (dst, src)), shape=(n_nodes, n_nodes))
+        # sources: the anchors of B in every move (their local ranks are < anchors of B)
+        n_anchor_b = np.diff(self.anchor_offsets)[b]
+        src_move = np.repeat(np.arange(len(pairs)), n_anchor_b)
+        src_nodes = base[src_move] + size_a[src_move] + (np.arange(len(src_move))
+                                                          - np.repeat(np.cumsum(n_anchor_b) - n_anchor_b, n_anchor_b))
+        if n_nodes == 0 or len(src_nodes) == 0:
+            pred = np.full(n_nodes, -9999, dtype=np.int64)
+        else:
+            _, pred = dijkstra(graph, directed=True, indices=src_nodes, return_predecessors=True, min_only=True)[:2]
+        return base, size_a, fine, np.asarray(pred, dtype=np.int64)
+
+    def route_table(self, moves: np.ndarray):
+        """For the coarse moves ``moves`` (distinct, as ``a * n_coarse + b``): the route from every anchor of A,
+        ``(first, offsets, cells, end)``: route ``first[i] + j`` starts at A's j-th anchor, its fine cells are
+        ``cells[offsets[r]:offsets[r + 1]]`` (start included, ending at an anchor of B), and ``end[r]`` is that
+        anchor's index in B. A move whose fine cells do not connect jumps to B's densest anchor."""
+        pairs = np.stack(np.divmod(np.asarray(moves, dtype=np.int64), self.n_coarse), axis=1)
+        base, size_a, fine, pred = self._route_table(pairs)
+        a, b = pairs[:, 0], pairs[:, 1]
+        n_anchor_a = np.diff(self.anchor_offsets)[a]
+        first = np.concatenate([[0], np.cumsum(n_anchor_a)]).astype(np.int64)
+        r_move = np.repeat(np.arange(len(pairs)), n_anchor_a)
+        j = np.arange(len(r_move)) - first[r_move]
+        # an anchor of A is among A's densest cells: its local rank is j
+        cur = base[r_move] + j
+        n = len(r_move)
+        paths, owners = [cur], [np.arange(n)]
+        alive = np.arange(n)
+        for _ in range(len(fine) + 1):
+            nxt = pred[cur]
+            go = nxt >= 0
+            if not go.any():
+                break
+            alive, cur = alive[go], nxt[go]
+            paths.append(cur)
+            owners.append(alive)
+        nodes, owner = np.concatenate(paths), np.concatenate(owners)
+        order = np.argsort(owner, kind="stable")
+        cells, owner = fine[nodes[order]], owner[order]
+        lengths = np.bincount(owner, minlength=n)
+        last = np.cumsum(lengths) - 1
+        stuck = self.coarse[cells[last]] != b[r_move]
+        if stuck.any():
+            cells = np.concatenate([cells, self.anchor_cells[self.anchor_offsets[b[r_move[stuck]]]]])
+            owner = np.concatenate([owner, np.flatnonzero(stuck)])
+            order = np.argsort(owner, kind="stable")
+            cells, owner = cells[order], owner[order]
+            lengths = np.bincount(owner, minlength=n)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        end_cell = cells[offsets[1:] - 1]
+        return first, offsets, cells, self.rank[end_cell]
+
+    def fine_paths(self, offsets: np.ndarray, coarse: np.ndarray, rng: np.random.Generator):
+        """Fine-cell paths of coarse cell sequences ``(offsets, coarse)``: ``(offsets, cells)``.
+
+        Every move's routes come from one :meth:`route_table`; then a loop over the position in the sequence
+        (integer lookups vectorised over trajectories) chains them: each route starts at the anchor where the
+        previous one ended. A one-cell sequence runs straight from one anchor of its cell to another."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        coarse = np.asarray(coarse, dtype=np.int64)
+        n = len(offsets) - 1
+        L = np.diff(offsets)
+        if n == 0:
+            return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        start = self.draw_anchor(coarse[offsets[:-1]], rng)
+        # every move of every sequence, in order
+        owner_pt = np.repeat(np.arange(n), L)
+        has_next = np.zeros(len(coarse), dtype=bool)
+        has_next[:-1] = owner_pt[1:] == owner_pt[:-1]
+        i = np.flatnonzero(has_next)
+        keys = coarse[i] * self.n_coarse + coarse[i + 1]
+        moves, move_of = np.unique(keys, return_inverse=True)
+        first, r_off, r_cells, r_end = self.route_table(moves) if len(moves) else (None,) * 4
+        # chain: the route taken at each move (its anchor index in A follows from the previous route)
+        route = np.empty(len(i), dtype=np.int64)
+        step_pos = i - offsets[owner_pt[i]]                 # 0 for the first move of a sequence
+        anchor = self.rank[start]                           # index among the first cell's anchors
+        cur_anchor = anchor.copy()
+        for t in range(int(step_pos.max()) + 1 if len(i) else 0):
+            at = np.flatnonzero(step_pos == t)
+            who = owner_pt[i[at]]
+            r = first[move_of[at]] + cur_anchor[who]
+            route[at] = r
+            cur_anchor[who] = r_end[r]
+        pieces_owner, pieces_cells, pieces_pos = [np.arange(n)], [start], [np.zeros(n)]
+        if len(i):
+            r_len = np.diff(r_off)[route]
+            # the routes' cells, start cell dropped (it ends the previous piece)
+            take = np.repeat(r_off[route] + 1, r_len - 1) + (np.arange(int((r_len - 1).sum()))
+                                                             - np.repeat(np.cumsum(r_len - 1) - (r_len - 1), r_len - 1))
+            pieces_cells.append(r_cells[take])
+            pieces_owner.append(np.repeat(owner_pt[i], r_len - 1))
+            pieces_pos.append(np.repeat(step_pos + 1.0, r_len - 1))
+        single = np.flatnonzero(L == 1)
+        if len(single):
+            from duckmob.synth.privtrace.states import line_cells
+
+            end = self.draw_anchor(coarse[offsets[single]], rng, exclude=start[single])
+            r0, c0 = np.divmod(start[single], self.w)
+            r1, c1 = np.divmod(end, self.w)
+            seg, R, C = line_cells(r0, c0, r1, c1)     # cells k = 0 .. n - 1 of each walk (end excluded)
+            per = np.bincount(seg, minlength=len(single))
+            k = np.arange(len(seg)) - np.repeat(np.cumsum(per) - per, per)
+            moved = end != start[single]
+            body = (k > 0) & moved[seg]                   # k = 0 is the start, already on the path
+            pieces_owner += [single[seg[body]], single[moved]]
+            pieces_cells += [R[body] * self.w + C[body], end[moved]]
+            pieces_pos += [np.ones(int(body.sum())), np.full(int(moved.sum()), 2.0)]
+        owner = np.concatenate(pieces_owner)
+        order = np.lexsort((np.concatenate(pieces_pos), owner))   # stable within a piece
+        lengths = np.bincount(owner, minlength=n)
+        return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), np.concatenate(pieces_cells)[order]
+
+    def points(self, offsets: np.ndarray, coarse: np.ndarray, rng: np.random.Generator,
+               max_points: int = 5000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Synthetic points for coarse cell sequences: ``(lengths, lat, lon)`` (see the module docstring)."""
+        f_off, f_cells = self.fine_paths(offsets, coarse, rng)
+        n = len(f_off) - 1
+        box, w = self.bbox, self.w
+        # route vertices: each fine cell's position jittered uniformly inside it
+        r, c = np.divmod(f_cells, w)
+        u = rng.random((2, len(f_cells)))
+        dlat, dlon = (box.max_lat - box.min_lat) / w, (box.max_lon - box.min_lon) / w
+        vlat = box.min_lat + (r + u[0]) * dlat
+        vlon = box.min_lon + (c + u[1]) * dlon
+        x, y = _local_xy(box, vlat, vlon)
+        v_owner = np.repeat(np.arange(n), np.diff(f_off))
+        seg = np.hypot(np.diff(x), np.diff(y))
+        seg = np.where(v_owner[1:] == v_owner[:-1], seg, 0.0)
+        along = np.concatenate([[0.0], np.cumsum(seg)])          # synthetic data only: no privacy concern
+        route_start = along[f_off[:-1]]
+        route_len = along[f_off[1:] - 1] - route_start
+        # steps from the released histogram (uniform in log inside a bin); enough draws per trajectory to cover
+        # its route, capped at max_points
+        probs = np.asarray(self.stats.steps, dtype=np.float64)
+        if probs.sum() <= 0:
+            probs = np.ones_like(probs)
+        cdf = np.cumsum(probs) / probs.sum()
+        lo, hi = STEP_EDGES_M[:-1], STEP_EDGES_M[1:]
+        mean_step = max(float(np.diff(np.concatenate([[0.0], cdf])) @ np.where(lo > 0, np.sqrt(lo * hi), hi / 2)),
+                        1e-3)
+        expect = route_len / mean_step
+        want = np.minimum(np.ceil(expect * 1.2 + 3 * np.sqrt(expect)).astype(np.int64) + 4, max_points - 2)
+        s_owner = np.repeat(np.arange(n), want)
+        b = np.minimum(np.searchsorted(cdf, rng.random(len(s_owner)), side="right"), len(lo) - 1)
+        t = rng.random(len(s_owner))
+        step = np.where(lo[b] > 0, np.exp(np.log(np.maximum(lo[b], 1e-12)) + t * np.log(hi[b] / np.maximum(lo[b], 1e-12))),
+                        hi[b] * t)
+        s_first = np.concatenate([[0], np.cumsum(want)])[:-1]
+        csum = np.cumsum(step)
+        dist = csum - np.repeat(csum[s_first] - step[s_first], want)   # distance of each draw along its route
+        keep = dist < route_len[s_owner]
+        d_owner, d = s_owner[keep], dist[keep]
+        # every trajectory: its start (distance 0), its kept draws (increasing), its end; placed without a sort
+        kept = np.bincount(d_owner, minlength=n)
+        lengths = kept + 2
+        out_off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        p_owner = np.repeat(np.arange(n), lengths)
+        p_dist = np.empty(int(out_off[-1]))
+        p_dist[out_off[:-1]] = 0.0
+        p_dist[out_off[1:] - 1] = route_len
+        rank = np.arange(len(d_owner)) - np.repeat(np.cumsum(kept) - kept, kept)
+        p_dist[out_off[d_owner] + 1 + rank] = d
+        target = route_start[p_owner] + p_dist
+        # interpolate on the owner's polyline
+        idx = np.searchsorted(along, target, side="right") - 1
+        idx = np.clip(idx, f_off[p_owner], np.maximum(f_off[p_owner + 1] - 2, f_off[p_owner]))
+        nxt = np.minimum(idx + 1, f_off[p_owner + 1] - 1)
+        span = along[nxt] - along[idx]
+        frac = np.where(span > 0, np.clip((target - along[idx]) / np.where(span > 0, span, 1.0), 0, 1), 0.0)
+        lat = vlat[idx] + (vlat[nxt] - vlat[idx]) * frac
+        lon = vlon[idx] + (vlon[nxt] - vlon[idx]) * frac
+        return lengths, lat, lon
+
+
+def coarse_of_fine(w: int, bbox, locate) -> np.ndarray:
+    """The coarse cell of every fine cell's centre, by ``locate(lat, lon)`` (the method's own cell function)."""
+    b = BBox.of(bbox)
+    r, c = np.divmod(np.arange(w * w), w)
+    lat = b.min_lat + (r + 0.5) * (b.max_lat - b.min_lat) / w
+    lon = b.min_lon + (c + 0.5) * (b.max_lon - b.min_lon) / w
+    return np.asarray(locate(lat, lon), dtype=np.int64)
+
+
+__all__ = ["PlacementConfig", "FineStats", "Placement", "release", "privacy_events", "fine_width",
+           "coarse_of_fine", "PARTS", "STEP_EDGES_M"]
