@@ -1,0 +1,133 @@
+"""The shared fine-placement stage (synth/placement.py): its releases' sensitivity and accounting, and sampling
+(routes along dense fine cells, spacing from the released steps, no one-point trajectory)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from duckmob.privacy import accounting
+from duckmob.privacy.counting import normalised_release
+from duckmob.privacy.noise import NoiseSource
+from duckmob.synth import placement
+from duckmob.synth.placement import STEP_EDGES_M, FineStats, Placement, PlacementConfig
+from duckmob.synth.privtrace import PrivTrace, PrivTraceModel
+from duckmob.trajectories import Trajectories
+
+BOX = [40.0, 116.0, 40.05, 116.06]     # about 4.3 x 5.1 km
+
+
+def _traj(paths) -> Trajectories:
+    lengths = np.array([len(p) for p in paths])
+    pts = np.array([q for p in paths for q in p], dtype=float).reshape(-1, 2)
+    n = len(paths)
+    return Trajectories(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), np.arange(n),
+                        np.arange(n), np.zeros(len(pts), dtype=np.int64), pts[:, 0], pts[:, 1])
+
+
+def _random_walks(n, seed=0):
+    rng = np.random.default_rng(seed)
+    paths = []
+    for _ in range(n):
+        k = int(rng.integers(2, 30))
+        start = rng.random(2) * [0.05, 0.06] + [40.0, 116.0]
+        steps = rng.normal(0, 0.0008, (k, 2)).cumsum(axis=0)
+        paths.append(np.clip(start + steps, [40.0, 116.0], [40.05, 116.06]).tolist())
+    return _traj(paths)
+
+
+def _masses(data, w):
+    """Each trajectory's exact contribution to the density and the step histogram (no noise)."""
+    cells, owner, n_cells = placement.fine_cells(data, BOX, w)
+    dens = np.zeros((data.n_trajectories, w * w))
+    np.add.at(dens, (owner, cells), 1.0 / n_cells[owner])
+    b, s_owner, n_steps = placement.step_bins(data, BOX)
+    steps = np.zeros((data.n_trajectories, len(STEP_EDGES_M) - 1))
+    np.add.at(steps, (s_owner, b), 1.0 / n_steps[s_owner])
+    return dens, steps
+
+
+def test_each_trajectory_adds_at_most_one_to_each_table_and_only_from_its_own_points():
+    data = _random_walks(60)
+    dens, steps = _masses(data, 32)
+    assert np.allclose(dens.sum(axis=1), 1.0) and (dens >= 0).all()
+    assert np.all(steps.sum(axis=1) <= 1 + 1e-12) and (steps >= 0).all()
+    # a trajectory's cells are the same alone as among the others
+    alone = data.take(np.arange(60) == 17)
+    d_alone, s_alone = _masses(alone, 32)
+    assert np.array_equal(d_alone[0], dens[17]) and np.array_equal(s_alone[0], steps[17])
+
+
+def test_the_release_is_the_shared_mechanism_with_the_declared_scales():
+    cfg = PlacementConfig()
+    sc = placement.scales(2.0, cfg, 3)
+    assert sc == pytest.approx({"density": 3 / (2.0 * 0.2 * 0.8), "steps": 3 / (2.0 * 0.2 * 0.2)})
+    # on an empty table every fine cell is pure Laplace noise at that scale (before NormCut)
+    w = placement.fine_width(BOX, cfg)
+    noise = normalised_release(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), w * w,
+                               sc["density"], NoiseSource(4))
+    assert (noise != 0).all() and abs(np.abs(noise).mean() / sc["density"] - 1) < 0.05
+
+
+def test_privtrace_event_composes_its_parts_and_the_fine_stage_to_eps():
+    for params in ({}, {"output": "cells"}, {"fine_share": 0.5}):
+        event = PrivTrace(BOX, **params).privacy_event(1.0, 0.0)
+        assert accounting.epsilon(event, 0.0) == pytest.approx(1.0, rel=1e-9)
+    assert placement.privacy_events(1.0, PlacementConfig(output="cells")) == []
+
+
+def test_fine_width_follows_the_public_bbox_only():
+    assert placement.fine_width(BOX, PlacementConfig()) == 64          # 5.1 km / 100 m -> 2^6
+    assert placement.fine_width(BOX, PlacementConfig(fine_m=400)) == 16
+    assert placement.fine_width(BOX, PlacementConfig(fine_w=8)) == 8
+
+
+def _road_placement():
+    """Two coarse cells (west/east halves of a 16 x 16 fine grid) and a dense road along row 3 only."""
+    w = 16
+    density = np.zeros(w * w, np.float32)
+    density[3 * w + np.arange(w)] = 10.0
+    steps = np.zeros(len(STEP_EDGES_M) - 1)
+    steps[20] = 1.0
+    coarse = (np.arange(w * w) % w >= w // 2).astype(np.int64)
+    return Placement(FineStats(w, density, steps), BOX, coarse, 2, anchors=4)
+
+
+def test_routes_follow_the_dense_cells_and_move_between_neighbours():
+    pl = _road_placement()
+    off, cells = pl.fine_paths(np.array([0, 2, 4]), np.array([0, 1, 1, 0]), np.random.default_rng(0))
+    r, c = np.divmod(cells, 16)
+    assert (r == 3).all()                                   # along the road, never across the empty cells
+    same = np.repeat(np.arange(2), np.diff(off))
+    inner = same[1:] == same[:-1]
+    assert (np.abs(np.diff(r))[inner] <= 1).all() and (np.abs(np.diff(c))[inner] <= 1).all()
+    assert (c[off[1] - 1] >= 8) and (c[off[2] - 1] < 8)     # each ends in its last coarse cell
+
+
+def test_points_are_spaced_by_the_released_steps_and_never_fewer_than_two():
+    pl = _road_placement()
+    lengths, lat, lon = pl.points(np.array([0, 1, 3]), np.array([0, 0, 1]), np.random.default_rng(1))
+    assert (lengths >= 2).all()
+    owner = np.repeat(np.arange(2), lengths)
+    x, y = placement._local_xy(pl.bbox, lat, lon)
+    d = np.hypot(np.diff(x), np.diff(y))[owner[1:] == owner[:-1]]
+    lo, hi = STEP_EDGES_M[20], STEP_EDGES_M[21]
+    last = np.cumsum(lengths) - 2                            # the final step to the route's end is shorter
+    inner = np.setdiff1d(np.arange(len(d)), last - np.arange(len(lengths)))
+    # distances are along the (jittered) route: a straight chord is never longer, rarely much shorter
+    assert np.all(d[inner] <= hi + 1e-6) and np.mean(d[inner] >= lo) > 0.8
+
+
+def test_privtrace_samples_routed_points_inside_the_bbox_and_round_trips():
+    data = _random_walks(300, seed=2)
+    model = PrivTrace(BOX, K=3).fit(data, 5.0, 0.0, NoiseSource(3))
+    syn = model.sample(200, np.random.default_rng(4))
+    lengths = np.diff(syn.offsets)
+    assert syn.n_trajectories == 200 and (lengths >= 2).all()
+    assert ((syn.lat >= BOX[0]) & (syn.lat <= BOX[2]) & (syn.lon >= BOX[1]) & (syn.lon <= BOX[3])).all()
+    again = PrivTraceModel.from_bytes(model.to_bytes())
+    assert again.fine is not None and np.array_equal(again.fine.density, model.fine.density)
+    a, b = again.sample(50, np.random.default_rng(9)), model.sample(50, np.random.default_rng(9))
+    assert np.array_equal(a.lat, b.lat) and np.array_equal(a.offsets, b.offsets)
+    cells = PrivTrace(BOX, K=3, output="cells").fit(data, 5.0, 0.0, NoiseSource(3))
+    assert cells.fine is None
