@@ -350,3 +350,15 @@ def test_config_accepts_sql_numbers_and_nulls_as_defaults():
     cfg = PrivTrace(BOX, K=4.0, max_len=None, trip_decay=1).config
     assert cfg.K == 4 and isinstance(cfg.K, int) and cfg.max_len == PrivTraceConfig().max_len
     assert cfg.trip_decay == 1.0 and isinstance(cfg.trip_decay, float)
+
+
+def test_backtrack_zero_redraws_immediate_returns():
+    data = _toy(400, seed=4)
+    counts = {}
+    for bt in (1.0, 0.0):
+        model = PrivTrace(BOX, K=3, backtrack=bt).fit(data, 5.0, 0.0, NoiseSource(3))
+        off, st = model.sample_states(2000, np.random.default_rng(5))
+        own = np.repeat(np.arange(2000), np.diff(off))
+        i = np.arange(len(st) - 2)
+        counts[bt] = int(((own[i] == own[i + 2]) & (st[i] == st[i + 2])).sum())
+    assert counts[1.0] > 0 and counts[0.0] < counts[1.0] / 3   # some states have no other live neighbour

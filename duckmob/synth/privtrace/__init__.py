@@ -95,6 +95,8 @@ class PrivTraceConfig(PlacementConfig):
     prune: float = param(0.0, float, low=0, doc="drop states whose noisy level-2 density < prune * its Laplace scale")
     end_bias: float = param(1.0, float, low=0, high=1,
                             doc="0: lengths from the histogram only; 1: modulated by the model's end probability")
+    backtrack: float = param(1.0, float, low=0, high=1,
+                             doc="share of immediate returns (a -> b -> a) kept in the walks; the rest are redrawn")
     trip_decay: float | None = param(None, float, low=0,
                                      doc="gravity exponent of the trip distribution; null: fitted to N (trips.py)")
     budget_split: dict | None = param(None, dict, doc=f"fractions of eps for the parts {sorted(BUDGET_SPLIT)}")
@@ -274,7 +276,8 @@ class PrivTraceModel(Model):
 
     def sample_states(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``n`` synthetic state sequences: (offsets (n+1), states)."""
-        return random_walks(int(n), rng, end_bias=float(self.config["end_bias"]), **self._prepare())
+        return random_walks(int(n), rng, end_bias=float(self.config["end_bias"]),
+                            backtrack=float(self.config.get("backtrack", 1.0)), **self._prepare())
 
     def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
         """Draw ``n`` trajectories: random walks over the states, then points.

@@ -126,7 +126,7 @@ def _draw(cum_rows: np.ndarray, u: np.ndarray) -> np.ndarray:
 def random_walks(n: int, rng: np.random.Generator, *, p_start: np.ndarray, cum1: np.ndarray, ok1: np.ndarray,
                  cum2: np.ndarray, ok2: np.ndarray, use2: np.ndarray, neighbours: np.ndarray,
                  edge_offsets: np.ndarray, end_propensity: np.ndarray, hazard_by_len: np.ndarray,
-                 end_bias: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+                 end_bias: float = 1.0, backtrack: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Generate ``n`` state sequences (PrivTrace Alg. 1 with the length correction above), all walkers at once.
 
     ``p_start`` (m,) start-state distribution (the trip distribution's row margins); ``cum1`` (m, D) and
@@ -134,7 +134,9 @@ def random_walks(n: int, rng: np.random.Generator, *, p_start: np.ndarray, cum1:
     ``ok1``/``ok2`` marking rows that have mass; ``use2`` (m,) the §4.6 model choice per state;
     ``neighbours`` (m, D) padded neighbour ids; ``edge_offsets`` CSR offsets (second-order row of the move
     a -> j-th neighbour is m + edge_offsets[a] + j); ``end_propensity`` (m,); ``hazard_by_len`` (max_len + 2,).
-    The first move uses the second-order context (virtual start, s_1). Returns ``(offsets (n+1), states)``.
+    The first move uses the second-order context (virtual start, s_1). ``backtrack`` in [0, 1] keeps that share
+    of the immediate returns (a -> b -> a) the model draws; the others are redrawn (up to 4 times), which removes
+    the A-B-A-B ping-pong that first-order noise produces between two cells. Returns ``(offsets (n+1), states)``.
     """
     m = len(p_start)
     if n == 0:
@@ -144,6 +146,7 @@ def random_walks(n: int, rng: np.random.Generator, *, p_start: np.ndarray, cum1:
     cdf[-1] = 1.0
     cur = np.minimum(np.searchsorted(cdf, 1.0 - rng.random(n)), m - 1)
     ctx = cur.copy()                         # second-order context row: (virtual start, s_1)
+    prev = np.full(n, -1, dtype=np.int64)
     ids = np.arange(n, dtype=np.int64)
     out_ids, out_states = [], []
     step = 1
@@ -159,14 +162,23 @@ def random_walks(n: int, rng: np.random.Generator, *, p_start: np.ndarray, cum1:
         second = use2[cur] & ok2[ctx]
         movable = second | ok1[cur]
         go = (rng.random(len(ids)) >= p_end) & movable
-        ids, cur, ctx, second = ids[go], cur[go], ctx[go], second[go]
-        u = 1.0 - rng.random(len(ids))       # in (0, 1]
+        ids, cur, ctx, second, prev = ids[go], cur[go], ctx[go], second[go], prev[go]
         col = np.empty(len(ids), dtype=np.int64)
-        if second.any():
-            col[second] = _draw(cum2[ctx[second]], u[second])
-        first = ~second
-        if first.any():
-            col[first] = _draw(cum1[cur[first]], u[first])
+        redo = np.arange(len(ids))
+        for attempt in range(5):
+            u = 1.0 - rng.random(len(redo))   # in (0, 1]
+            sec = second[redo]
+            if sec.any():
+                col[redo[sec]] = _draw(cum2[ctx[redo[sec]]], u[sec])
+            if (~sec).any():
+                col[redo[~sec]] = _draw(cum1[cur[redo[~sec]]], u[~sec])
+            if backtrack >= 1.0 or attempt == 4:
+                break
+            back = neighbours[cur[redo], col[redo]] == prev[redo]
+            redo = redo[back & (rng.random(len(redo)) >= backtrack)]
+            if not len(redo):
+                break
+        prev = cur
         ctx = m + edge_offsets[cur] + col
         cur = neighbours[cur, col]
         step += 1
