@@ -158,8 +158,43 @@ def release(data: Trajectories, bbox, eps: float, config: PlacementConfig, noise
     # post-processing: the long tail past where the histogram falls to the noise is zeroed (noise there would
     # make kilometre steps), then NormCut
     steps = truncate_tail(steps, sc["steps"])
-    return FineStats(w=w, density=normcut(density[None, :], axis=-1)[0].astype(np.float32),
+    return FineStats(w=w, density=adaptive_density(density, w, sc["density"]).astype(np.float32),
                      steps=normcut(steps[None, :], axis=-1)[0])
+
+
+def adaptive_density(noisy: np.ndarray, w: int, scale: float, tau: float = 2.0, levels: int = 4) -> np.ndarray:
+    """Denoise the noisy fine density by a quadtree (post-processing): each fine cell takes, from the finest
+    level up, the first block (2^l x 2^l fine cells, l = 0 .. levels) whose noisy sum exceeds ``tau`` standard
+    deviations of its noise (sqrt(2) scale 2^l: the sum of 4^l Laplace draws), and shares evenly what of that
+    sum the block's already resolved cells did not take; below that at every level it gets the same share of
+    its top-level block, clipped at 0. Dense streets keep their fine
+    detail; where the signal is below the noise, mass is spread instead of following noise peaks."""
+    grid = np.asarray(noisy, dtype=np.float64).reshape(w, w)
+    out = np.full((w, w), np.nan)
+
+    def blocks(x, b):
+        return x.reshape(w // b, b, w // b, b).sum(axis=(1, 3))
+
+    def spread(x, b):
+        return np.repeat(np.repeat(x, b, axis=0), b, axis=1)
+
+    rest = None
+    for lev in range(levels + 1):
+        b = 1 << lev
+        if w % b:
+            break
+        sums = blocks(grid, b)
+        open_ = np.isnan(out)
+        taken = blocks(np.where(open_, 0.0, out), b)          # mass already given to resolved cells
+        n_open = blocks(open_.astype(np.float64), b)
+        rest = np.maximum(sums - taken, 0.0) / np.maximum(n_open, 1.0)
+        strong = sums > tau * math.sqrt(2.0) * scale * b
+        value = spread(np.where(strong, rest, np.nan), b)
+        fill = open_ & ~np.isnan(value)
+        out[fill] = value[fill]
+        last = spread(rest, b)
+    out = np.where(np.isnan(out), last, out)
+    return np.maximum(out, 0.0).reshape(-1)
 
 
 @dataclass
@@ -205,7 +240,10 @@ class Placement:
         q = self.p + floor
         self.cost = np.log(q.max() / q) + 1e-3
         # fine cells grouped by coarse cell
-        order = np.lexsort((-self.p, self.coarse))       # by coarse cell, densest first
+        # by coarse cell, densest first; ties (cells of one evenly spread block) in a fixed scrambled order, so
+        # anchors do not crowd into a block's corner
+        scramble = (np.arange(w * w, dtype=np.uint64) * np.uint64(2654435761)) % np.uint64(1 << 32)
+        order = np.lexsort((scramble, -self.p, self.coarse))
         self.cell_order = order
         counts = np.bincount(self.coarse, minlength=self.n_coarse)
         self.cell_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)

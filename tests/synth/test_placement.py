@@ -131,3 +131,19 @@ def test_privtrace_samples_routed_points_inside_the_bbox_and_round_trips():
     assert np.array_equal(a.lat, b.lat) and np.array_equal(a.offsets, b.offsets)
     cells = PrivTrace(BOX, K=3, output="cells").fit(data, 5.0, 0.0, NoiseSource(3))
     assert cells.fine is None
+
+
+def test_adaptive_density_keeps_strong_cells_and_spreads_weak_blocks():
+    w, scale = 8, 1.0
+    noisy = np.zeros(w * w)
+    noisy[3 * w + 3] = 50.0                  # far above the noise: kept as is
+    noisy[0:2] = [1.0, 1.5]                   # weak: spread over the smallest block whose sum is significant
+    out = placement.adaptive_density(noisy, w, scale, tau=2.0, levels=3)
+    assert out[3 * w + 3] == pytest.approx(50.0)
+    # the strong cell's 2x2 block resolves its 3 other cells to what it left (0); the 12 cells still open in
+    # the 4x4 block share what the resolved ones left of it: (52.5 - 50) / 12
+    assert (out >= 0).all() and out[0] == pytest.approx(2.5 / 12) and out[0] == pytest.approx(out[1])
+    assert out.sum() == pytest.approx(noisy.sum())
+    # an even density stays as it is
+    pure = placement.adaptive_density(np.full(w * w, 0.5), w, scale, tau=2.0, levels=3)
+    assert np.allclose(pure, 0.5)
