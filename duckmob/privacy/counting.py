@@ -371,9 +371,9 @@ def first_order_support(n_states: int, support=None, w: int | None = None) -> np
 
 # -- noisy release --------------------------------------------------------------------------------------------
 
-def _grid_counts(offsets, cells, n_states, order, eps, noise, user_id, privacy_unit, max_trajectories_per_user,
-                 max_length):
-    """Validated inputs -> (n_states, order, scale, g, flat index of every window, its weight in grid steps).
+def _release_windows(offsets, cells, n_states, order, eps, noise, user_id, privacy_unit, max_trajectories_per_user,
+                     max_length):
+    """Validated inputs -> (n_states, order, scale = k / eps, windows (index, owner, n_windows)).
 
     Trajectories with an invalid cell are dropped (``_sequences``), then every sequence is truncated, then the
     privacy unit's contributions are bounded."""
@@ -382,10 +382,7 @@ def _grid_counts(offsets, cells, n_states, order, eps, noise, user_id, privacy_u
     offsets, cells, n_states, user_id = _sequences(offsets, cells, n_states, user_id)
     offsets, cells = truncate(offsets, cells, max_length)
     offsets, cells, k = _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise)
-    scale = k / eps
-    index, owner, n_windows = windows(offsets, cells, n_states, order)
-    steps, g = _grid_steps(owner, n_windows, scale)
-    return n_states, order, scale, g, index, steps.astype(np.float64)
+    return n_states, order, k / eps, windows(offsets, cells, n_states, order)
 
 
 def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSource, *, user_id=None,
@@ -405,8 +402,10 @@ def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSo
     entries: 0.9 GB); the rounding to float32 is post-processing. For a restricted support over many states use
     :func:`noisy_transition_counts_sparse`.
     """
-    n_states, order, scale, g, index, steps = _grid_counts(offsets, cells, n_states, order, eps, noise, user_id,
-                                                           privacy_unit, max_trajectories_per_user, max_length)
+    n_states, order, scale, (index, owner, n_windows) = _release_windows(
+        offsets, cells, n_states, order, eps, noise, user_id, privacy_unit, max_trajectories_per_user, max_length)
+    steps, g = _grid_steps(owner, n_windows, scale)
+    steps = steps.astype(np.float64)
     kk = n_states + 2
     if kk ** (order + 1) > MAX_DENSE:
         raise DuckmobError(f"a dense order-{order} table over {n_states} states has {kk ** (order + 1):,} entries, "
@@ -466,15 +465,11 @@ def noisy_transition_counts_sparse(offsets, cells, n_states, order, eps, noise: 
     noisy, NormCut-ed (per context row) float64 counts. Meant for restricted supports (``'neighbours'``): a
     second-order neighbour support on a 32 x 32 grid has ~100 k entries instead of 1026^3.
     """
-    order = _order(order)
-    eps = positive("eps", eps)
-    offsets, cells, n_states, user_id = _sequences(offsets, cells, n_states, user_id)
-    offsets, cells = truncate(offsets, cells, max_length)
-    offsets, cells, k = _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise)
+    n_states, order, scale, (index, owner, n_windows) = _release_windows(
+        offsets, cells, n_states, order, eps, noise, user_id, privacy_unit, max_trajectories_per_user, max_length)
     kk = n_states + 2
     entries = support_entries(n_states, order, support, w)
-    index, owner, n_windows = windows(offsets, cells, n_states, order)
-    values = normalised_release(index, owner, n_windows, entries, k / eps, noise)
+    values = normalised_release(index, owner, n_windows, entries, scale, noise)
     if cut and len(entries):
         context = entries // kk
         first = np.concatenate([[0], np.flatnonzero(context[1:] != context[:-1]) + 1])

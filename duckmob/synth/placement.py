@@ -53,9 +53,10 @@ from scipy.sparse.csgraph import dijkstra
 from duckmob.grid import BBox
 from duckmob.privacy import accounting
 from duckmob.privacy.counting import normalised_release
+from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
 from duckmob.synth.config import Config, param
-from duckmob.trajectories import Trajectories
+from duckmob.trajectories import Trajectories, ragged_gather
 
 # Each part's fraction of the fine stage's share of eps.
 PARTS = {"density": 0.8, "steps": 0.2}
@@ -99,10 +100,13 @@ def fine_width(bbox, config: PlacementConfig) -> int:
     return int(2 ** np.clip(round(math.log2(max(extent / config.fine_m, 1.0))), 3, 9))
 
 
-def privacy_events(eps: float, config: PlacementConfig) -> list:
-    """The fine stage's accounting events at the method's eps (none when it is off)."""
+def privacy_events(eps: float, config: PlacementConfig, k: int = 1) -> list:
+    """The fine stage's accounting events at the method's eps (none when it is off); refuses (DuckmobError) an
+    eps whose Laplace scales the noise sampler cannot honour, before any data is read."""
     if not config.placing:
         return []
+    for s in scales(eps, config, k).values():
+        check_scale(s)
     return [accounting.laplace(eps * config.fine_share * f) for f in PARTS.values()]
 
 
@@ -178,7 +182,6 @@ def adaptive_density(noisy: np.ndarray, w: int, scale: float, tau: float = 2.0, 
     def spread(x, b):
         return np.repeat(np.repeat(x, b, axis=0), b, axis=1)
 
-    rest = None
     for lev in range(levels + 1):
         b = 1 << lev
         if w % b:
@@ -239,8 +242,7 @@ class Placement:
         # weights and drops zero ones: + 1e-3 per step)
         q = self.p + floor
         self.cost = np.log(q.max() / q) + 1e-3
-        # fine cells grouped by coarse cell
-        # by coarse cell, densest first; ties (cells of one evenly spread block) in a fixed scrambled order, so
+        # fine cells grouped by coarse cell, densest first; ties (cells of one evenly spread block) in a fixed scrambled order, so
         # anchors do not crowd into a block's corner
         scramble = (np.arange(w * w, dtype=np.uint64) * np.uint64(2654435761)) % np.uint64(1 << 32)
         order = np.lexsort((scramble, -self.p, self.coarse))
@@ -260,7 +262,6 @@ class Placement:
         mass = np.bincount(owner, weights=weight, minlength=self.n_coarse)
         # a coarse cell without released mass: its anchors are equally likely
         self.anchor_weight = np.where(mass[owner] > 0, weight, 1.0)
-        self._routes: dict[int, tuple] = {}
 
     # -- anchors -----------------------------------------------------------------------------------------
     def draw_anchor(self, coarse: np.ndarray, rng: np.random.Generator, exclude: np.ndarray | None = None):
@@ -318,9 +319,7 @@ class Placement:
         graph = sp.csr_matrix((wt, (dst, src)), shape=(n_nodes, n_nodes))
         # sources: the anchors of B in every move (their local ranks are < anchors of B)
         n_anchor_b = np.diff(self.anchor_offsets)[b]
-        src_move = np.repeat(np.arange(len(pairs)), n_anchor_b)
-        src_nodes = base[src_move] + size_a[src_move] + (np.arange(len(src_move))
-                                                          - np.repeat(np.cumsum(n_anchor_b) - n_anchor_b, n_anchor_b))
+        src_nodes = ragged_gather(base[:-1] + size_a, n_anchor_b)
         if n_nodes == 0 or len(src_nodes) == 0:
             pred = np.full(n_nodes, -9999, dtype=np.int64)
         else:
@@ -404,9 +403,7 @@ class Placement:
         if len(i):
             r_len = np.diff(r_off)[route]
             # the routes' cells, start cell dropped (it ends the previous piece)
-            take = np.repeat(r_off[route] + 1, r_len - 1) + (np.arange(int((r_len - 1).sum()))
-                                                             - np.repeat(np.cumsum(r_len - 1) - (r_len - 1), r_len - 1))
-            pieces_cells.append(r_cells[take])
+            pieces_cells.append(r_cells[ragged_gather(r_off[route] + 1, r_len - 1)])
             pieces_owner.append(np.repeat(owner_pt[i], r_len - 1))
             pieces_pos.append(np.repeat(step_pos + 1.0, r_len - 1))
         single = np.flatnonzero(L == 1)
@@ -417,8 +414,7 @@ class Placement:
             r0, c0 = np.divmod(start[single], self.w)
             r1, c1 = np.divmod(end, self.w)
             seg, R, C = line_cells(r0, c0, r1, c1)     # cells k = 0 .. n - 1 of each walk (end excluded)
-            per = np.bincount(seg, minlength=len(single))
-            k = np.arange(len(seg)) - np.repeat(np.cumsum(per) - per, per)
+            k = ragged_gather(np.zeros(len(single), np.int64), np.bincount(seg, minlength=len(single)))
             moved = end != start[single]
             body = (k > 0) & moved[seg]                   # k = 0 is the start, already on the path
             pieces_owner += [single[seg[body]], single[moved]]
@@ -477,8 +473,7 @@ class Placement:
         p_dist = np.empty(int(out_off[-1]))
         p_dist[out_off[:-1]] = 0.0
         p_dist[out_off[1:] - 1] = route_len
-        rank = np.arange(len(d_owner)) - np.repeat(np.cumsum(kept) - kept, kept)
-        p_dist[out_off[d_owner] + 1 + rank] = d
+        p_dist[ragged_gather(out_off[:-1] + 1, kept)] = d           # d_owner is sorted, d increasing in it
         target = route_start[p_owner] + p_dist
         # interpolate on the owner's polyline
         idx = np.searchsorted(along, target, side="right") - 1

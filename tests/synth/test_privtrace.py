@@ -99,12 +99,18 @@ def test_transition_counts_are_length_normalised_as_in_appendix_b2():
     assert (first[~sup.mask1()] == 0).all() and (second[~sup.mask2()] == 0).all()
 
 
-def test_one_trajectory_changes_each_table_by_at_most_one_in_l1():
+def _random_sequences():
+    """40 random trajectories on a two-layer grid of 3 x 3 first-layer cells: (grid, trajectories, offsets,
+    states, support)."""
     rng = np.random.default_rng(3)
     g = StateGrid(BOX, 3, 1, rng.integers(0, 2, 9))
     t = _traj([[tuple(p) for p in rng.random((rng.integers(1, 15), 2))] for _ in range(40)])
     off, states, _ = state_sequences(g, t.offsets, t.lat, t.lon)
-    sup = Support.of(g.m, *g.neighbours())
+    return g, t, off, states, Support.of(g.m, *g.neighbours())
+
+
+def test_one_trajectory_changes_each_table_by_at_most_one_in_l1():
+    g, t, off, states, sup = _random_sequences()
     full = transition_counts(sup, off, states)
     for drop in range(0, 40, 7):
         keep = np.ones(40, bool)
@@ -129,11 +135,7 @@ def test_windows_list_each_trajectory_together_with_its_mass_divisor():
 
 
 def test_release_transitions_is_the_exact_table_plus_noise_on_the_support_only():
-    rng = np.random.default_rng(3)
-    g = StateGrid(BOX, 3, 1, rng.integers(0, 2, 9))
-    t = _traj([[tuple(p) for p in rng.random((rng.integers(1, 15), 2))] for _ in range(40)])
-    off, states, _ = state_sequences(g, t.offsets, t.lat, t.lon)
-    sup = Support.of(g.m, *g.neighbours())
+    _, _, off, states, sup = _random_sequences()
     exact = transition_counts(sup, off, states)
     # a tiny noise scale: the release equals the exact counts up to the grid split and the noise
     start, first, second = release_transitions(sup, off, states, 1e-7, 1e-7, NoiseSource(0))

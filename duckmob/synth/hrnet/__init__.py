@@ -116,8 +116,6 @@ class HRNetConfig(Config):
                                f"{self.base_date!r}") from None
 
 
-DEFAULTS: dict[str, Any] = HRNetConfig().as_dict()
-
 
 def _device(spec) -> torch.device:
     if spec is None:
@@ -500,4 +498,4 @@ class FittedModel(Model):
 HRNet.model_class = FittedModel
 Baseline.model_class = FittedModel
 
-__all__ = ["HRNet", "Baseline", "HRNetConfig", "FittedModel", "calibrate_noise_multiplier", "DEFAULTS"]
+__all__ = ["HRNet", "Baseline", "HRNetConfig", "FittedModel", "calibrate_noise_multiplier"]

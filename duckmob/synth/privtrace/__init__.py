@@ -153,9 +153,7 @@ class PrivTrace(Synthesizer):
         own = self._own_eps(eps)
         for f in self.fractions.values():
             check_scale(contribution_bound / (own * f))
-        fine = placement.privacy_events(eps, self.config)
-        for s in (placement.scales(eps, self.config, contribution_bound).values() if fine else ()):
-            check_scale(s)
+        fine = placement.privacy_events(eps, self.config, contribution_bound)
         return accounting.compose([accounting.laplace(own * f) for f in self.fractions.values()] + fine)
 
     def _own_eps(self, eps: float) -> float:
@@ -291,9 +289,8 @@ class PrivTraceModel(Model):
         n = n_trajectories(n)
         n = self.default_n if n is None else n
         offsets, states = self.sample_states(n, rng)
-        if self.fine is not None and self.config.get("output", "points") == "points":
-            lengths, lat, lon = self.placement().points(offsets, states, rng,
-                                                        int(self.config.get("max_points", 5000)))
+        if self.fine is not None:       # released only when output is 'points' (models before it have none)
+            lengths, lat, lon = self.placement().points(offsets, states, rng, int(self.config["max_points"]))
             return trajectories_from_cells(lengths, lat, lon)
         lengths = np.diff(offsets)
         owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
@@ -307,7 +304,7 @@ class PrivTraceModel(Model):
             w = self.fine.w
             self._placement = placement.Placement(
                 self.fine, self.grid.bbox, placement.coarse_of_fine(w, self.grid.bbox, self.grid.state_of),
-                self.grid.m, int(self.config.get("anchors", 8)))
+                self.grid.m, int(self.config["anchors"]))
         return self._placement
 
     def describe(self) -> dict[str, Any]:

@@ -26,6 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from duckmob.privacy.counting import normalised_release
+from duckmob.privacy.normcut import normcut
+
 
 @dataclass(frozen=True)
 class Support:
@@ -175,8 +178,6 @@ def release_transitions(support: Support, seq_offsets: np.ndarray, states: np.nd
     ``scale = k / eps_part`` on every support entry (start row, neighbour columns and end of each state row;
     second-order rows likewise) is eps_part-DP per table. Returns ``(start, first, second)``, zero outside the
     support, non-negative."""
-    from duckmob.privacy.counting import normalised_release
-
     m, D = support.m, support.width
     win = transition_windows(support, seq_offsets, states)
     mask1, mask2 = support.mask1(), support.mask2()
@@ -198,8 +199,6 @@ def release_density(seq_offsets: np.ndarray, states: np.ndarray, size: int, scal
     """Length-normalised visit density over ``size`` states (PrivTrace B.1): a trajectory of L states adds 1 / L
     to each state it visits (L1 sensitivity 1; k per privacy unit), Laplace of ``scale`` on every state, through
     ``counting.normalised_release``. Noisy and not NormCut-ed (the caller decides)."""
-    from duckmob.privacy.counting import normalised_release
-
     L = np.diff(np.asarray(seq_offsets, dtype=np.int64))
     owner = np.repeat(np.arange(len(L), dtype=np.int64), L)
     return normalised_release(states, owner, L, int(size), scale, noise)
@@ -207,8 +206,6 @@ def release_density(seq_offsets: np.ndarray, states: np.ndarray, size: int, scal
 
 def normcut_rows(noisy: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """NormCut (App. B.6, Alg. 2) on every row; entries outside ``mask`` stay zero."""
-    from duckmob.privacy.normcut import normcut
-
     out = normcut(np.asarray(noisy, dtype=np.float64), axis=-1)
     if mask is not None:
         out = np.where(mask, out, 0.0)
