@@ -24,7 +24,7 @@ from typing import Callable
 import duckdb
 import pyarrow as pa
 
-AREAS = ("trajectories", "privacy", "evaluate", "synth")
+AREAS = ("trajectories", "privacy", "evaluate", "synth", "demo")
 
 
 @dataclass(frozen=True)

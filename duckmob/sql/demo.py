@@ -1,0 +1,13 @@
+"""SQL layer for the shipped sample: ``FROM mob_geolife_sample()`` (demo.sql) reads the GeoLife sample that comes
+inside the package, so a tour can start from nothing in any shell, notebook or dbt model."""
+
+from __future__ import annotations
+
+from duckmob.sql import Udf
+
+
+def udfs(db) -> list[Udf]:
+    from duckmob.demo import sample_path
+
+    path = sample_path()
+    return [Udf("_mob_sample_path", lambda: path, [], "VARCHAR", native=True)]
