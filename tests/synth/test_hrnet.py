@@ -353,7 +353,7 @@ def test_per_user_gradient_aggregation_is_clipped_per_user(monkeypatch):
 def test_poisson_rate_used_is_the_rate_accounted(monkeypatch):
     """opacus accounts 1/len(loader) when it builds the loader; here the sampler is built with the exact rate q
     that goes into the dp_sgd event, and batches are Poisson(q N)-sized."""
-    from duckmob.synth.hrnet import train as tr
+    from duckmob.synth import dpsgd as tr   # the DP-SGD loop HRNet's training runs
 
     seen = {}
     real = tr.UniformWithReplacementSampler

@@ -9,29 +9,28 @@ gradient by at most ``max_grad_norm``; Gaussian noise of standard deviation ``no
 max_grad_norm`` is added to the sum. ``steps`` such steps are the Poisson-subsampled Gaussian mechanism
 composed ``steps`` times: :func:`duckmob.privacy.accounting.dp_sgd(noise_multiplier, sample_rate, steps)`.
 
+The loop itself (sampling, clipping, noise, Adam, EMA) is :func:`duckmob.synth.dpsgd.train`; this module
+turns HRNet's padded arrays into per-example gradients for it.
+
 Training data are numpy arrays (padded cell/time matrices), never Python objects per trajectory; each step
 gathers its batch by fancy indexing.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import sys
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 from torch.func import functional_call, grad, vmap
-from opacus.optimizers import DPOptimizer
-from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 
-from duckmob.errors import DuckmobError
 from duckmob.grid import time_slot
+from duckmob.synth import dpsgd
+# the generic DP-SGD pieces live in duckmob.synth.dpsgd (shared with other methods); re-exported for HRNet's callers
+from duckmob.synth.dpsgd import TrainingLog, cosine_lr, progress_enabled, torch_generator  # noqa: F401
 from duckmob.synth.hrnet.encoding import morton
-from duckmob.trajectories import NO_TIME, CellSequences, ragged_gather
+from duckmob.trajectories import NO_TIME, CellSequences
 
 
 @dataclass(frozen=True)
@@ -73,18 +72,6 @@ def training_arrays(seqs: CellSequences, w: int, n_time: int, max_len: int, zord
     return TrainingData(cells[alive], times[alive], lengths[alive], np.asarray(seqs.user_id)[alive])
 
 
-def progress_enabled() -> bool:
-    """tqdm on in a terminal, off in CI or when stderr is not a terminal."""
-    return sys.stderr.isatty() and not os.environ.get("CI")
-
-
-def torch_generator(rng: np.random.Generator, device: torch.device) -> torch.Generator:
-    """A torch generator seeded from ``rng`` (itself derived from the NoiseSource)."""
-    g = torch.Generator(device=device)
-    g.manual_seed(int(rng.integers(2 ** 62)))
-    return g
-
-
 def per_sample_gradients(model: torch.nn.Module, cells: torch.Tensor, times: torch.Tensor,
                          lengths: torch.Tensor) -> dict[str, torch.Tensor]:
     """Each example's gradient of its own loss ``model(cells[i:i+1], times[i:i+1], lengths[i:i+1])``, for every
@@ -103,22 +90,6 @@ def per_sample_gradients(model: torch.nn.Module, cells: torch.Tensor, times: tor
         return functional_call(model, (p, buffers), (c[None], t[None], n[None]))[0]
 
     return vmap(grad(loss_of_one), in_dims=(None, 0, 0, 0), randomness="error")(params, cells, times, lengths)
-
-
-@dataclass
-class TrainingLog:
-    """Timing only: the loss on the private data is never recorded or shown (it is not a DP release)."""
-
-    steps: int = 0
-    seconds: float = 0.0
-    epoch_seconds: list | None = None
-
-
-def cosine_lr(lr: float, lr_final: float, step: int, steps: int) -> float:
-    """Learning rate of step ``step`` (0-based) of ``steps``: ``lr`` at the first step, ``lr_final * lr`` at the
-    last, on a half cosine in between (``lr_final = 1``: constant). Depends on public values only."""
-    frac = step / max(1, steps - 1)
-    return lr * (lr_final + (1.0 - lr_final) * 0.5 * (1.0 + math.cos(math.pi * frac)))
 
 
 def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: float, steps: int,
@@ -151,84 +122,19 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     then holds the steps already taken (fewer than ``steps``, so the ``dp_sgd`` event above still bounds what
     they spent) and is left mid-training (no EMA swap).
     """
-    if not 0 < sample_rate <= 1:
-        raise DuckmobError(f"the DP-SGD sampling rate must be in (0, 1], got {sample_rate}")
-    gen = torch_generator(rng, torch.device("cpu"))
-    noise_gen = torch_generator(rng, device)
-    model.to(device).train()
-    named = [(k, p) for k, p in model.named_parameters() if p.requires_grad]
-    params = [p for _, p in named]
-    optimizer = DPOptimizer(torch.optim.Adam(params, lr=lr), noise_multiplier=noise_multiplier,
-                            max_grad_norm=max_grad_norm, expected_batch_size=max(1, round(expected_batch_size)),
-                            loss_reduction="mean", generator=noise_gen)
-    if by_user:
-        users, unit_of_row = np.unique(data.user_id, return_inverse=True)
-        order = np.argsort(unit_of_row, kind="stable")
-        unit_count = np.bincount(unit_of_row, minlength=len(users))
-        unit_start = np.concatenate([[0], np.cumsum(unit_count)[:-1]])
-        n_units = len(users)
-    else:
-        n_units = data.n
-    sampler = UniformWithReplacementSampler(num_samples=n_units, sample_rate=sample_rate, generator=gen,
-                                            steps=steps)
-    assert sampler.sample_rate == sample_rate  # the rate the accountant is told is the rate used
     cells = torch.from_numpy(data.cells)
     times = torch.from_numpy(data.times)
     lengths = torch.from_numpy(data.lengths)
     width = data.cells.shape[1]
-    steps_per_epoch = max(1, round(1 / sample_rate))
-    log = TrainingLog(epoch_seconds=[])
-    show = progress_enabled() if progress is None else progress
-    from tqdm import tqdm
 
-    bar = tqdm(total=steps, desc="hrnet DP-SGD", unit="step", disable=not show, leave=False)
-    start = epoch_start = time.perf_counter()
-    average = [p.detach().clone() for p in params] if ema > 0 else None
-    try:
-        for step, batch in enumerate(sampler):
-            if check_interrupt is not None:
-                check_interrupt()
-            units = np.asarray(batch, dtype=np.int64)
-            empty = len(units) == 0
-            if empty:
-                # An empty Poisson batch: one stand-in example whose per-sample gradient is set to zero, so the
-                # step is pure noise, exactly what the accountant assumes.
-                units = np.zeros(1, dtype=np.int64)
-            if by_user:
-                rows = order[ragged_gather(unit_start[units], unit_count[units])]
-                group = torch.as_tensor(np.repeat(np.arange(len(units)), unit_count[units]))
-            else:
-                rows = units
-            idx = torch.as_tensor(rows, dtype=torch.long)
-            lb = lengths[idx]
-            t = min(int(lb.max()) + 1, width)
-            optimizer.zero_grad(set_to_none=True)
-            grads = per_sample_gradients(model, cells[idx, :t].to(device), times[idx, :t].to(device), lb.to(device))
-            for name, p in named:
-                gs = grads[name]
-                if by_user:
-                    gs = gs.new_zeros((len(units),) + gs.shape[1:]).index_add_(0, group.to(gs.device), gs)
-                # DPOptimizer(loss_reduction="mean") clips these, sums, adds noise, divides by the expected batch
-                p.grad_sample = torch.zeros_like(gs) if empty else gs
-            for group_ in optimizer.param_groups:
-                group_["lr"] = cosine_lr(lr, lr_final, step, steps)
-            optimizer.step()
-            if average is not None:
-                with torch.no_grad():
-                    for a, p in zip(average, params):
-                        a.lerp_(p, 1.0 - ema)
-            bar.update(1)
-            if (step + 1) % steps_per_epoch == 0:
-                now = time.perf_counter()
-                log.epoch_seconds.append(now - epoch_start)
-                epoch_start = now
-    finally:
-        bar.close()  # also on the way out of an interrupt, so the terminal is left clean
-    log.steps = steps
-    log.seconds = time.perf_counter() - start
-    optimizer.zero_grad(set_to_none=True)  # drops the last per-sample gradients
-    if average is not None:
-        with torch.no_grad():
-            for p, a in zip(params, average):
-                p.copy_(a)
-    return log
+    def row_gradients(rows: np.ndarray) -> dict[str, torch.Tensor]:
+        idx = torch.as_tensor(rows, dtype=torch.long)
+        lb = lengths[idx]
+        t = min(int(lb.max()) + 1, width)   # the batch's padded width, not the data's
+        return per_sample_gradients(model, cells[idx, :t].to(device), times[idx, :t].to(device), lb.to(device))
+
+    return dpsgd.train(model, row_gradients, data.n, sample_rate=sample_rate, steps=steps,
+                       noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, lr=lr,
+                       expected_batch_size=expected_batch_size, rng=rng, device=device, progress=progress,
+                       unit_of_row=data.user_id if by_user else None, ema=ema, lr_final=lr_final,
+                       check_interrupt=check_interrupt, desc="hrnet DP-SGD")

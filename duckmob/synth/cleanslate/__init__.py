@@ -1,0 +1,330 @@
+"""The clean-slate method (Lestyan et al., "In search of lost utility: private location data", §7-8) as a
+duckmob synthesizer: a private model of where and when trips start and end, plus most probable paths.
+
+``CleanSlate(bbox, **params).fit(trajectories, eps, delta, noise)`` releases one model under (eps, delta)-DP with
+the trajectory as the privacy unit (or the user with at most k = ``contribution_bound`` trajectories);
+``model.sample(n, rng)`` is free post-processing:
+
+- data (per trajectory, no budget): every fix on the public w x w grid over the declared bbox, repeats collapsed,
+  hops longer than r cells filled along the straight line (:mod:`.trips`); source = first cell, destination =
+  last cell, slot = the start's slot of the day (n_time public slots);
+- **TI** (:mod:`.initialiser`): a VAE over (source, destination, slot), one example per trajectory;
+- **TPG** (:mod:`.transitions`): next hop among the (2r+1)^2 cells within r cells given (current, destination,
+  slot); one example per trajectory, its gradient the mean over its grams (at most ``max_grams``);
+- **trace generator** (:mod:`.paths`): (s, d, t) from TI, the most probable path s -> d under TPG (Dijkstra on
+  -log p, one search per (d, t) on the reversed graph), cut at the public ``max_path`` cells; one point per cell,
+  uniform inside it; times from a uniform instant in the slot plus cell-centre distances at the public
+  ``speed_mps``.
+
+What ``fit`` spends, composed by the PLD accountant into ONE event (``model.event``, recorded in the ledger once):
+
+1. a noisy trajectory count ``N~ = N + Laplace(1 / eps_count)`` (sensitivity 1; users: (trajectories at
+   sensitivity k, users), as HRNet), ``eps_count = count_share * eps``: it sets the sampling rate
+   ``q = b / N~`` with the expected batch ``b = batch_size or batch_factor sqrt(N~)``, and the default n;
+2. DP-SGD of TI: ``ceil(ti_epochs / q)`` Poisson-sampled steps at rate q, clip ``max_grad_norm``, noise
+   multiplier ``sigma_TI`` calibrated so that (1) + (2) reach ``eps_count + ti_share (eps - eps_count)``;
+3. DP-SGD of TPG: ``ceil(tpg_epochs / q)`` steps at rate q, ``sigma_TPG`` calibrated so that (1) + (2) + (3)
+   is (eps, delta)-DP by the PLD accountant (and, given the ledger's earlier releases, within the budget).
+
+Sensitivity: one trajectory is one example of each DP-SGD run (TI: its own (s, d, t); TPG: the mean over its
+own grams), clipped to ``max_grad_norm`` per step; a user's k trajectories are summed, then clipped. The
+sampling rate the accountant uses is the rate the Poisson sampler draws with (:func:`duckmob.synth.dpsgd.train`).
+``privacy_event`` plans with the public ``n_hint``; ``fit`` re-plans with N~ (``release.settle``).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from duckmob.errors import DuckmobError
+from duckmob.grid import cell_center, haversine_m
+from duckmob.privacy import accounting
+from duckmob.privacy.counting import noisy_count
+from duckmob.synth import dpsgd
+from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
+from duckmob.synth.cleanslate import initialiser, transitions
+from duckmob.synth.cleanslate.initialiser import Initialiser, sample_endpoints
+from duckmob.synth.cleanslate.paths import most_probable_paths
+from duckmob.synth.cleanslate.transitions import Transitions
+from duckmob.synth.cleanslate.trips import grams, trips
+from duckmob.synth.config import Config, param
+from duckmob.synth.hrnet import calibrate_noise_multiplier, count_shares, counts_events
+from duckmob.trajectories import Trajectories
+
+US_PER_DAY = 86_400_000_000
+
+
+@dataclass(frozen=True)
+class CleanSlateConfig(Config):
+    """The clean-slate method's public hyper-parameters (``params := {...}`` in SQL), typed and validated."""
+
+    method: ClassVar[str] = "cleanslate"
+
+    w: int = param(32, int, low=2, high=256, doc="grid width (cells per side over the bbox; the paper's 32 x 32)")
+    r: int = param(1, int, low=1, high=8, doc="next hops within r cells: (2r+1)^2 classes (§8.3.2)")
+    n_time: int = param(24, int, low=1, high=1440, doc="time slots of the day (the paper: hours)")
+    max_grams: int = param(32, int, low=1, high=4096, doc="grams per trajectory kept for TPG (evenly spaced)")
+    max_path: int = param(96, int, low=2, high=100_000, doc="public cap on cells per generated path")
+    ti_hidden: int = param(64, int, low=1, high=8192, doc="TI dense layer size")
+    ti_latent: int = param(16, int, low=1, high=1024, doc="TI latent size")
+    tpg_embed: int = param(32, int, low=1, high=4096, doc="TPG location embedding size")
+    tpg_hidden: int = param(64, int, low=1, high=8192, doc="TPG dense layer size")
+    ti_share: float = param(0.5, float, low=0, high=1, low_open=True, high_open=True,
+                            doc="share of eps (after the count) calibrated for TI; TPG gets the rest")
+    count_share: float = param(0.01, float, low=0, high=0.5, low_open=True, doc="share of eps for the noisy count")
+    ti_epochs: int = param(20, int, low=1, high=100_000, doc="TI DP-SGD epochs")
+    tpg_epochs: int = param(10, int, low=1, high=100_000, doc="TPG DP-SGD epochs")
+    batch_size: int | None = param(None, int, low=1, doc="expected batch; null: batch_factor * sqrt(noisy N)")
+    batch_factor: float = param(4.0, float, low=0, low_open=True, doc="expected batch per sqrt(noisy N)")
+    lr: float = param(5e-3, float, low=0, low_open=True, doc="Adam learning rate")
+    lr_final: float = param(0.1, float, low=0, high=1, low_open=True, doc="cosine decay to lr_final * lr")
+    max_grad_norm: float = param(1.0, float, low=0, low_open=True, doc="DP-SGD clipping norm (per trajectory)")
+    speed_mps: float = param(5.0, float, low=0, low_open=True, doc="public speed that spaces the times (m/s)")
+    n_hint: int = param(10_000, int, low=1, doc="public guess of N, used only before any data is read")
+    base_date: str = param("2008-01-01", str, doc="public date of the synthetic times")
+    device: str | None = param(None, str, doc="null: CUDA when available, else CPU")
+    progress: bool | None = param(None, bool, doc="null: a progress bar in a terminal, off in CI")
+
+    def check(self) -> None:
+        try:
+            np.datetime64(self.base_date, "us")
+        except ValueError:
+            raise DuckmobError(f"cleanslate parameter base_date must be a date such as '2008-01-01', got "
+                               f"{self.base_date!r}") from None
+        if self.r >= self.w:
+            raise DuckmobError(f"cleanslate parameter r must be below w (got r = {self.r}, w = {self.w})")
+
+
+def _device(spec) -> torch.device:
+    if spec is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(spec)
+
+
+def build_networks(cfg: dict) -> tuple[Initialiser, Transitions]:
+    """TI and TPG of a config (a dict of CleanSlateConfig fields), freshly initialised from torch's RNG."""
+    ti = Initialiser(cfg["w"] ** 2, cfg["n_time"], cfg["ti_hidden"], cfg["ti_latent"])
+    tpg = Transitions(cfg["w"], cfg["r"], cfg["n_time"], cfg["tpg_embed"], cfg["tpg_hidden"])
+    return ti, tpg
+
+
+class CleanSlate(Synthesizer):
+    """Lestyan et al.'s clean-slate synthesizer (see the module docstring for the privacy map)."""
+
+    method = "cleanslate"
+    default_delta: ClassVar[float] = 1e-5
+
+    def __init__(self, bbox, **params):
+        self.cfg = CleanSlateConfig.parse(params)
+        super().__init__(bbox, **params)
+
+    # -- accounting ---------------------------------------------------------------------------------
+    def _check_budget(self, eps, delta):
+        if not (eps > 0 and math.isfinite(eps)):
+            raise DuckmobError(f"eps must be a positive number, got {eps}")
+        if not 0 < delta < 1:
+            raise DuckmobError(f"cleanslate trains with DP-SGD and needs 0 < delta < 1 (e.g. delta := 1e-5), "
+                               f"got {delta}")
+
+    def plan(self, eps: float, delta: float, n_noisy: float, units_noisy: float | None = None, *, k: int = 1,
+             prior=None) -> dict[str, Any]:
+        """The run's privacy parameters from public values and the noisy counts (module docstring, 1-3)."""
+        cfg = self.cfg
+        eps_count = cfg.count_share * eps
+        units = max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
+        batch = float(cfg.batch_size or cfg.batch_factor * math.sqrt(units))
+        q = min(1.0, batch / units)
+        steps_ti, steps_tpg = int(math.ceil(cfg.ti_epochs / q)), int(math.ceil(cfg.tpg_epochs / q))
+        fixed = counts_events(eps_count, k)
+        sigma_ti = calibrate_noise_multiplier(fixed, q, steps_ti, eps_count + cfg.ti_share * (eps - eps_count),
+                                              delta)
+        ti = accounting.dp_sgd(sigma_ti, q, steps_ti)
+        sigma_tpg = calibrate_noise_multiplier(fixed + [ti], q, steps_tpg, eps, delta, prior=prior)
+        event = accounting.compose(fixed + [ti, accounting.dp_sgd(sigma_tpg, q, steps_tpg)])
+        return dict(eps_count=eps_count, batch=q * units, sample_rate=q, steps_ti=steps_ti, steps_tpg=steps_tpg,
+                    sigma_ti=sigma_ti, sigma_tpg=sigma_tpg, event=event)
+
+    def privacy_event(self, eps: float, delta: float, *, contribution_bound: int = 1, prior=None):
+        """The planned spend for ``n_hint`` trajectories (public), reserved before data is read."""
+        self._check_budget(eps, delta)
+        n, k = self.cfg.n_hint, contribution_bound
+        return self.plan(eps, delta, n, n / k if k > 1 else None, k=k, prior=prior)["event"]
+
+    # -- fit -------------------------------------------------------------------------------------------
+    def fit(self, data: Trajectories, eps: float, delta: float, noise, *, contribution_bound: int = 1,
+            release=None) -> "CleanSlateModel":
+        """Fit under (eps, delta)-DP for one trajectory (or one user of at most ``contribution_bound``
+        trajectories); see the module docstring."""
+        self._check_budget(eps, delta)
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        device = _device(cfg.device)
+        rng = noise.generator()
+        tr = trips(data, self.bbox, cfg.w, cfg.r, cfg.n_time)
+        gr = grams(tr, cfg.w, cfg.r, cfg.max_grams)
+        k = int(contribution_bound)
+        eps_count = cfg.count_share * eps
+        if k == 1:
+            n_noisy, units_noisy = noisy_count(tr.n, eps_count, noise), None
+        else:
+            users, per_user = np.unique(tr.user_id, return_counts=True)
+            if len(per_user) and per_user.max() > k:   # a programming error: the release core bounds first
+                raise DuckmobError("a user has more trajectories than the contribution bound: bound contributions "
+                                   "first (privacy_unit := 'user' does it)")
+            eps_traj, eps_users = count_shares(eps_count, k)
+            n_noisy = noisy_count(tr.n, eps_traj, noise, sensitivity=k)
+            units_noisy = noisy_count(len(users), eps_users, noise)
+        if release is None:
+            plan = self.plan(eps, delta, n_noisy, units_noisy, k=k)
+        else:
+            def settle(prior):
+                p = self.plan(eps, delta, n_noisy, units_noisy, k=k, prior=prior)
+                return p["event"], p
+            plan = release.settle(settle, drawn=accounting.compose(counts_events(eps_count, k)))
+        check_interrupt = None if release is None else release.check_interrupt
+        config = {key: v for key, v in cfg.as_dict().items() if key not in ("device", "progress")}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(rng.integers(2 ** 62)))
+            ti, tpg = build_networks(config)
+        unit_of_row = tr.user_id if k > 1 else None
+        common = dict(sample_rate=plan["sample_rate"], max_grad_norm=cfg.max_grad_norm, lr=cfg.lr,
+                      lr_final=cfg.lr_final, expected_batch_size=plan["batch"], device=device,
+                      progress=cfg.progress, unit_of_row=unit_of_row, check_interrupt=check_interrupt)
+        timings = {"prepare_s": time.perf_counter() - t0}
+        # (2) TI: one example per trajectory; the VAE's reparameterisation noise is an input of each example
+        source, dest, slot = (torch.as_tensor(a, dtype=torch.long) for a in (tr.source, tr.dest, tr.slot))
+        latent_gen = dpsgd.torch_generator(rng, torch.device("cpu"))
+
+        def ti_rows(rows):
+            idx = torch.as_tensor(rows, dtype=torch.long)
+            eps_z = torch.randn((len(rows), cfg.ti_latent), generator=latent_gen)
+            return dpsgd.per_example_gradients(ti, initialiser.loss_of_one, source[idx].to(device),
+                                               dest[idx].to(device), slot[idx].to(device), eps_z.to(device))
+
+        log = dpsgd.train(ti, ti_rows, tr.n, steps=plan["steps_ti"], noise_multiplier=plan["sigma_ti"], rng=rng,
+                          desc="cleanslate TI", **common)
+        timings["ti_s"] = log.seconds
+        # (3) TPG: one example per trajectory, its loss the mean over its grams
+        current, label = torch.as_tensor(gr.current), torch.as_tensor(gr.label)
+        count = torch.as_tensor(gr.count)
+
+        def tpg_rows(rows):
+            idx = torch.as_tensor(rows, dtype=torch.long)
+            cnt = count[idx]
+            g = max(1, int(cnt.max()))   # the batch's own gram width, not the data's
+            return dpsgd.per_example_gradients(tpg, transitions.loss_of_one, current[idx, :g].to(device),
+                                               dest[idx].to(device), slot[idx].to(device),
+                                               label[idx, :g].to(device), cnt.to(device))
+
+        log = dpsgd.train(tpg, tpg_rows, tr.n, steps=plan["steps_tpg"], noise_multiplier=plan["sigma_tpg"],
+                          rng=rng, desc="cleanslate TPG", **common)
+        timings.update(tpg_s=log.seconds, total_s=time.perf_counter() - t0)
+        event = plan["event"]
+        info = dict(method=self.method, eps=eps, delta=delta, epsilon_accounted=accounting.epsilon(event, delta),
+                    n_noisy=n_noisy, units_noisy=units_noisy, eps_count=plan["eps_count"],
+                    sample_rate=plan["sample_rate"], expected_batch=plan["batch"], steps_ti=plan["steps_ti"],
+                    steps_tpg=plan["steps_tpg"], noise_multiplier_ti=plan["sigma_ti"],
+                    noise_multiplier_tpg=plan["sigma_tpg"], has_time=data.has_time, seeded=bool(noise.seeded),
+                    contribution_bound=k)
+        state = {"ti": {n: v.detach().cpu() for n, v in ti.state_dict().items()},
+                 "tpg": {n: v.detach().cpu() for n, v in tpg.state_dict().items() if n != "log_mask"}}
+        return CleanSlateModel(self.bbox.as_list(), config, state, event.to_json(), info, timings)
+
+
+class CleanSlateModel(Model):
+    """A fitted clean-slate model: public configuration, DP weights of TI and TPG, the spent event."""
+
+    method = "cleanslate"
+
+    def __init__(self, bbox: list, config: dict, state: dict, event_json: str, info: dict, timings: dict):
+        self.bbox, self.config, self.state = bbox, config, state
+        self.event_json, self.info, self.timings = event_json, info, timings
+        self._nets = None
+
+    @property
+    def default_n(self) -> int:
+        """The noisy trajectory count of the training data (the SQL layer's default n)."""
+        return max(1, int(round(self.info["n_noisy"])))
+
+    @property
+    def event(self):
+        """The accounting event this fit spent (record it in the ledger once)."""
+        return accounting.Event.from_json(self.event_json)
+
+    def networks(self) -> tuple[Initialiser, Transitions]:
+        if self._nets is None:
+            with torch.random.fork_rng(devices=[]):
+                ti, tpg = build_networks(self.config)
+            ti.load_state_dict(self.state["ti"])
+            tpg.load_state_dict(self.state["tpg"], strict=False)   # log_mask is public structure, rebuilt
+            self._nets = (ti.eval(), tpg.eval())
+        return self._nets
+
+    def sample(self, n: int, rng: np.random.Generator, device=None) -> Trajectories:
+        """Draw ``n`` synthetic trajectories (post-processing; vectorised over trajectories)."""
+        if int(n) != n or n < 1:
+            raise DuckmobError(f"n must be a positive integer number of trajectories, got {n!r}")
+        cfg = self.config
+        dev = _device(device)
+        ti, tpg = self.networks()
+        tpg.to(dev)
+        source, dest, slot = sample_endpoints(ti, int(n), rng, dev)
+
+        def log_probs(d, t):
+            out = tpg.log_probs_for(torch.as_tensor(d, device=dev), torch.as_tensor(t, device=dev))
+            return out.cpu().numpy()
+
+        lengths, cells = most_probable_paths(log_probs, source, dest, slot, cfg["w"], cfg["r"], cfg["max_path"])
+        return self._points(lengths, cells, slot, rng)
+
+    def _points(self, lengths, cells, slot, rng) -> Trajectories:
+        """One point per cell, uniform inside it (a one-cell path gets two points there, so every trajectory
+        has the input contract's two points); times from the slot and the public speed."""
+        cfg = self.config
+        first = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        reps = np.ones(len(cells), dtype=np.int64)
+        reps[first[lengths == 1]] = 2
+        cells = np.repeat(cells, reps)
+        lengths = np.maximum(lengths, 2)
+        lat, lon = points_in_cells(cells, self.bbox, cfg["w"], rng)
+        if not self.info.get("has_time", True):
+            return trajectories_from_cells(lengths, lat, lon)
+        clat, clon = cell_center(cells, self.bbox, cfg["w"])
+        step_s = np.zeros(len(cells))
+        step_s[1:] = haversine_m(clat[:-1], clon[:-1], clat[1:], clon[1:]) / cfg["speed_mps"]
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        step_s[offsets[:-1]] = 0.0
+        elapsed = np.cumsum(step_s)
+        elapsed -= np.repeat(elapsed[offsets[:-1]], lengths)
+        slot_us = US_PER_DAY // cfg["n_time"]
+        base = int(np.datetime64(cfg["base_date"], "us").astype(np.int64))
+        start = base + slot * slot_us + (rng.random(len(slot)) * slot_us).astype(np.int64)
+        ts = np.repeat(start, lengths) + np.round(elapsed * 1e6).astype(np.int64)
+        return trajectories_from_cells(lengths, lat, lon, ts)
+
+    def to_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        # no timings: wall-clock durations are not part of the release
+        torch.save(dict(bbox=self.bbox, config=self.config, state=self.state, event_json=self.event_json,
+                        info=self.info), buf)
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> "CleanSlateModel":
+        d = torch.load(io.BytesIO(blob), weights_only=True)
+        return cls(d["bbox"], d["config"], d["state"], d["event_json"], d["info"], {})
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.info, **self.config}
+
+
+CleanSlate.model_class = CleanSlateModel
+
+__all__ = ["CleanSlate", "CleanSlateConfig", "CleanSlateModel"]

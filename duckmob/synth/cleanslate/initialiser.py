@@ -1,0 +1,80 @@
+"""The trajectory initialiser (TI): a variational autoencoder over (source cell, destination cell, time slot)
+(Lestyan et al. §7.3.1, §8.3.1; the loss of Doersch 2016).
+
+Encoder: the one-hot input (w^2 + w^2 + T values) -> dense ``hidden`` (ReLU) -> dense ``hidden`` (linear) ->
+mean and log-variance of a Gaussian latent of size ``latent``. Decoder: latent -> dense ``hidden`` (ReLU) ->
+three parallel softmax heads over sources, destinations and slots. The first dense layer applied to a one-hot
+input is the sum of three rows of its weight matrix, so it is stored as one embedding table (the same function
+and the same gradients, without a 2 w^2-wide input).
+
+Training example = one trajectory (one row); its loss is its own reconstruction cross-entropy plus the KL term,
+with the reparameterisation noise given as an input (``eps``), so per-example gradients are a pure function of
+the example (see :func:`duckmob.synth.dpsgd.per_example_gradients`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class Initialiser(nn.Module):
+    """TI: ``forward(source, dest, slot, eps)`` -> per-example loss (negative ELBO, nats)."""
+
+    def __init__(self, n_cells: int, n_time: int, hidden: int, latent: int):
+        super().__init__()
+        self.n_cells, self.n_time, self.latent = n_cells, n_time, latent
+        self.inputs = nn.Embedding(2 * n_cells + n_time, hidden)   # the first dense layer over the one-hot input
+        self.bias = nn.Parameter(torch.zeros(hidden))
+        self.enc2 = nn.Linear(hidden, hidden)
+        self.mean = nn.Linear(hidden, latent)
+        self.log_var = nn.Linear(hidden, latent)
+        self.dec = nn.Linear(latent, hidden)
+        self.source_head = nn.Linear(hidden, n_cells)
+        self.dest_head = nn.Linear(hidden, n_cells)
+        self.slot_head = nn.Linear(hidden, n_time)
+
+    def decode(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probabilities of the three heads for latent vectors ``z`` (B, latent)."""
+        h = torch.relu(self.dec(z))
+        return (torch.log_softmax(self.source_head(h), -1), torch.log_softmax(self.dest_head(h), -1),
+                torch.log_softmax(self.slot_head(h), -1))
+
+    def forward(self, source, dest, slot, eps):
+        idx = torch.stack([source, self.n_cells + dest, 2 * self.n_cells + slot], -1)
+        h = torch.relu(self.inputs(idx).sum(-2) + self.bias)
+        h = self.enc2(h)
+        mu, log_var = self.mean(h), self.log_var(h).clamp(-10.0, 10.0)
+        z = mu + torch.exp(0.5 * log_var) * eps
+        ls, ld, lt = self.decode(z)
+        recon = -(ls.gather(-1, source[..., None]) + ld.gather(-1, dest[..., None])
+                  + lt.gather(-1, slot[..., None]))[..., 0]
+        kl = 0.5 * (mu ** 2 + log_var.exp() - 1.0 - log_var).sum(-1)
+        return recon + kl
+
+
+def loss_of_one(call, source, dest, slot, eps):
+    """One example's loss through ``call`` (the model with the parameters being differentiated)."""
+    return call(source[None], dest[None], slot[None], eps[None])[0]
+
+
+def _categorical(logp: torch.Tensor, u: np.ndarray) -> np.ndarray:
+    """One draw per row from the rows' probabilities ``exp(logp)`` by inverse CDF at uniforms ``u``."""
+    cdf = np.cumsum(logp.exp().double().cpu().numpy(), axis=1)
+    return np.minimum((cdf < (u * cdf[:, -1])[:, None]).sum(1), cdf.shape[1] - 1)
+
+
+@torch.no_grad()
+def sample_endpoints(model: Initialiser, n: int, rng: np.random.Generator, device: torch.device,
+                     chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` draws of (source, dest, slot) from the decoder: z ~ N(0, I), then each head's softmax
+    (post-processing of the released weights; randomness from ``rng``)."""
+    model.to(device).eval()
+    out = [], [], []
+    for lo in range(0, n, chunk):
+        m = min(chunk, n - lo)
+        z = torch.as_tensor(rng.standard_normal((m, model.latent)), dtype=torch.float32, device=device)
+        for heads, logp in zip(out, model.decode(z)):
+            heads.append(_categorical(logp, rng.random(m)))
+    return tuple(np.concatenate(h).astype(np.int64) if h else np.zeros(0, np.int64) for h in out)

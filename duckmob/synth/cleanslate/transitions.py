@@ -1,0 +1,65 @@
+"""The transition probability generator (TPG): a feed-forward network with a location embedding that maps
+(current cell, destination cell, time slot) to a distribution over the (2r+1)^2 next-hop cells within r cells
+(Lestyan et al. §7.3.2, §8.3.2).
+
+The current and destination cells are embedded by one shared table (size ``embed``), concatenated with the
+one-hot slot, then a dense ``hidden`` layer (ReLU) and a softmax over the (2r+1)^2 classes. Classes that leave
+the grid or stay in place are masked (public structure: the grid and r).
+
+**Privacy unit = one trajectory** (not one gram, as in the paper's §8.3.3 sampling, which does not account for a
+trajectory contributing many grams). One training example is a whole trajectory: its loss is the MEAN of the
+cross-entropies of its (at most ``max_grams``) grams, so its gradient is the mean of its grams' gradients and the
+DP-SGD clipping bounds the whole trajectory's contribution to a step by ``max_grad_norm`` (a user's k
+trajectories: their gradients are summed and clipped together). Trajectories are Poisson-sampled at rate q, the
+rate the accountant is told. A trajectory without a gram (one cell) has loss 0 and gradient 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from duckmob.synth.cleanslate.trips import valid_moves
+
+
+class Transitions(nn.Module):
+    """TPG: ``forward(current, dest, slot, label, count)`` -> per-trajectory mean cross-entropy (nats)."""
+
+    def __init__(self, w: int, r: int, n_time: int, embed: int, hidden: int):
+        super().__init__()
+        self.w, self.r, self.n_time = w, r, n_time
+        k = (2 * r + 1) ** 2
+        self.embedding = nn.Embedding(w * w, embed)
+        self.time = nn.Embedding(n_time, hidden)        # the dense layer's weights on the one-hot slot
+        self.current_in = nn.Linear(embed, hidden)
+        self.dest_in = nn.Linear(embed, hidden, bias=False)
+        self.out = nn.Linear(hidden, k)
+        mask = np.where(valid_moves(w, r), 0.0, -1e9).astype(np.float32)
+        self.register_buffer("log_mask", torch.from_numpy(mask))
+
+    def logits(self, current, dest, slot):
+        """Masked logits (..., (2r+1)^2) for cells ``current`` heading to ``dest`` in ``slot`` (broadcast)."""
+        h = self.current_in(self.embedding(current)) + self.dest_in(self.embedding(dest)) + self.time(slot)
+        return self.out(torch.relu(h)) + self.log_mask[current]
+
+    def forward(self, current, dest, slot, label, count):
+        logp = torch.log_softmax(self.logits(current, dest[..., None], slot[..., None]), -1)
+        nll = -logp.gather(-1, label[..., None])[..., 0]                      # (B, G)
+        used = torch.arange(current.shape[-1], device=current.device) < count[..., None]
+        return (nll * used).sum(-1) / count.clamp(min=1)
+
+    @torch.no_grad()
+    def log_probs_for(self, dest: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """(G, w^2, (2r+1)^2) log next-hop probabilities from every cell, for G (destination, slot) pairs.
+        The dense layer is split so the per-cell and per-group parts are computed once each."""
+        cells = torch.arange(self.w * self.w, device=dest.device)
+        a = self.current_in(self.embedding(cells))                              # (w^2, H)
+        b = self.dest_in(self.embedding(dest)) + self.time(slot)                 # (G, H)
+        h = torch.relu(a[None] + b[:, None])
+        return torch.log_softmax(self.out(h) + self.log_mask[None], -1)
+
+
+def loss_of_one(call, current, dest, slot, label, count):
+    """One trajectory's loss through ``call`` (the model with the parameters being differentiated)."""
+    return call(current[None], dest[None], slot[None], label[None], count[None])[0]
