@@ -295,11 +295,21 @@ def normalised_release(index, owner, n_windows, entries, scale: float, noise: No
     as ``accounting.laplace(k / scale)``. Sums are whole grid steps, so ``counts + noise`` is exact (no Mironov
     leak). Returns the noisy values, one per support entry, before any NormCut (post-processing is the caller's).
     """
+    return release_sums(normalised_sums(index, owner, n_windows, entries, scale), scale, noise)
+
+
+def normalised_sums(index, owner, n_windows, entries, scale: float) -> np.ndarray:
+    """The exact statistics of :func:`normalised_release`, before any clamp or noise: int64 sums of whole noise-grid
+    steps, one per support entry (same arguments, no noise). NEVER release these: they are exact.
+
+    Being integers, the sums of disjoint sets of trajectories add up exactly, so a table computed in batches of
+    whole trajectories (``duckmob.stream``, ``duckmob.spark``) and summed equals the one computed at once, bit for
+    bit; :func:`release_sums` then adds the noise once."""
     index = np.asarray(index, dtype=np.int64)
     owner = np.asarray(owner, dtype=np.int64)
     n_windows = np.asarray(n_windows, dtype=np.int64)
     steps, g = _grid_steps(owner, n_windows, scale)
-    steps = steps.astype(np.float64)
+    steps = steps.astype(np.float64)   # whole steps: float64 sums of them are exact below 2^53
     if isinstance(entries, (int, np.integer)):
         size = int(entries)
         sums = np.bincount(index, weights=steps, minlength=size)[:size] if len(index) else np.zeros(size)
@@ -310,7 +320,17 @@ def normalised_release(index, owner, n_windows, entries, scale: float, noise: No
         inside = (pos < size) & (entries[np.minimum(pos, size - 1)] == index) if size else \
             np.zeros(len(index), dtype=bool)
         sums = np.bincount(pos[inside], weights=steps[inside], minlength=size)
-    return np.minimum(sums, MAX_UNITS) * g + noise.laplace(scale, size)
+    return sums.astype(np.int64)
+
+
+def release_sums(sums: np.ndarray, scale: float, noise: NoiseSource) -> np.ndarray:
+    """The noise of :func:`normalised_release` on exact step sums (:func:`normalised_sums`, possibly added up over
+    batches): clamp every entry to ``[0, MAX_UNITS]`` steps, scale by the grid step g and add ``Laplace(scale)``
+    to EVERY entry. Privacy map: as :func:`normalised_release` (L1 sensitivity k of the summed table -> eps-DP with
+    eps = k / scale)."""
+    g = granularity(scale)
+    sums = np.asarray(sums, dtype=np.int64)
+    return np.minimum(sums, MAX_UNITS).astype(np.float64) * g + noise.laplace(scale, len(sums))
 
 
 # -- exact counts (not for release) --------------------------------------------------------------------------
@@ -556,7 +576,7 @@ def noisy_region_transition_counts(offsets, cells, w: int, level: int, eps: floa
     return normalised_release(pair, traj, n_transitions, size, scale, noise).reshape(4 ** int(level), w * w)
 
 
-__all__ = ["normalised_release", "transition_counts", "noisy_transition_counts", "noisy_transition_counts_sparse", "support_entries",
+__all__ = ["normalised_release", "normalised_sums", "release_sums", "transition_counts", "noisy_transition_counts", "noisy_transition_counts_sparse", "support_entries",
            "noisy_count", "bound_contributions", "truncate",
            "windows", "first_order_support", "region_transition_counts", "noisy_region_transition_counts",
            "PRIVACY_UNITS", "MAX_UNITS"]

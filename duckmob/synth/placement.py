@@ -52,7 +52,7 @@ from scipy.sparse.csgraph import dijkstra
 
 from duckmob.grid import BBox
 from duckmob.privacy import accounting
-from duckmob.privacy.counting import normalised_release
+from duckmob.privacy.counting import normalised_sums, release_sums
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
 from duckmob.synth.config import Config, param
@@ -132,7 +132,8 @@ def fine_cells(data: Trajectories, bbox, w: int) -> tuple[np.ndarray, np.ndarray
     from duckmob.synth.privtrace.states import state_sequences, uniform_grid
 
     _, cells, owner = state_sequences(uniform_grid(bbox, w), data.offsets, data.lat, data.lon)
-    key = np.unique(owner * (w * w) + cells)          # sorted by owner, distinct per trajectory
+    key = np.sort(owner * (w * w) + cells)            # sorted by owner; distinct per trajectory below
+    key = key[np.concatenate([[True], key[1:] != key[:-1]])] if len(key) else key   # (np.unique: 5x slower)
     owner, cells = np.divmod(key, w * w)
     return cells, owner, np.bincount(owner, minlength=data.n_trajectories)
 
@@ -153,10 +154,23 @@ def release(data: Trajectories, bbox, eps: float, config: PlacementConfig, noise
     """The fine stage's two releases (module docstring): eps * fine_share in total, k trajectories per unit."""
     w = fine_width(bbox, config)
     sc = scales(eps, config, k)
+    return release_statistics(statistics(data, bbox, w, sc), w, sc, noise)
+
+
+def statistics(data: Trajectories, bbox, w: int, sc: dict[str, float]) -> dict[str, np.ndarray]:
+    """The EXACT statistics of the two parts (never release them): whole noise-grid steps per fine cell and per
+    step bin (``counting.normalised_sums``). Integers: the sums over batches of whole trajectories add up to the
+    sums over all of them (``duckmob.stream``)."""
     cells, owner, n_cells = fine_cells(data, bbox, w)
-    density = normalised_release(cells, owner, n_cells, w * w, sc["density"], noise)
     b, step_owner, n_steps = step_bins(data, bbox)
-    steps = normalised_release(b, step_owner, n_steps, len(STEP_EDGES_M) - 1, sc["steps"], noise)
+    return {"fine_density": normalised_sums(cells, owner, n_cells, w * w, sc["density"]),
+            "fine_steps": normalised_sums(b, step_owner, n_steps, len(STEP_EDGES_M) - 1, sc["steps"])}
+
+
+def release_statistics(sums: dict[str, np.ndarray], w: int, sc: dict[str, float], noise) -> "FineStats":
+    """The noise of the two parts on their exact statistics (:func:`statistics`), then post-processing."""
+    density = release_sums(sums["fine_density"], sc["density"], noise)
+    steps = release_sums(sums["fine_steps"], sc["steps"], noise)
     from duckmob.synth.privtrace.walk import truncate_tail   # (privtrace imports this module)
 
     # post-processing: the long tail past where the histogram falls to the noise is zeroed (noise there would

@@ -57,13 +57,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from duckmob.errors import DuckmobError
-from duckmob.privacy.counting import noisy_count, normalised_release
+from duckmob.privacy.counting import noisy_count, normalised_sums, release_sums
+from duckmob.stream import as_batches
 from duckmob.synth.base import Model, Synthesizer, trajectories_from_cells
 from duckmob.synth import placement
 from duckmob.synth.config import param
 from duckmob.synth.placement import PlacementConfig
-from duckmob.synth.privtrace.markov import (Support, normcut_rows, release_density, release_transitions,
-                                            select_second_order)
+from duckmob.synth.privtrace.markov import (Support, density_sums, normcut_rows, release_transition_sums,
+                                            select_second_order, transition_sums)
 from duckmob.synth.privtrace.states import StateGrid, state_sequences, uniform_grid
 from duckmob.synth.privtrace.trips import trip_distribution
 from duckmob.synth.privtrace.walk import (cumulative_rows, decreasing_tail, hazard, length_bin, length_bins,
@@ -137,6 +138,7 @@ class PrivTrace(Synthesizer):
     method = "privtrace"
     default_delta = 0.0
     needs_time = False       # points are ordered by time when there is time, else by seq
+    streams = True           # fit takes duckmob.stream.Batches: statistics summed batch by batch
 
     def __init__(self, bbox, **params):
         self.config = PrivTraceConfig.parse(params)
@@ -160,9 +162,12 @@ class PrivTrace(Synthesizer):
         """PrivTrace's own parts share what the fine-placement stage leaves (all of eps when it is off)."""
         return eps * (1.0 - self.config.fine_share) if self.config.placing else eps
 
-    def fit(self, data: Trajectories, eps: float, delta: float, noise, *, contribution_bound: int = 1,
+    def fit(self, data, eps: float, delta: float, noise, *, contribution_bound: int = 1,
             release=None) -> "PrivTraceModel":
-        """Fit PrivTrace under eps-DP (delta unused) on trajectories inside ``self.bbox``; see the module doc."""
+        """Fit PrivTrace under eps-DP (delta unused) on trajectories inside ``self.bbox``; see the module doc.
+
+        ``data``: :class:`~duckmob.trajectories.Trajectories`, or :class:`duckmob.stream.Batches` of whole
+        trajectories (out of core): every table is an exact sum over the batches, so both give the same model."""
         # the release core reserved exactly privacy_event(eps, delta, k); zero trajectories is a valid input
         self.privacy_event(eps, delta, contribution_bound=contribution_bound)
         cfg, fr = self.config, self.fractions
@@ -170,14 +175,17 @@ class PrivTrace(Synthesizer):
         own = self._own_eps(eps)
         scale = {part: k / (own * f) for part, f in fr.items()}
 
+        src = as_batches(data)   # Trajectories, or batches read out of core (duckmob.stream): the same release
         # count: N + Lap(k / eps_count); one trajectory changes N by 1, a privacy unit by at most k
-        n_noisy = noisy_count(data.n_trajectories, own * fr["count"], noise, sensitivity=k)
+        n_noisy = noisy_count(src.n_trajectories, own * fr["count"], noise, sensitivity=k)
         K = cfg.K if cfg.K is not None else int(np.clip(round(np.sqrt(max(n_noisy, 1.0) / cfg.c)), 2, cfg.K_max))
 
-        # level1: length-normalised densities on K x K (B.1): each trajectory adds 1 in total (L1)
+        # level1: length-normalised densities on K x K (B.1): each trajectory adds 1 in total (L1). Every table
+        # is summed exactly over the batches (integer noise-grid steps) and noised once (counting.release_sums)
         g1 = uniform_grid(self.bbox, K)
-        off1, st1, _ = state_sequences(g1, data.offsets, data.lat, data.lon)
-        noisy1 = normcut_rows(release_density(off1, st1, K * K, scale["level1"], noise)[None, :])[0]
+        sums1 = src.reduce(lambda d: {"level1": density_sums(*state_sequences(g1, d.offsets, d.lat, d.lon)[:2],
+                                                             K * K, scale["level1"])})
+        noisy1 = normcut_rows(release_sums(sums1["level1"], scale["level1"], noise)[None, :])[0]
 
         # split dense cells (post-processing): kappa = 2**e
         mean_density = max(n_noisy, 1.0) / (K * K)
@@ -185,29 +193,27 @@ class PrivTrace(Synthesizer):
         e = np.clip(np.round(np.log2(np.maximum(kappa, 1.0))), 0, cfg.max_depth).astype(np.int64)
         e = np.where(noisy1 > cfg.split_threshold * mean_density, e, 0)
         grid = StateGrid(self.bbox, K, int(e.max()), e)
-
-        off, states, _ = state_sequences(grid, data.offsets, data.lat, data.lon)
-        lengths = np.diff(off)
         m = grid.m
+        support = Support.of(m, *grid.neighbours())
+        edges = length_bins(cfg.max_len)
+        fine_w = placement.fine_width(self.bbox, cfg) if cfg.placing else None
+        fine_sc = placement.scales(eps, cfg, k) if cfg.placing else None
+        sums = src.reduce(lambda d: self._statistics(d, grid, support, edges, scale, fine_w, fine_sc))
 
         # level2: length-normalised densities of the states; states below the noise are pruned
-        noisy2 = release_density(off, states, m, scale["level2"], noise)
+        noisy2 = release_sums(sums["level2"], scale["level2"], noise)
         alive = noisy2 > cfg.prune * scale["level2"]
         if not alive.any():
             alive = noisy2 >= noisy2.max()
 
         # lengths: each trajectory adds 1 to one bin (L1 sensitivity 1, k per unit)
-        edges = length_bins(cfg.max_len)
-        n = len(lengths)
-        noisy_len = truncate_tail(normalised_release(length_bin(lengths, edges), np.arange(n), np.ones(n, np.int64),
-                                                     len(edges) - 1, scale["lengths"], noise), scale["lengths"])
+        noisy_len = truncate_tail(release_sums(sums["lengths"], scale["lengths"], noise), scale["lengths"])
         len_probs = decreasing_tail(normcut_rows(noisy_len[None, :])[0], edges)
 
         # first order (start row and state rows together: one release) and second order, each of sensitivity
-        # k in L1; Laplace noise on every entry of their supports (markov.release_transitions)
-        support = Support.of(m, *grid.neighbours())
-        start_n, first_n, second_n = release_transitions(support, off, states, scale["first"], scale["second"],
-                                                         noise)
+        # k in L1; Laplace noise on every entry of their supports (markov.release_transition_sums)
+        start_n, first_n, second_n = release_transition_sums(support, sums["first"], sums["second"], scale["first"],
+                                                             scale["second"], noise)
 
         use2 = select_second_order(first_n, support, scale["first"], cfg.theta2, cfg.theta1_factor)
         p_start, info = trip_distribution(start_n * alive, first_n[:, support.end] * alive, n_noisy,
@@ -216,13 +222,27 @@ class PrivTrace(Synthesizer):
         info.update(K=K, states=m, alive_states=int(alive.sum()), depth=grid.depth, edges=support.n_edges,
                     second_order_states=int(use2.sum()))
         # fine placement (placement.py): the fine density and the step histogram, eps * fine_share
-        fine = placement.release(data, self.bbox, eps, cfg, noise, k) if cfg.placing else None
+        fine = placement.release_statistics(sums, fine_w, fine_sc, noise) if cfg.placing else None
         return PrivTraceModel(grid=grid, alive=alive, fine=fine, density=np.maximum(noisy2, 0.0),
                               first=first_n.astype(np.float32), second=second_n.astype(np.float32), start=p_start,
                               use2=use2,
                               len_edges=edges, len_probs=len_probs, n_noisy=n_noisy,
                               config={**cfg.as_dict(), "budget_split": fr, "eps": eps, "contribution_bound": k},
                               info=info)
+
+    def _statistics(self, d: Trajectories, grid: StateGrid, support: Support, edges, scale: dict, fine_w, fine_sc):
+        """The EXACT tables of one batch of whole trajectories (integer noise-grid steps; never released as they
+        are): level-2 density, length bins, first- and second-order transitions and the fine stage's two."""
+        off, states, _ = state_sequences(grid, d.offsets, d.lat, d.lon)
+        lengths = np.diff(off)
+        n = len(lengths)
+        out = {"level2": density_sums(off, states, grid.m, scale["level2"]),
+               "lengths": normalised_sums(length_bin(lengths, edges), np.arange(n), np.ones(n, np.int64),
+                                          len(edges) - 1, scale["lengths"]),
+               **transition_sums(support, off, states, scale["first"], scale["second"])}
+        if fine_w is not None:
+            out.update(placement.statistics(d, self.bbox, fine_w, fine_sc))
+        return out
 
 
 class PrivTraceModel(Model):

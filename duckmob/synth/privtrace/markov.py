@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from duckmob.privacy.counting import normalised_release
+from duckmob.privacy.counting import normalised_sums, release_sums
 from duckmob.privacy.normcut import normcut
 
 
@@ -178,15 +178,35 @@ def release_transitions(support: Support, seq_offsets: np.ndarray, states: np.nd
     ``scale = k / eps_part`` on every support entry (start row, neighbour columns and end of each state row;
     second-order rows likewise) is eps_part-DP per table. Returns ``(start, first, second)``, zero outside the
     support, non-negative."""
+    sums = transition_sums(support, seq_offsets, states, scale_first, scale_second)
+    return release_transition_sums(support, sums["first"], sums["second"], scale_first, scale_second, noise)
+
+
+def transition_sums(support: Support, seq_offsets: np.ndarray, states: np.ndarray, scale_first: float,
+                    scale_second: float) -> dict[str, np.ndarray]:
+    """The EXACT statistics of :func:`release_transitions` (never release them): int64 noise-grid steps on every
+    support entry of the first-order table (start row, then state rows) and of the second-order one
+    (``counting.normalised_sums``); integers, so sums over batches of whole trajectories are exact."""
     m, D = support.m, support.width
     win = transition_windows(support, seq_offsets, states)
+    entries1 = np.concatenate([np.arange(m), m + np.flatnonzero(support.mask1().reshape(-1))])
+    entries2 = np.flatnonzero(support.mask2().reshape(-1))
+    return {"first": normalised_sums(win.first_index, win.first_owner, win.n_first, entries1, scale_first),
+            "second": normalised_sums(win.second_index, win.second_owner, win.n_second, entries2, scale_second)}
+
+
+def release_transition_sums(support: Support, first_sums: np.ndarray, second_sums: np.ndarray, scale_first: float,
+                            scale_second: float, noise) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The noise of :func:`release_transitions` on its exact statistics (:func:`transition_sums`), NormCut per
+    row; first order noised before second order."""
+    m, D = support.m, support.width
     mask1, mask2 = support.mask1(), support.mask2()
     entries1 = np.concatenate([np.arange(m), m + np.flatnonzero(mask1.reshape(-1))])
-    values1 = normalised_release(win.first_index, win.first_owner, win.n_first, entries1, scale_first, noise)
+    values1 = release_sums(first_sums, scale_first, noise)
     flat1 = np.zeros(m + m * (D + 1))
     flat1[entries1] = values1
     entries2 = np.flatnonzero(mask2.reshape(-1))
-    values2 = normalised_release(win.second_index, win.second_owner, win.n_second, entries2, scale_second, noise)
+    values2 = release_sums(second_sums, scale_second, noise)
     flat2 = np.zeros(mask2.size)
     flat2[entries2] = values2
     start = normcut_rows(flat1[None, :m])[0]
@@ -199,9 +219,14 @@ def release_density(seq_offsets: np.ndarray, states: np.ndarray, size: int, scal
     """Length-normalised visit density over ``size`` states (PrivTrace B.1): a trajectory of L states adds 1 / L
     to each state it visits (L1 sensitivity 1; k per privacy unit), Laplace of ``scale`` on every state, through
     ``counting.normalised_release``. Noisy and not NormCut-ed (the caller decides)."""
+    return release_sums(density_sums(seq_offsets, states, size, scale), scale, noise)
+
+
+def density_sums(seq_offsets: np.ndarray, states: np.ndarray, size: int, scale: float) -> np.ndarray:
+    """The EXACT statistics of :func:`release_density` (int64 noise-grid steps per state; never release them)."""
     L = np.diff(np.asarray(seq_offsets, dtype=np.int64))
     owner = np.repeat(np.arange(len(L), dtype=np.int64), L)
-    return normalised_release(states, owner, L, int(size), scale, noise)
+    return normalised_sums(states, owner, L, int(size), scale)
 
 
 def normcut_rows(noisy: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:

@@ -1,0 +1,295 @@
+"""Out-of-core releases: trajectories read in batches of whole trajectories, statistics summed exactly.
+
+The in-memory path gathers a whole table into Python (one ``list()`` per column), so its memory grows with the
+points. Here the release core reads the source through DuckDB itself, as Arrow record batches, and what reaches
+the mechanism is a :class:`Batches`: the cleaned trajectories, one batch at a time, which a method reduces to exact
+tables bounded by its public grid and state sizes (``Batches.reduce``); the release core adds the noise once, as
+before. Memory follows the batch size and the model, not the table.
+
+Why the result is the in-memory one, bit for bit (tests/test_stream.py):
+
+* every cleaning step of :func:`duckmob.trajectories.from_points` acts on each trajectory by itself, so cleaning
+  batches that each hold whole trajectories keeps exactly the trajectories (and points) of cleaning the table at
+  once. A batch holds whole trajectories because points are routed to one of P buckets by ``hash(traj_id)``
+  (every point of a (user_id, traj_id) trajectory has the same traj_id), in table order;
+* contribution bounding (``privacy_unit := 'user'``) draws its random numbers over ALL kept trajectories in their
+  (traj_id, user_id) order, as the in-memory path does (``counting.bound_contributions`` on the same ids with the
+  same generator): the ids of every batch are gathered after the cleaning pass (16 bytes a trajectory), the keep
+  mask is computed once and applied to each batch;
+* every statistic is a sum of whole noise-grid steps (``counting.normalised_sums``), an integer, so batch sums
+  add up exactly; ``counting.release_sums`` then draws the same noise in the same order.
+
+One thing is not pinned by the batching: when a trajectory has two points with one timestamp, the first in table
+order is kept, and "table order" is DuckDB's scan order (as for the in-memory path's ``list()``).
+
+Cleaned buckets are kept in memory when the table fits in one (``BUCKET_POINTS``), else written once to Arrow IPC
+files in a temporary folder (``tempfile``: set TMPDIR to put them elsewhere), read back a bucket at a time by each
+pass, and deleted when the release ends.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from duckmob.trajectories import Trajectories, from_points
+
+# Points per bucket: bounds the memory of cleaning and of a method's per-batch statistics (about 100-200 bytes a
+# point at the peak of a PrivTrace pass).
+BUCKET_POINTS = 1 << 21
+# Rows per record batch read from DuckDB while routing points to buckets.
+READ_ROWS = 1 << 20
+
+
+class Batches:
+    """Cleaned, contribution-bounded trajectories, one batch of whole trajectories at a time.
+
+    ``n_trajectories`` is the exact number of trajectories kept (as ``Trajectories.n_trajectories``: exact, to
+    be noised by the mechanism). Iterating yields :class:`~duckmob.trajectories.Trajectories`; :meth:`reduce`
+    sums a function's integer tables over the batches."""
+
+    n_trajectories: int = 0
+    has_time: bool = True
+
+    def __iter__(self) -> Iterator[Trajectories]:
+        raise NotImplementedError
+
+    def reduce(self, fn: Callable[[Trajectories], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """``fn(batch)`` summed over the batches: a dict of int64 arrays (exact sums, order-free)."""
+        total: dict[str, np.ndarray] | None = None
+        for batch in self:
+            part = fn(batch)
+            if total is None:
+                total = {k: np.asarray(v, dtype=np.int64).copy() for k, v in part.items()}
+            else:
+                for k, v in part.items():
+                    total[k] += np.asarray(v, dtype=np.int64)
+        if total is None:
+            total = {k: np.asarray(v, dtype=np.int64) for k, v in fn(Trajectories.empty()).items()}
+        return total
+
+    def trajectories(self) -> Trajectories:
+        """Every batch in one :class:`Trajectories` (for methods that need all of them at once: O(points))."""
+        return concat(list(self))
+
+    def close(self) -> None:
+        """Delete what was written to disk (a no-op in memory)."""
+
+
+class InMemory(Batches):
+    """Trajectories already in memory, as one batch (what ``fit(data)`` gets on the in-memory path)."""
+
+    def __init__(self, data: Trajectories):
+        self.data = data
+        self.n_trajectories = data.n_trajectories
+
+    def __iter__(self):
+        yield self.data
+
+    def trajectories(self) -> Trajectories:
+        return self.data
+
+
+def as_batches(data: "Trajectories | Batches") -> Batches:
+    """``data`` as :class:`Batches` (Trajectories become one in-memory batch)."""
+    return data if isinstance(data, Batches) else InMemory(data)
+
+
+def concat(parts: list[Trajectories]) -> Trajectories:
+    """Trajectories of several batches, in order, as one."""
+    parts = [p for p in parts if p.n_trajectories]
+    if not parts:
+        return Trajectories.empty()
+    if len(parts) == 1:
+        return parts[0]
+    lengths = np.concatenate([p.lengths for p in parts])
+    return Trajectories(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                        np.concatenate([p.traj_id for p in parts]), np.concatenate([p.user_id for p in parts]),
+                        np.concatenate([p.ts for p in parts]), np.concatenate([p.lat for p in parts]),
+                        np.concatenate([p.lon for p in parts]))
+
+
+# -- cleaning a stream of point buckets ---------------------------------------------------------------------------
+
+class Cleaned(Batches):
+    """The output of :func:`clean`: cleaned buckets in memory or in Arrow IPC files, a keep mask per bucket."""
+
+    def __init__(self, buckets: list, keep: list[np.ndarray | None], folder: str | None):
+        self._buckets, self._keep, self._folder = buckets, keep, folder
+        self.n_trajectories = int(sum(int(k.sum()) if k is not None else _n(b) for b, k in zip(buckets, keep)))
+
+    def __iter__(self):
+        for bucket, keep in zip(self._buckets, self._keep):
+            data = _load(bucket)
+            yield data if keep is None else data.take(keep)
+
+    def close(self) -> None:
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+    def __del__(self):
+        self.close()
+
+
+def _n(bucket) -> int:
+    return bucket.n_trajectories if isinstance(bucket, Trajectories) else bucket[1]
+
+
+def _save(data: Trajectories, folder: str, i: int):
+    """Write one cleaned bucket as an Arrow IPC file (one row per trajectory, list columns); (path, n)."""
+    offsets = pa.array(data.offsets, pa.int64())
+    table = pa.table({"traj_id": data.traj_id, "user_id": data.user_id,
+                      "ts": pa.LargeListArray.from_arrays(offsets, pa.array(data.ts, pa.int64())),
+                      "lat": pa.LargeListArray.from_arrays(offsets, pa.array(data.lat, pa.float64())),
+                      "lon": pa.LargeListArray.from_arrays(offsets, pa.array(data.lon, pa.float64()))})
+    path = os.path.join(folder, f"clean-{i}.arrow")
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return path, data.n_trajectories
+
+
+def _load(bucket) -> Trajectories:
+    if isinstance(bucket, Trajectories):
+        return bucket
+    with pa.OSFile(bucket[0], "rb") as source:
+        table = pa.ipc.open_file(source).read_all().combine_chunks()
+    if table.num_rows == 0:
+        return Trajectories.empty()
+    lat = table.column("lat").chunk(0)
+    offsets = lat.offsets.to_numpy().astype(np.int64)
+    return Trajectories(offsets - offsets[0], table.column("traj_id").to_numpy(),
+                        table.column("user_id").to_numpy(), table.column("ts").chunk(0).values.to_numpy(),
+                        lat.values.to_numpy(), table.column("lon").chunk(0).values.to_numpy())
+
+
+def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, privacy_unit: str = "trajectory",
+          k: int | None = None, rng: Callable[[], np.random.Generator] | None = None,
+          folder: str | None = None) -> Cleaned:
+    """Clean point buckets (each holding whole trajectories) with ``from_points(private=True)`` and bound
+    contributions over all of them: the trajectories the in-memory release path keeps, batch by batch.
+
+    ``rng()`` gives the generator of the contribution bounding (``NoiseSource.generator``; called once, after the
+    cleaning pass, only for the user unit). With ``folder`` every bucket after the first is written there (the
+    first too once a second exists) and read back per pass; without it they stay in memory.
+    Privacy: a per-trajectory transformation and the same bounding as the in-memory path (at most k trajectories
+    per user, chosen at random), so the sensitivities of the mechanisms downstream are unchanged."""
+    from duckmob.privacy.counting import bound_contributions
+
+    kept: list = []
+    ids: list[tuple[np.ndarray, np.ndarray]] = []
+    for table in buckets:
+        data, _ = from_points(table, bbox=bbox, outside="drop", time_required=time_required, private=True)
+        del table
+        if privacy_unit == "user":
+            ids.append((data.traj_id, data.user_id))
+        if folder is not None and kept:     # a second bucket: every bucket goes to disk
+            if isinstance(kept[0], Trajectories):
+                kept[0] = _save(kept[0], folder, 0)
+            kept.append(_save(data, folder, len(kept)))
+        else:
+            kept.append(data)
+        del data
+    keep: list[np.ndarray | None] = [None] * len(kept)
+    if privacy_unit == "user":
+        traj = np.concatenate([t for t, _ in ids]) if ids else np.zeros(0, np.int64)
+        user = np.concatenate([u for _, u in ids]) if ids else np.zeros(0, np.int64)
+        order = np.lexsort((user, traj))               # from_points' trajectory order: (traj_id, user_id)
+        mask = np.empty(len(order), dtype=bool)
+        mask[order] = bound_contributions(user[order], k, rng())
+        cuts = np.cumsum([0] + [len(t) for t, _ in ids])
+        keep = [mask[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+    return Cleaned(kept, keep, folder)
+
+
+# -- reading a source through DuckDB --------------------------------------------------------------------------------
+
+def n_buckets(n_points: int, bucket_points: int = BUCKET_POINTS) -> int:
+    """Buckets for ``n_points`` points: about ``bucket_points`` each (a public tuning, not a statistic)."""
+    return max(1, math.ceil(n_points / bucket_points))
+
+
+def route(reader: pa.RecordBatchReader, n: int, folder: str | None) -> Iterator[pa.Table]:
+    """Points routed to ``n`` buckets by their ``_bucket`` column (dropped), each bucket in table order; with one
+    bucket the reader is read whole, otherwise each bucket goes to an IPC file in ``folder`` and is yielded (then
+    deleted) one at a time."""
+    if n == 1:
+        yield reader.read_all().drop_columns(["_bucket"])
+        return
+    schema = pa.schema([f for f in reader.schema if f.name != "_bucket"])
+    paths = [os.path.join(folder, f"raw-{i}.arrow") for i in range(n)]
+    sinks = [pa.OSFile(p, "wb") for p in paths]
+    writers = [pa.ipc.new_file(s, schema) for s in sinks]
+    try:
+        for batch in reader:
+            b = batch.column("_bucket").to_numpy(zero_copy_only=False).astype(np.int64)
+            order = np.argsort(b, kind="stable")       # stable: each bucket keeps table order
+            counts = np.bincount(b, minlength=n)
+            routed = batch.drop_columns(["_bucket"]).take(pa.array(order))
+            start = 0
+            for i in np.flatnonzero(counts):
+                writers[i].write_batch(routed.slice(start, int(counts[i])))
+                start += int(counts[i])
+    finally:
+        for w, s in zip(writers, sinks):
+            w.close()
+            s.close()
+    for p in paths:
+        with pa.OSFile(p, "rb") as source:
+            table = pa.ipc.open_file(source).read_all()
+        os.remove(p)
+        yield table
+
+
+def read_points(cur, query: str, *, with_seq: bool = False, bucket_points: int = BUCKET_POINTS,
+                folder: str | None = None) -> Iterator[pa.Table]:
+    """Point tables of whole trajectories from ``query`` (columns traj_id, user_id, ts, lat, lon[, seq], as
+    mob_points gives them), read by DuckDB on the cursor ``cur`` in record batches: one scan routes the points to
+    ``hash(traj_id)`` buckets of about ``bucket_points`` points each (the number of buckets follows the row count,
+    a public size of the source table: it only sets how the work is cut, and nothing of it is released)."""
+    n_rows = cur.sql(f"SELECT count(*) FROM ({query})").fetchall()[0][0]
+    n = n_buckets(int(n_rows), bucket_points)
+    if n > 1 and folder is None:
+        raise ValueError("several buckets need a folder")
+    seq = ", seq" if with_seq else ""
+    reader = cur.sql(f"SELECT traj_id, user_id, ts, lat, lon{seq}, (hash(traj_id) % {n})::BIGINT AS _bucket "
+                     f"FROM ({query})").to_arrow_reader(batch_size=READ_ROWS)
+    yield from route(reader, n, folder)
+
+
+class Source:
+    """A table read out of core by the release core: ``open()`` (inside ``Release.read``) gives the point
+    buckets; the release then cleans them (:func:`clean`). Holds the temporary folder until :meth:`close`."""
+
+    def __init__(self, cursor_factory, query: str, *, with_seq: bool = False, bucket_points: int = BUCKET_POINTS):
+        self.cursor_factory, self.query, self.with_seq = cursor_factory, query, with_seq
+        self.bucket_points = bucket_points
+        self.folder: str | None = None
+        self._cur = None
+
+    def open(self) -> Iterator[pa.Table]:
+        self.folder = tempfile.mkdtemp(prefix="duckmob-")
+        self._cur = self.cursor_factory()
+        return read_points(self._cur, self.query, with_seq=self.with_seq, bucket_points=self.bucket_points,
+                           folder=self.folder)
+
+    def close(self) -> None:
+        if self._cur is not None:
+            try:
+                self._cur.close()
+            except Exception:
+                pass
+            self._cur = None
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+
+__all__ = ["Batches", "InMemory", "Cleaned", "Source", "as_batches", "clean", "concat", "read_points", "route",
+           "n_buckets", "BUCKET_POINTS"]
