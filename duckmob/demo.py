@@ -1,18 +1,39 @@
-"""``duckmob demo``: the whole pipeline on the GeoLife sample shipped inside the package."""
+"""``duckmob demo``: the whole pipeline on the GeoLife sample shipped inside the package.
+
+It loads the sample, cleans it, finds stay points, synthesises it with PrivTrace under a declared budget, and
+measures the synthetic table beside a reference: the same metrics between two halves of the real sample, so each
+number has a scale. It leaves a database (``trips``, ``seqs``, ``synth`` and the ledger) and the density picture
+behind, and ends with three commands to run on them.
+"""
 
 from __future__ import annotations
 
+import os
+import shlex
 import time
 from importlib import resources
 
 import duckdb
 
 import duckmob
+from duckmob.errors import DuckmobError
 
 # Beijing's box as declared in the data's README: a public parameter, not computed from the data.
 BEIJING_BBOX = [39.4, 115.4, 41.1, 117.6]
 # HRNet's 32 x 32 box over central Beijing (ENGINEERING.md); also declared, not computed.
 HRNET_BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
+
+DEFAULT_SAVE = "duckmob_demo.duckdb"
+DEFAULT_PNG = "duckmob_demo_density.png"
+# The comment the demo puts on its trips table: a database carrying it was written by the demo and may be
+# replaced by the next run; any other existing file is left alone.
+MARK = "GeoLife sample loaded by duckmob demo"
+# The public rule that splits the real sample in two for the reference column (no data-dependent choice).
+HALF_A, HALF_B = "(SELECT * FROM trips WHERE traj_id % 2 = 0)", "(SELECT * FROM trips WHERE traj_id % 2 = 1)"
+# The metrics shown (all of them: FROM mob_evaluate(...)), by mob_evaluate's name.
+SHOWN = {"privtrace_length_jsd": "length JSD", "privtrace_diameter_jsd": "diameter JSD",
+         "privtrace_density_are": "density ARE", "privtrace_pattern_are": "pattern ARE",
+         "hrnet_destination_jsd": "destination JSD", "hrnet_travel_distance_jsd": "travel distance JSD"}
 
 
 def sample_path() -> str:
@@ -25,12 +46,17 @@ def load_sample(con: duckdb.DuckDBPyConnection, name: str = "trips") -> None:
     con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM read_parquet(?)", [sample_path()])
 
 
-def run(out=print) -> None:
-    """Run the demo and print a short summary."""
+def run(out=print, save: str = DEFAULT_SAVE, png: str = DEFAULT_PNG) -> None:
+    """Run the demo, print a short summary, and leave the database ``save`` and the picture ``png`` behind.
+
+    ``save`` is replaced if an earlier demo wrote it; any other existing file there is refused."""
     t0 = time.perf_counter()
-    con = duckmob.connect()
+    _clear(save)
+    con = duckmob.connect(save)
     try:
+        con.execute("SET enable_progress_bar = false")  # the demo prints its own lines
         load_sample(con)
+        con.execute(f"COMMENT ON TABLE trips IS '{MARK}'")
         bbox = f"[{', '.join(map(str, HRNET_BBOX))}]"
         n_traj, n_pts, n_users = con.execute(
             "SELECT count(DISTINCT traj_id), count(*), count(DISTINCT user_id) FROM trips").fetchone()
@@ -52,13 +78,22 @@ def run(out=print) -> None:
             f"{n_cells} distinct cells visited")
         for line in _synthesis(con, bbox):
             out(line)
+        for line in _quality(con, bbox):
+            out(line)
+        picture = con.execute(f"SELECT path FROM mob_plot_density('trips', 'synth', path := ?, bbox := {bbox})",
+                              [png]).fetchone()[0]
+        out(f"  picture      {_shown(png, picture)}: where real and synthetic trajectories go, side by side")
+        out(f"  saved        {_shown(save, os.path.abspath(save))}: tables trips, seqs, synth and the privacy "
+            f"ledger (duckmob {shlex.quote(save)} opens it)")
         out(f"  done in {time.perf_counter() - t0:.1f} s")
     finally:
         con.close()
+    for line in next_commands(save, bbox):
+        out(line)
 
 
 def _synthesis(con, bbox):
-    """Declare a budget, synthesise the sample with PrivTrace at eps 1, and measure it against the real table."""
+    """Declare a budget and synthesise the sample with PrivTrace at eps 1."""
     eps = 1.0
     con.execute("FROM mob_set_budget('trips', eps := 2.0, delta := 1e-5)").fetchall()
     t0 = time.perf_counter()
@@ -70,10 +105,53 @@ def _synthesis(con, bbox):
     yield (f"  synthesis    PrivTrace at eps {eps}: {n_syn:,} synthetic trajectories, {n_pts:,} points in {took:.1f} s "
            f"(seeded demo run: not for release)")
     yield f"  budget       'trips': {spent:.3f} of 2.0 spent (PLD composition at delta 1e-5), {remaining:.3f} left"
-    wanted = {"privtrace_length_jsd": "length JSD", "privtrace_diameter_jsd": "diameter JSD",
-              "privtrace_density_are": "density ARE", "privtrace_pattern_are": "pattern ARE",
-              "hrnet_destination_jsd": "destination JSD"}
-    rows = dict(con.execute(f"SELECT metric, value FROM mob_evaluate('trips', 'synth', bbox := {bbox}, "
-                            "families := ['privtrace', 'hrnet'])").fetchall())
-    parts = [f"{label} {rows[key]:.3f}" for key, label in wanted.items() if rows.get(key) is not None]
-    yield "  quality      " + ", ".join(parts) + " (lower is better; mob_evaluate lists them all)"
+
+
+def _quality(con, bbox):
+    """The shown metrics of synth against trips, beside the same metrics of one real half against the other."""
+    query = (f"SELECT metric, value FROM mob_evaluate(?, ?, bbox := {bbox}, families := ['privtrace', 'hrnet']) "
+             f"WHERE metric IN ({', '.join(repr(k) for k in SHOWN)})")
+    synth = dict(con.execute(query, ["trips", "synth"]).fetchall())
+    real = dict(con.execute(query, [HALF_A, HALF_B]).fetchall())
+    yield f"  quality      {'lower is better':<22}{'synthetic':>10}{'real vs real':>14}"
+    for key, label in SHOWN.items():
+        yield f"               {label:<22}{_number(synth.get(key)):>10}{_number(real.get(key)):>14}"
+    yield "               real vs real: the same metrics between two halves of the real sample (even against odd"
+    yield "               traj_id); a synthetic score near it is as close to the data as other real data is"
+
+
+def next_commands(save: str, bbox: str) -> list[str]:
+    """The three commands the demo ends with, on the database it saved."""
+    db = shlex.quote(save)
+    return ["next, try:",
+            f"  duckmob {db} -c \"FROM mob_evaluate('trips', 'synth', bbox := {bbox})\"      # every metric",
+            f"  duckmob {db} -c \"FROM mob_budget(); FROM mob_ledger()\"      # what was spent, on what",
+            f"  duckmob {db} -c \"CREATE TABLE synth2 AS FROM synthesize('trips', eps := 0.5, bbox := {bbox}); "
+            "FROM mob_budget()\"      # a second release, from what is left"]
+
+
+def _number(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _shown(given: str, absolute: str) -> str:
+    """A path as the user gave it, with its folder when it was relative."""
+    return given if os.path.isabs(given) else f"{given} (in {os.path.dirname(absolute)})"
+
+
+def _clear(save: str) -> None:
+    """Remove an earlier demo's database at ``save``; refuse to touch any other file there."""
+    if not os.path.exists(save):
+        return
+    try:
+        with duckdb.connect(save, read_only=True) as con:
+            mark = con.execute("SELECT comment FROM duckdb_tables() WHERE table_name = 'trips' "
+                               "AND schema_name = 'main'").fetchall()
+    except duckdb.Error:
+        mark = []
+    if mark != [(MARK,)]:
+        raise DuckmobError(f"{save} exists and was not written by duckmob demo: name a new file with "
+                           f"duckmob demo --save FILE.duckdb")
+    for path in (save, save + ".wal"):
+        if os.path.exists(path):
+            os.remove(path)
