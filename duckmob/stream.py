@@ -129,6 +129,12 @@ class Cleaned(Batches):
             data = _load(bucket)
             yield data if keep is None else data.take(keep)
 
+    def trajectories(self) -> Trajectories:
+        """Every batch in one :class:`Trajectories`, in from_points' (traj_id, user_id) order, as in memory."""
+        data = concat(list(self))
+        order = np.lexsort((data.user_id, data.traj_id))
+        return data if np.all(order[1:] > order[:-1]) else data.take(order)
+
     def close(self) -> None:
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
@@ -247,17 +253,18 @@ def route(reader: pa.RecordBatchReader, n: int, folder: str | None) -> Iterator[
         yield table
 
 
-def read_points(cur, query: str, *, with_seq: bool = False, bucket_points: int = BUCKET_POINTS,
+def read_points(cur, query: str, *, bucket_points: int = BUCKET_POINTS,
                 folder: str | None = None) -> Iterator[pa.Table]:
-    """Point tables of whole trajectories from ``query`` (columns traj_id, user_id, ts, lat, lon[, seq], as
+    """Point tables of whole trajectories from ``query`` (columns traj_id, user_id, ts, lat, lon, seq, as
     mob_points gives them), read by DuckDB on the cursor ``cur`` in record batches: one scan routes the points to
-    ``hash(traj_id)`` buckets of about ``bucket_points`` points each (the number of buckets follows the row count,
-    a public size of the source table: it only sets how the work is cut, and nothing of it is released)."""
-    n_rows = cur.sql(f"SELECT count(*) FROM ({query})").fetchall()[0][0]
+    ``hash(traj_id)`` buckets of about ``bucket_points`` points each (the number of buckets follows the row count;
+    it only sets how the work is cut, and nothing of it is released). ``seq`` is kept only when no row has a
+    timestamp, as the in-memory path does (otherwise timeless trajectories keep table order)."""
+    n_rows, n_ts = cur.sql(f"SELECT count(*), count(ts) FROM ({query})").fetchall()[0]
     n = n_buckets(int(n_rows), bucket_points)
     if n > 1 and folder is None:
         raise ValueError("several buckets need a folder")
-    seq = ", seq" if with_seq else ""
+    seq = ", seq" if n_ts == 0 and n_rows else ""
     reader = cur.sql(f"SELECT traj_id, user_id, ts, lat, lon{seq}, (hash(traj_id) % {n})::BIGINT AS _bucket "
                      f"FROM ({query})").to_arrow_reader(batch_size=READ_ROWS)
     yield from route(reader, n, folder)
@@ -265,27 +272,27 @@ def read_points(cur, query: str, *, with_seq: bool = False, bucket_points: int =
 
 class Source:
     """A table read out of core by the release core: ``open()`` (inside ``Release.read``) gives the point
-    buckets; the release then cleans them (:func:`clean`). Holds the temporary folder until :meth:`close`."""
+    buckets; the release then cleans them (:func:`clean`). Holds the temporary folder until :meth:`close`.
 
-    def __init__(self, cursor_factory, query: str, *, with_seq: bool = False, bucket_points: int = BUCKET_POINTS):
-        self.cursor_factory, self.query, self.with_seq = cursor_factory, query, with_seq
-        self.bucket_points = bucket_points
+    ``con`` is the connection the query runs on (the caller's, or a cursor the release opened: ``owned`` ones
+    are closed after); ``query`` gives mob_points' columns (traj_id, user_id, ts, lat, lon, seq)."""
+
+    def __init__(self, con, query: str, *, owned: bool = False, bucket_points: int | None = None):
+        self.con, self.query, self.owned, self.bucket_points = con, query, owned, bucket_points
         self.folder: str | None = None
-        self._cur = None
 
     def open(self) -> Iterator[pa.Table]:
         self.folder = tempfile.mkdtemp(prefix="duckmob-")
-        self._cur = self.cursor_factory()
-        return read_points(self._cur, self.query, with_seq=self.with_seq, bucket_points=self.bucket_points,
+        return read_points(self.con, self.query, bucket_points=self.bucket_points or BUCKET_POINTS,
                            folder=self.folder)
 
     def close(self) -> None:
-        if self._cur is not None:
+        if self.owned and self.con is not None:
             try:
-                self._cur.close()
+                self.con.close()
             except Exception:
                 pass
-            self._cur = None
+            self.con = None
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from duckmob import release, synth, validators
+from duckmob import release, stream, synth, validators
 from duckmob.errors import DuckmobError
 from duckmob.privacy.noise import NoiseSource
 from duckmob.sql import Udf, one_row, scalar
@@ -159,6 +159,12 @@ def _literal(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
+def points_query(table: str, mapping: str, privacy_unit: str) -> str:
+    """The points a fit reads (mob_points' columns), user ids only under the user unit (as the macros' lists)."""
+    user = "user_id" if privacy_unit == "user" else "NULL::BIGINT AS user_id"
+    return f"SELECT traj_id, {user}, ts, lat, lon, seq FROM mob_points({_literal(table)}, {mapping})"
+
+
 def synthesize_table(con, table: str, eps, method: str = "privtrace", *, delta=None, bbox=None, n=None, seed=None,
                      privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None,
                      outside: str = "drop", traj_col: str = "traj_id", ts_col: str = "ts", lat_col: str = "lat",
@@ -178,10 +184,8 @@ def synthesize_table(con, table: str, eps, method: str = "privtrace", *, delta=N
                                                              ("lat_col", lat_col), ("lon_col", lon_col),
                                                              ("user_col", user_col)))
 
-    def load():
-        user = "user_id" if r.privacy_unit == "user" else "NULL::BIGINT AS user_id"
-        return con.sql(f"SELECT traj_id, {user}, ts, lat, lon, seq FROM mob_points({_literal(table)}, {mapping})"
-                       ).to_arrow_table()
-
-    model, _, noise = release.fit(db, r, load)
+    # read out of core by the release, after its reservation, on the caller's connection (which sees its temp
+    # tables and CTE-free views): the same model as reading it whole (duckmob.stream)
+    source = stream.Source(con, points_query(table, mapping, r.privacy_unit))
+    model, _, noise = release.fit(db, r, lambda: source)
     return rows(release.sample(model, r.n, noise.generator()))
