@@ -391,18 +391,46 @@ def first_order_support(n_states: int, support=None, w: int | None = None) -> np
 
 # -- noisy release --------------------------------------------------------------------------------------------
 
-def _release_windows(offsets, cells, n_states, order, eps, noise, user_id, privacy_unit, max_trajectories_per_user,
-                     max_length):
-    """Validated inputs -> (n_states, order, scale = k / eps, windows (index, owner, n_windows)).
+def _bounded_batches(batches, n_states, privacy_unit, max_trajectories_per_user, max_length, noise):
+    """(n_states, k, iterator of (offsets, cells) per batch) after the checks, the truncation and contribution
+    bounding, the batches taken in order as one table.
 
+    ``batches()`` yields ``(offsets, cells, user_id)`` per batch (a callable: the user unit reads them twice).
     Trajectories with an invalid cell are dropped (``_sequences``), then every sequence is truncated, then the
-    privacy unit's contributions are bounded."""
-    order = _order(order)
-    eps = positive("eps", eps)
-    offsets, cells, n_states, user_id = _sequences(offsets, cells, n_states, user_id)
-    offsets, cells = truncate(offsets, cells, max_length)
-    offsets, cells, k = _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise)
-    return n_states, order, k / eps, windows(offsets, cells, n_states, order)
+    privacy unit's contributions are bounded over ALL batches at once: ``bound_contributions`` draws its random
+    numbers over the trajectories of every batch in order, exactly as on their concatenation."""
+    if privacy_unit not in PRIVACY_UNITS:
+        raise DuckmobError(f"privacy_unit must be 'trajectory' or 'user'; got {privacy_unit!r}")
+    user = privacy_unit == "user"
+    keep = None
+    if user:
+        users = []
+        for offsets, cells, user_id in batches():
+            if user_id is None:
+                raise DuckmobError("privacy_unit 'user' needs user_id (one per trajectory)")
+            users.append(_sequences(offsets, cells, n_states, user_id)[3])
+        users = np.concatenate(users) if users else np.zeros(0, np.int64)
+        keep = bound_contributions(users, max_trajectories_per_user, noise.generator())
+    k = int(max_trajectories_per_user) if user else 1
+
+    def bounded():
+        start = 0
+        for offsets, cells, user_id in batches():
+            offsets, cells, _, user_id = _sequences(offsets, cells, n_states, user_id)
+            offsets, cells = truncate(offsets, cells, max_length)
+            if keep is not None:
+                part = keep[start:start + len(offsets) - 1]
+                start += len(offsets) - 1
+                offsets, cells = _select(offsets, cells, part)
+            yield offsets, cells
+
+    if isinstance(n_states, bool) or int(n_states) != n_states or n_states < 1:
+        raise DuckmobError(f"n_states must be a positive integer (public: e.g. w * w grid cells); got {n_states!r}")
+    return int(n_states), k, bounded()
+
+
+def _one_batch(offsets, cells, user_id):
+    return lambda: iter([(offsets, cells, user_id)])
 
 
 def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSource, *, user_id=None,
@@ -420,19 +448,46 @@ def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSo
     Dense output of shape ``(n_states + 2,) * (order + 1)``, zero outside the support. ``cut=False`` returns the
     noisy table before NormCut (tests). ``dtype=np.float32`` halves the memory of a second-order table (602^3
     entries: 0.9 GB); the rounding to float32 is post-processing. For a restricted support over many states use
-    :func:`noisy_transition_counts_sparse`.
+    :func:`noisy_transition_counts_sparse`; for sequences read in batches, :func:`noisy_transition_counts_batches`.
     """
-    n_states, order, scale, (index, owner, n_windows) = _release_windows(
-        offsets, cells, n_states, order, eps, noise, user_id, privacy_unit, max_trajectories_per_user, max_length)
-    steps, g = _grid_steps(owner, n_windows, scale)
-    steps = steps.astype(np.float64)
+    return noisy_transition_counts_batches(_one_batch(offsets, cells, user_id), n_states, order, eps, noise,
+                                           privacy_unit=privacy_unit,
+                                           max_trajectories_per_user=max_trajectories_per_user,
+                                           max_length=max_length, support=support, w=w, cut=cut, dtype=dtype)
+
+
+def noisy_transition_counts_batches(batches, n_states, order, eps, noise: NoiseSource, *,
+                                    privacy_unit: str = "trajectory", max_trajectories_per_user: int | None = None,
+                                    max_length: int | None = None, support=None, w: int | None = None,
+                                    cut: bool = True, dtype=np.float64) -> np.ndarray:
+    """:func:`noisy_transition_counts` of the sequences ``batches()`` yields as ``(offsets, cells, user_id)``, read
+    in batches (out of core): the same release as on their concatenation, bit for bit. Each batch's windows are
+    summed in whole noise-grid steps (exact integers) and the sums added up; the noise is drawn once."""
+    order = _order(order)
+    eps = positive("eps", eps)
+    n_states, k, bounded = _bounded_batches(batches, n_states, privacy_unit, max_trajectories_per_user, max_length,
+                                            noise)
+    scale = k / eps
     kk = n_states + 2
+    size = kk ** (order + 1)
+    parts = []
+    for offsets, cells in bounded:
+        index, owner, n_windows = windows(offsets, cells, n_states, order)
+        steps, g = _grid_steps(owner, n_windows, scale)
+        parts.append(_summed(index, steps.astype(np.float64), size))
+        if len(parts) > 16:     # keep the partial sums small: re-reduce them
+            parts = [_summed(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), size)]
+    g = granularity(scale)
+    if g > 1:
+        raise DuckmobError(f"eps is too small for this sensitivity (noise scale {scale:.3g} > 2^20): the release "
+                           "would carry no information; use a larger eps")
+    uniq, sums = _summed(np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64),
+                         np.concatenate([p[1] for p in parts]) if parts else np.zeros(0), size)
     if kk ** (order + 1) > MAX_DENSE:
         raise DuckmobError(f"a dense order-{order} table over {n_states} states has {kk ** (order + 1):,} entries, "
                            f"more than {MAX_DENSE:,}: use fewer states (at most {int(MAX_DENSE ** (1 / 3)) - 2} "
                            "for the second order, e.g. a coarser grid), support := 'neighbours', or markov_order 1")
     sup1 = first_order_support(n_states, support, w)
-    uniq, sums = _summed(index, steps, kk ** (order + 1))
     np.minimum(sums, MAX_UNITS, out=sums)  # public clamp: keeps sums * g + noise exact
     out = np.zeros((kk,) * (order + 1), dtype=dtype)
     flat = out.reshape(-1)
@@ -485,11 +540,31 @@ def noisy_transition_counts_sparse(offsets, cells, n_states, order, eps, noise: 
     noisy, NormCut-ed (per context row) float64 counts. Meant for restricted supports (``'neighbours'``): a
     second-order neighbour support on a 32 x 32 grid has ~100 k entries instead of 1026^3.
     """
-    n_states, order, scale, (index, owner, n_windows) = _release_windows(
-        offsets, cells, n_states, order, eps, noise, user_id, privacy_unit, max_trajectories_per_user, max_length)
+    return noisy_transition_counts_sparse_batches(_one_batch(offsets, cells, user_id), n_states, order, eps, noise,
+                                                  privacy_unit=privacy_unit,
+                                                  max_trajectories_per_user=max_trajectories_per_user,
+                                                  max_length=max_length, support=support, w=w, cut=cut)
+
+
+def noisy_transition_counts_sparse_batches(batches, n_states, order, eps, noise: NoiseSource, *,
+                                          privacy_unit: str = "trajectory",
+                                          max_trajectories_per_user: int | None = None,
+                                          max_length: int | None = None, support="neighbours", w: int | None = None,
+                                          cut: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`noisy_transition_counts_sparse` of sequences read in batches (as
+    :func:`noisy_transition_counts_batches`): exact integer sums per batch, added up, noised once."""
+    order = _order(order)
+    eps = positive("eps", eps)
+    n_states, k, bounded = _bounded_batches(batches, n_states, privacy_unit, max_trajectories_per_user, max_length,
+                                            noise)
+    scale = k / eps
     kk = n_states + 2
     entries = support_entries(n_states, order, support, w)
-    values = normalised_release(index, owner, n_windows, entries, scale, noise)
+    sums = np.zeros(len(entries), dtype=np.int64)
+    for offsets, cells in bounded:
+        index, owner, n_windows = windows(offsets, cells, n_states, order)
+        sums += normalised_sums(index, owner, n_windows, entries, scale)
+    values = release_sums(sums, scale, noise)
     if cut and len(entries):
         context = entries // kk
         first = np.concatenate([[0], np.flatnonzero(context[1:] != context[:-1]) + 1])
@@ -577,6 +652,7 @@ def noisy_region_transition_counts(offsets, cells, w: int, level: int, eps: floa
 
 
 __all__ = ["normalised_release", "normalised_sums", "release_sums", "transition_counts", "noisy_transition_counts", "noisy_transition_counts_sparse", "support_entries",
+           "noisy_transition_counts_batches", "noisy_transition_counts_sparse_batches",
            "noisy_count", "bound_contributions", "truncate",
            "windows", "first_order_support", "region_transition_counts", "noisy_region_transition_counts",
            "PRIVACY_UNITS", "MAX_UNITS"]
