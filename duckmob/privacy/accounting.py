@@ -261,3 +261,100 @@ def _pld(event: dp_accounting.DpEvent, delta: float) -> float:
 __all__ = ["Event", "KINDS", "MAX_EPSILON", "PLD_MAX_LAPLACE_TOTAL", "PLD_MAX_LAPLACE_GROUPS",
            "PLD_MAX_LAPLACE_EPSILON", "laplace", "gaussian", "dp_sgd", "compose", "epsilon", "pure_epsilon",
            "advanced_composition"]
+
+
+# -- repeated Gaussian rounds (PateGail's reward queries) ---------------------------------------------------------
+
+def gaussian_rounds(noise_multiplier: float, rounds: int) -> Event:
+    """``rounds`` Gaussian releases, each with noise sd = ``noise_multiplier`` x its L2 sensitivity, on the same data.
+
+    Recorded as one ``gaussian(noise_multiplier / sqrt(rounds))`` event, which has exactly the same privacy loss:
+    a Gaussian mechanism of multiplier sigma is mu-GDP with mu = 1 / sigma, and T of them compose to
+    sqrt(T) / sigma-GDP (Dong, Roth & Su, "Gaussian differential privacy", JRSS B 2022, Cor. 3.3), whose privacy
+    loss distribution is that of one Gaussian of multiplier sigma / sqrt(T). dp_accounting's
+    ``SelfComposedDpEvent(GaussianDpEvent(sigma), T)`` gives the same epsilon (tests/privacy/test_accounting_pategail.py).
+    Adaptively chosen queries (each round's query depends on earlier outputs) compose the same way.
+    """
+    if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 1:
+        raise DuckmobError(f"rounds must be a positive integer; got {rounds!r}")
+    sigma = positive("noise_multiplier", noise_multiplier)
+    return gaussian(sigma / math.sqrt(int(rounds)))
+
+
+def _gaussian_mu(eps: float, delta: float) -> float:
+    """The largest mu such that one mu-GDP Gaussian mechanism is (eps, delta)-DP (Balle & Wang 2018, Thm. 8:
+    delta(eps) = Phi(-eps / mu + mu / 2) - e^eps Phi(-eps / mu - mu / 2)), by bisection."""
+    from scipy.stats import norm
+
+    def delta_of(mu):
+        return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+
+    lo, hi = 1e-6, 1.0
+    while delta_of(hi) < delta and hi < 1e6:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if delta_of(mid) < delta else (lo, mid)
+    return lo
+
+
+# Largest per-round noise multiplier calibration will consider (a run that needs more carries no information).
+MAX_ROUND_SIGMA = 1e7
+
+
+@lru_cache(maxsize=64)
+def _calibrate_rounds(fixed_json: str, rounds: int, eps: float, delta: float, rtol: float) -> float:
+    fixed = Event.from_json(fixed_json).leaves()
+    laplace_sum = math.fsum(e.param("eps") for e in fixed if e.kind == "laplace")
+    if any(e.kind != "laplace" for e in fixed) or laplace_sum >= eps:
+        raise DuckmobError("the fixed releases leave no epsilon for the Gaussian rounds: give them a smaller "
+                           "share of eps or raise eps")
+    root = math.sqrt(rounds)
+    # Bracket: the Gaussian part alone at eps is infeasible once Laplace parts are added (lo); at eps minus the
+    # Laplace sum it is feasible by basic composition, which the PLD never exceeds (hi).
+    lo = root / _gaussian_mu(eps, delta) if delta > 0 else math.inf
+    hi = root / _gaussian_mu(eps - laplace_sum, delta) if delta > 0 else math.inf
+    if not math.isfinite(hi) or hi > MAX_ROUND_SIGMA:
+        raise DuckmobError(f"eps = {eps:g} at delta = {delta:g} is too small for {rounds} Gaussian rounds: raise "
+                           "eps or delta, or use fewer rounds")
+
+    def excess(sigma):
+        return math.log(epsilon(compose(fixed + [gaussian_rounds(sigma, rounds)]), delta) / eps)
+
+    if not fixed:
+        return hi
+    f_lo, f_hi = excess(lo), excess(hi)
+    if f_lo <= 0:
+        return lo
+    while hi / lo > 1 + rtol:   # Illinois regula falsi in log sigma: a few PLD evaluations
+        x_lo, x_hi = math.log(lo), math.log(hi)
+        x = x_hi - f_hi * (x_hi - x_lo) / (f_hi - f_lo)
+        x = min(max(x, x_lo + 0.1 * rtol), x_hi - 0.1 * rtol)
+        mid = math.exp(x)
+        f_mid = excess(mid)
+        if f_mid <= 0:
+            hi, f_hi, f_lo = mid, f_mid, f_lo / 2
+        else:
+            lo, f_lo, f_hi = mid, f_mid, f_hi / 2
+        if f_mid <= 0 and -f_mid < rtol / 10:
+            break
+    return hi
+
+
+def calibrate_gaussian_rounds(fixed: list, rounds: int, eps: float, delta: float, rtol: float = 1e-3) -> float:
+    """Smallest per-round noise multiplier sigma (to ``rtol``, rounded up) with
+    ``epsilon(compose(fixed + [gaussian_rounds(sigma, rounds)]), delta) <= eps`` by the PLD accountant.
+
+    ``fixed``: the other (Laplace) events of the same release. The analytic Gaussian mechanism (Balle & Wang, ICML
+    2018) brackets sigma; regula falsi in log sigma with the PLD accountant then needs a handful of evaluations.
+    Raises DuckmobError when no sigma up to :data:`MAX_ROUND_SIGMA` fits (or delta is 0: a Gaussian needs delta > 0).
+    """
+    eps = positive("eps", eps)
+    if not 0 < float(delta) < 1:
+        raise DuckmobError(f"Gaussian rounds need 0 < delta < 1 (e.g. delta := 1e-5); got {delta!r}")
+    if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 1:
+        raise DuckmobError(f"rounds must be a positive integer; got {rounds!r}")
+    return _calibrate_rounds(compose(list(fixed)).to_json(), int(rounds), float(eps), float(delta), float(rtol))
+
+
+__all__ += ["gaussian_rounds", "calibrate_gaussian_rounds", "MAX_ROUND_SIGMA"]

@@ -16,6 +16,7 @@ METHODS: dict[str, str] = {
     "privtrace": "duckmob.synth.privtrace:PrivTrace",
     "hrnet": "duckmob.synth.hrnet:HRNet",
     "baseline": "duckmob.synth.hrnet:Baseline",
+    "pategail": "duckmob.synth.pategail:PateGail",
     "cleanslate": "duckmob.synth.cleanslate:CleanSlate",
 }
 

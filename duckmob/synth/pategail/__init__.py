@@ -1,0 +1,372 @@
+"""PateGail (Wang et al., "PateGail: a privacy-preserving mobility trajectory generator with imitation learning",
+AAAI 2024) with an end-to-end (eps, delta) guarantee.
+
+A global policy chooses one of the four EPR actions (stay, home, preferential return, explore) each time slot
+(``mdp.py``: the appendix's MDP on a public grid); it is trained with PPO (``policy.py``) on rewards that come
+only from per-device ("personal") discriminators (``discriminators.py``: one batched ensemble, each device's
+discriminator trained on its own real state-action pairs against generated ones), averaged over devices,
+perturbed (eq. 2) and corrected by their variance (eq. 3) (``aggregate.py``).
+
+**Devices.** With ``privacy_unit := 'user'`` each user is one device (holding at most k =
+``max_trajectories_per_user`` trajectories, bounded by the release core first); with ``'trajectory'`` each
+trajectory is a device. (The release core passes ``contribution_bound = k``: k > 1 groups by user id; k = 1
+treats every trajectory as its own device, which under the user unit with k = 1 is the same thing.)
+
+**What fit releases** (one ledger event, composed by the PLD accountant):
+
+==============  ==============================================================  ===========  ===========================
+part            what                                                            sensitivity  mechanism
+==============  ==============================================================  ===========  ===========================
+count           devices (k = 1) or (trajectories, devices) (k > 1)              1 / (k, 1)   Laplace, count_share eps
+start           start model: histograms of the first cell, the first slot of    1 (L1)       Laplace on every bin,
+                the day and the number of slots; each device's mass 1                        start_share eps
+                spread over its episodes (counting.normalised_release)
+rounds          per round: B reward sums over devices, and the B sums of        sqrt(B) (L2) Gaussian, sigma_round
+                squares for eq. 3's variance (aggregate.py)                     per part     calibrated; T rounds
+==============  ==============================================================  ===========  ===========================
+
+sigma_round is calibrated (``accounting.calibrate_gaussian_rounds``) so that the composition of the count, the
+start model and ``rounds`` Gaussian rounds is (eps, delta)-DP by the PLD accountant. It depends on public
+parameters only, so ``privacy_event`` is exactly what ``fit`` spends. Everything else is post-processing: the
+policy sees generated data and noised rewards only; the start (home = first cell, first slot, length) of every
+synthetic episode is drawn from the released histograms, never copied from a real user; the discriminators (the
+"teachers") are never released.
+
+The published system (tsinghua-fib-lab/PateGail) noises each reward query but composes nothing, copies each
+generated episode's start position and home from a real trajectory, and hard-codes CUDA; none of that here.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from duckmob.errors import DuckmobError
+from duckmob.privacy import accounting
+from duckmob.privacy.counting import noisy_count, normalised_release
+from duckmob.privacy.noise import check_scale
+from duckmob.privacy.normcut import normcut
+from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
+from duckmob.synth.config import Config, param
+from duckmob.synth.pategail import aggregate, mdp
+from duckmob.synth.pategail.discriminators import Ensemble, sample_own
+from duckmob.synth.pategail.policy import ActorCritic, ppo_update, rollout
+from duckmob.trajectories import Trajectories
+
+
+@dataclass(frozen=True)
+class PateGailConfig(Config):
+    """PateGail's public hyper-parameters (``params := {...}`` in SQL), typed and validated."""
+
+    method: ClassVar[str] = "PateGail"
+
+    w: int = param(16, int, low=2, high=128, doc="grid width (w x w cells over the bbox)")
+    n_slots: int = param(48, int, low=1, high=1440, doc="time slots per day (the paper's GeoLife: 48 half hours)")
+    max_steps: int = param(48, int, low=1, high=1440, doc="public cap on slots per episode (later fixes ignored)")
+    alpha: float = param(0.6, float, low=0, doc="exploration rank exponent: P(k-th nearest) ~ k^-alpha")
+    max_rank: int = param(64, int, low=1, doc="exploration considers the max_rank nearest cells")
+    rounds: int = param(60, int, low=1, high=100_000, doc="training rounds (each one Gaussian release)")
+    episodes: int = param(256, int, low=1, high=1_000_000, doc="generated episodes per round")
+    disc_steps: int = param(4, int, low=1, high=1000, doc="discriminator Adam steps per round")
+    disc_hidden: int = param(16, int, low=1, high=1024, doc="hidden units of each personal discriminator")
+    disc_lr: float = param(5e-3, float, low=0, low_open=True, doc="discriminators' Adam learning rate")
+    real_batch: int = param(16, int, low=1, doc="own pairs per device per discriminator step")
+    fake_batch: int = param(64, int, low=1, doc="generated pairs per discriminator step")
+    hidden: int = param(64, int, low=1, high=4096, doc="policy and value MLP width")
+    lr: float = param(3e-3, float, low=0, low_open=True, doc="policy Adam learning rate")
+    ppo_epochs: int = param(2, int, low=1, high=100, doc="PPO epochs per round")
+    minibatch: int = param(512, int, low=1, doc="PPO minibatch (steps)")
+    clip: float = param(0.2, float, low=0, low_open=True, doc="PPO ratio clip")
+    entropy: float = param(0.01, float, low=0, doc="entropy bonus")
+    gamma: float = param(0.9, float, low=0, high=1, doc="discount factor")
+    lam: float = param(0.95, float, low=0, high=1, doc="GAE lambda")
+    variance_weight: float = param(0.5, float, low=0, doc="beta of eq. 3: reward = mean - beta * sd (0: eq. 2)")
+    variance_share: float = param(0.2, float, low=0, high=1, high_open=True,
+                                  doc="share of each round's Gaussian budget (1/sigma^2) spent on the variance")
+    start_share: float = param(0.2, float, low=0, high=0.9, low_open=True, doc="share of eps for the start model")
+    count_share: float = param(0.02, float, low=0, high=0.5, low_open=True, doc="share of eps for the counts")
+    base_date: str = param("2008-01-01", str, doc="public date of the synthetic times")
+    device: str | None = param(None, str, doc="torch device of the discriminators; null: CUDA when available")
+    threads: int | None = param(1, int, low=1, high=1024,
+                                doc="torch CPU threads during fit and sample (null: torch's own setting); the "
+                                    "tensors are small: on the shared 2-core machine one thread ran a policy "
+                                    "step in 0.46 ms, two in 18 ms")
+
+    def check(self) -> None:
+        if self.start_share + self.count_share >= 0.95:
+            raise DuckmobError("PateGail parameters start_share + count_share must leave eps for the rounds "
+                               "(their sum must be below 0.95)")
+        if self.variance_weight > 0 and self.variance_share == 0:
+            raise DuckmobError("PateGail parameter variance_weight > 0 needs variance_share > 0 (the variance is "
+                               "released privately); set variance_weight := 0 for eq. 2 alone")
+        try:
+            np.datetime64(self.base_date, "us")
+        except ValueError:
+            raise DuckmobError(f"PateGail parameter base_date must be a date such as '2008-01-01', got "
+                               f"{self.base_date!r}") from None
+
+
+def count_events(eps_count: float, k: int) -> list[float]:
+    """Epsilons of the counts: devices (k = 1: devices are trajectories), or (trajectories at sensitivity k,
+    devices at sensitivity 1) for k > 1, half of eps_count each (the device count scales the rewards; the
+    trajectory count is only the default n of sample)."""
+    return [eps_count] if k == 1 else [eps_count / 2, eps_count / 2]
+
+
+def _torch_device(spec) -> torch.device:
+    if spec is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(spec)
+    except RuntimeError:
+        raise DuckmobError(f"PateGail parameter device must be a torch device such as 'cpu' or 'cuda', "
+                           f"got {spec!r}") from None
+
+
+@contextmanager
+def torch_threads(n: int | None):
+    """Run with ``n`` torch CPU threads (None: unchanged), restoring the previous setting after."""
+    previous = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _torch_generator(rng: np.random.Generator, device=None) -> torch.Generator:
+    g = torch.Generator(device=device or "cpu")
+    g.manual_seed(int(rng.integers(2 ** 62)))
+    return g
+
+
+class PateGail(Synthesizer):
+    """PateGail with public hyper-parameters (:class:`PateGailConfig`); ``fit`` is one (eps, delta) release."""
+
+    method = "pategail"
+    default_delta = 1e-5
+    needs_time = True
+
+    def __init__(self, bbox, **params):
+        self.cfg = PateGailConfig.parse(params)
+        super().__init__(bbox, **params)
+
+    # -- accounting ---------------------------------------------------------------------------------------
+    def plan(self, eps: float, delta: float, k: int = 1) -> dict[str, Any]:
+        """The run's privacy parameters from public parameters only (see the module docstring)."""
+        cfg = self.cfg
+        if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
+            raise DuckmobError(f"eps must be a positive number, got {eps!r}")
+        if not 0 < delta < 1:
+            raise DuckmobError(f"pategail releases Gaussian rounds and needs 0 < delta < 1 (e.g. delta := 1e-5), "
+                               f"got {delta}")
+        eps_start, eps_count = cfg.start_share * eps, cfg.count_share * eps
+        check_scale(1.0 / eps_start)
+        counts = count_events(eps_count, k)
+        for e, s in zip(counts, (k, 1)):
+            check_scale(s / e)
+        fixed = [accounting.laplace(eps_start)] + [accounting.laplace(e) for e in counts]
+        sigma = accounting.calibrate_gaussian_rounds(fixed, cfg.rounds, eps, delta)
+        return dict(eps_start=eps_start, counts=counts, sigma_round=sigma,
+                    event=accounting.compose(fixed + [accounting.gaussian_rounds(sigma, cfg.rounds)]))
+
+    def privacy_event(self, eps: float, delta: float, *, contribution_bound: int = 1, prior=None):
+        """The spend of ``fit``: counts + start model (Laplace) + ``rounds`` Gaussian rounds, composed; from public
+        parameters only, so it is exactly what fit spends."""
+        return self.plan(eps, delta, int(contribution_bound))["event"]
+
+    # -- data ------------------------------------------------------------------------------------------------
+    def devices(self, data: Trajectories, k: int) -> np.ndarray:
+        """Device index 0..n-1 of each trajectory: its user (k > 1) or itself (k = 1)."""
+        if k > 1:
+            return np.unique(np.asarray(data.user_id), return_inverse=True)[1].astype(np.int64).reshape(-1)
+        return np.arange(data.n_trajectories, dtype=np.int64)
+
+    def start_model(self, ep: mdp.Episodes, n_devices: int, eps_start: float, noise) -> dict[str, np.ndarray]:
+        """DP histograms of the first cell, the first slot and the number of slots: one normalised release
+        (each device's mass 1 split over its episodes' three windows; L1 sensitivity 1; Laplace(1 / eps_start) on
+        every bin), NormCut, normalised (uniform where nothing is left)."""
+        cfg = self.cfg
+        c = cfg.w * cfg.w
+        sizes = (c, cfg.n_slots, cfg.max_steps)
+        index = np.stack([ep.cells[:, 0], c + ep.first_slot, c + cfg.n_slots + ep.steps - 1], axis=1).reshape(-1)
+        owner = np.repeat(ep.device, 3)
+        n_windows = 3 * np.bincount(ep.device, minlength=n_devices)
+        noisy = normalised_release(index, owner, n_windows, sum(sizes), 1.0 / eps_start, noise)
+        out = {}
+        for name, part in zip(("p_cell", "p_slot", "p_steps"), np.split(noisy, np.cumsum(sizes)[:-1])):
+            p = normcut(part[None, :])[0]
+            out[name] = p / p.sum() if p.sum() > 0 else np.full(len(p), 1.0 / len(p))
+        return out
+
+    # -- fit -------------------------------------------------------------------------------------------------
+    def fit(self, data: Trajectories, eps: float, delta: float, noise, *, contribution_bound: int = 1,
+            release=None) -> "PateGailModel":
+        """Fit under (eps, delta)-DP for one device (see the module docstring for the privacy map)."""
+        with torch_threads(self.cfg.threads):
+            return self._fit(data, eps, delta, noise, int(contribution_bound), release)
+
+    def _fit(self, data, eps, delta, noise, k, release) -> "PateGailModel":
+        cfg = self.cfg
+        plan = self.plan(eps, delta, k)
+        t0 = time.perf_counter()
+        rng, noise_rng = noise.generator(), noise.generator()
+        gen = _torch_generator(rng)
+        device = _torch_device(cfg.device)
+        check = (lambda: None) if release is None else release.check_interrupt
+
+        # real episodes, sorted by device; every episode has >= 1 step, so every device holds >= 1 pair
+        dev_of_traj = self.devices(data, k)
+        ep = mdp.episodes(data, self.bbox, cfg.w, cfg.n_slots, cfg.max_steps, dev_of_traj)
+        used, dense = np.unique(ep.device, return_inverse=True)
+        order = np.argsort(dense, kind="stable")
+        ep = mdp.Episodes(ep.cells[order], ep.steps[order], ep.first_slot[order], dense.reshape(-1)[order])
+        n_dev = len(used)
+        x_real, ep_of_pair, _ = mdp.episode_pairs(ep, cfg.w, cfg.n_slots, cfg.max_steps)
+        dev_offsets = np.concatenate([[0], np.cumsum(np.bincount(ep.device[ep_of_pair], minlength=n_dev))])
+
+        # (1) counts and (2) the start model
+        if k == 1:
+            n_dev_noisy = noisy_count(n_dev, plan["counts"][0], noise)
+            n_traj_noisy = n_dev_noisy
+        else:
+            n_traj_noisy = noisy_count(ep.n, plan["counts"][0], noise, sensitivity=k)
+            n_dev_noisy = noisy_count(n_dev, plan["counts"][1], noise)
+        start = self.start_model(ep, n_dev, plan["eps_start"], noise)
+
+        # (3) rounds: discriminators on the devices, PPO on the noised rewards
+        ranks = mdp.nearest_ranks(cfg.w, cfg.max_rank)
+        config = cfg.as_dict()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(rng.integers(2 ** 62)))
+            policy = ActorCritic(cfg.hidden)
+        opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+        ens = Ensemble(n_dev, mdp.N_FEATURES, cfg.disc_hidden, cfg.disc_lr, gen, device) if n_dev else None
+        x_real_t = torch.from_numpy(x_real).to(device)
+        with_var = cfg.variance_weight > 0
+        sigma = plan["sigma_round"]
+        for _ in range(cfg.rounds):
+            check()
+            env = sample_env(start, config, ranks, cfg.episodes, rng)
+            ro = rollout(policy, env, gen)
+            x_fake, rows, cols = mdp.episode_pairs(env.episodes(), cfg.w, cfg.n_slots, cfg.max_steps)
+            x_fake_t = torch.from_numpy(x_fake).to(device)
+            if ens is not None:
+                for _step in range(cfg.disc_steps):
+                    real = x_real_t[torch.from_numpy(sample_own(dev_offsets, cfg.real_batch, rng)).to(device)]
+                    pick = torch.from_numpy(rng.integers(0, len(x_fake), cfg.fake_batch)).to(device)
+                    ens.train_step(real, x_fake_t[pick])
+                outputs = ens.outputs(x_fake_t)
+            else:
+                outputs = torch.zeros((0, len(x_fake)))
+            s1, s2 = aggregate.device_sums(outputs, with_var)
+            x1, x2 = aggregate.release_round(s1, s2, sigma, cfg.variance_share if with_var else 0.0, noise_rng)
+            r = np.zeros(ro.live.shape)
+            r[rows, cols] = aggregate.rewards(x1, x2, n_dev_noisy, cfg.variance_weight)
+            ppo_update(policy, opt, ro, r, gamma=cfg.gamma, lam=cfg.lam, clip=cfg.clip, epochs=cfg.ppo_epochs,
+                       minibatch=cfg.minibatch, entropy=cfg.entropy, gen=gen)
+        event = plan["event"]
+        info = dict(eps=eps, delta=delta, epsilon_accounted=accounting.epsilon(event, delta),
+                    n_devices_noisy=round(float(n_dev_noisy), 1), n_noisy=round(float(n_traj_noisy), 1),
+                    sigma_round=sigma, eps_start=plan["eps_start"], eps_counts=plan["counts"],
+                    contribution_bound=k, seeded=bool(noise.seeded))
+        model = PateGailModel(self.bbox.as_list(), cfg.as_dict(), {n: v for n, v in start.items()},
+                              {n: v.detach().cpu() for n, v in policy.state_dict().items()}, event.to_json(), info)
+        model.timings = {"fit_s": time.perf_counter() - t0}
+        return model
+
+
+def sample_env(start: dict, cfg: dict, ranks: np.ndarray, n: int, rng: np.random.Generator) -> mdp.Env:
+    """``n`` agents whose home (first cell), first slot and length are drawn from the start model."""
+    cell = rng.choice(len(start["p_cell"]), size=n, p=start["p_cell"])
+    slot = rng.choice(len(start["p_slot"]), size=n, p=start["p_slot"])
+    steps = rng.choice(len(start["p_steps"]), size=n, p=start["p_steps"]) + 1
+    return mdp.Env(cell, slot, steps, w=int(cfg["w"]), n_slots=int(cfg["n_slots"]), max_steps=int(cfg["max_steps"]),
+                   alpha=float(cfg["alpha"]), ranks=ranks, rng=rng)
+
+
+class PateGailModel(Model):
+    """A fitted PateGail: public configuration, the DP start model and policy weights, the spent event."""
+
+    method = "pategail"
+
+    def __init__(self, bbox: list, config: dict, start: dict, state: dict, event_json: str, info: dict):
+        self.bbox, self.config = bbox, dict(config)
+        self.start = {n: np.asarray(v, dtype=np.float64) for n, v in start.items()}
+        self.state, self.event_json, self.info = state, event_json, dict(info)
+        self.timings: dict = {}
+        self._policy = None
+
+    @property
+    def default_n(self) -> int:
+        """The noisy trajectory count."""
+        return max(int(round(self.info["n_noisy"])), 0)
+
+    @property
+    def event(self):
+        return accounting.Event.from_json(self.event_json)
+
+    def policy(self) -> ActorCritic:
+        if self._policy is None:
+            with torch.random.fork_rng(devices=[]):
+                net = ActorCritic(int(self.config["hidden"]))
+            net.load_state_dict(self.state)
+            self._policy = net
+        return self._policy
+
+    def sample_episodes(self, n: int, rng: np.random.Generator) -> mdp.Episodes:
+        """``n`` generated episodes (post-processing)."""
+        cfg = self.config
+        ranks = mdp.nearest_ranks(cfg["w"], cfg["max_rank"])
+        env = sample_env(self.start, cfg, ranks, int(n), rng)
+        with torch_threads(cfg.get("threads")):
+            rollout(self.policy(), env, _torch_generator(rng))
+        return env.episodes()
+
+    def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
+        """``n`` trajectories: one point per (episode, cell) uniformly inside the cell (an episode that comes
+        back to a cell comes back to its point), at the start of the first slot and the end of every slot."""
+        if int(n) != n or n < 1:
+            raise DuckmobError(f"n must be a positive integer number of trajectories, got {n!r}")
+        cfg = self.config
+        ep = self.sample_episodes(int(n), rng)
+        m = ep.cells.shape[1]
+        valid = np.arange(m)[None, :] <= ep.steps[:, None]
+        rows, cols = np.nonzero(valid)
+        cells = ep.cells[rows, cols]
+        c = cfg["w"] * cfg["w"]
+        visits, inverse = np.unique(rows * c + cells, return_inverse=True)
+        lat, lon = points_in_cells(visits % c, self.bbox, cfg["w"], rng)
+        slot_us = mdp.DAY_US // cfg["n_slots"]
+        base = int(np.datetime64(cfg["base_date"], "us").astype(np.int64))
+        ts = base + (ep.first_slot[rows] + cols) * slot_us
+        return trajectories_from_cells(ep.steps + 1, lat[inverse.reshape(-1)], lon[inverse.reshape(-1)], ts)
+
+    def to_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        torch.save(dict(bbox=self.bbox, config=self.config, start={n: torch.from_numpy(v) for n, v in
+                                                                    self.start.items()},
+                        state=self.state, event_json=self.event_json, info=self.info), buf)
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> "PateGailModel":
+        d = torch.load(io.BytesIO(bytes(blob)), weights_only=True)
+        return cls(d["bbox"], d["config"], {n: v.numpy() for n, v in d["start"].items()}, d["state"],
+                   d["event_json"], d["info"])
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.config, **self.info}
+
+
+PateGail.model_class = PateGailModel
+
+__all__ = ["PateGail", "PateGailConfig", "PateGailModel"]
