@@ -452,7 +452,8 @@ def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajector
                 load: Callable[[], tuple[np.ndarray, np.ndarray]]) -> float:
     """An eps-DP count of the trajectories or users of ``source`` (``mob_noisy_count``).
 
-    ``load()`` returns ``(traj_id, user_id)`` per trajectory (user -1 when unknown). ``user_col`` names the
+    ``load()`` returns ``(traj_id, user_id)`` per trajectory (user -1 when unknown), or the exact number of items
+    counted where the data lives (an int: ``duckmob.stream.noisy_count``). ``user_col`` names the
     table's user column, None when it has none: counting users, or the user unit, is then refused before anything
     is reserved (it would count no one and release noise around 0). Privacy map: one trajectory
     changes the trajectory count by 1; under the user unit at most k trajectories per user are counted (sensitivity
@@ -478,7 +479,10 @@ def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajector
     event = accounting.laplace(eps)
 
     def compute(release: Release) -> float:
-        _traj, users = release.read(load)
+        loaded = release.read(load)
+        if isinstance(loaded, (int, np.integer)):   # counted where the data lives (duckmob.stream.noisy_count)
+            return counting.noisy_count(int(loaded), eps, noise, sensitivity)
+        _traj, users = loaded
         if what == "users":
             # users without an id are not counted; one trajectory (or user) adds at most one user
             n_items = int(np.unique(users[users >= 0]).size)
@@ -501,7 +505,8 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
                 load: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]):
     """eps-DP length-normalised transition counts of a table of cell sequences (``mob_transitions``).
 
-    ``load()`` returns ``(offsets, cells, user_id)``; ``user_col`` is as in :func:`noisy_count` (the user unit
+    ``load()`` returns ``(offsets, cells, user_id)``, or a callable yielding such batches (read out of core:
+    ``duckmob.stream.transitions``; the same release); ``user_col`` is as in :func:`noisy_count` (the user unit
     on a table without a user column is refused before anything is reserved). The mechanism and its privacy map are
     ``duckmob.privacy.counting.noisy_transition_counts`` (dense) / ``..._sparse`` (support 'neighbours'):
     Laplace(k / eps) on every entry of a data-independent support, accounted as ``accounting.laplace(eps)``.
@@ -538,13 +543,15 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
     event = accounting.laplace(eps)
 
     def compute(release: Release):
-        offsets, cells, user_id = release.read(load)
-        args = dict(user_id=user_id, privacy_unit=unit, max_trajectories_per_user=k if unit == "user" else None,
+        loaded = release.read(load)
+        # a callable yields (offsets, cells, user_id) batches read out of core (duckmob.stream.transitions)
+        batches = loaded if callable(loaded) else (lambda: iter([loaded]))
+        args = dict(privacy_unit=unit, max_trajectories_per_user=k if unit == "user" else None,
                     max_length=max_length, support=support, w=w)
         if support == "neighbours":
-            return counting.noisy_transition_counts_sparse(offsets, cells, n_states, order, eps, noise, **args)
-        counts = counting.noisy_transition_counts(offsets, cells, n_states, order, eps, noise,
-                                                  dtype=np.float64 if order == 1 else np.float32, **args)
+            return counting.noisy_transition_counts_sparse_batches(batches, n_states, order, eps, noise, **args)
+        counts = counting.noisy_transition_counts_batches(batches, n_states, order, eps, noise,
+                                                          dtype=np.float64 if order == 1 else np.float32, **args)
         nz = np.nonzero(counts)
         return np.stack(nz, axis=1), counts[nz].astype(np.float64)
 

@@ -298,5 +298,77 @@ class Source:
             self.folder = None
 
 
+# -- counting releases read out of core -----------------------------------------------------------------------------
+
+def _columns(con, table: str) -> list[str]:
+    return [d[0] for d in con.sql(f"SELECT * FROM {table} LIMIT 0").description]
+
+
+def _pairs_query(con, table: str, traj_col: str, user_col: str) -> tuple[str, str | None]:
+    """The (traj_id, user_id) pairs of ``table`` as mob_noisy_count's macro forms them, and the user column (None
+    when the table has none: a fact of the schema)."""
+    user = user_col if user_col in _columns(con, table) else None
+    return (f"SELECT {traj_col}::BIGINT AS traj_id, {'NULL' if user is None else user}::BIGINT AS user_id "
+            f"FROM {table} GROUP BY ALL"), user
+
+
+def noisy_count(con, table: str, *, eps, seed=None, privacy_unit="trajectory", max_trajectories_per_user=None,
+                what="trajectories", traj_col="traj_id", user_col="user_id") -> float:
+    """``mob_noisy_count`` with the exact count made by DuckDB where the data lives (one aggregate after the
+    reservation; only an integer reaches Python). The same release as the in-memory path: with the user unit the
+    count of kept trajectories is sum over users of min(trajectories, k), whichever k are kept.
+    Privacy map: as :func:`duckmob.release.noisy_count`."""
+    from duckmob import release
+    from duckmob.sql import register
+
+    register(con)
+    db = release.database(con)
+    pairs, user = _pairs_query(con, table, traj_col, user_col)
+    k = max_trajectories_per_user
+
+    def load() -> int:
+        if what == "users":
+            q = f"SELECT count(DISTINCT user_id) FILTER (WHERE user_id >= 0) FROM ({pairs})"
+        elif privacy_unit == "user":
+            q = (f"SELECT coalesce(sum(least(n, {int(k)})), 0) FROM "
+                 f"(SELECT user_id, count(*) AS n FROM ({pairs}) WHERE user_id >= 0 GROUP BY user_id)")
+        else:
+            q = f"SELECT count(*) FROM ({pairs})"
+        return int(con.sql(q).fetchall()[0][0])
+
+    return release.noisy_count(db, source=table, eps=eps, seed=seed, privacy_unit=privacy_unit,
+                               max_trajectories_per_user=k, what=what, user_col=user, load=load)
+
+
+SEQUENCE_ROWS = 1 << 16   # cell sequences per batch of mob_transitions read out of core
+
+
+def transitions(con, table: str, *, order=1, eps, n_states, seed=None, privacy_unit="trajectory",
+                max_trajectories_per_user=None, max_length=None, support=None, w=None, traj_col="traj_id",
+                user_col="user_id", cells_col="cells"):
+    """``mob_transitions`` on a table of cell sequences read in record batches of ``SEQUENCE_ROWS`` sequences
+    (ordered by traj_id, as the in-memory path orders them; the user unit reads the table twice). Returns
+    ``(states, counts)`` as :func:`duckmob.release.transitions`: the same release, with memory bounded by a batch
+    and the model."""
+    from duckmob import release
+    from duckmob.sql import one_row, register
+    from duckmob.sql.privacy import _sequences
+
+    register(con)
+    db = release.database(con)
+    user = user_col if user_col in _columns(con, table) else None
+    query = (f"SELECT {traj_col}::BIGINT AS traj_id, {'NULL' if user is None else user}::BIGINT AS user_id, "
+             f"{cells_col}::BIGINT[] AS cells FROM {table} ORDER BY traj_id")
+
+    def batches():
+        for rb in con.sql(query).to_arrow_reader(batch_size=SEQUENCE_ROWS):
+            yield _sequences(one_row(pa.StructArray.from_arrays(rb.columns, names=rb.schema.names)))
+
+    return release.transitions(db, source=table, order=order, eps=eps, n_states=n_states, seed=seed,
+                               privacy_unit=privacy_unit, max_trajectories_per_user=max_trajectories_per_user,
+                               max_length=max_length, support=support, w=w, user_col=user, load=lambda: batches)
+
+
 __all__ = ["Batches", "InMemory", "Cleaned", "Source", "as_batches", "clean", "concat", "read_points", "route",
+           "noisy_count", "transitions",
            "n_buckets", "BUCKET_POINTS"]

@@ -135,7 +135,52 @@ def udfs(db) -> list[Udf]:
         model, _, noise = release.fit(db, r, _lazy_points(traj, user, ts, lat, lon, seq))
         return one_row(rows(release.sample(model, r.n, noise.generator())))
 
+    def _source(source, traj_col, ts_col, lat_col, lon_col, user_col, shadowed, unit):
+        """The source read out of core on a cursor of the core's connection (it sees committed tables and views,
+        not the caller's temp tables or CTEs: the macros send those through the in-memory path)."""
+        name = scalar(source)
+        if scalar(shadowed):   # schema, not data: said before anything is reserved
+            raise DuckmobError(f"a temporary table or view named '{name}' hides the table of the same name that "
+                               "duckmob would read: rename one of them")
+        mapping = _mapping(*(scalar(c) for c in (traj_col, ts_col, lat_col, lon_col, user_col)))
+        query = points_query(name, mapping, validators.privacy_unit(scalar(unit), 1)[0])
+        from duckmob.sql import register
+
+        def load():
+            return stream.Source(register(db.cursor()), query, owned=True)
+        return load
+
+    def _fit_source(source, traj_col, ts_col, lat_col, lon_col, user_col, shadowed, name, eps, delta, method, bbox,
+                    unit, k, params, outside, seed):
+        if scalar(name) is None:
+            raise DuckmobError("a model needs a name: FROM mob_fit('trips', 'my_model', eps := 1.0, ...)")
+        r = _request(source, eps, delta, method, bbox, unit, k, params, outside, seed, name=name)
+        load = _source(source, traj_col, ts_col, lat_col, lon_col, user_col, shadowed, unit)
+        model, _, _ = release.fit(db, r, load)
+        return one_row(_summary(r.name, r.method, r.source, r.eps, r.delta, model))
+
+    def _synthesize_source(source, traj_col, ts_col, lat_col, lon_col, user_col, shadowed, eps, delta, method, bbox,
+                           unit, k, params, outside, n, seed):
+        r = _request(source, eps, delta, method, bbox, unit, k, params, outside, seed, n=n)
+        load = _source(source, traj_col, ts_col, lat_col, lon_col, user_col, shadowed, unit)
+        model, _, noise = release.fit(db, r, load)
+        return one_row(rows(release.sample(model, r.n, noise.generator())))
+
+    def _out_of_core(source):
+        """True when the core's own cursor can read ``source`` (a committed table or view, or a query over them):
+        folded once when the statement is planned, so the other branch of the macro is never scanned."""
+        name = scalar(source)
+        if not isinstance(name, str):
+            return pa.array([False])
+        try:
+            with db.connection() as cur:
+                cur.execute(f"SELECT * FROM {name} LIMIT 0")
+        except Exception:   # temp tables, CTEs, anything else: the in-memory path (which reports what is wrong)
+            return pa.array([False])
+        return pa.array([True])
+
     common = ["DOUBLE", "DOUBLE", "VARCHAR", "DOUBLE[]", "VARCHAR", "BIGINT", "VARCHAR", "VARCHAR"]
+    mapping = ["VARCHAR"] * 6 + ["BOOLEAN"]
     columns = ["BIGINT[]", "BIGINT[]", "TIMESTAMP[]", "DOUBLE[]", "DOUBLE[]", "BIGINT[]"]
     return [
         Udf("_mob_fit", _fit, columns + ["VARCHAR", "VARCHAR"] + common + ["BIGINT"], FIT_TYPE,
@@ -144,6 +189,11 @@ def udfs(db) -> list[Udf]:
             special_nulls=True),
         Udf("_mob_synthesize", _synthesize, columns + ["VARCHAR"] + common + ["BIGINT", "BIGINT"], ROWS_TYPE,
             side_effects=True, special_nulls=True),
+        Udf("_mob_fit_source", _fit_source, mapping + ["VARCHAR"] + common + ["BIGINT"], FIT_TYPE,
+            side_effects=True, special_nulls=True),
+        Udf("_mob_synthesize_source", _synthesize_source, mapping + common + ["BIGINT", "BIGINT"], ROWS_TYPE,
+            side_effects=True, special_nulls=True),
+        Udf("_mob_out_of_core", _out_of_core, ["VARCHAR"], "BOOLEAN", special_nulls=True),
     ]
 
 
@@ -157,6 +207,13 @@ def setup(con) -> None:
 
 def _literal(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
+
+
+def _mapping(traj_col, ts_col, lat_col, lon_col, user_col) -> str:
+    """mob_points' column mapping as SQL named arguments."""
+    return ", ".join(f"{k} := {_literal(v)}" for k, v in (("traj_col", traj_col), ("ts_col", ts_col),
+                                                          ("lat_col", lat_col), ("lon_col", lon_col),
+                                                          ("user_col", user_col)))
 
 
 def points_query(table: str, mapping: str, privacy_unit: str) -> str:
@@ -180,9 +237,7 @@ def synthesize_table(con, table: str, eps, method: str = "privtrace", *, delta=N
     r = release.fit_request(source=table, eps=eps, delta=delta, method=method, bbox=bbox, privacy_unit=privacy_unit,
                             max_trajectories_per_user=max_trajectories_per_user,
                             params={**synth.parse_params(params), **method_params}, outside=outside, seed=seed, n=n)
-    mapping = ", ".join(f"{k} := {_literal(v)}" for k, v in (("traj_col", traj_col), ("ts_col", ts_col),
-                                                             ("lat_col", lat_col), ("lon_col", lon_col),
-                                                             ("user_col", user_col)))
+    mapping = _mapping(traj_col, ts_col, lat_col, lon_col, user_col)
 
     # read out of core by the release, after its reservation, on the caller's connection (which sees its temp
     # tables and CTE-free views): the same model as reading it whole (duckmob.stream)

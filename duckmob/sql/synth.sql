@@ -19,6 +19,15 @@ CREATE OR REPLACE TEMP MACRO _mob_params_json(params) AS
 CREATE OR REPLACE TEMP MACRO _mob_user_list(user_id, privacy_unit) AS
     CASE WHEN lower(coalesce(privacy_unit, 'trajectory')) = 'user' THEN list(user_id) END;
 
+-- Out of core (duckmob/stream.py): when the release core's own connection can read tbl (a committed table or
+-- view, or a query over them; decided once when the statement is planned), the release reads it itself in buckets
+-- of whole trajectories after its reservation, and memory follows the model; the second branch below is then
+-- never scanned. Temp tables and CTEs are gathered as lists (the in-memory path). Both give the same release.
+-- A temp table or view named like the table read out of core is refused (it would hide it from the caller).
+CREATE OR REPLACE TEMP MACRO _mob_shadowed(tbl) AS
+    EXISTS (SELECT 1 FROM duckdb_tables() WHERE temporary AND table_name = tbl)
+    OR EXISTS (SELECT 1 FROM duckdb_views() WHERE temporary AND NOT internal AND view_name = tbl);
+
 -- A synthetic trajectory table (traj_id, seq, lat, lon, ts; ts NULL where the method models no time):
 -- fit + sample in one call, spending eps once from the budget of tbl; the model is not stored.
 CREATE OR REPLACE TEMP MACRO synthesize(tbl, eps := NULL, delta := NULL, method := 'privtrace', bbox := NULL,
@@ -26,24 +35,36 @@ CREATE OR REPLACE TEMP MACRO synthesize(tbl, eps := NULL, delta := NULL, method 
                                        max_trajectories_per_user := NULL, params := NULL, outside := 'drop',
                                        traj_col := 'traj_id', ts_col := 'ts', lat_col := 'lat', lon_col := 'lon',
                                        user_col := 'user_id') AS TABLE
+SELECT unnest(_mob_synthesize_source(tbl, traj_col, ts_col, lat_col, lon_col, user_col, _mob_shadowed(tbl), eps,
+                                     delta, method, bbox, privacy_unit, max_trajectories_per_user,
+                                     _mob_params_json(params), outside, n, seed), recursive := true)
+WHERE _mob_out_of_core(tbl)
+UNION ALL
 SELECT unnest(_mob_synthesize(list(traj_id), _mob_user_list(user_id, privacy_unit), list(ts), list(lat),
                               list(lon), list(seq) FILTER (WHERE ts IS NULL),
                               tbl, eps, delta, method, bbox, privacy_unit, max_trajectories_per_user,
                               _mob_params_json(params), outside, n, seed), recursive := true)
 FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col, lon_col := lon_col,
-                user_col := user_col);
+                user_col := user_col)
+WHERE NOT _mob_out_of_core(tbl) HAVING NOT _mob_out_of_core(tbl);
 
 -- Fit once (one ledger entry) and store the model in duckmob_models under `name`; returns one summary row.
 CREATE OR REPLACE TEMP MACRO mob_fit(tbl, name, eps := NULL, delta := NULL, method := 'privtrace', bbox := NULL,
                                     seed := NULL, privacy_unit := 'trajectory', max_trajectories_per_user := NULL,
                                     params := NULL, outside := 'drop', traj_col := 'traj_id', ts_col := 'ts',
                                     lat_col := 'lat', lon_col := 'lon', user_col := 'user_id') AS TABLE
+SELECT unnest(_mob_fit_source(tbl, traj_col, ts_col, lat_col, lon_col, user_col, _mob_shadowed(tbl), name, eps,
+                              delta, method, bbox, privacy_unit, max_trajectories_per_user, _mob_params_json(params),
+                              outside, seed), recursive := true)
+WHERE _mob_out_of_core(tbl)
+UNION ALL
 SELECT unnest(_mob_fit(list(traj_id), _mob_user_list(user_id, privacy_unit), list(ts), list(lat), list(lon),
                        list(seq) FILTER (WHERE ts IS NULL),
                        tbl, name, eps, delta, method, bbox, privacy_unit, max_trajectories_per_user,
                        _mob_params_json(params), outside, seed), recursive := true)
 FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col, lon_col := lon_col,
-                user_col := user_col);
+                user_col := user_col)
+WHERE NOT _mob_out_of_core(tbl) HAVING NOT _mob_out_of_core(tbl);
 
 -- Draw n trajectories from a stored model: no data is read and no budget is spent.
 CREATE OR REPLACE TEMP MACRO mob_sample(name, n := NULL, seed := NULL) AS TABLE

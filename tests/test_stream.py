@@ -1,0 +1,131 @@
+"""Out-of-core releases (duckmob.stream): the same release as the in-memory path, bit for bit, under a fixed seed,
+on a table split across many batches, for both privacy units."""
+
+import duckdb
+import numpy as np
+import pytest
+
+import duckmob
+from duckmob import stream
+from duckmob.sql.synth import synthesize_table
+from duckmob.synth import store
+
+SAMPLE = "duckmob/data/geolife_sample.parquet"
+BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
+
+
+@pytest.fixture(scope="module")
+def con():
+    c = duckdb.connect()
+    duckmob.register(c)
+    # 400 trajectories of the shipped sample; the temp copy goes through the in-memory (list) path of the macros
+    c.execute(f"CREATE TABLE t AS FROM '{SAMPLE}' WHERE traj_id IN "
+              f"(SELECT DISTINCT traj_id FROM '{SAMPLE}' ORDER BY traj_id % 97, traj_id LIMIT 400)")
+    c.execute("CREATE TEMP TABLE mem AS FROM t")
+    c.execute(f"CREATE TABLE s AS FROM mob_cell_sequences('t', bbox := {BBOX}, w := 8, outside := 'drop', "
+              "stay_points := false)")
+    c.execute("CREATE TEMP TABLE smem AS FROM s")
+    for name in ("t", "mem", "s", "smem"):
+        c.execute(f"FROM mob_set_budget('{name}', eps := 1000, delta := 1e-3)").fetchall()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def small_batches(monkeypatch):
+    """Buckets of about 2,000 points (the 400 trajectories fall in about 20 of them), 25 sequences a batch."""
+    monkeypatch.setattr(stream, "BUCKET_POINTS", 2000)
+    monkeypatch.setattr(stream, "SEQUENCE_ROWS", 25)
+
+
+def _model_arrays(con, name):
+    _method, model = store.load(con, name)
+    return {k: v for k, v in np.load(__import__("io").BytesIO(model.to_bytes())).items()}
+
+
+@pytest.mark.parametrize("unit", ["trajectory", "user"])
+def test_privtrace_model_out_of_core_equals_in_memory(con, small_batches, unit):
+    spy = []
+    clean = stream.clean
+    stream_clean = lambda *a, **k: spy.append(1) or clean(*a, **k)   # noqa: E731
+    stream.clean = stream_clean
+    try:
+        opts = f"eps := 20.0, bbox := {BBOX}, seed := 11, privacy_unit := '{unit}', " \
+               f"max_trajectories_per_user := {50 if unit == 'user' else 'NULL'}"
+        con.execute(f"FROM mob_fit('mem', 'in_memory_{unit}', {opts})").fetchall()
+        assert not spy                                   # a temp table: gathered as lists
+        con.execute(f"FROM mob_fit('t', 'out_of_core_{unit}', {opts})").fetchall()
+        assert spy                                       # a committed table: read by the release, in buckets
+    finally:
+        stream.clean = clean
+    a, b = _model_arrays(con, f"in_memory_{unit}"), _model_arrays(con, f"out_of_core_{unit}")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key
+    assert int(a["K"]) >= 2 and a["density"].sum() > 0 and float(a["n_noisy"]) > 50
+
+
+def test_bucketing_keeps_whole_trajectories(con):
+    n = con.sql("SELECT count(*) FROM t").fetchall()[0][0]
+    query = "SELECT traj_id, user_id, ts, lat, lon, seq FROM mob_points('t')"
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        tables = list(stream.read_points(con, query, bucket_points=2000, folder=folder))
+    assert len(tables) == stream.n_buckets(n, 2000) > 5
+    assert sum(t.num_rows for t in tables) == n
+    seen = [set(t.column("traj_id").to_pylist()) for t in tables]
+    assert sum(len(s) for s in seen) == len(set().union(*seen))   # no trajectory in two buckets
+
+
+@pytest.mark.parametrize("unit", ["trajectory", "user"])
+def test_synthesize_python_api_many_buckets(con, small_batches, unit):
+    k = 2 if unit == "user" else None
+    out = synthesize_table(con, "t", 1.0, bbox=BBOX, seed=5, n=30, privacy_unit=unit, max_trajectories_per_user=k)
+    rows = con.sql(f"FROM synthesize('mem', eps := 1.0, bbox := {BBOX}, seed := 5, n := 30, privacy_unit := "
+                   f"'{unit}', max_trajectories_per_user := {k or 'NULL'})").fetchall()
+    assert [tuple(r.values()) for r in out.to_pylist()] == rows
+
+
+@pytest.mark.parametrize("unit", ["trajectory", "user"])
+@pytest.mark.parametrize("order,support", [(1, None), (2, None), (2, "neighbours")])
+def test_transitions_out_of_core_equal(con, small_batches, unit, order, support):
+    k = 3 if unit == "user" else None
+    states, values = stream.transitions(con, "s", order=order, eps=1.0, n_states=64, seed=9, privacy_unit=unit,
+                                        max_trajectories_per_user=k, support=support, w=8 if support else None)
+    got = sorted((None if order == 1 else int(s[0]), int(s[-2]), int(s[-1]), float(v))
+                 for s, v in zip(states, values) if v > 0)
+    sup = f", support := '{support}', w := 8" if support else ""
+    want = con.sql(f"FROM mob_transitions('smem', markov_order := {order}, eps := 1.0, n_states := 64, seed := 9, "
+                   f"privacy_unit := '{unit}', max_trajectories_per_user := {k or 'NULL'}{sup}) ORDER BY ALL").fetchall()
+    assert got == sorted(want, key=lambda r: (r[0] is not None, r))  # NULLs first, as ORDER BY ALL
+    assert len(got) > 50
+
+
+@pytest.mark.parametrize("unit,what", [("trajectory", "trajectories"), ("user", "trajectories"),
+                                       ("trajectory", "users")])
+def test_noisy_count_out_of_core_equal(con, unit, what):
+    k = 2 if unit == "user" else None
+    got = stream.noisy_count(con, "t", eps=1.0, seed=4, privacy_unit=unit, max_trajectories_per_user=k, what=what)
+    want = con.sql(f"FROM mob_noisy_count('mem', eps := 1.0, seed := 4, privacy_unit := '{unit}', "
+                   f"max_trajectories_per_user := {k or 'NULL'}, what := '{what}')").fetchall()[0][0]
+    assert got == want
+
+
+def test_shadowed_table_is_refused_and_nothing_left_on_disk(con, small_batches, tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    synthesize_table(con, "t", 1.0, bbox=BBOX, seed=1, n=5)
+    assert list(tmp_path.iterdir()) == []                # the buckets were deleted with the release
+    other = duckdb.connect()
+    try:
+        duckmob.register(other)
+        row = "SELECT 1 AS traj_id, TIMESTAMP '2020-01-01' AS ts, 40.0 AS lat, 116.3 AS lon"
+        other.execute(f"CREATE TABLE x AS {row}")
+        other.execute(f"CREATE TEMP TABLE x AS {row}")
+        with pytest.raises(duckdb.Error, match="hides the table"):
+            other.sql(f"FROM synthesize('x', eps := 1.0, bbox := {BBOX})").fetchall()
+    finally:
+        other.close()
