@@ -1,0 +1,251 @@
+"""PateGail: the EPR MDP, the isolated personal discriminators, the private aggregation and its accounting, and a
+tiny end-to-end fit through SQL under both privacy units."""
+
+from __future__ import annotations
+
+import json
+
+import dp_accounting
+import numpy as np
+import pytest
+import torch
+from dp_accounting import pld
+
+import duckmob
+from duckmob.errors import DuckmobError
+from duckmob.privacy import accounting, ledger
+from duckmob.privacy.noise import NoiseSource
+from duckmob.synth.pategail import PateGail, PateGailModel, aggregate, mdp
+from duckmob.synth.pategail.discriminators import Ensemble, sample_own
+from duckmob.trajectories import Trajectories
+
+BOX = [0.0, 0.0, 1.0, 1.0]
+SLOT = mdp.DAY_US // 48
+FAST = {"rounds": 3, "episodes": 32, "disc_steps": 2}
+
+
+def _traj(points_per_traj: list[list[tuple[int, float, float]]], users=None) -> Trajectories:
+    """Trajectories from lists of (ts in µs, lat, lon)."""
+    lengths = [len(p) for p in points_per_traj]
+    flat = [q for p in points_per_traj for q in p]
+    n = len(lengths)
+    return Trajectories(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), np.arange(n, dtype=np.int64),
+                        np.asarray(users if users is not None else np.zeros(n), dtype=np.int64),
+                        np.array([q[0] for q in flat], dtype=np.int64), np.array([q[1] for q in flat]),
+                        np.array([q[2] for q in flat]))
+
+
+def _centre(cell: int, w: int = 4) -> tuple[float, float]:
+    return ((cell // w) + 0.5) / w, ((cell % w) + 0.5) / w
+
+
+# ------------------------------------------------------------------------------------------------------ the MDP
+
+def test_episodes_take_the_last_fix_of_each_slot_and_carry_it_forward():
+    day = 10 * mdp.DAY_US
+    t0 = day + 3 * SLOT + 60_000_000          # slot 3 of the day, one minute in
+    pts = [(t0, *_centre(5)), (t0 + 60_000_000, *_centre(6)),          # slot 3: first fix 5, last 6
+           (t0 + SLOT, *_centre(6)),                                    # slot 4: 6
+           (t0 + 3 * SLOT, *_centre(9))]                                # slot 5 empty, slot 6: 9
+    ep = mdp.episodes(_traj([pts]), BOX, 4, 48, 48, np.array([7]))
+    assert ep.steps.tolist() == [4] and ep.first_slot.tolist() == [3] and ep.device.tolist() == [7]
+    assert ep.cells[0, :6].tolist() == [5, 6, 6, 6, 9, -1]
+    # a public cap on the slots: later fixes are ignored
+    capped = mdp.episodes(_traj([pts]), BOX, 4, 48, 2, np.array([7]))
+    assert capped.steps.tolist() == [2] and capped.cells[0].tolist() == [5, 6, 6]
+
+
+def test_actions_are_inferred_from_the_locations():
+    cells = np.array([[0, 0, 1, 0, 2, 1, -1]])
+    act = mdp.infer_actions(cells, np.array([5]))
+    names = [mdp.ACTIONS[a] for a in act[0, :5]]
+    assert names == ["stay", "explore", "home", "explore", "return"] and act[0, 5] == -1
+    distinct, run = mdp.history(cells, np.array([5]))
+    assert distinct[0, :5].tolist() == [1, 1, 2, 2, 3] and run[0, :5].tolist() == [1, 2, 1, 1, 1]
+
+
+def test_env_follows_the_epr_rules_and_its_features_match_the_episodes():
+    w = 8
+    ranks = mdp.nearest_ranks(w, 10)
+    assert ranks.shape == (64, 10) and (ranks != np.arange(64)[:, None]).all()
+    rng = np.random.default_rng(0)
+    n = 400
+    env = mdp.Env(rng.integers(0, 64, n), rng.integers(0, 48, n), np.full(n, 6), w=w, n_slots=48, max_steps=6,
+                  alpha=0.6, ranks=ranks, rng=rng)
+    feats = []
+    plan = [mdp.EXPLORE, mdp.EXPLORE, mdp.RETURN, mdp.HOME, mdp.STAY, mdp.EXPLORE]
+    for a in plan:
+        feats.append(env.features())
+        before = env.cur.copy()
+        visited = env.visits > 0
+        env.step(np.full(n, a))
+        if a == mdp.EXPLORE:       # a new cell among the 10 nearest
+            assert not visited[np.arange(n), env.cur].any()
+            assert (env.cur[:, None] == ranks[before]).any(axis=1).all()
+        if a == mdp.RETURN:        # a visited cell, not home and not the current one (two exist after 2 explores)
+            assert visited[np.arange(n), env.cur].all()
+            assert (env.cur != env.home).all() and (env.cur != before).all()
+        if a == mdp.HOME:
+            assert (env.cur == env.home).all()
+        if a == mdp.STAY:
+            assert (env.cur == before).all()
+    ep = env.episodes()
+    x, rows, cols = mdp.episode_pairs(ep, w, 48, 6)
+    online = np.stack(feats, axis=1)[rows, cols]
+    np.testing.assert_allclose(x[:, :mdp.N_STATE_FEATURES], online, atol=1e-6)
+    inferred = x[:, mdp.N_STATE_FEATURES:].argmax(axis=1).reshape(n, 6)
+    assert (inferred[:, 3] == mdp.HOME).all() and (inferred[:, 4] == mdp.STAY).all()
+
+
+# ------------------------------------------------------------------------------------- personal discriminators
+
+def test_a_device_discriminator_depends_on_its_own_data_only():
+    def train(real_other):
+        gen = torch.Generator().manual_seed(5)
+        ens = Ensemble(3, mdp.N_FEATURES, 8, 1e-2, gen, torch.device("cpu"))
+        fake = torch.randn(16, mdp.N_FEATURES, generator=torch.Generator().manual_seed(1))
+        for _ in range(5):
+            ens.train_step(real, fake)
+        return [p.detach().clone() for p in ens.params]
+
+    real = torch.randn(3, 4, mdp.N_FEATURES, generator=torch.Generator().manual_seed(2))
+    a = train(real)
+    real[2] = real[2] * 10 + 3        # device 2's data changes
+    b = train(real)
+    for pa, pb in zip(a, b):
+        assert torch.equal(pa[:2], pb[:2])     # devices 0 and 1: bit-identical
+        assert not torch.equal(pa[2], pb[2])
+    # own-pair sampling stays inside each device's range
+    offsets = np.array([0, 1, 4, 9])
+    idx = sample_own(offsets, 50, np.random.default_rng(0))
+    assert ((idx >= offsets[:-1, None]) & (idx < offsets[1:, None])).all()
+
+
+# -------------------------------------------------------------------------------------------- private aggregation
+
+def test_outputs_are_clipped_and_one_device_moves_a_batch_by_at_most_sqrt_b():
+    raw = torch.tensor([[-0.5, 0.3, 2.0, float("nan")], [1.0, 1.0, 1.0, 1.0], [0.2, 0.9, 0.0, 0.5]])
+    clipped = aggregate.clip_outputs(raw)
+    assert clipped.min() >= 0 and clipped.max() <= 1 and not torch.isnan(clipped).any()
+    rng = np.random.default_rng(0)
+    for b in (1, 7, 500):
+        outputs = torch.from_numpy(rng.uniform(-1, 2, (20, b)))
+        outputs[3] = 1e9          # an adversarial device: as far as anything can go
+        s1, s2 = aggregate.device_sums(outputs, True)
+        for u in (3, 11):
+            without = torch.cat([outputs[:u], outputs[u + 1:]])
+            t1, t2 = aggregate.device_sums(without, True)
+            assert np.abs(s1 - t1).max() <= 1 + 1e-12 and np.abs(s2 - t2).max() <= 1 + 1e-12
+            assert np.linalg.norm(s1 - t1) <= np.sqrt(b) + 1e-9 and np.linalg.norm(s2 - t2) <= np.sqrt(b) + 1e-9
+            # as means over n devices: at most 1/n per query, sqrt(B)/n per batch
+            assert np.linalg.norm(s1 / 20 - t1 / 20) <= np.sqrt(b) / 20 + 1e-12
+        assert np.linalg.norm(s1 - aggregate.device_sums(outputs[[i for i in range(20) if i != 3]], False)[0]) \
+            == pytest.approx(np.sqrt(b))    # the bound is tight
+
+
+def test_round_noise_has_the_stated_scale():
+    b, sigma, f = 400, 3.0, 0.2
+    s1 = np.full(b, 7.0)
+    s2 = np.full(b, 5.0)
+    x1, x2 = aggregate.release_round(s1, s2, sigma, f, NoiseSource(3).generator())
+    sigma1, sigma2 = aggregate.split_sigma(sigma, f)
+    assert 1 / sigma1 ** 2 + 1 / sigma2 ** 2 == pytest.approx(1 / sigma ** 2)
+    assert np.std(x1 - s1) == pytest.approx(sigma1 * np.sqrt(b), rel=0.1)
+    assert np.std(x2 - s2) == pytest.approx(sigma2 * np.sqrt(b), rel=0.1)
+    assert aggregate.release_round(s1, None, sigma, 0.0, NoiseSource(3).generator())[1] is None
+    r = aggregate.rewards(np.array([10.0, 10.0]), np.array([10.0, 5.0]), 20, 0.5)
+    assert r.tolist() == pytest.approx([0.5 - 0.5 * 0.5, 0.5 - 0.5 * np.sqrt(0.0)])
+
+
+def test_the_whole_run_is_one_event_matching_an_independent_composition():
+    synth = PateGail(BOX, rounds=40, variance_share=0.25)
+    for k in (1, 5):
+        plan = synth.plan(1.0, 1e-5, k)
+        event = synth.privacy_event(1.0, 1e-5, contribution_bound=k)
+        assert event == plan["event"]
+        assert accounting.epsilon(event, 1e-5) == pytest.approx(1.0, abs=2e-3)
+        # independently: every round as its mean part and its variance part, each a Gaussian mechanism
+        s1, s2 = aggregate.split_sigma(plan["sigma_round"], 0.25)
+        parts = [dp_accounting.LaplaceDpEvent(1 / plan["eps_start"])]
+        parts += [dp_accounting.LaplaceDpEvent(1 / e) for e in plan["counts"]]
+        parts += [dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(s1), 40),
+                  dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(s2), 40)]
+        acc = pld.PLDAccountant()
+        acc.compose(dp_accounting.ComposedDpEvent(parts))
+        assert acc.get_epsilon(1e-5) == pytest.approx(1.0, abs=5e-3)
+    with pytest.raises(DuckmobError, match="0 < delta < 1"):
+        synth.privacy_event(1.0, 0.0)
+    with pytest.raises(DuckmobError, match="variance_share"):
+        PateGail(BOX, variance_weight=1.0, variance_share=0.0)
+    with pytest.raises(DuckmobError, match="unknown PateGail parameter"):
+        PateGail(BOX, round=3)
+
+
+# -------------------------------------------------------------------------------------------------- end to end
+
+@pytest.fixture
+def trips():
+    rng = np.random.default_rng(0)
+    rows = []
+    for t in range(90):
+        a, b = rng.random(2) * 0.8 + 0.1, rng.random(2) * 0.8 + 0.1
+        k = int(rng.integers(2, 8))
+        start = 1.7e9 + 86400 * int(rng.integers(0, 5)) + int(rng.integers(0, 86400))
+        for i, f in enumerate(np.linspace(0, 1, k)):
+            p = a + f * (b - a)
+            rows.append((t % 15, t, start + i * 900, float(p[0]), float(p[1])))
+    con = duckmob.connect()
+    con.execute("CREATE TABLE trips (user_id INTEGER, traj_id INTEGER, ts TIMESTAMP, lat DOUBLE, lon DOUBLE)")
+    con.executemany("INSERT INTO trips VALUES (?, ?, to_timestamp(?)::TIMESTAMP, ?, ?)", rows)
+    ledger.set_budget(con, "trips", 200.0, 1e-3)
+    yield con, rows
+    con.close()
+
+
+def test_fit_and_sample_through_sql_under_both_units(trips):
+    con, rows = trips
+    params = "{'rounds': 3, 'episodes': 32, 'disc_steps': 2, 'count_share': 0.4}"
+    for unit, extra, devices in [("trajectory", "", 90), ("user", ", max_trajectories_per_user := 10", 15)]:
+        name = f"m_{unit}"
+        con.execute(f"FROM mob_fit('trips', '{name}', eps := 8.0, bbox := {BOX}, method := 'pategail', seed := 1, "
+                    f"privacy_unit := '{unit}'{extra}, params := {params})").fetchall()
+        info = json.loads(con.execute(f"SELECT params FROM mob_models() WHERE name = '{name}'").fetchall()[0][0])
+        assert abs(info["n_devices_noisy"] - devices) < 12          # users, or trajectories, are the devices
+        assert info["epsilon_accounted"] == pytest.approx(8.0, abs=0.02)
+        event = con.execute("SELECT event FROM mob_ledger() ORDER BY id DESC LIMIT 1").fetchall()[0][0]
+        assert accounting.epsilon(accounting.Event.from_json(event), 1e-5) == pytest.approx(8.0, abs=0.02)
+        out = con.sql(f"FROM mob_sample('{name}', n := 40, seed := 2)").to_arrow_table()
+        assert len(np.unique(np.asarray(out["traj_id"]))) == 40 and out["ts"].null_count == 0
+        again = con.sql(f"FROM mob_sample('{name}', n := 40, seed := 2)").to_arrow_table()
+        assert again.equals(out)
+    out = con.sql(f"FROM synthesize('trips', eps := 1.0, bbox := {BOX}, method := 'pategail', n := 25, seed := 3, "
+                  f"params := {params})").to_arrow_table()
+    lat, lon = np.asarray(out["lat"]), np.asarray(out["lon"])
+    assert len(np.unique(np.asarray(out["traj_id"]))) == 25 and ((lat >= 0) & (lat <= 1) & (lon >= 0) & (lon <= 1)).all()
+    # no real value reaches the output: no synthetic point is a real fix, times come from the public base date
+    real = {(r[3], r[4]) for r in rows}
+    assert not real & set(zip(lat.tolist(), lon.tolist()))
+    ts = np.asarray(out["ts"]).astype("datetime64[us]")
+    assert (ts >= np.datetime64("2008-01-01")).all() and (ts < np.datetime64("2008-01-04")).all()
+    counts = con.execute("SELECT count(*) FROM duckmob_ledger WHERE status = 'spent'").fetchall()[0][0]
+    assert counts == 3      # one event per fit
+
+
+def test_the_model_holds_no_real_value_and_round_trips(trips):
+    con, rows = trips
+    from duckmob.trajectories import from_points
+
+    points = con.sql("SELECT * FROM trips ORDER BY traj_id, ts").to_arrow_table()
+    data, _ = from_points(points, bbox=BOX, outside="drop", private=True)
+    model = PateGail(BOX, **FAST).fit(data, 2.0, 1e-5, NoiseSource(4))
+    blob = model.to_bytes()
+    for r in rows[:200]:      # no real coordinate or timestamp, as float64 bytes, inside the stored model
+        assert np.float64(r[3]).tobytes() not in blob and np.float64(r[4]).tobytes() not in blob
+    again = PateGailModel.from_bytes(blob)
+    a = model.sample(30, np.random.default_rng(1))
+    b = again.sample(30, np.random.default_rng(1))
+    assert np.array_equal(a.lat, b.lat) and np.array_equal(a.ts, b.ts) and a.n_trajectories == 30
+    assert (a.lengths >= 2).all()
+    # an empty table is fitted from noise alone
+    empty = PateGail(BOX, **FAST).fit(Trajectories.empty(), 1.0, 1e-5, NoiseSource(5))
+    assert empty.sample(5, np.random.default_rng(0)).n_trajectories == 5
