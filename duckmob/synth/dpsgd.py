@@ -19,6 +19,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -75,13 +76,83 @@ class TrainingLog:
     epoch_seconds: list | None = None
 
 
+def _units(n_rows: int, unit_of_row: np.ndarray | None):
+    """(number of units, rows of given units) for Poisson sampling by unit: each row is a unit when
+    ``unit_of_row`` is None, else rows are grouped by their unit id."""
+    if unit_of_row is None:
+        return int(n_rows), lambda units: (units, None)
+    ids, unit_index = np.unique(unit_of_row, return_inverse=True)
+    order = np.argsort(unit_index, kind="stable")
+    unit_count = np.bincount(unit_index, minlength=len(ids))
+    unit_start = np.concatenate([[0], np.cumsum(unit_count)[:-1]])
+
+    def rows_of(units):
+        rows = order[ragged_gather(unit_start[units], unit_count[units])]
+        return rows, torch.as_tensor(np.repeat(np.arange(len(units)), unit_count[units]))
+    return len(ids), rows_of
+
+
+def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool], None], *, sample_rate: float,
+          steps: int, gen: torch.Generator, lr: float, lr_final: float, ema: float, progress: bool | None,
+          check_interrupt: Callable[[], None] | None, desc: str) -> TrainingLog:
+    """The DP-SGD loop shared by :func:`train` and :func:`train_ghost`: Poisson batches of units at exactly
+    ``sample_rate``, ``one_step(units, empty)`` leaves what the optimizer needs (per-sample or clipped summed
+    gradients), then the optimizer's noisy step, the cosine learning rate and the EMA of the iterates."""
+    sampler = UniformWithReplacementSampler(num_samples=n_units, sample_rate=sample_rate, generator=gen,
+                                            steps=steps)
+    assert sampler.sample_rate == sample_rate  # the rate the accountant is told is the rate used
+    steps_per_epoch = max(1, round(1 / sample_rate))
+    log = TrainingLog(epoch_seconds=[])
+    show = progress_enabled() if progress is None else progress
+    from tqdm import tqdm
+
+    bar = tqdm(total=steps, desc=desc, unit="step", disable=not show, leave=False)
+    start = epoch_start = time.perf_counter()
+    average = [p.detach().clone() for p in params] if ema > 0 else None
+    try:
+        for step, batch in enumerate(sampler):
+            if check_interrupt is not None:
+                check_interrupt()
+            units = np.asarray(batch, dtype=np.int64)
+            empty = len(units) == 0
+            if empty:
+                # An empty Poisson batch: one stand-in example whose gradient is set to zero, so the step is pure
+                # noise, exactly what the accountant assumes.
+                units = np.zeros(1, dtype=np.int64)
+            optimizer.zero_grad(set_to_none=True)
+            one_step(units, empty)
+            for group_ in optimizer.param_groups:
+                group_["lr"] = cosine_lr(lr, lr_final, step, steps)
+            optimizer.step()
+            if average is not None:
+                with torch.no_grad():
+                    for a, p in zip(average, params):
+                        a.lerp_(p, 1.0 - ema)
+            bar.update(1)
+            if (step + 1) % steps_per_epoch == 0:
+                now = time.perf_counter()
+                log.epoch_seconds.append(now - epoch_start)
+                epoch_start = now
+    finally:
+        bar.close()  # also on the way out of an interrupt, so the terminal is left clean
+    log.steps = steps
+    log.seconds = time.perf_counter() - start
+    optimizer.zero_grad(set_to_none=True)  # drops the last per-sample gradients
+    if average is not None:
+        with torch.no_grad():
+            for p, a in zip(params, average):
+                p.copy_(a)
+    return log
+
+
 def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str, torch.Tensor]], n_rows: int, *,
           sample_rate: float, steps: int, noise_multiplier: float, max_grad_norm: float, lr: float,
           expected_batch_size: float, rng: np.random.Generator, device: torch.device,
           progress: bool | None = None, unit_of_row: np.ndarray | None = None, ema: float = 0.0,
           lr_final: float = 1.0, check_interrupt: Callable[[], None] | None = None,
           desc: str = "DP-SGD") -> TrainingLog:
-    """Train ``model`` in place with DP-SGD for ``steps`` Poisson-sampled steps (Adam on the noisy gradient).
+    """Train ``model`` in place with DP-SGD for ``steps`` Poisson-sampled steps (Adam on the noisy gradient),
+    from materialised per-example gradients.
 
     ``row_gradients(rows)`` returns the per-row gradients ``{name: (len(rows), *shape)}`` of every trainable
     parameter (e.g. from :func:`per_example_gradients`), each row's gradient of its own loss only. Gradients
@@ -108,71 +179,89 @@ def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str
     optimizer = DPOptimizer(torch.optim.Adam(params, lr=lr), noise_multiplier=noise_multiplier,
                             max_grad_norm=max_grad_norm, expected_batch_size=max(1, round(expected_batch_size)),
                             loss_reduction="mean", generator=noise_gen)
-    by_unit = unit_of_row is not None
-    if by_unit:
-        units_, unit_index = np.unique(unit_of_row, return_inverse=True)
-        order = np.argsort(unit_index, kind="stable")
-        unit_count = np.bincount(unit_index, minlength=len(units_))
-        unit_start = np.concatenate([[0], np.cumsum(unit_count)[:-1]])
-        n_units = len(units_)
-    else:
-        n_units = int(n_rows)
-    sampler = UniformWithReplacementSampler(num_samples=n_units, sample_rate=sample_rate, generator=gen,
-                                            steps=steps)
-    assert sampler.sample_rate == sample_rate  # the rate the accountant is told is the rate used
-    steps_per_epoch = max(1, round(1 / sample_rate))
-    log = TrainingLog(epoch_seconds=[])
-    show = progress_enabled() if progress is None else progress
-    from tqdm import tqdm
+    n_units, rows_of = _units(n_rows, unit_of_row)
 
-    bar = tqdm(total=steps, desc=desc, unit="step", disable=not show, leave=False)
-    start = epoch_start = time.perf_counter()
-    average = [p.detach().clone() for p in params] if ema > 0 else None
+    def one_step(units: np.ndarray, empty: bool) -> None:
+        rows, group = rows_of(units)
+        grads = row_gradients(rows)
+        for name, p in named:
+            gs = grads[name]
+            if group is not None:
+                gs = gs.new_zeros((len(units),) + gs.shape[1:]).index_add_(0, group.to(gs.device), gs)
+            # DPOptimizer(loss_reduction="mean") clips these, sums, adds noise, divides by the expected batch
+            p.grad_sample = torch.zeros_like(gs) if empty else gs
+
+    return _loop(optimizer, params, n_units, one_step, sample_rate=sample_rate, steps=steps, gen=gen, lr=lr,
+                 lr_final=lr_final, ema=ema, progress=progress, check_interrupt=check_interrupt, desc=desc)
+
+
+def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, np.ndarray], torch.Tensor],
+                n_rows: int, *, sample_rate: float, steps: int, noise_multiplier: float, max_grad_norm: float,
+                lr: float, expected_batch_size: float, rng: np.random.Generator, device: torch.device,
+                progress: bool | None = None, unit_of_row: np.ndarray | None = None, rows_per_unit: int = 1,
+                ema: float = 0.0, lr_final: float = 1.0, check_interrupt: Callable[[], None] | None = None,
+                desc: str = "DP-SGD") -> TrainingLog:
+    """:func:`train` without materialising per-example gradients: opacus's ghost clipping
+    (``GradSampleModuleFastGradientClipping``: each row's gradient norm from its layer inputs and output
+    gradients; Li et al. 2022) for models built of ``nn.Linear`` and ``nn.Embedding`` layers, each called once
+    per forward pass.
+
+    ``row_losses(module, rows)`` returns the loss of each row (``(len(rows),)``), computed by calling
+    ``module`` (the wrapped model) on those rows only. A step: one backward pass of the summed losses gives every
+    row's gradient norm; a second of ``sum_i c_i loss_i`` with ``c_i = min(1, C_row / norm_i)`` gives the sum of
+    the clipped row gradients; opacus's ``DPOptimizerFastGradientClipping`` adds Gaussian noise of standard
+    deviation ``noise_multiplier * max_grad_norm`` and divides by the public ``expected_batch_size``.
+
+    Sensitivity: each row is clipped to ``C_row = max_grad_norm / rows_per_unit``; with ``unit_of_row`` (users of
+    at most ``rows_per_unit`` rows, bounded by the caller) users are Poisson-sampled with all their rows, so one
+    unit moves the clipped sum by at most ``rows_per_unit * C_row = max_grad_norm`` (triangle inequality); with
+    ``unit_of_row`` None each row is a unit (``rows_per_unit`` must be 1). Accounted as
+    ``dp_sgd(noise_multiplier, sample_rate, steps)``.
+    """
+    from opacus.grad_sample import GradSampleModuleFastGradientClipping
+    from opacus.optimizers import DPOptimizerFastGradientClipping
+
+    if not 0 < sample_rate <= 1:
+        raise DuckmobError(f"the DP-SGD sampling rate must be in (0, 1], got {sample_rate}")
+    if unit_of_row is None and rows_per_unit != 1:
+        raise DuckmobError("rows_per_unit above 1 needs unit_of_row (the unit of each row)")
+    gen = torch_generator(rng, torch.device("cpu"))
+    noise_gen = torch_generator(rng, device)
+    model.to(device).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    wrapped = GradSampleModuleFastGradientClipping(model, batch_first=True, loss_reduction="sum", strict=False,
+                                                   max_grad_norm=max_grad_norm / rows_per_unit,
+                                                   use_ghost_clipping=True)
+    optimizer = DPOptimizerFastGradientClipping(torch.optim.Adam(params, lr=lr), noise_multiplier=noise_multiplier,
+                                                max_grad_norm=max_grad_norm,
+                                                expected_batch_size=max(1, round(expected_batch_size)),
+                                                loss_reduction="mean", generator=noise_gen)
+    n_units, rows_of = _units(n_rows, unit_of_row)
+
+    def one_step(units: np.ndarray, empty: bool) -> None:
+        if empty:
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            return
+        rows, _ = rows_of(units)
+        loss = row_losses(wrapped, rows)
+        loss.sum().backward(retain_graph=True)           # hooks: every row's gradient norm
+        coeff = wrapped.get_clipping_coef().detach()
+        optimizer.zero_grad(set_to_none=True)
+        wrapped.disable_hooks()
+        try:
+            (coeff * loss).sum().backward()               # the sum of the clipped row gradients
+        finally:
+            wrapped.enable_hooks()
+
     try:
-        for step, batch in enumerate(sampler):
-            if check_interrupt is not None:
-                check_interrupt()
-            units = np.asarray(batch, dtype=np.int64)
-            empty = len(units) == 0
-            if empty:
-                # An empty Poisson batch: one stand-in example whose per-sample gradient is set to zero, so the
-                # step is pure noise, exactly what the accountant assumes.
-                units = np.zeros(1, dtype=np.int64)
-            if by_unit:
-                rows = order[ragged_gather(unit_start[units], unit_count[units])]
-                group = torch.as_tensor(np.repeat(np.arange(len(units)), unit_count[units]))
-            else:
-                rows = units
-            optimizer.zero_grad(set_to_none=True)
-            grads = row_gradients(rows)
-            for name, p in named:
-                gs = grads[name]
-                if by_unit:
-                    gs = gs.new_zeros((len(units),) + gs.shape[1:]).index_add_(0, group.to(gs.device), gs)
-                # DPOptimizer(loss_reduction="mean") clips these, sums, adds noise, divides by the expected batch
-                p.grad_sample = torch.zeros_like(gs) if empty else gs
-            for group_ in optimizer.param_groups:
-                group_["lr"] = cosine_lr(lr, lr_final, step, steps)
-            optimizer.step()
-            if average is not None:
-                with torch.no_grad():
-                    for a, p in zip(average, params):
-                        a.lerp_(p, 1.0 - ema)
-            bar.update(1)
-            if (step + 1) % steps_per_epoch == 0:
-                now = time.perf_counter()
-                log.epoch_seconds.append(now - epoch_start)
-                epoch_start = now
+        with warnings.catch_warnings():
+            # opacus's hooks fire on layers whose inputs (indices) need no gradient: expected here
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            return _loop(optimizer, params, n_units, one_step, sample_rate=sample_rate, steps=steps, gen=gen, lr=lr,
+                         lr_final=lr_final, ema=ema, progress=progress, check_interrupt=check_interrupt, desc=desc)
     finally:
-        bar.close()  # also on the way out of an interrupt, so the terminal is left clean
-    log.steps = steps
-    log.seconds = time.perf_counter() - start
-    optimizer.zero_grad(set_to_none=True)  # drops the last per-sample gradients
-    if average is not None:
-        with torch.no_grad():
-            for p, a in zip(params, average):
-                p.copy_(a)
-    return log
+        wrapped._close()   # the hooks and per-layer state go; ``model`` is left a plain module
 
 
-__all__ = ["train", "per_example_gradients", "TrainingLog", "torch_generator", "cosine_lr", "progress_enabled"]
+__all__ = ["train", "train_ghost", "per_example_gradients", "TrainingLog", "torch_generator", "cosine_lr", "progress_enabled"]

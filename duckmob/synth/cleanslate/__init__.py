@@ -27,7 +27,10 @@ What ``fit`` spends, composed by the PLD accountant into ONE event (``model.even
    is (eps, delta)-DP by the PLD accountant (and, given the ledger's earlier releases, within the budget).
 
 Sensitivity: one trajectory is one example of each DP-SGD run (TI: its own (s, d, t); TPG: the mean over its
-own grams), clipped to ``max_grad_norm`` per step; a user's k trajectories are summed, then clipped. The
+own grams), its gradient clipped to ``max_grad_norm`` per step by ghost clipping
+(:func:`duckmob.synth.dpsgd.train_ghost`); with the user unit each trajectory is clipped to ``max_grad_norm / k``
+and users are sampled with all their (at most k) trajectories, so a user moves a step's sum by at most
+``max_grad_norm``. The
 sampling rate the accountant uses is the rate the Poisson sampler draws with (:func:`duckmob.synth.dpsgd.train`).
 ``privacy_event`` plans with the public ``n_hint``; ``fit`` re-plans with N~ (``release.settle``).
 """
@@ -49,13 +52,11 @@ from duckmob.privacy import accounting
 from duckmob.privacy.counting import noisy_count
 from duckmob.synth import dpsgd
 from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
-from duckmob.synth.cleanslate import initialiser, transitions
 from duckmob.synth.cleanslate.initialiser import Initialiser, sample_endpoints
 from duckmob.synth.cleanslate.paths import most_probable_paths
 from duckmob.synth.cleanslate.transitions import Transitions
 from duckmob.synth.cleanslate.trips import grams, trips
 from duckmob.synth.config import Config, param
-from duckmob.synth.hrnet import calibrate_noise_multiplier, count_shares, counts_events
 from duckmob.trajectories import Trajectories
 
 US_PER_DAY = 86_400_000_000
@@ -102,6 +103,14 @@ class CleanSlateConfig(Config):
             raise DuckmobError(f"cleanslate parameter r must be below w (got r = {self.r}, w = {self.w})")
 
 
+def _hrnet_accounting():
+    """HRNet's noise calibration and count split (imported when planning, so that this module does not load
+    HRNet's): ``(calibrate_noise_multiplier, count_shares, counts_events)``."""
+    from duckmob.synth.hrnet import calibrate_noise_multiplier, count_shares, counts_events
+
+    return calibrate_noise_multiplier, count_shares, counts_events
+
+
 def _device(spec) -> torch.device:
     if spec is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -136,6 +145,7 @@ class CleanSlate(Synthesizer):
     def plan(self, eps: float, delta: float, n_noisy: float, units_noisy: float | None = None, *, k: int = 1,
              prior=None) -> dict[str, Any]:
         """The run's privacy parameters from public values and the noisy counts (module docstring, 1-3)."""
+        calibrate_noise_multiplier, _, counts_events = _hrnet_accounting()
         cfg = self.cfg
         eps_count = cfg.count_share * eps
         units = max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
@@ -163,6 +173,7 @@ class CleanSlate(Synthesizer):
         """Fit under (eps, delta)-DP for one trajectory (or one user of at most ``contribution_bound``
         trajectories); see the module docstring."""
         self._check_budget(eps, delta)
+        _, count_shares, counts_events = _hrnet_accounting()
         cfg = self.cfg
         t0 = time.perf_counter()
         device = _device(cfg.device)
@@ -196,35 +207,34 @@ class CleanSlate(Synthesizer):
         unit_of_row = tr.user_id if k > 1 else None
         common = dict(sample_rate=plan["sample_rate"], max_grad_norm=cfg.max_grad_norm, lr=cfg.lr,
                       lr_final=cfg.lr_final, expected_batch_size=plan["batch"], device=device,
-                      progress=cfg.progress, unit_of_row=unit_of_row, check_interrupt=check_interrupt)
+                      progress=cfg.progress, unit_of_row=unit_of_row, rows_per_unit=k,
+                      check_interrupt=check_interrupt)
         timings = {"prepare_s": time.perf_counter() - t0}
         # (2) TI: one example per trajectory; the VAE's reparameterisation noise is an input of each example
         source, dest, slot = (torch.as_tensor(a, dtype=torch.long) for a in (tr.source, tr.dest, tr.slot))
         latent_gen = dpsgd.torch_generator(rng, torch.device("cpu"))
 
-        def ti_rows(rows):
+        def ti_losses(module, rows):
             idx = torch.as_tensor(rows, dtype=torch.long)
             eps_z = torch.randn((len(rows), cfg.ti_latent), generator=latent_gen)
-            return dpsgd.per_example_gradients(ti, initialiser.loss_of_one, source[idx].to(device),
-                                               dest[idx].to(device), slot[idx].to(device), eps_z.to(device))
+            return module(source[idx].to(device), dest[idx].to(device), slot[idx].to(device), eps_z.to(device))
 
-        log = dpsgd.train(ti, ti_rows, tr.n, steps=plan["steps_ti"], noise_multiplier=plan["sigma_ti"], rng=rng,
-                          desc="cleanslate TI", **common)
+        log = dpsgd.train_ghost(ti, ti_losses, tr.n, steps=plan["steps_ti"], noise_multiplier=plan["sigma_ti"],
+                                rng=rng, desc="cleanslate TI", **common)
         timings["ti_s"] = log.seconds
         # (3) TPG: one example per trajectory, its loss the mean over its grams
         current, label = torch.as_tensor(gr.current), torch.as_tensor(gr.label)
         count = torch.as_tensor(gr.count)
 
-        def tpg_rows(rows):
+        def tpg_losses(module, rows):
             idx = torch.as_tensor(rows, dtype=torch.long)
             cnt = count[idx]
             g = max(1, int(cnt.max()))   # the batch's own gram width, not the data's
-            return dpsgd.per_example_gradients(tpg, transitions.loss_of_one, current[idx, :g].to(device),
-                                               dest[idx].to(device), slot[idx].to(device),
-                                               label[idx, :g].to(device), cnt.to(device))
+            return module(current[idx, :g].to(device), dest[idx].to(device), slot[idx].to(device),
+                          label[idx, :g].to(device), cnt.to(device))
 
-        log = dpsgd.train(tpg, tpg_rows, tr.n, steps=plan["steps_tpg"], noise_multiplier=plan["sigma_tpg"],
-                          rng=rng, desc="cleanslate TPG", **common)
+        log = dpsgd.train_ghost(tpg, tpg_losses, tr.n, steps=plan["steps_tpg"], noise_multiplier=plan["sigma_tpg"],
+                                rng=rng, desc="cleanslate TPG", **common)
         timings.update(tpg_s=log.seconds, total_s=time.perf_counter() - t0)
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta, epsilon_accounted=accounting.epsilon(event, delta),

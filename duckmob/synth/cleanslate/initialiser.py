@@ -4,8 +4,9 @@
 Encoder: the one-hot input (w^2 + w^2 + T values) -> dense ``hidden`` (ReLU) -> dense ``hidden`` (linear) ->
 mean and log-variance of a Gaussian latent of size ``latent``. Decoder: latent -> dense ``hidden`` (ReLU) ->
 three parallel softmax heads over sources, destinations and slots. The first dense layer applied to a one-hot
-input is the sum of three rows of its weight matrix, so it is stored as one embedding table (the same function
-and the same gradients, without a 2 w^2-wide input).
+input is the sum of three rows of its weight matrix, so it is stored as one embedding table whose last row, looked
+up by every example, is the layer's bias (the same function and the same gradients, without a 2 w^2-wide input;
+and only ``nn.Embedding`` and ``nn.Linear`` layers, each used once per forward pass, as ghost clipping needs).
 
 Training example = one trajectory (one row); its loss is its own reconstruction cross-entropy plus the KL term,
 with the reparameterisation noise given as an input (``eps``), so per-example gradients are a pure function of
@@ -25,8 +26,10 @@ class Initialiser(nn.Module):
     def __init__(self, n_cells: int, n_time: int, hidden: int, latent: int):
         super().__init__()
         self.n_cells, self.n_time, self.latent = n_cells, n_time, latent
-        self.inputs = nn.Embedding(2 * n_cells + n_time, hidden)   # the first dense layer over the one-hot input
-        self.bias = nn.Parameter(torch.zeros(hidden))
+        # the first dense layer over the one-hot input; its last row is the bias
+        self.inputs = nn.Embedding(2 * n_cells + n_time + 1, hidden)
+        with torch.no_grad():
+            self.inputs.weight[-1].zero_()
         self.enc2 = nn.Linear(hidden, hidden)
         self.mean = nn.Linear(hidden, latent)
         self.log_var = nn.Linear(hidden, latent)
@@ -42,8 +45,9 @@ class Initialiser(nn.Module):
                 torch.log_softmax(self.slot_head(h), -1))
 
     def forward(self, source, dest, slot, eps):
-        idx = torch.stack([source, self.n_cells + dest, 2 * self.n_cells + slot], -1)
-        h = torch.relu(self.inputs(idx).sum(-2) + self.bias)
+        bias_row = torch.full_like(source, 2 * self.n_cells + self.n_time)
+        idx = torch.stack([source, self.n_cells + dest, 2 * self.n_cells + slot, bias_row], -1)
+        h = torch.relu(self.inputs(idx).sum(-2))
         h = self.enc2(h)
         mu, log_var = self.mean(h), self.log_var(h).clamp(-10.0, 10.0)
         z = mu + torch.exp(0.5 * log_var) * eps

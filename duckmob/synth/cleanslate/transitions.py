@@ -2,8 +2,8 @@
 (current cell, destination cell, time slot) to a distribution over the (2r+1)^2 next-hop cells within r cells
 (Lestyan et al. §7.3.2, §8.3.2).
 
-The current and destination cells are embedded by one shared table (size ``embed``), concatenated with the
-one-hot slot, then a dense ``hidden`` layer (ReLU) and a softmax over the (2r+1)^2 classes. Classes that leave
+The current and destination cells are embedded "separately into the same space" (two tables of size
+``embed``: ghost clipping needs each layer used once per forward pass), concatenated with the one-hot slot, then a dense ``hidden`` layer (ReLU) and a softmax over the (2r+1)^2 classes. Classes that leave
 the grid or stay in place are masked (public structure: the grid and r).
 
 **Privacy unit = one trajectory** (not one gram, as in the paper's §8.3.3 sampling, which does not account for a
@@ -30,7 +30,8 @@ class Transitions(nn.Module):
         super().__init__()
         self.w, self.r, self.n_time = w, r, n_time
         k = (2 * r + 1) ** 2
-        self.embedding = nn.Embedding(w * w, embed)
+        self.embed_current = nn.Embedding(w * w, embed)
+        self.embed_dest = nn.Embedding(w * w, embed)
         self.time = nn.Embedding(n_time, hidden)        # the dense layer's weights on the one-hot slot
         self.current_in = nn.Linear(embed, hidden)
         self.dest_in = nn.Linear(embed, hidden, bias=False)
@@ -40,7 +41,7 @@ class Transitions(nn.Module):
 
     def logits(self, current, dest, slot):
         """Masked logits (..., (2r+1)^2) for cells ``current`` heading to ``dest`` in ``slot`` (broadcast)."""
-        h = self.current_in(self.embedding(current)) + self.dest_in(self.embedding(dest)) + self.time(slot)
+        h = self.current_in(self.embed_current(current)) + self.dest_in(self.embed_dest(dest)) + self.time(slot)
         return self.out(torch.relu(h)) + self.log_mask[current]
 
     def forward(self, current, dest, slot, label, count):
@@ -54,8 +55,8 @@ class Transitions(nn.Module):
         """(G, w^2, (2r+1)^2) log next-hop probabilities from every cell, for G (destination, slot) pairs.
         The dense layer is split so the per-cell and per-group parts are computed once each."""
         cells = torch.arange(self.w * self.w, device=dest.device)
-        a = self.current_in(self.embedding(cells))                              # (w^2, H)
-        b = self.dest_in(self.embedding(dest)) + self.time(slot)                 # (G, H)
+        a = self.current_in(self.embed_current(cells))                          # (w^2, H)
+        b = self.dest_in(self.embed_dest(dest)) + self.time(slot)                # (G, H)
         h = torch.relu(a[None] + b[:, None])
         return torch.log_softmax(self.out(h) + self.log_mask[None], -1)
 
