@@ -352,7 +352,7 @@ def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, priva
 def fit(db: Database, request: FitRequest, load_points: Callable[[], pa.Table]):
     """Fit ``request.method`` on the points ``load_points()`` returns: one release of the source's budget.
 
-    ``load_points()`` returns an Arrow table of points (in memory), or a :class:`duckmob.stream.Source` that the
+    ``load_points()`` returns an Arrow table of points (in memory), or a :class:`duckmob.stream.PointSource` that the
     release reads out of core, bucket by bucket, after the reservation (the same model under the same seed).
 
     Returns ``(model, ledger id, noise source)``. The points are cleaned privately (invalid points, points
@@ -370,7 +370,7 @@ def fit(db: Database, request: FitRequest, load_points: Callable[[], pa.Table]):
 
     def compute(release: Release):
         points = release.read(load_points)
-        if isinstance(points, stream.Source):    # out of core: read by DuckDB in buckets of whole trajectories
+        if isinstance(points, stream.PointSource):   # out of core: DuckDB buckets, Spark partitions
             return _fit_batches(release, r, points, noise)
         data, _ = from_points(points, bbox=synthesizer.bbox, outside="drop", time_required=synthesizer.needs_time,
                               private=True)
@@ -395,14 +395,14 @@ def fit(db: Database, request: FitRequest, load_points: Callable[[], pa.Table]):
 
 
 def _fit_batches(release: Release, r: FitRequest, source, noise):
-    """The fit of :func:`fit` on a :class:`duckmob.stream.Source`: the same cleaning and contribution bounding,
-    batch by batch (``stream.clean``), then the method's fit on the batches (a method that does not stream gets
+    """The fit of :func:`fit` on a :class:`duckmob.stream.PointSource`: the same cleaning and contribution
+    bounding, batch by batch (``stream.clean``; Spark partitions in ``duckmob.spark``), then the method's fit on the batches (a method that does not stream gets
     them concatenated). The same model as the in-memory path under the same seed (tests/test_stream.py)."""
     synthesizer = r.synthesizer
     batches = None
     try:
-        batches = stream.clean(source.open(), bbox=synthesizer.bbox, time_required=synthesizer.needs_time,
-                               privacy_unit=r.privacy_unit, k=r.k, rng=noise.generator, folder=source.folder)
+        batches = source.batches(bbox=synthesizer.bbox, time_required=synthesizer.needs_time,
+                                 privacy_unit=r.privacy_unit, k=r.k, rng=noise.generator)
         release.check_interrupt()
         data = batches if synthesizer.streams else batches.trajectories()
         return synthesizer.fit(data, r.eps, r.delta, noise, contribution_bound=r.k, release=release)

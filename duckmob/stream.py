@@ -148,13 +148,35 @@ def _n(bucket) -> int:
     return bucket.n_trajectories if isinstance(bucket, Trajectories) else bucket[1]
 
 
-def _save(data: Trajectories, folder: str, i: int):
-    """Write one cleaned bucket as an Arrow IPC file (one row per trajectory, list columns); (path, n)."""
+def to_lists(data: Trajectories) -> pa.Table:
+    """Trajectories as an Arrow table of one row per trajectory (traj_id, user_id, and ts / lat / lon lists): the
+    form cleaned batches take on disk (IPC) and between Spark's executors and the driver."""
     offsets = pa.array(data.offsets, pa.int64())
-    table = pa.table({"traj_id": data.traj_id, "user_id": data.user_id,
-                      "ts": pa.LargeListArray.from_arrays(offsets, pa.array(data.ts, pa.int64())),
-                      "lat": pa.LargeListArray.from_arrays(offsets, pa.array(data.lat, pa.float64())),
-                      "lon": pa.LargeListArray.from_arrays(offsets, pa.array(data.lon, pa.float64()))})
+    return pa.table({"traj_id": pa.array(data.traj_id, pa.int64()), "user_id": pa.array(data.user_id, pa.int64()),
+                     "ts": pa.LargeListArray.from_arrays(offsets, pa.array(data.ts, pa.int64())),
+                     "lat": pa.LargeListArray.from_arrays(offsets, pa.array(data.lat, pa.float64())),
+                     "lon": pa.LargeListArray.from_arrays(offsets, pa.array(data.lon, pa.float64()))})
+
+
+LISTS_SCHEMA = to_lists(Trajectories.empty()).schema
+
+
+def from_lists(table: pa.Table) -> Trajectories:
+    """The inverse of :func:`to_lists` (zero-copy where Arrow allows)."""
+    table = table.combine_chunks()
+    if table.num_rows == 0:
+        return Trajectories.empty()
+    lat = table.column("lat").chunk(0)
+    offsets = lat.offsets.to_numpy().astype(np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    return Trajectories(offsets - lo, table.column("traj_id").to_numpy(), table.column("user_id").to_numpy(),
+                        table.column("ts").chunk(0).values.to_numpy()[lo:hi], lat.values.to_numpy()[lo:hi],
+                        table.column("lon").chunk(0).values.to_numpy()[lo:hi])
+
+
+def _save(data: Trajectories, folder: str, i: int):
+    """Write one cleaned bucket as an Arrow IPC file; (path, number of trajectories)."""
+    table = to_lists(data)
     path = os.path.join(folder, f"clean-{i}.arrow")
     with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
@@ -165,14 +187,19 @@ def _load(bucket) -> Trajectories:
     if isinstance(bucket, Trajectories):
         return bucket
     with pa.OSFile(bucket[0], "rb") as source:
-        table = pa.ipc.open_file(source).read_all().combine_chunks()
-    if table.num_rows == 0:
-        return Trajectories.empty()
-    lat = table.column("lat").chunk(0)
-    offsets = lat.offsets.to_numpy().astype(np.int64)
-    return Trajectories(offsets - offsets[0], table.column("traj_id").to_numpy(),
-                        table.column("user_id").to_numpy(), table.column("ts").chunk(0).values.to_numpy(),
-                        lat.values.to_numpy(), table.column("lon").chunk(0).values.to_numpy())
+        return from_lists(pa.ipc.open_file(source).read_all())
+
+
+def bound_keys(traj_id: np.ndarray, user_id: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Keep mask (in the given order) of the user unit's contribution bounding over trajectories listed in any
+    order, drawn as the in-memory path draws it: ``counting.bound_contributions`` over them in from_points'
+    (traj_id, user_id) order, so the same trajectories are kept whichever batches they came in."""
+    from duckmob.privacy.counting import bound_contributions
+
+    order = np.lexsort((user_id, traj_id))
+    mask = np.empty(len(order), dtype=bool)
+    mask[order] = bound_contributions(user_id[order], k, rng)
+    return mask
 
 
 def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, privacy_unit: str = "trajectory",
@@ -186,8 +213,6 @@ def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, privacy_uni
     first too once a second exists) and read back per pass; without it they stay in memory.
     Privacy: a per-trajectory transformation and the same bounding as the in-memory path (at most k trajectories
     per user, chosen at random), so the sensitivities of the mechanisms downstream are unchanged."""
-    from duckmob.privacy.counting import bound_contributions
-
     kept: list = []
     ids: list[tuple[np.ndarray, np.ndarray]] = []
     for table in buckets:
@@ -206,9 +231,7 @@ def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, privacy_uni
     if privacy_unit == "user":
         traj = np.concatenate([t for t, _ in ids]) if ids else np.zeros(0, np.int64)
         user = np.concatenate([u for _, u in ids]) if ids else np.zeros(0, np.int64)
-        order = np.lexsort((user, traj))               # from_points' trajectory order: (traj_id, user_id)
-        mask = np.empty(len(order), dtype=bool)
-        mask[order] = bound_contributions(user[order], k, rng())
+        mask = bound_keys(traj, user, k, rng())
         cuts = np.cumsum([0] + [len(t) for t, _ in ids])
         keep = [mask[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
     return Cleaned(kept, keep, folder)
@@ -270,7 +293,20 @@ def read_points(cur, query: str, *, bucket_points: int = BUCKET_POINTS,
     yield from route(reader, n, folder)
 
 
-class Source:
+class PointSource:
+    """Points the release core reads out of core, after its reservation (``Release.read``): :meth:`batches` cleans
+    them and bounds contributions as the in-memory path does, and returns :class:`Batches`; :meth:`close` frees
+    what it holds. :class:`Source` reads a DuckDB table; ``duckmob.spark.SparkSource`` a Spark DataFrame."""
+
+    def batches(self, *, bbox, time_required: bool, privacy_unit: str, k: int | None,
+                rng: Callable[[], np.random.Generator]) -> Batches:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Free what the source holds (temporary files, cursors, cached data)."""
+
+
+class Source(PointSource):
     """A table read out of core by the release core: ``open()`` (inside ``Release.read``) gives the point
     buckets; the release then cleans them (:func:`clean`). Holds the temporary folder until :meth:`close`.
 
@@ -280,6 +316,10 @@ class Source:
     def __init__(self, con, query: str, *, owned: bool = False, bucket_points: int | None = None):
         self.con, self.query, self.owned, self.bucket_points = con, query, owned, bucket_points
         self.folder: str | None = None
+
+    def batches(self, *, bbox, time_required, privacy_unit, k, rng) -> Batches:
+        return clean(self.open(), bbox=bbox, time_required=time_required, privacy_unit=privacy_unit, k=k, rng=rng,
+                     folder=self.folder)
 
     def open(self) -> Iterator[pa.Table]:
         self.folder = tempfile.mkdtemp(prefix="duckmob-")
@@ -370,5 +410,5 @@ def transitions(con, table: str, *, order=1, eps, n_states, seed=None, privacy_u
 
 
 __all__ = ["Batches", "InMemory", "Cleaned", "Source", "as_batches", "clean", "concat", "read_points", "route",
-           "noisy_count", "transitions",
+           "noisy_count", "transitions", "PointSource", "to_lists", "from_lists", "bound_keys",
            "n_buckets", "BUCKET_POINTS"]

@@ -1,0 +1,148 @@
+"""Scaling: time and peak memory of PrivTrace (synthesize) and the counting releases, in-memory path vs out of core.
+
+    python benchmarks/scale.py --dir /tmp/duckmob-scale --sizes 1e6,1e7          # prints a table
+    python benchmarks/scale.py --dir /data/scale --sizes 1e8,3e8 --cases privtrace-new,count-new
+
+Data: geolife_beijing (3.5 M fixes) replicated with fresh user and trajectory ids and a jitter of up to 0.0005
+degrees per copy, cut to each size, written once to ``DIR/points_<n>.parquet`` (and the cell sequences of each
+trajectory on the public 32 x 32 grid to ``DIR/cells_<n>.parquet``, for mob_transitions). Each case runs in a fresh
+subprocess; wall time is the release alone (the table is a view over the Parquet file), peak RSS the process's
+``ru_maxrss`` (DuckDB's buffers included).
+
+Cases: ``privtrace-old`` (the synthesize macro over a TEMP view: the whole table gathered as lists),
+``privtrace-new`` (over a view: read out of core by the release, duckmob.stream), ``count-old`` / ``count-new``
+(mob_noisy_count macro / stream.noisy_count), ``transitions-old`` / ``transitions-new`` (mob_transitions macro /
+stream.transitions). eps 1, seed 1, the default PrivTrace parameters, bbox of HRNet's Beijing box.
+Delete DIR afterwards (``--clean`` does it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+SOURCE = "/work/shared/data/geolife_beijing.parquet"
+BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
+CASES = ["privtrace-old", "privtrace-new", "count-old", "count-new", "transitions-old", "transitions-new"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def generate(folder: str, n: int, source: str = SOURCE) -> tuple[str, str]:
+    """``DIR/points_<n>.parquet`` and ``DIR/cells_<n>.parquet`` (made once)."""
+    import duckdb
+
+    points = os.path.join(folder, f"points_{n}.parquet")
+    cells = os.path.join(folder, f"cells_{n}.parquet")
+    con = duckdb.connect()
+    if not os.path.exists(points):
+        base = con.sql(f"SELECT count(*) FROM '{source}'").fetchall()[0][0]
+        copies = -(-n // base)
+        con.execute(f"""COPY (SELECT (user_id + r * 1000)::BIGINT AS user_id, traj_id::BIGINT + r * 100000000 AS traj_id,
+                     ts, lat + ((hash(r, traj_id) % 1000)::BIGINT - 500) * 1e-6 AS lat,
+                     lon + ((hash(traj_id, r) % 1000)::BIGINT - 500) * 1e-6 AS lon
+                     FROM '{source}', range({copies}) t(r) LIMIT {n}) TO '{points}' (FORMAT parquet)""")
+    if not os.path.exists(cells):
+        a, b, c, d = BBOX
+        con.execute(f"""COPY (SELECT traj_id, any_value(user_id) AS user_id, list(cell ORDER BY ts) AS cells FROM (
+                     SELECT traj_id, user_id, ts, least(floor((lat - {a}) / {c - a} * 32), 31)::BIGINT * 32
+                            + least(floor((lon - {b}) / {d - b} * 32), 31)::BIGINT AS cell
+                     FROM '{points}' WHERE lat BETWEEN {a} AND {c} AND lon BETWEEN {b} AND {d})
+                     GROUP BY traj_id) TO '{cells}' (FORMAT parquet)""")
+    con.close()
+    return points, cells
+
+
+def child(case: str, points: str, cells: str) -> dict:
+    """Run one case in this process; return its wall time (s) and peak RSS (MB)."""
+    import duckdb
+
+    sys.path.insert(0, ROOT)
+    import duckmob
+    from duckmob import stream
+
+    con = duckdb.connect()
+    duckmob.register(con)
+    temp = "TEMP " if case.endswith("-old") else ""
+    con.execute(f"CREATE {temp}VIEW trips AS FROM '{points}'")
+    con.execute(f"CREATE {temp}VIEW seqs AS FROM '{cells}'")
+    for name in ("trips", "seqs"):
+        con.execute(f"FROM mob_set_budget('{name}', eps := 100, delta := 1e-5)").fetchall()
+    start = time.perf_counter()
+    if case.startswith("privtrace"):
+        out = con.sql(f"SELECT count(*) FROM synthesize('trips', eps := 1.0, bbox := {BBOX}, seed := 1, "
+                      "n := 1000)").fetchall()[0][0]
+    elif case == "count-old":
+        out = con.sql("FROM mob_noisy_count('trips', eps := 1.0, seed := 1)").fetchall()[0][0]
+    elif case == "count-new":
+        out = stream.noisy_count(con, "trips", eps=1.0, seed=1)
+    elif case == "transitions-old":
+        out = con.sql("SELECT count(*) FROM mob_transitions('seqs', eps := 1.0, n_states := 1024, w := 32, "
+                      "support := 'neighbours', markov_order := 2, seed := 1)").fetchall()[0][0]
+    else:
+        out = int((stream.transitions(con, "seqs", order=2, eps=1.0, n_states=1024, w=32, support="neighbours",
+                                      seed=1)[1] > 0).sum())
+    wall = time.perf_counter() - start
+    con.close()
+    return {"case": case, "wall_s": round(wall, 2), "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            "out": float(out)}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dir", default="/tmp/duckmob-scale", help="folder for the generated Parquet files")
+    p.add_argument("--sizes", default="1e6,1e7", help="fixes per table, e.g. 1e6,1e7,1.5e7,1e8,3e8")
+    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per case")
+    p.add_argument("--out", help="also write the table to this file")
+    p.add_argument("--clean", action="store_true", help="delete --dir at the end")
+    p.add_argument("--child", nargs=3, metavar=("CASE", "POINTS", "CELLS"), help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        print(json.dumps(child(*a.child)))
+        return
+    os.makedirs(a.dir, exist_ok=True)
+    free_gb = shutil.disk_usage(a.dir).free / 1e9
+    rows = []
+    for size in [int(float(s)) for s in a.sizes.split(",")]:
+        if size * 40 / 1e9 > free_gb / 2:   # Parquet ~ 15-20 bytes a fix; keep half the disk free
+            print(f"skipping {size:,} fixes: {free_gb:.0f} GB free in {a.dir}", file=sys.stderr)
+            continue
+        t = time.perf_counter()
+        points, cells = generate(a.dir, size)
+        print(f"{size:,} fixes generated in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+        for case in a.cases.split(","):
+            try:
+                done = subprocess.run([sys.executable, __file__, "--child", case, points, cells], capture_output=True,
+                                      text=True, timeout=a.timeout, env={**os.environ, "PYTHONPATH": ROOT})
+                res = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else \
+                    {"case": case, "wall_s": None, "peak_mb": None, "error": done.stderr.strip().splitlines()[-1]}
+            except subprocess.TimeoutExpired:
+                res = {"case": case, "wall_s": None, "peak_mb": None, "error": f"timeout {a.timeout:.0f} s"}
+            res["fixes"] = size
+            rows.append(res)
+            print(json.dumps(res), file=sys.stderr)
+    lines = [f"{'fixes':>12} {'case':<17} {'wall s':>8} {'peak RSS MB':>12} {'s per M fixes':>14}"]
+    for r in rows:
+        wall = "-" if r["wall_s"] is None else f"{r['wall_s']:.1f}"
+        rss = "-" if r["peak_mb"] is None else f"{r['peak_mb']}"
+        per = "-" if r["wall_s"] is None else f"{r['wall_s'] / (r['fixes'] / 1e6):.2f}"
+        lines.append(f"{r['fixes']:>12,} {r['case']:<17} {wall:>8} {rss:>12} {per:>14}" +
+                     (f"  ({r['error']})" if "error" in r else ""))
+    table = "\n".join(lines)
+    print(table)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(f"# benchmarks/scale.py --sizes {a.sizes} on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d')})\n")
+            f.write(table + "\n")
+    if a.clean:
+        shutil.rmtree(a.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
