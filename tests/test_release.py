@@ -225,6 +225,7 @@ def test_an_edited_spend_is_detected(con):
 
 
 def test_budget_declarations_are_ordered_by_sequence_not_clock(con):
+    _trips(con)
     con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
     con.execute("UPDATE duckmob_budget SET declared_at = TIMESTAMP '2999-01-01'")
     con.sql("FROM mob_set_budget('trips', eps := 2.0, delta := 0)").fetchall()
@@ -265,6 +266,7 @@ def test_register_is_thread_safe(tmp_path):
         t.join()
     assert errors == [] and len(cons) == 8
     rest = cons
+    rest[0].execute("CREATE TABLE x AS SELECT 1 AS traj_id")   # a budget is declared for a table that exists
     rest[0].sql("FROM mob_set_budget('x', eps := 1, delta := 0)").fetchall()
     assert rest[0].sql("SELECT source FROM mob_budget()").fetchall() == [("x",)]
     for c in rest:
@@ -348,6 +350,7 @@ def _nothing_read(db, eps=0.1):
 
 
 def test_each_release_checks_the_ledger_incrementally(con, monkeypatch):
+    con.execute("CREATE TABLE trips AS SELECT 1 AS traj_id")   # a budget is declared for a table that exists
     con.sql("FROM mob_set_budget('trips', eps := 100.0, delta := 0)").fetchall()
     db = release.database(con)
     sealed, looks = [], []
@@ -410,6 +413,7 @@ def test_dropping_every_ledger_object_is_detected_by_the_process_that_saw_the_bu
      "privacy_unit := 'user' cannot tell whose each sequence is"),
 ])
 def test_a_release_needing_users_from_a_table_without_a_user_column_costs_nothing(con, call, message):
+    con.execute("CREATE TABLE trips AS SELECT 1 AS traj_id")   # a budget is declared for a table that exists
     con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
     read = []
     with pytest.raises(DuckmobError) as info:
@@ -434,3 +438,16 @@ def test_mob_noisy_count_needing_users_of_a_table_without_them_is_refused_for_fr
     con.execute("ALTER TABLE trips ADD COLUMN uid INTEGER DEFAULT 1")
     con.execute(f"FROM mob_noisy_count('trips', eps := 0.5, user_col := 'uid', {args})").fetchall()
     assert _statuses(con) == [(1, "spent")]
+
+
+@pytest.mark.parametrize("method", ["hrnet", "baseline"])
+def test_dp_sgd_against_a_delta_zero_budget_asks_for_a_positive_delta_for_free(con, method):
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 2, delta := 0)").fetchall()
+    with pytest.raises(duckdb.Error) as err:
+        con.sql(f"FROM synthesize('trips', eps := 1, method := '{method}', bbox := [0, 0, 1, 1])").fetchall()
+    assert one_line(err.value) == (
+        "duckmob: the privacy budget of 'trips' has delta 0, and DP-SGD needs delta > 0: declare a positive delta, "
+        "e.g. FROM mob_set_budget('trips', eps := 2, delta := 1e-5), or use a pure-eps method "
+        "(method := 'privtrace')")
+    assert _statuses(con) == [] and _spent(con) == 0.0   # refused while planning: nothing reserved or read

@@ -374,6 +374,14 @@ def _no_budget(source: str) -> BudgetError:
                        "eps := ..., delta := ...) first")
 
 
+def needs_delta(source: str, eps: float, what: str) -> BudgetError:
+    """The refusal of a release that needs delta > 0 (Gaussian noise, DP-SGD) against a budget with delta 0: no eps
+    is enough there, so it says to declare a positive delta or use a pure-eps method, never to raise eps."""
+    return BudgetError(f"the privacy budget of '{source}' has delta 0, and {what} needs delta > 0: declare a "
+                       f"positive delta, e.g. FROM mob_set_budget('{source}', eps := {eps:g}, delta := 1e-5), or "
+                       "use a pure-eps method (method := 'privtrace')")
+
+
 def prior(con, source: str, exclude: int | None = None, verified: Verified | None = None) -> Prior:
     """The budget of ``source`` and the releases a new one composes with; refuses a source with no budget and
     a tampered ledger (:func:`verify`, incremental with the ``verified`` the release core keeps). The releases
@@ -402,6 +410,8 @@ def check(prior_or_con, source_or_event, event: Event | None = None) -> None:
         return
     before = p.spent()
     after = accounting.epsilon(accounting.compose(list(p.events) + [event]), p.delta)
+    if math.isinf(after) and p.delta == 0:
+        raise needs_delta(p.source, p.eps, f"this release ({event})")
     need = "" if math.isinf(after) else f" (total {after:.6g})"
     raise BudgetError(
         f"privacy budget of '{p.source}' exceeded: eps {before:.6g} of {p.eps:g} spent at delta {p.delta:g}, this "

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from duckmob import release
+from duckmob import release, validators
 from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
 from duckmob.sql import Udf, one_row, points, scalar
@@ -68,11 +68,17 @@ def _sequences(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def udfs(db) -> list[Udf]:
-    def set_budget(source, eps, delta):
+    def set_budget(source, eps, delta, exists):
         source, eps, delta = scalar(source), scalar(eps), scalar(delta)
         if eps is None or delta is None:
             raise DuckmobError(f"mob_set_budget needs both eps and delta, e.g. FROM mob_set_budget('{source}', "
                                "eps := 4, delta := 1e-5)")
+        eps, delta = validators.positive("eps", eps), validators.delta_value(delta)   # public arguments first
+        # a first declaration names a table or view that exists; a declared budget can still be changed after
+        # its table is dropped (its ledger stays)
+        if not scalar(exists) and release.read_ledger(db, lambda cur: ledger.budget(cur, source)) is None:
+            raise DuckmobError(f"no such table or view: '{source}' (SHOW TABLES lists them); mob_set_budget "
+                               "declares the budget of the table that releases will read")
         row = release.set_budget(db, source, eps, delta)
         return one_row(pa.table({k: [row[k]] for k in ("source", "eps", "delta", "spent", "remaining")}))
 
@@ -116,7 +122,7 @@ def udfs(db) -> list[Udf]:
         Udf("_mob_noisy_count", noisy_count,
             ["STRUCT(traj_id BIGINT, user_id BIGINT)[]", "VARCHAR", "DOUBLE", "BIGINT", "VARCHAR", "BIGINT",
              "VARCHAR", "VARCHAR"], "STRUCT(count DOUBLE)[]", side_effects=True, special_nulls=True),
-        Udf("_mob_set_budget", set_budget, ["VARCHAR", "DOUBLE", "DOUBLE"], _BUDGET_ROW, side_effects=True,
+        Udf("_mob_set_budget", set_budget, ["VARCHAR", "DOUBLE", "DOUBLE", "BOOLEAN"], _BUDGET_ROW, side_effects=True,
             special_nulls=True),
         Udf("_mob_budgets", listing(ledger.budgets, _BUDGETS_SCHEMA), ["BOOLEAN"], _struct(_BUDGETS_SCHEMA),
             side_effects=True),

@@ -1,9 +1,22 @@
 -- Privacy budgets and the ledger (duckmob.privacy.ledger), noisy counts and noisy transition counts.
 -- No function here ever returns an exact count computed from a table.
 
--- Declare or raise the (eps, delta) budget of a source table; lowering it below what is spent is refused.
+-- Whether `name` names a table or view this connection sees (TEMP ones included): bare, or qualified by schema
+-- and/or database, quoted or not, in any case; a parenthesised query counts as present (reading it will tell).
+-- A fact about the catalog, not the data.
+CREATE OR REPLACE TEMP MACRO _mob_relation_exists(name) AS (
+    starts_with(trim(name), '(') OR EXISTS (
+        SELECT 1
+        FROM (SELECT database_name AS d, schema_name AS s, table_name AS n FROM duckdb_tables()
+              UNION ALL
+              SELECT database_name, schema_name, view_name FROM duckdb_views() WHERE NOT internal)
+        WHERE lower(replace(trim(name), '"', '')) IN (lower(n), lower(s || '.' || n), lower(d || '.' || n),
+                                                      lower(d || '.' || s || '.' || n))));
+
+-- Declare or raise the (eps, delta) budget of a source table; lowering it below what is spent is refused. A first
+-- declaration for a name that is no table or view is refused (a typo would otherwise budget nothing).
 CREATE OR REPLACE TEMP MACRO mob_set_budget(source, eps := NULL, delta := NULL) AS TABLE
-SELECT unnest(_mob_set_budget(source, eps, delta), recursive := true);
+SELECT unnest(_mob_set_budget(source, eps, delta, _mob_relation_exists(source)), recursive := true);
 
 -- One row per source: its latest budget, what is spent (PLD composition of every recorded release at the
 -- budget's delta, or the exact sum for pure Laplace), what remains, and how many releases were recorded.

@@ -118,3 +118,43 @@ def test_on_cell_sequences_of_the_shipped_sample(con):
     true_n = con.execute("SELECT count(*) FROM trips_cells").fetchall()[0][0]
     assert 0 < n < 66 * 66
     assert total == pytest.approx(true_n, rel=0.1)  # first-order mass ~ number of trajectories
+
+
+def test_set_budget_on_a_missing_table_is_refused(seqs):
+    assert refused(seqs, "FROM mob_set_budget('seq', eps := 1, delta := 0)") == (
+        "duckmob: no such table or view: 'seq' (SHOW TABLES lists them); mob_set_budget declares the budget of "
+        "the table that releases will read")
+    assert "no such table or view: 'other.seqs'" in refused(seqs, "FROM mob_set_budget('other.seqs', eps := 1, "
+                                                                   "delta := 0)")
+    assert seqs.sql("FROM mob_budget()").fetchall() == []
+    seqs.execute("CREATE VIEW v AS FROM seqs; CREATE SCHEMA s; CREATE TABLE s.Cells AS FROM seqs; "
+                 "CREATE TEMP TABLE tmp AS FROM seqs")
+    names = ["seqs", "SEQS", "main.seqs", "memory.main.seqs", '"memory"."main"."seqs"', "v", "s.cells", "tmp",
+             "temp.tmp", "(SELECT * FROM seqs)"]
+    for name in names:   # tables, views, TEMP tables, qualified and quoted names, a parenthesised query
+        seqs.sql(f"FROM mob_set_budget('{name}', eps := 1, delta := 0)").fetchall()
+    assert len(seqs.sql("FROM mob_budget()").fetchall()) == len(names)
+    # a declared budget can still be changed once its table is gone (its ledger stays)
+    seqs.execute("DROP VIEW v")
+    assert seqs.sql("SELECT eps FROM mob_set_budget('v', eps := 3, delta := 0)").fetchall() == [(3.0,)]
+
+
+def test_a_pure_laplace_release_past_a_delta_zero_budget_is_told_to_raise_eps(seqs):
+    seqs.sql("FROM mob_set_budget('seqs', eps := 1, delta := 0)").fetchall()
+    msg = refused(seqs, "FROM mob_noisy_count('seqs', eps := 2)")
+    assert "exceeded" in msg and "mob_set_budget('seqs', eps := ..., delta := 0)" in msg  # raising eps works here
+
+
+def test_a_release_needing_delta_against_a_delta_zero_budget_says_so(con):
+    """A Gaussian / DP-SGD event has no finite eps at delta 0: the refusal asks for a positive delta (or a
+    pure-eps method), never for a larger eps at delta 0."""
+    con.execute("CREATE TABLE t AS SELECT 1 AS traj_id")
+    con.sql("FROM mob_set_budget('t', eps := 4, delta := 0)").fetchall()
+    p = ledger.prior(con, "t")
+    with pytest.raises(ledger.BudgetError) as err:
+        ledger.check(p, acc.dp_sgd(1.0, 0.01, 100))
+    assert str(err.value) == (
+        "the privacy budget of 't' has delta 0, and this release (" + str(acc.dp_sgd(1.0, 0.01, 100)) +
+        ") needs delta > 0: declare a positive delta, e.g. FROM mob_set_budget('t', eps := 4, delta := 1e-5), or "
+        "use a pure-eps method (method := 'privtrace')")
+    assert "delta := 0)" not in str(err.value)
