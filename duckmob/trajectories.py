@@ -126,6 +126,7 @@ class CleaningReport:
     lat_out_of_range: int = 0
     lon_out_of_range: int = 0
     outside_bbox: int = 0
+    invalid_coordinates: int = 0  # points with a NULL/NaN or out-of-range lat or lon, dropped with outside='drop'
     duplicate_timestamps: int = 0
     unsorted_trajectories: int = 0
     short_trajectories: int = 0
@@ -140,6 +141,8 @@ class CleaningReport:
             out.append(f"sorted the points of {self.unsorted_trajectories} trajectories by time")
         if self.duplicate_timestamps:
             out.append(f"dropped {self.duplicate_timestamps} points with a duplicate timestamp (kept the first)")
+        if self.invalid_coordinates:
+            out.append(f"dropped {self.invalid_coordinates} points with a NULL, NaN or out-of-range lat or lon")
         if self.outside_bbox:
             out.append(f"dropped {self.outside_bbox} points outside the bounding box")
         if self.short_trajectories:
@@ -216,11 +219,6 @@ def _floats(col: pa.Array) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False)
 
 
-def _plain(x) -> str:
-    """A number as people write it (``116.318417``, not ``np.float64(116.318417)``)."""
-    return f"{float(x):.10g}"
-
-
 def _lex_order(keys: tuple[np.ndarray, ...]) -> np.ndarray | None:
     """The stable order sorting by ``keys`` (primary first), or None when the rows already are in that order.
 
@@ -238,26 +236,29 @@ def _lex_order(keys: tuple[np.ndarray, ...]) -> np.ndarray | None:
     return np.lexsort(keys[::-1])
 
 
-def _refuse(report: CleaningReport, traj, lat, lon, lat_bad, lon_bad, time_required: bool) -> None:
-    """The non-private refusals: exact counts and an example value, for a table the user will fix."""
+def _refuse(report: CleaningReport, lat, lon, lat_bad, lon_bad, time_required: bool, coordinates: bool) -> None:
+    """The non-private refusals: how many points fail a check and how to fix it, for a table the user will fix.
+    No value from the table is quoted (no coordinate, no id). ``coordinates``: whether invalid coordinates are
+    refused too (``outside := 'fail'``); with ``'drop'`` they are dropped like points outside the bbox."""
     for name, count in (("traj_id", report.null_traj_id), ("ts", report.null_ts if time_required else 0)):
         if count:
             raise DuckmobError(f"{count} points have a NULL {name}: filter them out first "
                                f"(WHERE {name} IS NOT NULL) or fill them in")
+    if not coordinates:
+        return
+    drop = " or pass outside := 'drop' to drop them"
     for name, values in (("lat", lat), ("lon", lon)):
         count = int(np.isnan(values).sum())
         if count:
             raise DuckmobError(f"{count} points have a NULL or NaN {name}: filter them out first "
-                               f"(WHERE {name} IS NOT NULL AND NOT isnan({name}))")
+                               f"(WHERE {name} IS NOT NULL AND NOT isnan({name})){drop}")
     if lat_bad.any():
         hint = " (are lat and lon swapped?)" if (np.abs(lon) <= 90).all() else ""
-        raise DuckmobError(f"{int(lat_bad.sum())} points have a latitude outside [-90, 90], e.g. "
-                           f"{_plain(lat[lat_bad][0])} in traj_id {int(traj[lat_bad][0])}{hint}: lat and lon "
-                           "must be WGS 84 degrees")
+        raise DuckmobError(f"{int(lat_bad.sum())} points have a latitude outside [-90, 90]{hint}: lat and lon "
+                           f"must be WGS 84 degrees; filter them out (WHERE lat BETWEEN -90 AND 90){drop}")
     if lon_bad.any():
-        raise DuckmobError(f"{int(lon_bad.sum())} points have a longitude outside [-180, 180], e.g. "
-                           f"{_plain(lon[lon_bad][0])} in traj_id {int(traj[lon_bad][0])}: lat and lon must be "
-                           "WGS 84 degrees")
+        raise DuckmobError(f"{int(lon_bad.sum())} points have a longitude outside [-180, 180]: lat and lon must be "
+                           f"WGS 84 degrees; filter them out (WHERE lon BETWEEN -180 AND 180){drop}")
 
 
 def from_points(points: pa.StructArray | pa.Table | None, bbox=None, outside: str = "fail", min_points: int = 2,
@@ -288,10 +289,13 @@ def from_points(points: pa.StructArray | pa.Table | None, bbox=None, outside: st
     a refusal or a count that depends on the data would be an unaccounted release. Only the public arguments
     (``outside``, ``bbox``) are checked and can raise.
 
-    ``private=False`` (tools whose output is the exact data anyway: mob_staypoints, mob_cell_sequences): a
-    failed point check raises a :class:`DuckmobError` saying how many points fail and how to fix it; so do points
-    outside ``bbox`` with ``outside='fail'`` (``'drop'`` drops them), an empty table and a table where no
-    trajectory is left. The returned report counts what was changed.
+    ``private=False`` (tools whose output is the exact data anyway: mob_staypoints, mob_cell_sequences, the
+    evaluation): a failed point check raises a :class:`DuckmobError` saying how many points fail and how to fix
+    it (never a value from the table); so do points outside ``bbox`` with ``outside='fail'``, an empty table and a
+    table where no trajectory is left. ``outside='drop'`` drops invalid coordinates (NULL or NaN, a latitude
+    outside [-90, 90], a longitude outside [-180, 180]) like points outside the bbox, each point on its own (the
+    rest of its trajectory is kept); a NULL traj_id or ts is still refused. The returned report counts what was
+    changed.
 
     With ``time_required=False`` (methods that model no time) a trajectory whose points all have a NULL ts is
     timeless: its points are ordered by ``seq`` (NULLs last, then table order), never deduplicated, and get
@@ -329,8 +333,10 @@ def _clean(points, bbox, outside, min_points, time_required, private) -> tuple[T
     report.missing_coordinates = int(missing.sum())
     report.lat_out_of_range, report.lon_out_of_range = int(lat_bad.sum()), int(lon_bad.sum())
     if not private:
-        _refuse(report, traj, lat, lon, lat_bad, lon_bad, time_required)
+        _refuse(report, lat, lon, lat_bad, lon_bad, time_required, coordinates=outside == "fail")
     bad = traj_null | missing | lat_bad | lon_bad
+    if outside == "drop":   # counted once per point for the report (the checks above may count one twice)
+        report.invalid_coordinates = int((missing | lat_bad | lon_bad).sum())
     del traj_null, missing, lat_bad, lon_bad
     if time_required:
         bad |= ts_null
@@ -435,6 +441,8 @@ def to_arrow(traj: Trajectories) -> pa.Table:
 
 NOT_PRIVATE = "exact counts: NOT differentially private"
 _DROPPED = "dropped by private releases (synthesize, mob_fit); refused by mob_staypoints, mob_cell_sequences"
+_DROPPED_COORDINATES = ("dropped by private releases and with outside := 'drop'; refused by mob_staypoints and "
+                        "with outside := 'fail'")
 
 
 def inspect(points: pa.StructArray | pa.Table | None, bbox=None) -> list[dict]:
@@ -481,9 +489,10 @@ def inspect(points: pa.StructArray | pa.Table | None, bbox=None) -> list[dict]:
     _, report = _clean(points, bbox, "drop", 2, True, private=True)
     add("NULL traj_id", report.null_traj_id, _DROPPED)
     add("NULL ts", report.null_ts, _DROPPED)
-    add("NULL or NaN lat/lon", report.missing_coordinates, _DROPPED)
-    add("lat outside [-90, 90]", report.lat_out_of_range, _DROPPED + " (lat/lon must be WGS 84 degrees)")
-    add("lon outside [-180, 180]", report.lon_out_of_range, _DROPPED + " (lat/lon must be WGS 84 degrees)")
+    add("NULL or NaN lat/lon", report.missing_coordinates, _DROPPED_COORDINATES)
+    add("lat outside [-90, 90]", report.lat_out_of_range, _DROPPED_COORDINATES + " (lat/lon must be WGS 84 degrees)")
+    add("lon outside [-180, 180]", report.lon_out_of_range,
+        _DROPPED_COORDINATES + " (lat/lon must be WGS 84 degrees)")
     if bbox is not None:
         add("points outside bbox", report.outside_bbox,
             "dropped by private releases and with outside := 'drop'; refused with outside := 'fail'")

@@ -94,11 +94,53 @@ def test_bad_coordinates(lat, lon, match):
     assert private(pts([1, 1], [0, 1], lat, lon)).n_trajectories == 0
 
 
-def test_refusal_messages_use_plain_numbers():
-    t = pts([17, 17], [0, 1], [40, 116.318417], [116, 116])
+def test_refusals_quote_no_value_from_the_table():
+    t = pts([17, 17, 17], [0, 1, 2], [40, 116.318417, 40.5], [116, 116, 181.25])
+    for kw in ({}, {"outside": "fail", "bbox": BOX}):
+        with pytest.raises(DuckmobError) as exc:
+            from_points(t, **kw)
+        assert str(exc.value) == ("1 points have a latitude outside [-90, 90]: lat and lon must be WGS 84 degrees; "
+                                  "filter them out (WHERE lat BETWEEN -90 AND 90) or pass outside := 'drop' to "
+                                  "drop them")
     with pytest.raises(DuckmobError) as exc:
-        from_points(t)
-    assert "e.g. 116.318417 in traj_id 17" in str(exc.value) and "np." not in str(exc.value)
+        from_points(pts([17, 17], [0, 1], [40, 40.5], [116, 181.25]))
+    assert "116.318417" not in str(exc.value) and "181.25" not in str(exc.value) and "17" not in str(exc.value)
+
+
+@pytest.mark.parametrize("bad_lat,bad_lon", [(95.0, 116.2), (-90.5, 116.2), (40.2, 181.0), (40.2, -200.0),
+                                             (float("nan"), 116.2), (40.2, float("nan")), (None, 116.2)])
+def test_invalid_coordinates_are_dropped_like_outside_points_with_outside_drop(bad_lat, bad_lon):
+    # trajectory 1: the bad point in the middle of three; trajectory 2 untouched; trajectory 3 only bad + one good
+    t = pts([1, 1, 1, 2, 2, 3, 3], [0, 1, 2, 0, 1, 0, 1], [40.0, bad_lat, 40.4, 39.5, 39.6, bad_lat, 40.1],
+            [116.0, bad_lon, 116.4, 115.5, 115.6, bad_lon, 116.1])
+    got, report = from_points(t, bbox=BOX, outside="drop")
+    assert got.traj_id.tolist() == [1, 2] and got.lengths.tolist() == [2, 2]   # the rest of trajectory 1 is kept
+    assert got.lat.tolist() == [40.0, 40.4, 39.5, 39.6]
+    assert report.invalid_coordinates == 2 and report.outside_bbox == 0 and report.short_trajectories == 1
+    assert report.messages()[0] == "dropped 2 points with a NULL, NaN or out-of-range lat or lon"
+    # exactly what a private release keeps, and what the same table without those points gives
+    assert same(got, private(t, bbox=BOX))
+    assert same(got, from_points(t.filter(pa.array([True, False, True, True, True, False, True])), bbox=BOX,
+                                 outside="drop")[0])
+    with pytest.raises(DuckmobError, match="or pass outside := 'drop' to drop them"):
+        from_points(t, bbox=BOX, outside="fail")
+
+
+def test_invalid_coordinates_in_sql(con):
+    con.execute("CREATE TABLE taxi AS SELECT * FROM (VALUES (1, 0, 39.90, 116.30), (1, 60, 95.0, 116.31), "
+                "(1, 120, 39.91, 116.32), (2, 0, 39.95, 116.35), (2, 60, 39.96, 'nan'::DOUBLE), "
+                "(2, 120, 39.97, 116.37)) t(traj_id, s, lat, lon)")
+    src = "'(SELECT traj_id, to_timestamp(1.2e9 + s)::TIMESTAMP AS ts, lat, lon FROM taxi)'"
+    bbox = "[39.8477, 116.1956, 40.1133, 116.4880]"
+    rows = con.execute(f"SELECT traj_id, len(cells) FROM mob_cell_sequences({src}, bbox := {bbox}, w := 32, "
+                       "stay_points := false, outside := 'drop') ORDER BY traj_id").fetchall()
+    assert [r[0] for r in rows] == [1, 2]
+    with pytest.raises(Exception) as err:
+        con.execute(f"FROM mob_cell_sequences({src}, bbox := {bbox}, w := 32, outside := 'fail')").fetchall()
+    assert "1 points have a NULL or NaN lon" in str(err.value) and "95" not in str(err.value)
+    metrics = dict(con.execute(f"SELECT metric, value FROM mob_evaluate({src}, {src}, bbox := {bbox}, "
+                               "families := ['privtrace'])").fetchall())
+    assert metrics["real_trajectories"] == 2   # the evaluation drops them too (it always used outside := 'drop')
 
 
 def test_null_time_and_id():
