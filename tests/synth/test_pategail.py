@@ -218,17 +218,15 @@ def test_fit_and_sample_through_sql_under_both_units(trips):
         assert len(np.unique(np.asarray(out["traj_id"]))) == 40 and out["ts"].null_count == 0
         again = con.sql(f"FROM mob_sample('{name}', n := 40, seed := 2)").to_arrow_table()
         assert again.equals(out)
-    out = con.sql(f"FROM synthesize('trips', eps := 1.0, bbox := {BOX}, method := 'pategail', n := 25, seed := 3, "
-                  f"params := {params})").to_arrow_table()
-    lat, lon = np.asarray(out["lat"]), np.asarray(out["lon"])
-    assert len(np.unique(np.asarray(out["traj_id"]))) == 25 and ((lat >= 0) & (lat <= 1) & (lon >= 0) & (lon <= 1)).all()
     # no real value reaches the output: no synthetic point is a real fix, times come from the public base date
+    lat, lon = np.asarray(out["lat"]), np.asarray(out["lon"])
+    assert ((lat >= 0) & (lat <= 1) & (lon >= 0) & (lon <= 1)).all()
     real = {(r[3], r[4]) for r in rows}
     assert not real & set(zip(lat.tolist(), lon.tolist()))
     ts = np.asarray(out["ts"]).astype("datetime64[us]")
     assert (ts >= np.datetime64("2008-01-01")).all() and (ts < np.datetime64("2008-01-04")).all()
     counts = con.execute("SELECT count(*) FROM duckmob_ledger WHERE status = 'spent'").fetchall()[0][0]
-    assert counts == 3      # one event per fit
+    assert counts == 2      # one event per fit
 
 
 def test_the_model_holds_no_real_value_and_round_trips(trips):
