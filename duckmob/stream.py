@@ -75,8 +75,11 @@ class Batches:
         return total
 
     def trajectories(self) -> Trajectories:
-        """Every batch in one :class:`Trajectories` (for methods that need all of them at once: O(points))."""
-        return concat(list(self))
+        """Every batch in one :class:`Trajectories`, in from_points' (traj_id, user_id) order as in memory (for
+        methods that need all of them at once: O(points))."""
+        data = concat(list(self))
+        order = np.lexsort((data.user_id, data.traj_id))
+        return data if np.all(order[1:] > order[:-1]) else data.take(order)
 
     def close(self) -> None:
         """Delete what was written to disk (a no-op in memory)."""
@@ -128,12 +131,6 @@ class Cleaned(Batches):
         for bucket, keep in zip(self._buckets, self._keep):
             data = _load(bucket)
             yield data if keep is None else data.take(keep)
-
-    def trajectories(self) -> Trajectories:
-        """Every batch in one :class:`Trajectories`, in from_points' (traj_id, user_id) order, as in memory."""
-        data = concat(list(self))
-        order = np.lexsort((data.user_id, data.traj_id))
-        return data if np.all(order[1:] > order[:-1]) else data.take(order)
 
     def close(self) -> None:
         if self._folder is not None:

@@ -1,0 +1,180 @@
+"""Releases from a Spark DataFrame (PySpark 4), when one machine is not enough: the same release, run by Spark.
+
+Nothing here is a second implementation. The release core (:func:`duckmob.release.fit`) runs on the driver with
+its ledger in a DuckDB file; what it reads is a :class:`SparkSource`, whose :class:`SparkBatches` give a method
+the same two things the out-of-core DuckDB path gives (``duckmob.stream``):
+
+* the cleaned trajectories: the DataFrame is hash-partitioned by traj_id (every partition holds whole
+  trajectories) and each partition goes through ``from_points(private=True)`` in ``mapInArrow``; cleaned
+  partitions are cached in the per-trajectory Arrow form of ``stream.to_lists``. Under the user unit, only the
+  (traj_id, user_id) pairs of the kept trajectories reach the driver (16 bytes a trajectory), where
+  ``stream.bound_keys`` draws the bounding exactly as the in-memory path does;
+* ``reduce(fn)``: the method's own per-batch statistics function (for PrivTrace, ``PrivTrace._statistics``:
+  integer noise-grid steps) runs on each partition in ``mapInArrow``; only those integer tables, bounded by the
+  public grid and state sizes, are collected and summed on the driver, where the release core adds the noise once.
+
+So a Spark release equals the DuckDB one on the same rows under the same seed (tests/test_spark.py). The
+synthetic table comes back as a Spark DataFrame. Pointing it at a cluster: build the SparkSession with your master
+(``SparkSession.builder.master("yarn")`` or ``spark://...``); duckmob and its dependencies must be installed on the
+executors (the statistics functions are shipped by cloudpickle and import duckmob there). See docs/scale.md.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from duckmob import release, stream
+from duckmob.trajectories import Trajectories, from_points
+
+_SUMS_SCHEMA = "name string, sums binary"
+# stream.to_lists' columns as Spark types (Spark's arrays are Arrow lists with 32-bit offsets)
+_LISTS_DDL = "traj_id long, user_id long, ts array<long>, lat array<double>, lon array<double>"
+_LISTS32 = pa.schema([("traj_id", pa.int64()), ("user_id", pa.int64()), ("ts", pa.list_(pa.int64())),
+                      ("lat", pa.list_(pa.float64())), ("lon", pa.list_(pa.float64()))])
+
+
+def _points(df, traj_col, ts_col, lat_col, lon_col, user_col, privacy_unit):
+    """mob_points' columns from a DataFrame (user ids only under the user unit, as the macros gather them)."""
+    from pyspark.sql import functions as F
+
+    user = F.col(user_col).cast("long") if privacy_unit == "user" and user_col in df.columns else \
+        F.lit(None).cast("long")
+    # a zone-less timestamp passes as it is (DuckDB's TIMESTAMP); one with the session's zone as epoch µs (UTC), so
+    # no clock change can reorder a trajectory's points
+    kind = dict(df.dtypes).get(ts_col)
+    ts = F.unix_micros(F.col(ts_col)) if kind == "timestamp" else F.col(ts_col)
+    return df.select(F.col(traj_col).cast("long").alias("traj_id"), user.alias("user_id"), ts.alias("ts"),
+                     F.col(lat_col).cast("double").alias("lat"), F.col(lon_col).cast("double").alias("lon"))
+
+
+def _cleaner(bbox, time_required: bool):
+    def clean(batches):
+        table = pa.Table.from_batches(list(batches))
+        data, _ = from_points(table, bbox=bbox, outside="drop", time_required=time_required, private=True)
+        yield from stream.to_lists(data).cast(_LISTS32).to_batches()
+    return clean
+
+
+def _kept(data: Trajectories, keys) -> Trajectories:
+    """The trajectories of ``data`` whose (traj_id, user_id) is among the sorted ``keys`` (a structured array)."""
+    if keys is None or data.n_trajectories == 0:
+        return data
+    mine = np.rec.fromarrays([data.traj_id, data.user_id], names="t,u")
+    pos = np.minimum(np.searchsorted(keys, mine), max(len(keys) - 1, 0))
+    return data.take(keys[pos] == mine if len(keys) else np.zeros(data.n_trajectories, dtype=bool))
+
+
+class SparkBatches(stream.Batches):
+    """Cleaned trajectories cached in Spark; :meth:`reduce` runs a statistics function on every partition and sums
+    the integer tables it returns on the driver."""
+
+    def __init__(self, cleaned, keys, n_trajectories: int):
+        self.cleaned, self.keys, self.n_trajectories = cleaned, keys, int(n_trajectories)
+
+    def reduce(self, fn: Callable[[Trajectories], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        keys = self.keys
+
+        def partition(batches):
+            data = _kept(stream.from_lists(pa.Table.from_batches(list(batches), schema=_LISTS32)), keys)
+            out = fn(data)
+            yield pa.RecordBatch.from_pydict({"name": list(out),
+                                              "sums": [np.asarray(v, dtype=np.int64).tobytes() for v in out.values()]})
+
+        total = {k: np.asarray(v, dtype=np.int64).copy() for k, v in fn(Trajectories.empty()).items()}
+        rows = self.cleaned.mapInArrow(partition, _SUMS_SCHEMA).toArrow()
+        for name, blob in zip(rows.column("name").to_pylist(), rows.column("sums").to_pylist()):
+            total[name] += np.frombuffer(blob, dtype=np.int64)
+        return total
+
+    def __iter__(self):
+        """Every kept trajectory on the driver, as one batch (for methods that do not stream: O(points))."""
+        yield _kept(stream.from_lists(self.cleaned.toArrow()), self.keys)
+
+    def close(self) -> None:
+        self.cleaned.unpersist()
+
+
+class SparkSource(stream.PointSource):
+    """A Spark DataFrame of points read by the release core, after its reservation, in ``partitions`` hash
+    partitions of traj_id (default: four per core of the session)."""
+
+    def __init__(self, df, *, partitions: int | None = None, traj_col="traj_id", ts_col="ts", lat_col="lat",
+                 lon_col="lon", user_col="user_id"):
+        self.df, self.partitions = df, partitions
+        self.columns = (traj_col, ts_col, lat_col, lon_col, user_col)
+        self._batches = None
+
+    def batches(self, *, bbox, time_required, privacy_unit, k, rng) -> SparkBatches:
+        from pyspark import StorageLevel
+
+        spark = self.df.sparkSession
+        n = self.partitions or 4 * spark.sparkContext.defaultParallelism
+        points = _points(self.df, *self.columns, privacy_unit).repartition(n, "traj_id")
+        cleaned = points.mapInArrow(_cleaner(bbox, time_required), _LISTS_DDL).persist(
+            StorageLevel.MEMORY_AND_DISK)
+        ids = cleaned.select("traj_id", "user_id").toArrow()
+        traj = ids.column("traj_id").to_numpy()
+        user = ids.column("user_id").to_numpy()
+        keys = None
+        n_kept = len(traj)
+        if privacy_unit == "user":
+            keep = stream.bound_keys(traj, user, k, rng())
+            keys = np.sort(np.rec.fromarrays([traj[keep], user[keep]], names="t,u"))
+            n_kept = int(keep.sum())
+        self._batches = SparkBatches(cleaned, keys, n_kept)
+        return self._batches
+
+    def close(self) -> None:
+        if self._batches is not None:
+            self._batches.close()
+            self._batches = None
+
+
+def _ledger(ledger: str):
+    import duckdb
+
+    from duckmob.sql import register
+
+    con = duckdb.connect(ledger)
+    register(con)
+    return con
+
+
+def set_budget(ledger: str, source: str, eps: float, delta: float) -> dict:
+    """Declare or raise the budget of ``source`` (a name for the Spark table) in the DuckDB ledger file."""
+    con = _ledger(ledger)
+    try:
+        return release.set_budget(release.database(con), source, eps, delta)
+    finally:
+        con.close()
+
+
+def synthesize(df, *, source: str, ledger: str, eps, method: str = "privtrace", delta=None, bbox=None, n=None,
+               seed=None, privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None,
+               partitions: int | None = None, traj_col="traj_id", ts_col="ts", lat_col="lat", lon_col="lon",
+               user_col="user_id", **method_params):
+    """``synthesize`` on a Spark DataFrame: fit + sample, one spend of ``source``'s budget recorded in the DuckDB
+    file ``ledger`` (declare it first with :func:`set_budget`); returns the synthetic table as a Spark DataFrame
+    (traj_id, seq, lat, lon, ts). Arguments as the SQL macro's; ``source`` is the name the ledger records."""
+    from duckmob import synth
+    from duckmob.sql.synth import rows
+
+    con = _ledger(ledger)
+    try:
+        db = release.database(con)
+        r = release.fit_request(source=source, eps=eps, delta=delta, method=method, bbox=bbox,
+                                privacy_unit=privacy_unit, max_trajectories_per_user=max_trajectories_per_user,
+                                params={**synth.parse_params(params), **method_params}, seed=seed, n=n)
+        src = SparkSource(df, partitions=partitions, traj_col=traj_col, ts_col=ts_col, lat_col=lat_col,
+                          lon_col=lon_col, user_col=user_col)
+        model, _, noise = release.fit(db, r, lambda: src)
+        out = rows(release.sample(model, r.n, noise.generator()))
+    finally:
+        con.close()
+    return df.sparkSession.createDataFrame(out)
+
+
+__all__ = ["SparkSource", "SparkBatches", "synthesize", "set_budget"]

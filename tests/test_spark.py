@@ -1,0 +1,98 @@
+"""duckmob.spark on local[2]: Spark and DuckDB give the same reduced tables, and the same release, on the same rows.
+
+Skipped when pyspark (the [spark] extra) or Java is missing. About a minute: Spark's start and a few small jobs."""
+
+import shutil
+
+import duckdb
+import numpy as np
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+pytest.importorskip("pandas")   # PySpark's Arrow functions need it
+if shutil.which("java") is None:
+    pytest.skip("Spark needs Java", allow_module_level=True)
+
+import duckmob  # noqa: E402
+from duckmob import spark as dspark, stream  # noqa: E402
+from duckmob.sql.synth import synthesize_table  # noqa: E402
+from duckmob.synth import placement  # noqa: E402
+from duckmob.synth.privtrace.markov import density_sums  # noqa: E402
+from duckmob.synth.privtrace.states import state_sequences, uniform_grid  # noqa: E402
+
+SAMPLE = "duckmob/data/geolife_sample.parquet"
+BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("spark")
+    path = str(folder / "points.parquet")
+    con = duckdb.connect()
+    con.execute(f"COPY (FROM '{SAMPLE}' WHERE traj_id IN (SELECT DISTINCT traj_id FROM '{SAMPLE}' "
+                f"ORDER BY traj_id % 97, traj_id LIMIT 300)) TO '{path}' (FORMAT parquet)")
+    con.close()
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("duckmob-test").config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC")
+               .getOrCreate())
+    yield folder, path, session
+    session.stop()
+
+
+def _statistics_fn():
+    """A method's per-batch statistics: a length-normalised density and the fine stage's two tables (a local
+    function: Spark's workers get it by value, as they get a method's)."""
+    def statistics(d):
+        grid = uniform_grid(BBOX, 8)
+        off, states, _ = state_sequences(grid, d.offsets, d.lat, d.lon)
+        return {"density": density_sums(off, states, 64, 2.0),
+                **placement.statistics(d, BBOX, 64, {"density": 3.0, "steps": 5.0})}
+    return statistics
+
+
+def test_spark_and_duckdb_reduce_to_the_same_tables(data):
+    _folder, path, session = data
+    con = duckdb.connect()
+    query = f"SELECT traj_id::BIGINT AS traj_id, user_id::BIGINT AS user_id, ts, lat, lon, NULL::BIGINT AS seq " \
+            f"FROM '{path}'"
+    source = stream.Source(con, query, bucket_points=3000)
+    ddb = source.batches(bbox=BBOX, time_required=False, privacy_unit="user", k=3,
+                         rng=lambda: np.random.default_rng(1))
+    want = ddb.reduce(_statistics_fn())
+    n_ddb = ddb.n_trajectories
+    ddb.close()
+    source.close()
+    con.close()
+    src = dspark.SparkSource(session.read.parquet(path), partitions=3)
+    sb = src.batches(bbox=BBOX, time_required=False, privacy_unit="user", k=3, rng=lambda: np.random.default_rng(1))
+    got = sb.reduce(_statistics_fn())
+    assert sb.n_trajectories == n_ddb > 20
+    src.close()
+    assert want.keys() == got.keys()
+    for key in want:
+        assert np.array_equal(want[key], got[key]), key
+        assert want[key].sum() > 0
+
+
+def test_spark_synthesize_equals_duckdb(data):
+    folder, path, session = data
+    ledger = str(folder / "ledger.duckdb")
+    dspark.set_budget(ledger, "trips", 10.0, 1e-5)
+    out = dspark.synthesize(session.read.parquet(path), source="trips", ledger=ledger, eps=2.0, bbox=BBOX, seed=3,
+                            n=20, privacy_unit="user", max_trajectories_per_user=20, partitions=3)
+    got = [tuple(r) for r in out.collect()]
+    con = duckdb.connect()
+    duckmob.register(con)
+    con.execute(f"CREATE TABLE trips AS FROM '{path}'")
+    con.execute("FROM mob_set_budget('trips', eps := 10, delta := 1e-5)").fetchall()
+    want = synthesize_table(con, "trips", 2.0, bbox=BBOX, seed=3, n=20, privacy_unit="user",
+                            max_trajectories_per_user=20)
+    con.close()
+    assert got == [tuple(r.values()) for r in want.to_pylist()]
+    assert len(got) > 40
+    led = duckdb.connect(ledger)
+    rows = led.sql("SELECT source, status FROM duckmob_ledger").fetchall()
+    led.close()
+    assert rows == [("trips", "spent")]
