@@ -6,8 +6,9 @@
 Data: geolife_beijing (3.5 M fixes) replicated with fresh user and trajectory ids and a jitter of up to 0.0005
 degrees per copy, cut to each size, written once to ``DIR/points_<n>.parquet`` (and the cell sequences of each
 trajectory on the public 32 x 32 grid to ``DIR/cells_<n>.parquet``, for mob_transitions). Each case runs in a fresh
-subprocess; wall time is the release alone (the table is a view over the Parquet file), peak RSS the process's
-``ru_maxrss`` (DuckDB's buffers included).
+subprocess; wall time is the release alone (the table is a view over the Parquet file), CPU time the process's
+user + system time over the release (all threads: on a machine shared with other work it is the steadier
+figure), peak RSS the process's ``ru_maxrss`` (DuckDB's buffers included).
 
 Cases: ``privtrace-old`` (the synthesize macro over a TEMP view: the whole table gathered as lists),
 ``privtrace-new`` (over a view: read out of core by the release, duckmob.stream), ``count-old`` / ``count-new``
@@ -74,6 +75,8 @@ def child(case: str, points: str, cells: str) -> dict:
     for name in ("trips", "seqs"):
         con.execute(f"FROM mob_set_budget('{name}', eps := 100, delta := 1e-5)").fetchall()
     start = time.perf_counter()
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = use.ru_utime + use.ru_stime
     if case.startswith("privtrace"):
         out = con.sql(f"SELECT count(*) FROM synthesize('trips', eps := 1.0, bbox := {BBOX}, seed := 1, "
                       "n := 1000)").fetchall()[0][0]
@@ -88,8 +91,10 @@ def child(case: str, points: str, cells: str) -> dict:
         out = int((stream.transitions(con, "seqs", order=2, eps=1.0, n_states=1024, w=32, support="neighbours",
                                       seed=1)[1] > 0).sum())
     wall = time.perf_counter() - start
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = use.ru_utime + use.ru_stime - cpu0
     con.close()
-    return {"case": case, "wall_s": round(wall, 2), "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+    return {"case": case, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mb": use.ru_maxrss // 1024,
             "out": float(out)}
 
 
@@ -127,12 +132,13 @@ def main(argv=None) -> None:
             res["fixes"] = size
             rows.append(res)
             print(json.dumps(res), file=sys.stderr)
-    lines = [f"{'fixes':>12} {'case':<17} {'wall s':>8} {'peak RSS MB':>12} {'s per M fixes':>14}"]
+    lines = [f"{'fixes':>12} {'case':<17} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12} {'CPU s / M fixes':>16}"]
     for r in rows:
         wall = "-" if r["wall_s"] is None else f"{r['wall_s']:.1f}"
+        cpu = "-" if r.get("cpu_s") is None else f"{r['cpu_s']:.1f}"
         rss = "-" if r["peak_mb"] is None else f"{r['peak_mb']}"
-        per = "-" if r["wall_s"] is None else f"{r['wall_s'] / (r['fixes'] / 1e6):.2f}"
-        lines.append(f"{r['fixes']:>12,} {r['case']:<17} {wall:>8} {rss:>12} {per:>14}" +
+        per = "-" if r.get("cpu_s") is None else f"{r['cpu_s'] / (r['fixes'] / 1e6):.2f}"
+        lines.append(f"{r['fixes']:>12,} {r['case']:<17} {wall:>8} {cpu:>8} {rss:>12} {per:>16}" +
                      (f"  ({r['error']})" if "error" in r else ""))
     table = "\n".join(lines)
     print(table)

@@ -384,7 +384,7 @@ def transitions(con, table: str, *, order=1, eps, n_states, seed=None, privacy_u
                 max_trajectories_per_user=None, max_length=None, support=None, w=None, traj_col="traj_id",
                 user_col="user_id", cells_col="cells"):
     """``mob_transitions`` on a table of cell sequences read in record batches of ``SEQUENCE_ROWS`` sequences
-    (ordered by traj_id, as the in-memory path orders them; the user unit reads the table twice). Returns
+    (under the user unit ordered by traj_id, as the in-memory path orders them, and read twice). Returns
     ``(states, counts)`` as :func:`duckmob.release.transitions`: the same release, with memory bounded by a batch
     and the model."""
     from duckmob import release
@@ -394,8 +394,10 @@ def transitions(con, table: str, *, order=1, eps, n_states, seed=None, privacy_u
     register(con)
     db = release.database(con)
     user = user_col if user_col in _columns(con, table) else None
+    # the order only matters to the user unit's random choice (sums are order-free): sort only then
+    sort = " ORDER BY traj_id" if privacy_unit == "user" else ""
     query = (f"SELECT {traj_col}::BIGINT AS traj_id, {'NULL' if user is None else user}::BIGINT AS user_id, "
-             f"{cells_col}::BIGINT[] AS cells FROM {table} ORDER BY traj_id")
+             f"{cells_col}::BIGINT[] AS cells FROM {table}{sort}")
 
     def batches():
         for rb in con.sql(query).to_arrow_reader(batch_size=SEQUENCE_ROWS):
