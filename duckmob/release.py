@@ -352,8 +352,8 @@ def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, priva
 def fit(db: Database, request: FitRequest, load_points: Callable[[], pa.Table]):
     """Fit ``request.method`` on the points ``load_points()`` returns: one release of the source's budget.
 
-    ``load_points()`` returns an Arrow table of points (in memory), or a :class:`duckmob.stream.PointSource` that the
-    release reads out of core, bucket by bucket, after the reservation (the same model under the same seed).
+    ``load_points()`` returns an Arrow table of points (in memory), or a :class:`duckmob.stream.PointSource` that
+    the release reads out of core, bucket by bucket, after the reservation (the same model under the same seed).
 
     Returns ``(model, ledger id, noise source)``. The points are cleaned privately (invalid points, points
     outside the bbox and short trajectories dropped, per trajectory, silently); with the user unit each user
@@ -396,8 +396,9 @@ def fit(db: Database, request: FitRequest, load_points: Callable[[], pa.Table]):
 
 def _fit_batches(release: Release, r: FitRequest, source, noise):
     """The fit of :func:`fit` on a :class:`duckmob.stream.PointSource`: the same cleaning and contribution
-    bounding, batch by batch (``stream.clean``; Spark partitions in ``duckmob.spark``), then the method's fit on the batches (a method that does not stream gets
-    them concatenated). The same model as the in-memory path under the same seed (tests/test_stream.py)."""
+    bounding, batch by batch (``stream.clean``; Spark partitions in ``duckmob.spark``), then the method's fit on
+    the batches (a method that does not stream gets them concatenated). The same model as the in-memory path
+    under the same seed (tests/test_stream.py)."""
     synthesizer = r.synthesizer
     batches = None
     try:

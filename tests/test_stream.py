@@ -97,7 +97,8 @@ def test_transitions_out_of_core_equal(con, small_batches, unit, order, support)
                  for s, v in zip(states, values) if v > 0)
     sup = f", support := '{support}', w := 8" if support else ""
     want = con.sql(f"FROM mob_transitions('smem', markov_order := {order}, eps := 1.0, n_states := 64, seed := 9, "
-                   f"privacy_unit := '{unit}', max_trajectories_per_user := {k or 'NULL'}{sup}) ORDER BY ALL").fetchall()
+                   f"privacy_unit := '{unit}', max_trajectories_per_user := {k or 'NULL'}{sup}) ORDER BY ALL"
+                   ).fetchall()
     assert got == sorted(want, key=lambda r: (r[0] is not None, r))  # NULLs first, as ORDER BY ALL
     assert len(got) > 50
 

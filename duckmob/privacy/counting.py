@@ -651,8 +651,8 @@ def noisy_region_transition_counts(offsets, cells, w: int, level: int, eps: floa
     return normalised_release(pair, traj, n_transitions, size, scale, noise).reshape(4 ** int(level), w * w)
 
 
-__all__ = ["normalised_release", "normalised_sums", "release_sums", "transition_counts", "noisy_transition_counts", "noisy_transition_counts_sparse", "support_entries",
-           "noisy_transition_counts_batches", "noisy_transition_counts_sparse_batches",
-           "noisy_count", "bound_contributions", "truncate",
-           "windows", "first_order_support", "region_transition_counts", "noisy_region_transition_counts",
-           "PRIVACY_UNITS", "MAX_UNITS"]
+__all__ = ["normalised_release", "normalised_sums", "release_sums", "transition_counts", "noisy_transition_counts",
+           "noisy_transition_counts_sparse", "support_entries", "noisy_transition_counts_batches",
+           "noisy_transition_counts_sparse_batches", "noisy_count", "bound_contributions", "truncate", "windows",
+           "first_order_support", "region_transition_counts", "noisy_region_transition_counts", "PRIVACY_UNITS",
+           "MAX_UNITS"]
