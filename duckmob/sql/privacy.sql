@@ -35,6 +35,33 @@ FROM (SELECT unnest(_mob_ledger(true), recursive := true));
 CREATE OR REPLACE TEMP MACRO _mob_user_col(user_type, user_col) AS
     CASE WHEN user_type IN ('NULL', '"NULL"') THEN NULL ELSE user_col END;
 
+-- Whether a column type (typeof) is an integer type (or the NULL stand-in of a missing user column).
+CREATE OR REPLACE TEMP MACRO _mob_integer_type(t) AS
+    t IN ('NULL', '"NULL"', 'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'UTINYINT', 'USMALLINT', 'UINTEGER',
+          'UBIGINT', 'HUGEINT', 'UHUGEINT');
+
+-- `tbl` when its id columns are integers and its cells (cells_type NULL: none) lists of integers; otherwise an
+-- error naming the column and its type. The types are typeof(any_value(column)) of the release's one aggregate
+-- row: the column's type, the same on an empty table, so the check depends on the schema only and never quotes a
+-- value (a plain ::BIGINT cast refused the first value it could not convert, quoting it). The values are then
+-- TRY_CAST: an integer beyond BIGINT (UBIGINT, HUGEINT) becomes NULL (no id; a sequence with a NULL cell is
+-- dropped).
+CREATE OR REPLACE TEMP MACRO _mob_typed_source(tbl, traj_type, user_type, cells_type, traj_col, user_col,
+                                               cells_col) AS
+    CASE WHEN NOT _mob_integer_type(traj_type)
+         THEN error('duckmob: trajectory id column ' || traj_col || ' has type ' || traj_type || ', not an integer: '
+                    || 'number the trajectories, e.g. dense_rank() OVER (ORDER BY ' || traj_col || '), or name '
+                    || 'another column with traj_col := ...')
+         WHEN NOT _mob_integer_type(user_type)
+         THEN error('duckmob: user id column ' || user_col || ' has type ' || user_type || ', not an integer: '
+                    || 'number the users, e.g. dense_rank() OVER (ORDER BY ' || user_col || '), or name another '
+                    || 'column with user_col := ...')
+         WHEN cells_type IS NOT NULL AND NOT (ends_with(cells_type, '[]')
+                                              AND _mob_integer_type(left(cells_type, length(cells_type) - 2)))
+         THEN error('duckmob: cells column ' || cells_col || ' has type ' || cells_type || ', not a list of '
+                    || 'integer cell ids (the cells of mob_cell_sequences): name it with cells_col := ...')
+         ELSE tbl END;
+
 -- eps-DP length-normalised transition counts (PrivTrace §4.3, App. B.2) of a table of cell sequences
 -- (traj_id, user_id, cells BIGINT[]: the output of mob_cell_sequences), noised on the whole data-independent
 -- support and NormCut per row: rows (prev_state, from_state, to_state, count) with count > 0; prev_state is NULL
@@ -46,13 +73,16 @@ CREATE OR REPLACE TEMP MACRO mob_transitions(tbl, markov_order := 1, eps := NULL
                                             max_length := NULL, support := NULL, w := NULL,
                                             traj_col := 'traj_id', user_col := 'user_id',
                                             cells_col := 'cells') AS TABLE
-SELECT unnest(_mob_transitions(list({'traj_id': traj_id, 'user_id': user_id::BIGINT, 'cells': cells}), tbl,
+SELECT unnest(_mob_transitions(list({'traj_id': TRY_CAST(traj_id AS BIGINT), 'user_id': TRY_CAST(user_id AS BIGINT),
+                                     'cells': TRY_CAST(cells AS BIGINT[])}),
+                               _mob_typed_source(tbl, typeof(any_value(traj_id)), typeof(any_value(user_id)),
+                                                 typeof(any_value(cells)), traj_col, user_col, cells_col),
                                markov_order, eps, n_states, seed, privacy_unit, max_trajectories_per_user,
                                max_length, support, w, _mob_user_col(typeof(any_value(user_id)), user_col)),
               recursive := true)
-FROM query('SELECT ' || traj_col || '::BIGINT AS traj_id, ' ||
+FROM query('SELECT ' || traj_col || ' AS traj_id, ' ||
            'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$'')) AS user_id, ' ||
-           cells_col || '::BIGINT[] AS cells FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ')');
+           cells_col || ' AS cells FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ')');
 
 -- An eps-DP count of the trajectories (distinct traj_id) or users of a table: one row (count DOUBLE).
 -- Sensitivity 1 per trajectory; with privacy_unit := 'user', at most max_trajectories_per_user := k are counted
@@ -61,9 +91,11 @@ FROM query('SELECT ' || traj_col || '::BIGINT AS traj_id, ' ||
 CREATE OR REPLACE TEMP MACRO mob_noisy_count(tbl, eps := NULL, seed := NULL, privacy_unit := 'trajectory',
                                             max_trajectories_per_user := NULL, what := 'trajectories',
                                             traj_col := 'traj_id', user_col := 'user_id') AS TABLE
-SELECT unnest(_mob_noisy_count(list({'traj_id': traj_id, 'user_id': user_id::BIGINT}), tbl, eps, seed,
+SELECT unnest(_mob_noisy_count(list({'traj_id': TRY_CAST(traj_id AS BIGINT), 'user_id': TRY_CAST(user_id AS BIGINT)}),
+                               _mob_typed_source(tbl, typeof(any_value(traj_id)), typeof(any_value(user_id)), NULL,
+                                                 traj_col, user_col, NULL), eps, seed,
                                privacy_unit, max_trajectories_per_user, what,
                                _mob_user_col(typeof(any_value(user_id)), user_col)), recursive := true)
-FROM query('SELECT ' || traj_col || '::BIGINT AS traj_id, ' ||
+FROM query('SELECT ' || traj_col || ' AS traj_id, ' ||
            'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$'')) AS user_id ' ||
            'FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ') GROUP BY ALL');

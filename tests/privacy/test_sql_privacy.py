@@ -158,3 +158,33 @@ def test_a_release_needing_delta_against_a_delta_zero_budget_says_so(con):
         ") needs delta > 0: declare a positive delta, e.g. FROM mob_set_budget('t', eps := 4, delta := 1e-5), or "
         "use a pure-eps method (method := 'privtrace')")
     assert "delta := 0)" not in str(err.value)
+
+
+@pytest.mark.parametrize("rows", ["(1, 'alice-7', [0, 1]), (2, 'bob', [1, 2])", "(1, 'alice-7', [0, 1]) LIMIT 0"])
+def test_a_non_integer_id_column_is_refused_by_its_type_quoting_no_value(con, rows):
+    """The refusal depends on the schema only (the same on an empty table) and is free: nothing reserved."""
+    con.execute(f"CREATE TABLE t AS SELECT * FROM (VALUES {rows}) v(traj_id, user_id, cells)")
+    con.execute("CREATE TABLE u AS SELECT user_id AS traj_id, traj_id AS user_id, cells FROM t")
+    con.execute("CREATE TABLE c AS SELECT traj_id, 3 AS user_id, ['a', 'b'] AS cells FROM t")
+    for name in ("t", "u", "c"):
+        con.sql(f"FROM mob_set_budget('{name}', eps := 10, delta := 0)").fetchall()
+    user = ("duckmob: user id column user_id has type VARCHAR, not an integer: number the users, e.g. dense_rank() "
+            "OVER (ORDER BY user_id), or name another column with user_col := ...")
+    assert refused(con, "FROM mob_noisy_count('t', eps := 1)") == user
+    assert refused(con, "FROM mob_noisy_count('t', eps := 1, what := 'users')") == user
+    assert refused(con, "FROM mob_transitions('t', eps := 1, n_states := 4)") == user
+    assert refused(con, "FROM mob_noisy_count('u', eps := 1)").startswith(
+        "duckmob: trajectory id column traj_id has type VARCHAR, not an integer")
+    assert refused(con, "FROM mob_transitions('c', eps := 1, n_states := 4)") == (
+        "duckmob: cells column cells has type VARCHAR[], not a list of integer cell ids (the cells of "
+        "mob_cell_sequences): name it with cells_col := ...")
+    assert "alice" not in refused(con, "FROM mob_noisy_count('u', eps := 1)")
+    assert con.sql("FROM mob_ledger()").fetchall() == []
+
+
+def test_integer_ids_of_any_width_are_read(con):
+    con.execute("CREATE TABLE w AS SELECT * FROM (VALUES (1::UTINYINT, 3::UBIGINT, [0, 1]::INTEGER[]), "
+                "(2::UTINYINT, 18446744073709551615::UBIGINT, [1, 2]::INTEGER[])) v(traj_id, user_id, cells)")
+    con.sql("FROM mob_set_budget('w', eps := 10, delta := 0)").fetchall()
+    assert len(con.sql("FROM mob_noisy_count('w', eps := 1, seed := 1)").fetchall()) == 1
+    assert len(con.sql("FROM mob_transitions('w', eps := 1, n_states := 4, seed := 1)").fetchall()) > 0
