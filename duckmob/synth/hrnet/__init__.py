@@ -15,11 +15,18 @@ recorded in the ledger once (``model.event``):
    it sets the expected batch ``b = batch_factor sqrt(N~)`` (paper: sqrt(N); default factor 2 for HRNet, 1 for the
    baseline: each method's better setting in benchmarks/hrnet.py), the sampling
    rate ``q = b / N~`` and the pre-training budget;
-2. (HRNet with ``pretrain``) DPTRAN, ``eps_pre`` from HRNet eq. 9 with c = 0.018 on public parameters and ``N~``
-   (see :mod:`.pretrain`);
-3. DP-SGD: ``steps = ceil(epochs / q)`` Poisson-sampled steps at rate ``q`` with clipping norm
+2. the length histogram, ``eps_len = length_share * eps``: each trajectory adds 1 to the bin of its (capped)
+   number of cells, so one trajectory moves it by 1 in L1 and a user by k; Laplace(k / eps_len) on every one of
+   the ``max_len`` bins (``counting.normalised_release``), NormCut. Samples draw their length from it and the
+   generator runs to that length (the model's own end token made one-cell sequences 1.75 times too frequent and
+   sequences of >= 4 cells 2.7 times too rare on GeoLife). ``length_share := 0`` keeps the end token.
+3. the fine-placement stage (``duckmob/synth/placement.py``): the fine density and step histogram at
+   ``eps * fine_share``, sensitivity k each (off with ``output := 'cells'`` or ``fine_share := 0``);
+4. (HRNet with ``pretrain``) DPTRAN, ``eps_pre`` from HRNet eq. 9 with c = 0.018 on public parameters and ``N~``
+   (see :mod:`.pretrain`), within what 1-3 leave;
+5. DP-SGD: ``steps = ceil(epochs / q)`` Poisson-sampled steps at rate ``q`` with clipping norm
    ``max_grad_norm``. **The noise multiplier is calibrated** (:func:`calibrate_noise_multiplier`; the number of
-   steps is fixed by ``epochs``) so that the composition of 1-3 is (eps, delta)-DP by the PLD accountant. The
+   steps is fixed by ``epochs``) so that the composition of 1-5 is (eps, delta)-DP by the PLD accountant. The
    optimiser is Adam; its learning rate follows a public schedule (``lr_final``), which costs nothing.
 
 ``privacy_event(eps, delta)`` (asked before any data is read) is the same plan for the public ``n_hint``
@@ -44,11 +51,16 @@ import numpy as np
 import torch
 
 from duckmob.errors import BudgetError, DuckmobError
-from duckmob.grid import BBox, assign_pois, haversine_m, quadtree_depth
+from duckmob.grid import BBox, assign_pois, cell_of, haversine_m, quadtree_depth
+from duckmob.synth import placement
 from duckmob.synth.base import Model, Synthesizer
-from duckmob.synth.config import Config, param
+from duckmob.synth.compute import cpu_threads, device as torch_device
+from duckmob.synth.config import param
+from duckmob.synth.placement import PlacementConfig
 from duckmob.privacy import accounting, ledger
-from duckmob.privacy.counting import noisy_count
+from duckmob.privacy.counting import normalised_release, noisy_count
+from duckmob.privacy.noise import check_scale
+from duckmob.privacy.normcut import normcut
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.synth.hrnet.generate import DECODES, sample_sequences, to_trajectories, zorder_to_grid
 from duckmob.synth.hrnet.model import INPUT_LEVELS, MULTITASK_LOSSES, BaselineModel, HRNetModel
@@ -57,11 +69,23 @@ from duckmob.synth.hrnet.train import dp_sgd_train, training_arrays
 from duckmob.trajectories import CellSequences, Trajectories
 
 @dataclass(frozen=True)
-class HRNetConfig(Config):
+class HRNetConfig(PlacementConfig):
     """HRNet's and the baseline's public hyper-parameters (``params := {...}`` in SQL), typed and validated.
-    Defaults and the reasons for them are in each field's doc; benchmarks/hrnet.py measured the choices."""
+    Defaults and the reasons for them are in each field's doc; benchmarks/hrnet.py measured the choices.
+    The fine-placement fields (``fine_share``, ``fine_w``, ``fine_m``, ``anchors``, ``max_points``) are
+    placement.py's; ``output`` adds 'stays', the default here (see :class:`FittedModel.sample`)."""
 
     method: ClassVar[str] = "HRNet"
+
+    fine_share: float = param(0.1, float, low=0, high=0.9,
+                              doc="share of eps spent on the fine density and the step histogram (0: cells only)")
+    output: str = param("stays", str, choices=("stays", "cells"),
+                        doc="'stays': one point per visited cell, placed by the fine density; 'cells': one "
+                            "uniform point per cell")
+    length_share: float = param(0.05, float, low=0, high=0.5,
+                                doc="share of eps for the length histogram the samples follow (0: the model's own "
+                                    "end token)")
+    threads: int | None = param(None, int, low=1, high=1024, doc="torch CPU threads; null: 1 (duckmob.synth.compute)")
 
     w: int = param(32, int, low=2, high=1024, doc="grid width, a power of two (HRNet's GeoLife setting)")
     n_time: int = param(5, int, low=1, high=1440, doc="time slots of the day (the reference's 5 bins)")
@@ -115,12 +139,6 @@ class HRNetConfig(Config):
             raise DuckmobError(f"HRNet parameter base_date must be a date such as '2008-01-01', got "
                                f"{self.base_date!r}") from None
 
-
-
-def _device(spec) -> torch.device:
-    if spec is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(spec)
 
 
 def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps: float, delta: float,
@@ -226,6 +244,23 @@ def counts_events(eps_count: float, k: int) -> list:
     return [accounting.laplace(e) for e in count_shares(eps_count, k)]
 
 
+def release_lengths(lengths: np.ndarray, max_len: int, eps: float, noise, k: int = 1) -> np.ndarray | None:
+    """The eps-DP length distribution over 1 .. ``max_len`` cells (module docstring, release 2).
+
+    Privacy map: each trajectory is one window of mass 1 in the bin of its length (``lengths`` are already capped
+    at the public ``max_len``), so adding or removing a trajectory moves the histogram by at most 1 in L1 and a
+    user of at most k trajectories by k; ``normalised_release`` adds Laplace(k / eps) to every bin (a
+    data-independent support): eps-DP, accounted as ``accounting.laplace(eps)``. NormCut and normalisation are
+    post-processing. None when nothing survives NormCut (the model's end token is used then)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(lengths)
+    noisy = normalised_release(lengths - 1, np.arange(n, dtype=np.int64), np.ones(n, dtype=np.int64), int(max_len),
+                               k / eps, noise)
+    kept = np.maximum(normcut(noisy[None, :], axis=-1)[0], 0.0)
+    total = kept.sum()
+    return kept / total if total > 0 else None
+
+
 class _Base(Synthesizer):
     method: ClassVar[str]
     uses_pretraining: ClassVar[bool]
@@ -241,7 +276,8 @@ class _Base(Synthesizer):
             except (TypeError, ValueError):
                 raise DuckmobError("HRNet parameter pois must be a list of [lat, lon] pairs") from None
             depth = max(1, math.ceil(math.log(max(len(pois), 2), 4)))
-            config = config.replace(w=1 << depth)
+            # points sit on the POIs themselves: no fine stage to release
+            config = config.replace(w=1 << depth, output="cells")
             self.pois = pois
             self.poi_leaf = assign_pois(pois[:, 0], pois[:, 1], self.bbox, config.w)
         self.depth = quadtree_depth(config.w)
@@ -262,20 +298,26 @@ class _Base(Synthesizer):
         per unit, calibrated within ``prior`` (the source's budget and other releases) when given."""
         cfg = self.cfg
         eps_count = cfg.count_share * eps
+        eps_len = cfg.length_share * eps
+        eps_fine = eps * cfg.fine_share if cfg.placing else 0.0
         n = max(float(n_noisy), 1.0)
         units = n if units_noisy is None else max(float(units_noisy), 1.0)
         eps_pre = 0.0
         if self.uses_pretraining and cfg.pretrain:
-            eps_pre = pretraining_epsilon(eps - eps_count, n, cfg.w, PRETRAIN_LEVEL, cfg.c,
+            eps_pre = pretraining_epsilon(eps - eps_count - eps_len - eps_fine, n, cfg.w, PRETRAIN_LEVEL, cfg.c,
                                           cfg.pretrain_max_share, sensitivity=k)
         batch = float(cfg.batch_size or cfg.batch_factor * math.sqrt(units))
         q = min(1.0, batch / units)
         steps = int(math.ceil(cfg.epochs / q))
-        fixed = counts_events(eps_count, k) + ([accounting.laplace(eps_pre)] if eps_pre > 0 else [])
+        if eps_len > 0:
+            check_scale(k / eps_len)
+        fixed = (counts_events(eps_count, k) + ([accounting.laplace(eps_len)] if eps_len > 0 else [])
+                 + placement.privacy_events(eps, cfg, k)
+                 + ([accounting.laplace(eps_pre)] if eps_pre > 0 else []))
         sigma = calibrate_noise_multiplier(fixed, q, steps, eps, delta, prior=prior)
         event = accounting.compose(fixed + [accounting.dp_sgd(sigma, q, steps)])
-        return dict(eps_count=eps_count, eps_pre=eps_pre, batch=q * units, sample_rate=q, steps=steps,
-                    noise_multiplier=sigma, event=event)
+        return dict(eps_count=eps_count, eps_len=eps_len, eps_fine=eps_fine, eps_pre=eps_pre, batch=q * units,
+                    sample_rate=q, steps=steps, noise_multiplier=sigma, event=event)
 
     def privacy_event(self, eps: float, delta: float, *, contribution_bound: int = 1, prior=None):
         """The planned spend for ``n_hint`` trajectories (public), reserved before data is read. ``fit`` re-plans
@@ -286,16 +328,23 @@ class _Base(Synthesizer):
         return self.plan(eps, delta, n, n / k if k > 1 else None, k=k, prior=prior)["event"]
 
     # -- data ------------------------------------------------------------------------------------------
-    def cell_sequences(self, data: Trajectories) -> CellSequences:
-        """Stay-point cell sequences (first fix, stay points, last fix; duplicates collapsed) on the grid, or on
-        the leaves assigned to the public POIs (each point snapped to its nearest POI)."""
-        from duckmob.staypoints import cell_sequences, collapse_repeats, stay_trajectories
+    def stays(self, data: Trajectories) -> Trajectories:
+        """The points HRNet models (§5.1.2): first fix, stay points, last fix of each trajectory (Li et al. 2008),
+        or every fix without ``stay_points``. Per trajectory: each output depends on its own points only."""
+        from duckmob.staypoints import stay_trajectories
+
+        cfg = self.cfg
+        return stay_trajectories(data, cfg.radius_m, cfg.min_minutes) if cfg.stay_points else data
+
+    def cell_sequences(self, stays: Trajectories) -> CellSequences:
+        """Cell sequences of :meth:`stays` (duplicates collapsed) on the grid, or on the leaves assigned to the
+        public POIs (each point snapped to its nearest POI)."""
+        from duckmob.staypoints import cell_sequences, collapse_repeats
 
         cfg = self.cfg
         if self.pois is None:
-            return cell_sequences(data, self.bbox, cfg.w, cfg.stay_points, cfg.radius_m,
-                                  cfg.min_minutes)
-        traj = stay_trajectories(data, cfg.radius_m, cfg.min_minutes) if cfg.stay_points else data
+            return cell_sequences(stays, self.bbox, cfg.w, stay_points=False)
+        traj = stays
         nearest = np.empty(traj.n_points, dtype=np.int64)
         for lo in range(0, traj.n_points, 4096):
             d = haversine_m(traj.lat[lo:lo + 4096, None], traj.lon[lo:lo + 4096, None],
@@ -320,9 +369,10 @@ class _Base(Synthesizer):
         self._check_budget(eps, delta)
         cfg = self.cfg
         t0 = time.perf_counter()
-        device = _device(cfg.device)
+        device = torch_device(cfg.device, self.method)
         rng = noise.generator()
-        seqs = self.cell_sequences(data)
+        stays = self.stays(data)
+        seqs = self.cell_sequences(stays)
         arrays = training_arrays(seqs, cfg.w, cfg.n_time, cfg.max_len, zorder=self.zorder)
         has_time = data.has_time
         k = int(contribution_bound)
@@ -349,38 +399,48 @@ class _Base(Synthesizer):
                 return p["event"], p
             plan = release.settle(settle, drawn=accounting.compose(counts_events(eps_count, k)))
         check_interrupt = None if release is None else release.check_interrupt
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(rng.integers(2 ** 62)))
-            model = self.build()
-        timings = {"prepare_s": time.perf_counter() - t0}
-        # (2) pre-training on DPTRAN
-        if plan["eps_pre"] > 0:
-            t1 = time.perf_counter()
-            noisy = dptran(seqs, cfg.w, plan["eps_pre"], noise, k=k)
-            pretrain(model, noisy, iterations=cfg.pretrain_iterations,
-                     batch=cfg.pretrain_batch, lr=cfg.pretrain_lr, rng=rng, device=device,
-                     progress=cfg.progress, check_interrupt=check_interrupt)
-            timings["pretrain_s"] = time.perf_counter() - t1
-        # (3) DP-SGD
-        log = dp_sgd_train(model, arrays, sample_rate=plan["sample_rate"], steps=plan["steps"],
-                           noise_multiplier=plan["noise_multiplier"], max_grad_norm=cfg.max_grad_norm,
-                           lr=cfg.lr, expected_batch_size=plan["batch"], rng=rng, device=device,
-                           progress=cfg.progress, by_user=k > 1, ema=cfg.ema,
-                           lr_final=cfg.lr_final, check_interrupt=check_interrupt)
+        # (2) lengths and (3) the fine stage: plain Laplace releases
+        extra = {}
+        if plan["eps_len"] > 0:
+            len_probs = release_lengths(arrays.lengths, cfg.max_len, plan["eps_len"], noise, k)
+            if len_probs is not None:
+                extra["len_probs"] = len_probs
+        if cfg.placing:    # output 'stays': the fine density of where the modelled points (stays) are
+            extra.update(placement.release(stays, self.bbox, eps, cfg, noise, k, n_noisy).arrays())
+        with cpu_threads(cfg.threads):
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(rng.integers(2 ** 62)))
+                model = self.build()
+            timings = {"prepare_s": time.perf_counter() - t0}
+            # (4) pre-training on DPTRAN
+            if plan["eps_pre"] > 0:
+                t1 = time.perf_counter()
+                noisy = dptran(seqs, cfg.w, plan["eps_pre"], noise, k=k)
+                pretrain(model, noisy, iterations=cfg.pretrain_iterations,
+                         batch=cfg.pretrain_batch, lr=cfg.pretrain_lr, rng=rng, device=device,
+                         progress=cfg.progress, check_interrupt=check_interrupt)
+                timings["pretrain_s"] = time.perf_counter() - t1
+            # (5) DP-SGD
+            log = dp_sgd_train(model, arrays, sample_rate=plan["sample_rate"], steps=plan["steps"],
+                               noise_multiplier=plan["noise_multiplier"], max_grad_norm=cfg.max_grad_norm,
+                               lr=cfg.lr, expected_batch_size=plan["batch"], rng=rng, device=device,
+                               progress=cfg.progress, by_user=k > 1, ema=cfg.ema,
+                               lr_final=cfg.lr_final, check_interrupt=check_interrupt)
         timings.update(dp_sgd_s=log.seconds, epoch_s=log.epoch_seconds, total_s=time.perf_counter() - t0)
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta,
                     epsilon_accounted=accounting.epsilon(event, delta), n_noisy=n_noisy,
-                    units_noisy=units_noisy, eps_count=plan["eps_count"], eps_pretrain=plan["eps_pre"],
+                    units_noisy=units_noisy, eps_count=plan["eps_count"], eps_lengths=plan["eps_len"],
+                    eps_fine=plan["eps_fine"], eps_pretrain=plan["eps_pre"],
                     sample_rate=plan["sample_rate"],
                     steps=plan["steps"], noise_multiplier=plan["noise_multiplier"], expected_batch=plan["batch"],
                     has_time=has_time, seeded=bool(noise.seeded), contribution_bound=k,
                     n_parameters=sum(p.numel() for p in model.parameters()))
-        config = {key: v for key, v in cfg.as_dict().items() if key not in ("device", "progress", "pois")}
+        config = {key: v for key, v in cfg.as_dict().items() if key not in ("device", "progress", "pois", "threads")}
         pois = None if self.pois is None else self.pois.tolist()
         return FittedModel(self.method, self.bbox.as_list(), config, pois,
                            {key: v.detach().cpu() for key, v in model.state_dict().items()},
-                           event.to_json(), info, timings)
+                           event.to_json(), info, timings, extra)
 
 
 class HRNet(_Base):
@@ -420,16 +480,20 @@ _KINDS = {"hrnet": HRNet, "baseline": Baseline}
 
 
 class FittedModel(Model):
-    """A fitted HRNet or baseline: public configuration, DP weights, the spent event and timings."""
+    """A fitted HRNet or baseline: public configuration, DP weights, the DP length distribution and fine
+    statistics (``extra``: numpy arrays), the spent event and timings."""
 
     method = "hrnet"
 
     def __init__(self, method: str, bbox: list, config: dict, pois, state: dict, event_json: str,
-                 info: dict, timings: dict):
+                 info: dict, timings: dict, extra: dict | None = None):
         self.method = method
         self.bbox, self.config, self.pois = bbox, config, pois
         self.state, self.event_json, self.info, self.timings = state, event_json, info, timings
+        self.extra = {k: np.asarray(v) for k, v in (extra or {}).items()}
+        self.fine = placement.FineStats.from_arrays(self.extra)
         self._net = None
+        self._placement = None
 
     @property
     def default_n(self) -> int:
@@ -452,21 +516,42 @@ class FittedModel(Model):
             self._net = net
         return self._net
 
+    def placement(self) -> placement.Placement:
+        """The fine placement over this model's grid (built once; post-processing of the released density)."""
+        if self._placement is None:
+            w, bbox = int(self.config["w"]), BBox.of(self.bbox)
+            fine_w = self.fine.w
+            self._placement = placement.Placement(
+                self.fine, bbox, placement.coarse_of_fine(fine_w, bbox, lambda la, lo: cell_of(la, lo, bbox, w)),
+                w * w, int(self.config.get("anchors", 8)))
+        return self._placement
+
     def sample(self, n: int, rng: np.random.Generator, device=None) -> Trajectories:
-        """Draw ``n`` synthetic trajectories (post-processing; vectorised over trajectories)."""
+        """Draw ``n`` synthetic trajectories (post-processing; vectorised over trajectories).
+
+        Each draws its number of cells from the released length distribution (when the fit released one) and
+        the generator runs to exactly that length; its cells and time slots come from the network. Points:
+        ``output`` 'stays' (the default) places each visited cell's point on the released fine density inside
+        the cell (placement.py); 'cells' (or a model without a fine stage) puts one uniform point in each cell."""
         if int(n) != n or n < 1:
             raise DuckmobError(f"n must be a positive integer number of trajectories, got {n!r}")
         cfg = self.config
-        dev = _device(device)
+        dev = torch_device(device, self.method)
         allowed = None
         if self.pois is not None:
             pois = np.asarray(self.pois)
             leaf = assign_pois(pois[:, 0], pois[:, 1], BBox.of(self.bbox), cfg["w"])
             allowed = np.zeros(cfg["w"] ** 2, dtype=bool)
             allowed[morton(leaf, cfg["w"]) if self.method == "hrnet" else leaf] = True
-        lengths, cells, slots = sample_sequences(self.network(), int(n), cfg["max_len"], rng, dev, allowed=allowed,
-                                                 decode=cfg.get("decode", "finest"),
-                                                 temperature=float(cfg.get("temperature", 1.0)))
+        target = None
+        if "len_probs" in self.extra:
+            probs = self.extra["len_probs"].astype(np.float64)
+            target = 1 + rng.choice(len(probs), size=int(n), p=probs / probs.sum())
+        with cpu_threads(cfg.get("threads")):
+            lengths, cells, slots = sample_sequences(self.network(), int(n), cfg["max_len"], rng, dev,
+                                                     allowed=allowed, decode=cfg.get("decode", "finest"),
+                                                     temperature=float(cfg.get("temperature", 1.0)),
+                                                     target=target)
         if self.method == "hrnet":
             cells = zorder_to_grid(cells, cfg["w"])
         base = int(np.datetime64(cfg["base_date"], "us").astype(np.int64))
@@ -477,21 +562,29 @@ class FittedModel(Model):
             lookup = np.full(cfg["w"] ** 2, -1, dtype=np.int64)
             lookup[leaf] = np.arange(len(leaf))
             which = lookup[cells]
-            traj = Trajectories(traj.offsets, traj.traj_id, traj.user_id, traj.ts,
+            return Trajectories(traj.offsets, traj.traj_id, traj.user_id, traj.ts,
                                 pois[which, 0].copy(), pois[which, 1].copy())
-        return traj
+        output = cfg.get("output", "cells")
+        if self.fine is None or output == "cells":
+            return traj
+        lat, lon, placed = self.placement().place(cells, rng)
+        lat, lon = np.where(placed, lat, traj.lat), np.where(placed, lon, traj.lon)
+        return Trajectories(traj.offsets, traj.traj_id, traj.user_id, traj.ts, lat, lon)
 
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()
         # no timings: wall-clock durations are not part of the release (they vary with the data and the machine)
         torch.save(dict(method=self.method, bbox=self.bbox, config=self.config, pois=self.pois,
-                        state=self.state, event_json=self.event_json, info=self.info), buf)
+                        state=self.state, event_json=self.event_json, info=self.info,
+                        extra={k: torch.as_tensor(v) for k, v in self.extra.items()}), buf)
         return buf.getvalue()
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> "FittedModel":
         d = torch.load(io.BytesIO(blob), weights_only=True)
-        return cls(d["method"], d["bbox"], d["config"], d["pois"], d["state"], d["event_json"], d["info"], {})
+        extra = {k: v.numpy() for k, v in d.get("extra", {}).items()}
+        return cls(d["method"], d["bbox"], d["config"], d["pois"], d["state"], d["event_json"], d["info"], {},
+                   extra)
 
     def describe(self) -> dict[str, Any]:
         return {**self.info, **{k: v for k, v in self.config.items()}}

@@ -5,7 +5,8 @@ step draws the next cell (or the end token, which sets the length) from the fine
 its time slot from the time head; nothing is copied from real trajectories. The previous cell is masked out at
 each step, because the training sequences have consecutive duplicates collapsed (a property of the data
 domain, not of the data); the end token is masked at step 1 so a trajectory has at least one cell, and
-``max_len`` cells end a trajectory. Sampling is vectorised over trajectories (in chunks of ``chunk`` rows to bound
+``max_len`` cells end a trajectory. Given target lengths (drawn from the released length distribution), the end
+token is masked until a row reaches its target and the row stops there. Sampling is vectorised over trajectories (in chunks of ``chunk`` rows to bound
 memory); the loop is over steps only.
 
 Points: a cell becomes a point drawn uniformly inside it; a time slot of the day becomes a time drawn uniformly
@@ -40,12 +41,13 @@ def _pick(logits: torch.Tensor, gen: torch.Generator, temperature: float = 1.0) 
     return torch.multinomial(torch.softmax(logits, dim=1), 1, generator=gen)[:, 0]
 
 
-def coarse_to_fine(model, h: torch.Tensor, levels: list[torch.Tensor], prev: torch.Tensor, first: bool,
+def coarse_to_fine(model, h: torch.Tensor, levels: list[torch.Tensor], prev: torch.Tensor, no_end,
                    counts: list[torch.Tensor], gen: torch.Generator, temperature: float = 1.0) -> torch.Tensor:
     """Next Z-order leaf (or ``model.end``) drawn resolution by resolution (HRNet's multi-resolution heads as a
     decoder): the end token or a level-1 cell from ``Pr(l^1 | prefix)``, then at each finer level r one of the 4
     children of the cell drawn so far, with probabilities ``Pr(l^r | prefix)`` renormalised over those children.
-    Each decision uses the head trained for it (coarse tasks are the easier ones, §3.4). ``levels[r - 1]`` is
+    Each decision uses the head trained for it (coarse tasks are the easier ones, §3.4). ``no_end`` (a bool,
+    or (B,) bools) masks the end token for the rows that must go on. ``levels[r - 1]`` is
     M_r (4**r, dim); ``counts[r - 1]`` (4**r,) how many allowed leaves lie below each cell. A cell is masked
     when nothing allowed lies below it other than the previous leaf (consecutive cells differ)."""
     depth = len(levels)
@@ -61,8 +63,8 @@ def coarse_to_fine(model, h: torch.Tensor, levels: list[torch.Tensor], prev: tor
     quad = torch.arange(4, device=h.device)
     logits = torch.cat([masked(1, quad[None, :].expand(len(h), -1), qk @ levels[0].T),
                         model.end_key(query)], dim=1)                    # (B, 4 + 1)
-    if first:
-        logits[:, 4] = -torch.inf
+    no_end = torch.as_tensor(no_end, dtype=torch.bool, device=h.device).expand(len(h))
+    logits[:, 4] = logits[:, 4].masked_fill(no_end, -torch.inf)
     top = _pick(logits, gen, temperature)
     ended = top == 4
     cell = top.clamp(max=3)
@@ -76,12 +78,15 @@ def coarse_to_fine(model, h: torch.Tensor, levels: list[torch.Tensor], prev: tor
 @torch.no_grad()
 def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, device: torch.device,
                      chunk: int = 16384, allowed: np.ndarray | None = None, decode: str = "finest",
-                     temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     temperature: float = 1.0, target: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Draw ``n`` sequences: (lengths (n,), cells (sum lengths,) in the model's index order (Z-order for HRNet,
     grid ids for the baseline), time slots (sum lengths,)). Vectorised over trajectories. ``allowed`` (bool over
     cells, same order) masks cells that cannot occur (leaves without a POI). ``decode``: 'finest' draws from the
     finest-resolution distribution (the paper); 'coarse_to_fine' uses every resolution's head
-    (:func:`coarse_to_fine`; HRNet with the multi-task loss only)."""
+    (:func:`coarse_to_fine`; HRNet with the multi-task loss only). ``target`` (n,) lengths in 1 .. max_len: each
+    row runs to exactly its target (the end token masked before, the row stopped at it); None: the end token
+    decides."""
     model.to(device).eval()
     gen = torch_generator(rng, device)
     cell_fn = _gru_cell(model)
@@ -105,13 +110,17 @@ def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, devi
         slot_in = torch.full((b,), model.n_time, dtype=torch.long, device=device)
         prev = torch.full((b,), -1, dtype=torch.long, device=device)
         alive = torch.ones(b, dtype=torch.bool, device=device)
+        goal = torch.full((b,), max_len, dtype=torch.long, device=device) if target is None else \
+            torch.as_tensor(np.minimum(target[lo:lo + b], max_len), dtype=torch.long, device=device)
         length = torch.zeros(b, dtype=torch.long, device=device)
         cells = torch.zeros(b, max_len, dtype=torch.long, device=device)
         slots = torch.zeros(b, max_len, dtype=torch.long, device=device)
         for step in range(max_len):
             h = cell_fn(torch.cat([model.time_emb(slot_in), loc], dim=1), h)
+            no_end = torch.full((b,), step == 0, dtype=torch.bool, device=device) if target is None else \
+                step < goal
             if hierarchical:
-                nxt = coarse_to_fine(model, h, levels, prev, step == 0, counts, gen, temperature)
+                nxt = coarse_to_fine(model, h, levels, prev, no_end, counts, gen, temperature)
             else:
                 logits = model.next_logits(h, leaf) if leaf is not None else model.loc_head(h)
                 logits = logits.clone()
@@ -119,11 +128,10 @@ def sample_sequences(model, n: int, max_len: int, rng: np.random.Generator, devi
                     logits[:, banned] = -torch.inf
                 has_prev = prev >= 0
                 logits[has_prev, prev[has_prev]] = -torch.inf
-                if step == 0:
-                    logits[:, model.end] = -torch.inf
+                logits[:, model.end] = logits[:, model.end].masked_fill(no_end, -torch.inf)
                 nxt = _pick(logits, gen, temperature)
             slot = torch.multinomial(torch.softmax(model.time_head(h), dim=1), 1, generator=gen)[:, 0]
-            alive &= nxt != model.end
+            alive &= (nxt != model.end) & (step < goal)
             if not alive.any():
                 break
             cells[:, step] = torch.where(alive, nxt, 0)

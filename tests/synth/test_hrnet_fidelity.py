@@ -1,0 +1,116 @@
+"""HRNet / baseline: the released length distribution the samples follow, and the fine stage placing stays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from duckmob.grid import cell_of
+from duckmob.privacy import accounting
+from duckmob.privacy.noise import NoiseSource
+from duckmob.synth import placement
+from duckmob.synth.hrnet import Baseline, FittedModel, HRNet, release_lengths
+from duckmob.synth.hrnet.generate import sample_sequences
+from duckmob.synth.hrnet.model import BaselineModel
+from tests.synth.test_hrnet import BOX, TINY, toy_trajectories
+
+
+def test_release_lengths_noise_scale_is_k_over_eps():
+    # 400 trajectories all of length 2: bin 1 holds 400, the others 0; the raw noisy bins (before NormCut) are
+    # Laplace(k / eps): compare the spread of the released distribution's empty-bin mass over many seeds
+    lengths = np.full(400, 2)
+    eps, k = 0.5, 3
+    draws = []
+    for seed in range(300):
+        p = release_lengths(lengths, 6, eps, NoiseSource(seed), k)
+        draws.append(p)
+    draws = np.array(draws)
+    # the true bin keeps almost all the mass: 400 against Laplace(6) noise on 5 other bins
+    assert np.all(draws[:, 1] > 0.85)
+    assert abs(draws[:, 1].mean() - 1.0) < 0.06
+    # NormCut keeps positive noise on empty bins: their mean mass is about E[max(Lap(6), 0)] = 6 / 2 = 3 per bin
+    # (before normalisation; the total is ~400 + 5 * 3)
+    empty_mass = draws[:, [0, 2, 3, 4, 5]].sum(1) * 400
+    assert 8 < empty_mass.mean() < 22
+
+
+def test_release_lengths_sensitivity_one_trajectory_moves_one_bin_by_one():
+    from duckmob.privacy.counting import normalised_sums
+
+    a = np.array([1, 2, 2, 3, 6])
+    b = np.append(a, 4)
+    scale = 1.0
+    sa = normalised_sums(a - 1, np.arange(5), np.ones(5, np.int64), 6, scale)
+    sb = normalised_sums(b - 1, np.arange(6), np.ones(6, np.int64), 6, scale)
+    g = sb.sum() - sa.sum()          # one trajectory's whole mass on the noise grid
+    assert np.abs(sb - sa).sum() == g and (sb - sa)[3] == g
+
+
+def test_generator_runs_to_the_target_length():
+    torch.manual_seed(0)
+    net = BaselineModel(3, 5, 8, 4, 16)
+    target = np.array([1, 2, 3, 6, 6, 4] * 50)
+    lengths, cells, slots = sample_sequences(net, len(target), 6, np.random.default_rng(0), torch.device("cpu"),
+                                             target=target)
+    assert np.array_equal(lengths, target)
+    assert len(cells) == target.sum() == len(slots)
+
+
+@pytest.mark.parametrize("cls", [HRNet, Baseline])
+def test_plan_composes_counts_lengths_fine_stage_and_dp_sgd_to_eps(cls):
+    synth = cls(BOX, **TINY)
+    plan = synth.plan(1.0, 1e-5, 300.0)
+    assert plan["eps_len"] == pytest.approx(0.05) and plan["eps_fine"] == pytest.approx(0.1)
+    assert accounting.epsilon(plan["event"], 1e-5) <= 1.0 + 1e-9
+    # the fine stage of 'stays' is the density alone, at the whole share
+    assert placement.privacy_events(1.0, synth.cfg) == [accounting.laplace(0.1)]
+    # switched off: no length and no fine events, DP-SGD gets more noise budget
+    off = cls(BOX, **TINY, output="cells", length_share=0).plan(1.0, 1e-5, 300.0)
+    assert off["eps_len"] == 0 and off["eps_fine"] == 0
+    assert off["noise_multiplier"] < plan["noise_multiplier"]
+
+
+def test_fit_samples_follow_the_released_lengths_and_fine_density():
+    data = toy_trajectories(400)
+    model = HRNet(BOX, **TINY).fit(data, 4.0, 1e-5, NoiseSource(11))
+    probs = model.extra["len_probs"]
+    assert probs.shape == (TINY["max_len"],) and probs.sum() == pytest.approx(1.0)
+    out = model.sample(4000, np.random.default_rng(1))
+    share = np.bincount(out.lengths, minlength=TINY["max_len"] + 1)[1:] / out.n_trajectories
+    assert np.abs(share - probs).max() < 0.03
+    # the toy data lives near 5 places (~0.005 deg spread); in the cells holding a place, the fine density puts
+    # the stays near it, while uniform points in the 8 x 8 cells (0.05 deg) spread over the whole cell
+    places = np.array([[39.85, 116.25], [39.95, 116.35], [40.05, 116.45], [40.15, 116.55], [39.9, 116.5]])
+    place_cells = cell_of(places[:, 0], places[:, 1], BOX, TINY["w"])
+
+    def near(t):
+        inside = np.isin(cell_of(t.lat, t.lon, BOX, TINY["w"]), place_cells)
+        d = np.hypot(t.lat[:, None] - places[None, :, 0], t.lon[:, None] - places[None, :, 1]).min(1)
+        return (d[inside] < 0.012).mean()
+
+    cells_out = FittedModel.from_bytes(model.to_bytes())
+    assert cells_out.fine is not None and np.array_equal(cells_out.extra["len_probs"], probs)
+    uniform = HRNet(BOX, **TINY, output="cells").fit(data, 4.0, 1e-5, NoiseSource(11)).sample(
+        4000, np.random.default_rng(1))
+    assert near(out) > 0.5 and near(uniform) < 0.2   # measured 0.66 and 0.05
+    # placed points stay inside the cell the network drew (same cell sequence as without placement)
+    cells = cell_of(out.lat, out.lon, BOX, TINY["w"])
+    same = cells[1:] == cells[:-1]
+    same[np.cumsum(out.lengths)[:-1] - 1] = False
+    assert not same.any()
+
+
+def test_place_draws_inside_the_coarse_cell_by_density():
+    w = 8
+    density = np.zeros(w * w, np.float32)
+    density[2 * w + 3] = 5.0          # coarse cell 0 (rows 0-3, cols 0-3 of a 2 x 2 coarse grid) has one hot cell
+    stats = placement.FineStats(w=w, density=density, steps=np.ones(len(placement.STEP_EDGES_M) - 1))
+    coarse = placement.coarse_of_fine(w, BOX, lambda la, lo: cell_of(la, lo, BOX, 2))
+    pl = placement.Placement(stats, BOX, coarse, 4)
+    lat, lon, ok = pl.place(np.array([0] * 200 + [3] * 200), np.random.default_rng(0))
+    assert ok.all()
+    fine = cell_of(lat, lon, BOX, w)
+    assert (fine[:200] == 2 * w + 3).all()
+    # coarse cell 3 has no mass: uniform over its 16 fine cells, all inside it
+    assert (cell_of(lat[200:], lon[200:], BOX, 2) == 3).all() and len(np.unique(fine[200:])) > 10
