@@ -8,7 +8,7 @@ degrees per copy, cut to each size, written once to ``DIR/points_<n>.parquet`` (
 trajectory on the public 32 x 32 grid to ``DIR/cells_<n>.parquet``, for mob_transitions). Each case runs in a fresh
 subprocess; wall time is the release alone (the table is a view over the Parquet file), CPU time the process's
 user + system time over the release (all threads: on a machine shared with other work it is the steadier
-figure), peak RSS the process's ``ru_maxrss`` (DuckDB's buffers included).
+figure), peak RSS the process's VmHWM (DuckDB's buffers included).
 
 Cases: ``privtrace-old`` (the synthesize macro over a TEMP view: the whole table gathered as lists),
 ``privtrace-new`` (over a view: read out of core by the release, duckmob.stream), ``count-old`` / ``count-new``
@@ -34,8 +34,8 @@ CASES = ["privtrace-old", "privtrace-new", "count-old", "count-new", "transition
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def generate(folder: str, n: int, source: str = SOURCE) -> tuple[str, str]:
-    """``DIR/points_<n>.parquet`` and ``DIR/cells_<n>.parquet`` (made once)."""
+def generate(folder: str, n: int, source: str = SOURCE, cells_too: bool = True) -> tuple[str, str]:
+    """``DIR/points_<n>.parquet`` and ``DIR/cells_<n>.parquet`` (made once; the cells only with ``cells_too``)."""
     import duckdb
 
     points = os.path.join(folder, f"points_{n}.parquet")
@@ -44,11 +44,12 @@ def generate(folder: str, n: int, source: str = SOURCE) -> tuple[str, str]:
     if not os.path.exists(points):
         base = con.sql(f"SELECT count(*) FROM '{source}'").fetchall()[0][0]
         copies = -(-n // base)
-        con.execute(f"""COPY (SELECT (user_id + r * 1000)::BIGINT AS user_id, traj_id::BIGINT + r * 100000000 AS traj_id,
+        con.execute(f"""COPY (SELECT (user_id + r * 1000)::BIGINT AS user_id,
+                     traj_id::BIGINT + r * 100000000 AS traj_id,
                      ts, lat + ((hash(r, traj_id) % 1000)::BIGINT - 500) * 1e-6 AS lat,
                      lon + ((hash(traj_id, r) % 1000)::BIGINT - 500) * 1e-6 AS lon
                      FROM '{source}', range({copies}) t(r) LIMIT {n}) TO '{points}' (FORMAT parquet)""")
-    if not os.path.exists(cells):
+    if cells_too and not os.path.exists(cells):
         a, b, c, d = BBOX
         con.execute(f"""COPY (SELECT traj_id, any_value(user_id) AS user_id, list(cell ORDER BY ts) AS cells FROM (
                      SELECT traj_id, user_id, ts, least(floor((lat - {a}) / {c - a} * 32), 31)::BIGINT * 32
@@ -94,8 +95,18 @@ def child(case: str, points: str, cells: str) -> dict:
     use = resource.getrusage(resource.RUSAGE_SELF)
     cpu = use.ru_utime + use.ru_stime - cpu0
     con.close()
-    return {"case": case, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mb": use.ru_maxrss // 1024,
+    return {"case": case, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mb": peak_rss_mb(),
             "out": float(out)}
+
+
+def peak_rss_mb() -> int:
+    """This process's peak resident memory (MB): VmHWM of /proc/self/status, which starts afresh at exec
+    (ru_maxrss keeps the high-water mark of the parent that forked it)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) // 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
 
 def main(argv=None) -> None:
@@ -107,7 +118,11 @@ def main(argv=None) -> None:
     p.add_argument("--out", help="also write the table to this file")
     p.add_argument("--clean", action="store_true", help="delete --dir at the end")
     p.add_argument("--child", nargs=3, metavar=("CASE", "POINTS", "CELLS"), help=argparse.SUPPRESS)
+    p.add_argument("--generate", nargs=3, metavar=("DIR", "N", "CELLS"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.generate:
+        generate(a.generate[0], int(a.generate[1]), cells_too=a.generate[2] == "1")
+        return
     if a.child:
         print(json.dumps(child(*a.child)))
         return
@@ -119,12 +134,16 @@ def main(argv=None) -> None:
             print(f"skipping {size:,} fixes: {free_gb:.0f} GB free in {a.dir}", file=sys.stderr)
             continue
         t = time.perf_counter()
-        points, cells = generate(a.dir, size)
+        # in a subprocess, so its memory is not counted in the cases' (forked from this process)
+        subprocess.run([sys.executable, __file__, "--generate", a.dir, str(size), str(int("transitions" in a.cases))],
+                       check=True, env={**os.environ, "PYTHONPATH": ROOT})
+        points, cells = (os.path.join(a.dir, f"{k}_{size}.parquet") for k in ("points", "cells"))
         print(f"{size:,} fixes generated in {time.perf_counter() - t:.0f} s", file=sys.stderr)
         for case in a.cases.split(","):
             try:
-                done = subprocess.run([sys.executable, __file__, "--child", case, points, cells], capture_output=True,
-                                      text=True, timeout=a.timeout, env={**os.environ, "PYTHONPATH": ROOT})
+                done = subprocess.run([sys.executable, __file__, "--child", case, points, cells],
+                                      capture_output=True, text=True, timeout=a.timeout,
+                                      env={**os.environ, "PYTHONPATH": ROOT})
                 res = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else \
                     {"case": case, "wall_s": None, "peak_mb": None, "error": done.stderr.strip().splitlines()[-1]}
             except subprocess.TimeoutExpired:
@@ -144,7 +163,8 @@ def main(argv=None) -> None:
     print(table)
     if a.out:
         with open(a.out, "w") as f:
-            f.write(f"# benchmarks/scale.py --sizes {a.sizes} on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d')})\n")
+            f.write(f"# benchmarks/scale.py --sizes {a.sizes} on {os.cpu_count()} cores "
+                    f"({time.strftime('%Y-%m-%d')})\n")
             f.write(table + "\n")
     if a.clean:
         shutil.rmtree(a.dir, ignore_errors=True)
