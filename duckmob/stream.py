@@ -377,7 +377,7 @@ def noisy_count(con, table: str, *, eps, seed=None, privacy_unit="trajectory", m
                                max_trajectories_per_user=k, what=what, user_col=user, load=load)
 
 
-SEQUENCE_ROWS = 1 << 16   # cell sequences per batch of mob_transitions read out of core
+SEQUENCE_ROWS = 1 << 13   # cell sequences per batch of mob_transitions read out of core (~1-2 M cells)
 
 
 def transitions(con, table: str, *, order=1, eps, n_states, seed=None, privacy_unit="trajectory",
