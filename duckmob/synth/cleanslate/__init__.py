@@ -19,8 +19,8 @@ the trajectory as the privacy unit (or the user with at most k = ``contribution_
 What ``fit`` spends, composed by the PLD accountant into ONE event (``model.event``, recorded in the ledger once):
 
 1. a noisy trajectory count ``N~ = N + Laplace(1 / eps_count)`` (sensitivity 1; users: (trajectories at
-   sensitivity k, users), as HRNet), ``eps_count = count_share * eps``: it sets the sampling rate
-   ``q = b / N~`` with the expected batch ``b = batch_size or batch_factor sqrt(N~)``, and the default n;
+   sensitivity k, users), as HRNet), ``eps_count = count_share * eps``: the default n of ``sample`` and the
+   expected batch ``q N~`` that DP-SGD divides its noisy sums by;
 2. DP-SGD of TI: ``ceil(ti_epochs / q)`` Poisson-sampled steps at rate q, clip ``max_grad_norm``, noise
    multiplier ``sigma_TI`` calibrated so that (1) + (2) reach ``eps_count + ti_share (eps - eps_count)``;
 3. DP-SGD of TPG: ``ceil(tpg_epochs / q)`` steps at rate q, ``sigma_TPG`` calibrated so that (1) + (2) + (3)
@@ -32,7 +32,11 @@ own grams), its gradient clipped to ``max_grad_norm`` per step by ghost clipping
 and users are sampled with all their (at most k) trajectories, so a user moves a step's sum by at most
 ``max_grad_norm``. The
 sampling rate the accountant uses is the rate the Poisson sampler draws with (:func:`duckmob.synth.dpsgd.train`).
-``privacy_event`` plans with the public ``n_hint``; ``fit`` re-plans with N~ (``release.settle``).
+The whole plan is public: the Poisson rate is ``q = b / n_hint`` with ``b = batch_size or batch_factor
+sqrt(n_hint)`` (``n_hint``: the public guess of the number of units; with a different true N the batches are
+``q N`` on average), so ``privacy_event`` is exactly what ``fit`` spends -- the same on neighbouring tables -- and
+the noise multipliers are calibrated once, before any data is read (within the ledger's budget when the release
+core gives the source's prior; ``fit`` then trains with the multipliers of the reserved event).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import io
 import math
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -82,13 +87,13 @@ class CleanSlateConfig(Config):
     count_share: float = param(0.01, float, low=0, high=0.5, low_open=True, doc="share of eps for the noisy count")
     ti_epochs: int = param(20, int, low=1, high=100_000, doc="TI DP-SGD epochs")
     tpg_epochs: int = param(10, int, low=1, high=100_000, doc="TPG DP-SGD epochs")
-    batch_size: int | None = param(None, int, low=1, doc="expected batch; null: batch_factor * sqrt(noisy N)")
-    batch_factor: float = param(4.0, float, low=0, low_open=True, doc="expected batch per sqrt(noisy N)")
+    batch_size: int | None = param(None, int, low=1, doc="batch at N = n_hint; null: batch_factor * sqrt(n_hint)")
+    batch_factor: float = param(4.0, float, low=0, low_open=True, doc="batch per sqrt(n_hint)")
     lr: float = param(5e-3, float, low=0, low_open=True, doc="Adam learning rate")
     lr_final: float = param(0.1, float, low=0, high=1, low_open=True, doc="cosine decay to lr_final * lr")
     max_grad_norm: float = param(1.0, float, low=0, low_open=True, doc="DP-SGD clipping norm (per trajectory)")
     speed_mps: float = param(5.0, float, low=0, low_open=True, doc="public speed that spaces the times (m/s)")
-    n_hint: int = param(10_000, int, low=1, doc="public guess of N, used only before any data is read")
+    n_hint: int = param(10_000, int, low=1, doc="public guess of N: sets the Poisson rate q = batch / n_hint")
     base_date: str = param("2008-01-01", str, doc="public date of the synthetic times")
     device: str | None = param(None, str, doc="null: CUDA when available, else CPU")
     progress: bool | None = param(None, bool, doc="null: a progress bar in a terminal, off in CI")
@@ -109,6 +114,31 @@ def _hrnet_accounting():
     from duckmob.synth.hrnet import calibrate_noise_multiplier, count_shares, counts_events
 
     return calibrate_noise_multiplier, count_shares, counts_events
+
+
+@lru_cache(maxsize=256)
+def _calibrate_alone(fixed_json: str, sample_rate: float, steps: int, eps: float, delta: float) -> float:
+    calibrate_noise_multiplier, _, _ = _hrnet_accounting()
+    fixed = accounting.Event.from_json(fixed_json).children
+    return calibrate_noise_multiplier(list(fixed), sample_rate, steps, eps, delta)
+
+
+def _calibrate(fixed: list, sample_rate: float, steps: int, eps: float, delta: float, prior=None) -> float:
+    """HRNet's :func:`calibrate_noise_multiplier` (smallest sigma with ``compose(fixed + [dp_sgd(sigma, q,
+    steps)])`` within (eps, delta), and within ``prior``'s budget when given), the (eps, delta) part cached: it
+    depends on public values only, and the PLD accountant takes seconds."""
+    sigma = _calibrate_alone(accounting.compose(fixed).to_json(), sample_rate, steps, eps, delta)
+    if prior is None or prior.fits(accounting.compose(fixed + [accounting.dp_sgd(sigma, sample_rate, steps)])):
+        return sigma
+    calibrate_noise_multiplier, _, _ = _hrnet_accounting()
+    return calibrate_noise_multiplier(fixed, sample_rate, steps, eps, delta, prior=prior)
+
+
+def _plan_of(event) -> dict[str, Any]:
+    """The DP-SGD parameters of a planned event ``compose(counts..., dp_sgd TI, dp_sgd TPG)``."""
+    *_, ti, tpg = event.leaves()
+    return dict(sample_rate=ti.param("sample_rate"), steps_ti=ti.param("steps"), steps_tpg=tpg.param("steps"),
+                sigma_ti=ti.param("noise_multiplier"), sigma_tpg=tpg.param("noise_multiplier"), event=event)
 
 
 def _device(spec) -> torch.device:
@@ -142,30 +172,28 @@ class CleanSlate(Synthesizer):
             raise DuckmobError(f"cleanslate trains with DP-SGD and needs 0 < delta < 1 (e.g. delta := 1e-5), "
                                f"got {delta}")
 
-    def plan(self, eps: float, delta: float, n_noisy: float, units_noisy: float | None = None, *, k: int = 1,
-             prior=None) -> dict[str, Any]:
-        """The run's privacy parameters from public values and the noisy counts (module docstring, 1-3)."""
-        calibrate_noise_multiplier, _, counts_events = _hrnet_accounting()
+    def plan(self, eps: float, delta: float, *, k: int = 1, prior=None) -> dict[str, Any]:
+        """The run's privacy parameters from public values only (module docstring, 1-3), calibrated within
+        ``prior`` (the source's budget and other releases) when given."""
+        _, _, counts_events = _hrnet_accounting()
         cfg = self.cfg
         eps_count = cfg.count_share * eps
-        units = max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
+        units = max(cfg.n_hint / k, 1.0)
         batch = float(cfg.batch_size or cfg.batch_factor * math.sqrt(units))
         q = min(1.0, batch / units)
         steps_ti, steps_tpg = int(math.ceil(cfg.ti_epochs / q)), int(math.ceil(cfg.tpg_epochs / q))
         fixed = counts_events(eps_count, k)
-        sigma_ti = calibrate_noise_multiplier(fixed, q, steps_ti, eps_count + cfg.ti_share * (eps - eps_count),
-                                              delta)
+        sigma_ti = _calibrate(fixed, q, steps_ti, eps_count + cfg.ti_share * (eps - eps_count), delta)
         ti = accounting.dp_sgd(sigma_ti, q, steps_ti)
-        sigma_tpg = calibrate_noise_multiplier(fixed + [ti], q, steps_tpg, eps, delta, prior=prior)
+        sigma_tpg = _calibrate(fixed + [ti], q, steps_tpg, eps, delta, prior)
         event = accounting.compose(fixed + [ti, accounting.dp_sgd(sigma_tpg, q, steps_tpg)])
-        return dict(eps_count=eps_count, batch=q * units, sample_rate=q, steps_ti=steps_ti, steps_tpg=steps_tpg,
+        return dict(eps_count=eps_count, sample_rate=q, steps_ti=steps_ti, steps_tpg=steps_tpg,
                     sigma_ti=sigma_ti, sigma_tpg=sigma_tpg, event=event)
 
     def privacy_event(self, eps: float, delta: float, *, contribution_bound: int = 1, prior=None):
-        """The planned spend for ``n_hint`` trajectories (public), reserved before data is read."""
+        """The spend of ``fit`` (public: see the module docstring), reserved before data is read."""
         self._check_budget(eps, delta)
-        n, k = self.cfg.n_hint, contribution_bound
-        return self.plan(eps, delta, n, n / k if k > 1 else None, k=k, prior=prior)["event"]
+        return self.plan(eps, delta, k=contribution_bound, prior=prior)["event"]
 
     # -- fit -------------------------------------------------------------------------------------------
     def fit(self, data: Trajectories, eps: float, delta: float, noise, *, contribution_bound: int = 1,
@@ -173,7 +201,7 @@ class CleanSlate(Synthesizer):
         """Fit under (eps, delta)-DP for one trajectory (or one user of at most ``contribution_bound``
         trajectories); see the module docstring."""
         self._check_budget(eps, delta)
-        _, count_shares, counts_events = _hrnet_accounting()
+        _, count_shares, _ = _hrnet_accounting()
         cfg = self.cfg
         t0 = time.perf_counter()
         device = _device(cfg.device)
@@ -192,13 +220,9 @@ class CleanSlate(Synthesizer):
             eps_traj, eps_users = count_shares(eps_count, k)
             n_noisy = noisy_count(tr.n, eps_traj, noise, sensitivity=k)
             units_noisy = noisy_count(len(users), eps_users, noise)
-        if release is None:
-            plan = self.plan(eps, delta, n_noisy, units_noisy, k=k)
-        else:
-            def settle(prior):
-                p = self.plan(eps, delta, n_noisy, units_noisy, k=k, prior=prior)
-                return p["event"], p
-            plan = release.settle(settle, drawn=accounting.compose(counts_events(eps_count, k)))
+        # the reserved event is the plan (calibrated within the budget by the release core); alone, to (eps, delta)
+        plan = self.plan(eps, delta, k=k) if release is None else _plan_of(release.event)
+        batch = plan["sample_rate"] * max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
         check_interrupt = None if release is None else release.check_interrupt
         config = {key: v for key, v in cfg.as_dict().items() if key not in ("device", "progress")}
         with torch.random.fork_rng(devices=[]):
@@ -206,7 +230,7 @@ class CleanSlate(Synthesizer):
             ti, tpg = build_networks(config)
         unit_of_row = tr.user_id if k > 1 else None
         common = dict(sample_rate=plan["sample_rate"], max_grad_norm=cfg.max_grad_norm, lr=cfg.lr,
-                      lr_final=cfg.lr_final, expected_batch_size=plan["batch"], device=device,
+                      lr_final=cfg.lr_final, expected_batch_size=batch, device=device,
                       progress=cfg.progress, unit_of_row=unit_of_row, rows_per_unit=k,
                       check_interrupt=check_interrupt)
         timings = {"prepare_s": time.perf_counter() - t0}
@@ -238,8 +262,8 @@ class CleanSlate(Synthesizer):
         timings.update(tpg_s=log.seconds, total_s=time.perf_counter() - t0)
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta, epsilon_accounted=accounting.epsilon(event, delta),
-                    n_noisy=n_noisy, units_noisy=units_noisy, eps_count=plan["eps_count"],
-                    sample_rate=plan["sample_rate"], expected_batch=plan["batch"], steps_ti=plan["steps_ti"],
+                    n_noisy=n_noisy, units_noisy=units_noisy, eps_count=eps_count,
+                    sample_rate=plan["sample_rate"], expected_batch=batch, steps_ti=plan["steps_ti"],
                     steps_tpg=plan["steps_tpg"], noise_multiplier_ti=plan["sigma_ti"],
                     noise_multiplier_tpg=plan["sigma_tpg"], has_time=data.has_time, seeded=bool(noise.seeded),
                     contribution_bound=k)

@@ -1,0 +1,333 @@
+"""The clean-slate method (Lestyan et al.): trips and grams, per-trajectory clipping, the accountant, most
+probable paths against brute force, and fits through SQL and the release core."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+import duckmob
+from duckmob.errors import BudgetError, DuckmobError
+from duckmob.privacy import accounting, ledger
+from duckmob.privacy.noise import NoiseSource
+from duckmob.synth import dpsgd
+from duckmob.synth.cleanslate import CleanSlate, CleanSlateModel
+from duckmob.synth.cleanslate.paths import most_probable_paths
+from duckmob.synth.cleanslate.transitions import Transitions
+from duckmob.synth.cleanslate.trips import fill_gaps, grams, neighbour_offsets, trips, valid_moves
+from duckmob.trajectories import Trajectories
+
+BOX = [0.0, 0.0, 1.0, 1.0]
+# small and fast; every fit below at eps 1 shares one calibration of the noise (cached: it is public)
+TINY = dict(w=4, n_time=4, ti_epochs=1, tpg_epochs=1, ti_hidden=8, ti_latent=2, tpg_embed=4, tpg_hidden=8,
+            n_hint=200, batch_size=8)
+DAY0 = 1_700_000_000_000_000 - 1_700_000_000_000_000 % 86_400_000_000   # a midnight, µs
+
+
+def straight_lines(n: int, seed: int = 0) -> Trajectories:
+    """n trajectories along straight segments in the unit box, 2-14 fixes a minute apart, random start times."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2, 15, n)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    a, b = rng.random((n, 2)) * 0.98 + 0.01, rng.random((n, 2)) * 0.98 + 0.01
+    owner = np.repeat(np.arange(n), lengths)
+    f = (np.arange(offsets[-1]) - offsets[owner]) / (lengths[owner] - 1)
+    lat = a[owner, 0] + f * (b[owner, 0] - a[owner, 0])
+    lon = a[owner, 1] + f * (b[owner, 1] - a[owner, 1])
+    start = DAY0 + rng.integers(0, 86_400, n) * 1_000_000
+    ts = start[owner] + (np.arange(offsets[-1]) - offsets[owner]) * 60_000_000
+    return Trajectories(offsets, np.arange(n), np.arange(n) // 2, ts.astype(np.int64), lat, lon)
+
+
+# -- trips and grams ---------------------------------------------------------------------------------------
+
+def test_gaps_are_filled_by_hops_of_at_most_r_cells():
+    w = 8
+    offsets, cells = fill_gaps(np.array([0, 2, 4]), np.array([0, 3, 9 * 1, 9 * 1 + 7 * 8]), w, 1)
+    assert offsets.tolist() == [0, 4, 12]
+    assert cells[:4].tolist() == [0, 1, 2, 3]
+    row, col = np.divmod(cells[4:], w)
+    assert (np.maximum(np.abs(np.diff(row)), np.abs(np.diff(col))) == 1).all()
+    assert cells[4] == 9 and cells[-1] == 65
+    # r = 2: a hop of 5 cells becomes 3 hops of at most 2
+    offsets, cells = fill_gaps(np.array([0, 2]), np.array([0, 5]), w, 2)
+    assert cells.tolist() == [0, 2, 3, 5] or cells.tolist() == [0, 2, 4, 5]
+    assert (np.abs(np.diff(cells)) <= 2).all()
+
+
+def test_trips_and_grams_come_from_each_trajectory_alone():
+    data = straight_lines(40)
+    t = trips(data, BOX, 8, 1, 24)
+    g = grams(t, 8, 1, max_grams=3)
+    assert t.n == 40 and (g.count <= 3).all() and (g.count == np.minimum(np.diff(t.offsets) - 1, 3)).all()
+    dr, dc = neighbour_offsets(1)
+    used = np.arange(3)[None] < g.count[:, None]
+    nxt = g.current + dr[g.label] * 8 + dc[g.label]
+    assert valid_moves(8, 1)[g.current[used], g.label[used]].all()
+    assert np.isin(nxt[used], t.cells).all()
+    assert (t.slot == (data.ts[data.offsets[:-1]] - DAY0) // 3_600_000_000).all()
+    # a neighbouring table (one trajectory removed) changes that trajectory's row only
+    keep = np.arange(40) != 7
+    t2 = trips(data.take(keep), BOX, 8, 1, 24)
+    g2 = grams(t2, 8, 1, max_grams=3)
+    for a, b in ((t.source, t2.source), (t.dest, t2.dest), (t.slot, t2.slot), (g.current, g2.current),
+                 (g.label, g2.label), (g.count, g2.count)):
+        assert np.array_equal(a[keep], b)
+
+
+# -- privacy: clipping and accounting ---------------------------------------------------------------------
+
+def _clipped_sum_seen(monkeypatch, model, losses, n_rows, expected, **kw):
+    """The summed clipped gradient one noiseless DP-SGD step hands to Adam (times the expected batch)."""
+    seen = []
+
+    def record(opt, args, kwargs):
+        if isinstance(opt, torch.optim.Adam):
+            seen.append(torch.cat([p.grad.flatten() * expected for p in model.parameters()]).clone())
+
+    handle = register_optimizer_step_pre_hook(record)
+    try:
+        dpsgd.train_ghost(model, losses, n_rows, sample_rate=1.0, steps=1, noise_multiplier=0.0, lr=1e-3,
+                          expected_batch_size=expected, rng=np.random.default_rng(0), device=torch.device("cpu"),
+                          progress=False, **kw)
+    finally:
+        handle.remove()
+    return seen[0]
+
+
+def test_each_trajectory_moves_a_step_by_at_most_the_clipping_norm(monkeypatch):
+    """TPG examples are whole trajectories: a long trajectory with many grams still moves the step's clipped sum
+    by at most C; the sum is the sum of each trajectory's clipped mean-over-grams gradient."""
+    torch.manual_seed(0)
+    w, r, b, g_max = 4, 1, 6, 5
+    gen = torch.Generator().manual_seed(1)
+    current = torch.randint(0, w * w, (b, g_max), generator=gen)
+    label = torch.randint(0, 9, (b, g_max), generator=gen)
+    dest = torch.randint(0, w * w, (b,), generator=gen)
+    slot = torch.randint(0, 3, (b,), generator=gen)
+    count = torch.tensor([5, 1, 0, 3, 5, 2])
+    clip = 0.05
+
+    def fresh():
+        torch.manual_seed(0)
+        return Transitions(w, r, 3, 4, 8)
+
+    def losses_of(rows_kept):
+        def losses(module, rows):
+            idx = torch.as_tensor(rows_kept[rows])
+            return module(current[idx], dest[idx], slot[idx], label[idx], count[idx])
+        return losses
+
+    exact = dpsgd.per_example_gradients(fresh(), lambda call, *row: call(*(x[None] for x in row))[0],
+                                        current, dest, slot, label, count)
+    per_row = torch.cat([exact[n].reshape(b, -1) for n, _ in fresh().named_parameters()], 1)
+    assert per_row.norm(dim=1)[0] > 10 * clip and per_row[2].abs().max() == 0     # clipping bites; no gram: 0
+    expect = sum(gr * min(1.0, clip / (gr.norm().item() + 1e-6)) for gr in per_row)
+    full = _clipped_sum_seen(monkeypatch, fresh(), losses_of(np.arange(b)), b, 4.0, max_grad_norm=clip)
+    assert torch.allclose(full, expect, atol=1e-6)
+    for out in range(b):
+        kept = np.flatnonzero(np.arange(b) != out)
+        less = _clipped_sum_seen(monkeypatch, fresh(), losses_of(kept), b - 1, 4.0, max_grad_norm=clip)
+        assert (full - less).norm() <= clip * (1 + 1e-4)
+    # the user unit: users of at most 2 trajectories, each clipped to C / 2, so a user moves the sum by <= C
+    users = np.array([0, 0, 1, 2, 2, 3])
+    full = _clipped_sum_seen(monkeypatch, fresh(), losses_of(np.arange(b)), b, 4.0, max_grad_norm=clip,
+                             unit_of_row=users, rows_per_unit=2)
+    for u in range(4):
+        kept = np.flatnonzero(users != u)
+        less = _clipped_sum_seen(monkeypatch, fresh(), losses_of(kept), len(kept), 4.0, max_grad_norm=clip,
+                                 unit_of_row=users[kept], rows_per_unit=2)
+        assert (full - less).norm() <= clip * (1 + 1e-4)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """One tiny fit at eps 1, with the Poisson rates the DP-SGD runs were built with."""
+    rates = []
+    real = dpsgd.UniformWithReplacementSampler
+
+    class Recording(real):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            rates.append(kw["sample_rate"])
+
+    dpsgd.UniformWithReplacementSampler = Recording
+    try:
+        model = CleanSlate(BOX, **TINY).fit(straight_lines(150), 1.0, 1e-5, NoiseSource(3))
+    finally:
+        dpsgd.UniformWithReplacementSampler = real
+    return model, rates
+
+
+def test_the_event_is_the_rate_trained_with_and_matches_dp_accounting(fitted):
+    import dp_accounting
+    from dp_accounting import pld
+
+    model, rates = fitted
+    eps, delta = 1.0, 1e-5
+    info = model.info
+    leaves = model.event.leaves()
+    assert [e.kind for e in leaves] == ["laplace", "dp_sgd", "dp_sgd"]
+    ti, tpg = leaves[1], leaves[2]
+    assert rates == [info["sample_rate"]] * 2 == [ti.param("sample_rate"), tpg.param("sample_rate")]
+    assert info["sample_rate"] == 8 / 200          # batch_size / n_hint: public
+    assert (ti.param("steps"), tpg.param("steps")) == (info["steps_ti"], info["steps_tpg"]) == (25, 25)
+    assert model.event == CleanSlate(BOX, **TINY).privacy_event(eps, delta)   # what fit spends is the plan
+
+    def dp_sgd(e):
+        step = dp_accounting.PoissonSampledDpEvent(e.param("sample_rate"),
+                                                   dp_accounting.GaussianDpEvent(e.param("noise_multiplier")))
+        return dp_accounting.SelfComposedDpEvent(step, e.param("steps"))
+
+    def independent(events):
+        acc = pld.PLDAccountant()
+        acc.compose(dp_accounting.ComposedDpEvent(events))
+        return acc.get_epsilon(delta)
+
+    count = dp_accounting.LaplaceDpEvent(1 / leaves[0].param("eps"))
+    total = independent([count, dp_sgd(ti), dp_sgd(tpg)])
+    assert total <= eps * 1.0001 and total >= eps * 0.99
+    assert abs(total - accounting.epsilon(model.event, delta)) < 1e-6
+    eps_count = 0.01 * eps
+    first = independent([count, dp_sgd(ti)])
+    assert abs(first - (eps_count + 0.5 * (eps - eps_count))) < 0.01 * eps
+
+
+# -- trace generation ---------------------------------------------------------------------------------------
+
+def _brute_force_path(log_p: np.ndarray, s: int, d: int, w: int, r: int) -> list[int]:
+    """The most probable simple path s -> d by enumerating every simple path (tiny grids only)."""
+    valid = valid_moves(w, r)
+    dr, dc = neighbour_offsets(r)
+    best = [np.inf, None]
+
+    def walk(c, path, cost):
+        if cost >= best[0]:
+            return
+        if c == d:
+            best[:] = [cost, list(path)]
+            return
+        for k in np.flatnonzero(valid[c]):
+            nxt = int(c + dr[k] * w + dc[k])
+            if nxt not in path:
+                walk(nxt, path + [nxt], cost - log_p[c, k])
+
+    walk(s, [s], 0.0)
+    return best[1]
+
+
+@pytest.mark.parametrize("w, r", [(3, 1), (4, 2)])
+def test_generated_path_is_the_brute_force_most_probable_path(w, r):
+    rng = np.random.default_rng(w)
+    valid = valid_moves(w, r)
+    table = rng.normal(size=(w * w * 2, w * w, (2 * r + 1) ** 2)) * 2   # logits per (dest, slot)
+
+    def log_probs(dest, slot):
+        x = table[dest * 2 + slot] + np.where(valid, 0.0, -1e9)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+    n = 60 if w == 3 else 25
+    s, d, t = rng.integers(0, w * w, n), rng.integers(0, w * w, n), rng.integers(0, 2, n)
+    lengths, cells = most_probable_paths(log_probs, s, d, t, w, r, max_len=w * w, )
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    for i in range(n):   # a loop over a handful of test cases, each against an exhaustive search
+        expect = _brute_force_path(log_probs(np.array([d[i]]), np.array([t[i]]))[0], int(s[i]), int(d[i]), w, r)
+        assert cells[offsets[i]:offsets[i + 1]].tolist() == expect
+    # the public cap cuts longer paths
+    short, _ = most_probable_paths(log_probs, s, d, t, w, r, max_len=2)
+    assert (short == np.minimum(lengths, 2)).all()
+
+
+def test_fit_sample_round_trip_and_times(fitted):
+    model, _ = fitted
+    out = model.sample(50, np.random.default_rng(6))
+    assert out.n_trajectories == 50 and (out.lengths >= 2).all()
+    assert ((out.lat >= 0) & (out.lat <= 1) & (out.lon >= 0) & (out.lon <= 1)).all()
+    assert (np.diff(out.ts)[np.diff(out.offsets[:-1].repeat(out.lengths)) == 0] >= 0).all()
+    again = CleanSlateModel.from_bytes(model.to_bytes()).sample(50, np.random.default_rng(6))
+    assert np.array_equal(again.lat, out.lat) and np.array_equal(again.ts, out.ts)
+    with pytest.raises(DuckmobError, match="unknown cleanslate parameter"):
+        CleanSlate(BOX, depth=3)
+    with pytest.raises(DuckmobError, match="r must be below w"):
+        CleanSlate(BOX, w=2, r=2)
+    with pytest.raises(DuckmobError, match="needs 0 < delta < 1"):
+        CleanSlate(BOX, **TINY).privacy_event(1.0, 0.0)
+
+
+# -- through SQL and the release core ---------------------------------------------------------------------------
+
+@pytest.fixture
+def db():
+    con = duckmob.connect()
+    data = straight_lines(120, seed=7)
+    owner = data.point_traj()
+    con.register("pts", {"user_id": data.user_id[owner], "traj_id": data.traj_id[owner],
+                         "ts": data.ts, "lat": data.lat, "lon": data.lon})
+    con.execute("CREATE TABLE trips AS SELECT user_id, traj_id, make_timestamp(ts) AS ts, lat, lon FROM pts")
+    con.execute("CREATE TABLE trips_less AS FROM trips WHERE traj_id <> 11")      # a neighbouring table
+    con.unregister("pts")
+    yield con
+    con.close()
+
+
+SQL_TINY = "{" + ", ".join(f"'{k}': {v}" for k, v in TINY.items()) + "}"
+SQL_BOX = "[0.0, 0.0, 1.0, 1.0]"
+
+
+def _spent(db):
+    return [(r[0], accounting.Event.from_json(r[1])) for r in
+            db.execute("SELECT source, event FROM duckmob_ledger WHERE status = 'spent' ORDER BY id").fetchall()]
+
+
+def test_synthesize_fit_sample_and_models_through_sql(db):
+    ledger.set_budget(db, "trips", 2.5, 1e-5)
+    out = db.execute(f"FROM synthesize('trips', eps := 1.0, method := 'cleanslate', bbox := {SQL_BOX}, n := 30, "
+                     f"seed := 1, params := {SQL_TINY})").fetchall()
+    assert len({r[0] for r in out}) == 30 and all(r[4] is not None for r in out)
+    row = db.execute(f"FROM mob_fit('trips', 'cs', eps := 1.0, method := 'cleanslate', bbox := {SQL_BOX}, "
+                     f"seed := 2, params := {SQL_TINY})").fetchall()
+    assert row[0][:2] == ("cs", "cleanslate")
+    a = db.execute("FROM mob_sample('cs', n := 20, seed := 3)").fetchall()
+    assert a == db.execute("FROM mob_sample('cs', n := 20, seed := 3)").fetchall()
+    assert db.execute("SELECT method, params->>'r' FROM mob_models()").fetchall() == [("cleanslate", "1")]
+    spent = _spent(db)
+    assert len(spent) == 2 and all(accounting.epsilon(e, 1e-5) <= 1.0 + 1e-9 for _, e in spent)
+    # past the budget (about 0.8 left): refused before anything is read or recorded. (A request that the budget
+    # can hold by adding noise to TPG is calibrated down to it, as HRNet's.)
+    with pytest.raises(Exception, match="budget"):
+        db.execute(f"FROM mob_fit('trips', 'cs2', eps := 5.0, method := 'cleanslate', bbox := {SQL_BOX}, "
+                   f"params := {SQL_TINY})").fetchall()
+    assert len(_spent(db)) == 2
+
+
+def test_neighbouring_tables_spend_the_same_plan_and_one_event_each(db, monkeypatch):
+    """D and D' (one trajectory less) reserve and spend the same event (the plan is public: it is computed before
+    any data is read); it is one composed event within eps; the user unit works through the core."""
+    reserved = []
+    real_reserve = ledger.reserve
+
+    def recording(c, prior, event, **kw):
+        reserved.append(event)
+        return real_reserve(c, prior, event, **kw)
+
+    monkeypatch.setattr(ledger, "reserve", recording)
+    for source in ("trips", "trips_less"):
+        ledger.set_budget(db, source, 2.0, 1e-5)
+        db.execute(f"FROM mob_fit('{source}', 'm_{source}', eps := 1.0, method := 'cleanslate', "
+                   f"bbox := {SQL_BOX}, seed := 9, params := {SQL_TINY})").fetchall()
+    assert reserved[0] == reserved[1]
+    spent = _spent(db)
+    assert [s for s, _ in spent] == ["trips", "trips_less"] and spent[0][1] == spent[1][1] == reserved[0]
+    for _, event in spent:
+        assert [e.kind for e in event.leaves()] == ["laplace", "dp_sgd", "dp_sgd"]
+        assert accounting.epsilon(event, 1e-5) <= 1.0 + 1e-9
+    # the user unit: k = 2, counts of (trajectories, users) and per-user clipping
+    out = db.execute(f"FROM synthesize('trips', eps := 1.0, method := 'cleanslate', bbox := {SQL_BOX}, n := 10, "
+                     f"seed := 4, privacy_unit := 'user', max_trajectories_per_user := 2, "
+                     f"params := {SQL_TINY})").fetchall()
+    assert len({r[0] for r in out}) == 10
+    assert [e.kind for e in _spent(db)[-1][1].leaves()] == ["laplace", "laplace", "dp_sgd", "dp_sgd"]
+    with pytest.raises(BudgetError):
+        duckmob.synthesize(db, "trips", eps=5.0, method="cleanslate", bbox=BOX, **TINY)
