@@ -217,7 +217,8 @@ class PateGail(Synthesizer):
         cfg = self.cfg
         plan = self.plan(eps, delta, k)
         t0 = time.perf_counter()
-        rng, noise_rng = noise.generator(), noise.generator()
+        # separate streams: the policy's and the environment's draws never depend on how many devices there are
+        rng, noise_rng, device_rng = noise.generator(), noise.generator(), noise.generator()
         gen = _torch_generator(rng)
         device = _torch_device(cfg.device)
         check = (lambda: None) if release is None else release.check_interrupt
@@ -248,7 +249,8 @@ class PateGail(Synthesizer):
             torch.manual_seed(int(rng.integers(2 ** 62)))
             policy = ActorCritic(cfg.hidden)
         opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-        ens = Ensemble(n_dev, mdp.N_FEATURES, cfg.disc_hidden, cfg.disc_lr, gen, device) if n_dev else None
+        ens = Ensemble(n_dev, mdp.N_FEATURES, cfg.disc_hidden, cfg.disc_lr,
+                                  _torch_generator(device_rng), device) if n_dev else None
         x_real_t = torch.from_numpy(x_real).to(device)
         with_var = cfg.variance_weight > 0
         sigma = plan["sigma_round"]
@@ -260,7 +262,7 @@ class PateGail(Synthesizer):
             x_fake_t = torch.from_numpy(x_fake).to(device)
             if ens is not None:
                 for _step in range(cfg.disc_steps):
-                    real = x_real_t[torch.from_numpy(sample_own(dev_offsets, cfg.real_batch, rng)).to(device)]
+                    real = x_real_t[torch.from_numpy(sample_own(dev_offsets, cfg.real_batch, device_rng)).to(device)]
                     pick = torch.from_numpy(rng.integers(0, len(x_fake), cfg.fake_batch)).to(device)
                     ens.train_step(real, x_fake_t[pick])
                 outputs = ens.outputs(x_fake_t)
