@@ -405,7 +405,11 @@ def _fit_batches(release: Release, r: FitRequest, source, noise):
         batches = source.batches(bbox=synthesizer.bbox, time_required=synthesizer.needs_time,
                                  privacy_unit=r.privacy_unit, k=r.k, rng=noise.generator)
         release.check_interrupt()
-        data = batches if synthesizer.streams else batches.trajectories()
+        if synthesizer.streams:
+            return synthesizer.fit(batches, r.eps, r.delta, noise, contribution_bound=r.k, release=release)
+        data = batches.trajectories()
+        batches.close()          # the temporary files are not needed during a long (neural) fit
+        source.close()
         return synthesizer.fit(data, r.eps, r.delta, noise, contribution_bound=r.k, release=release)
     finally:
         if batches is not None:

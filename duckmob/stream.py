@@ -29,6 +29,7 @@ pass, and deleted when the release ends.
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import shutil
@@ -320,6 +321,7 @@ class Source(PointSource):
 
     def open(self) -> Iterator[pa.Table]:
         self.folder = tempfile.mkdtemp(prefix="duckmob-")
+        _FOLDERS.add(self.folder)
         return read_points(self.con, self.query, bucket_points=self.bucket_points or BUCKET_POINTS,
                            folder=self.folder)
 
@@ -332,7 +334,18 @@ class Source(PointSource):
             self.con = None
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
+            _FOLDERS.discard(self.folder)
             self.folder = None
+
+
+# Temporary folders of releases in progress, removed at interpreter exit too (a killed process leaves its own).
+_FOLDERS: set[str] = set()
+
+
+@atexit.register
+def _remove_folders() -> None:
+    for folder in list(_FOLDERS):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # -- counting releases read out of core -----------------------------------------------------------------------------

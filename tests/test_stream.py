@@ -130,3 +130,25 @@ def test_shadowed_table_is_refused_and_nothing_left_on_disk(con, small_batches, 
             other.sql(f"FROM synthesize('x', eps := 1.0, bbox := {BBOX})").fetchall()
     finally:
         other.close()
+
+
+@pytest.mark.parametrize("unit", ["trajectory", "user"])
+def test_concatenated_batches_are_the_in_memory_trajectories(con, unit):
+    """What a method that does not stream (HRNet, the baseline) gets: the in-memory path's trajectories, in its
+    order, whatever the buckets."""
+    from duckmob.privacy.counting import bound_contributions
+    from duckmob.sql.synth import points_query
+    from duckmob.trajectories import from_points
+
+    query = points_query("t", "traj_col := 'traj_id'", unit)
+    whole, _ = from_points(con.sql(query).to_arrow_table(), bbox=BBOX, outside="drop", time_required=True,
+                           private=True)
+    if unit == "user":
+        whole = whole.take(bound_contributions(whole.user_id, 5, np.random.default_rng(2)))
+    source = stream.Source(con, query, bucket_points=1500)
+    got = source.batches(bbox=BBOX, time_required=True, privacy_unit=unit, k=5,
+                         rng=lambda: np.random.default_rng(2)).trajectories()
+    source.close()
+    for name in ("offsets", "traj_id", "user_id", "ts", "lat", "lon"):
+        assert np.array_equal(getattr(got, name), getattr(whole, name)), name
+    assert whole.n_trajectories > 30
