@@ -68,6 +68,8 @@ EARTH_M_PER_DEG = 111_195.0
 # the release left empty, at a high cost).
 FLOOR = 1e-3
 MAX_POINTS = 20_000
+# Spread of the per-cell cost factors of the extra route draws (Placement.route_tables): log-normal sigma.
+ROUTE_SPREAD = 1.0
 # The data-driven bound on the fine width (fine_width): the public assumption that trajectories' mass concentrates
 # on about 5% of the grid's cells (streets and centres), and 2 noise scales of signal per such cell.
 SIGNAL_SHARE = 0.05
@@ -84,6 +86,8 @@ class PlacementConfig(Config):
                                doc="fine cells per side; null: the power of two giving cells nearest fine_m")
     fine_m: float = param(100.0, float, low=1, doc="target fine cell size (metres) when fine_w is null")
     anchors: int = param(8, int, low=1, high=64, doc="route end points per coarse cell (densest fine cells)")
+    route_draws: int = param(4, int, low=1, high=16,
+                             doc="route tables per coarse move: the most probable one and perturbed ones (spread)")
     output: str = param("points", str, choices=("points", "cells"),
                         doc="'points': routed, spaced points; 'cells': one uniform point per coarse cell")
     max_points: int = param(5000, int, low=2, high=MAX_POINTS, doc="cap on points per synthetic trajectory")
@@ -275,10 +279,12 @@ class Placement:
     ``coarse_of_fine`` (w * w,) gives the coarse cell of each fine cell (by its centre), ``n_coarse`` their
     number. Everything here is post-processing of released statistics and public parameters."""
 
-    def __init__(self, stats: FineStats, bbox, coarse_of_fine: np.ndarray, n_coarse: int, anchors: int = 8):
+    def __init__(self, stats: FineStats, bbox, coarse_of_fine: np.ndarray, n_coarse: int, anchors: int = 8,
+                 route_draws: int = 4):
         self.stats, self.bbox, self.w = stats, BBox.of(bbox), stats.w
         self.coarse = np.asarray(coarse_of_fine, dtype=np.int64)
         self.n_coarse = int(n_coarse)
+        self.route_draws = int(route_draws)
         w = self.w
         d = np.maximum(np.asarray(stats.density, dtype=np.float64), 0.0)
         total = d.sum()
@@ -352,9 +358,10 @@ class Placement:
         return lat, lon, hi > lo
 
     # -- routes ------------------------------------------------------------------------------------------
-    def _route_table(self, pairs: np.ndarray):
+    def _route_table(self, pairs: np.ndarray, cost: np.ndarray):
         """Routes of the coarse moves ``pairs`` (k, 2) from every anchor of A to the cheapest anchor of B over
-        the fine cells of A and B: one multi-source Dijkstra over the block-diagonal graph of all moves."""
+        the fine cells of A and B under per-cell ``cost``: one multi-source Dijkstra over the block-diagonal graph
+        of all moves."""
         w = self.w
         a, b = pairs[:, 0], pairs[:, 1]
         size_a = np.diff(self.cell_offsets)[a]
@@ -381,7 +388,7 @@ class Placement:
             u = np.flatnonzero(ok)
             src.append(u)
             dst.append(v[u])
-            wt.append(self.cost[nb[u]] * math.hypot(dr, dc))
+            wt.append(cost[nb[u]] * math.hypot(dr, dc))
         src, dst, wt = np.concatenate(src), np.concatenate(dst), np.concatenate(wt)
         # reversed graph (search from B's anchors back): edge v -> u carries the cost of moving u -> v
         graph = sp.csr_matrix((wt, (dst, src)), shape=(n_nodes, n_nodes))
@@ -394,13 +401,14 @@ class Placement:
             _, pred = dijkstra(graph, directed=True, indices=src_nodes, return_predecessors=True, min_only=True)[:2]
         return base, size_a, fine, np.asarray(pred, dtype=np.int64)
 
-    def route_table(self, moves: np.ndarray):
+    def route_table(self, moves: np.ndarray, cost: np.ndarray | None = None):
         """For the coarse moves ``moves`` (distinct, as ``a * n_coarse + b``): the route from every anchor of A,
         ``(first, offsets, cells, end)``: route ``first[i] + j`` starts at A's j-th anchor, its fine cells are
         ``cells[offsets[r]:offsets[r + 1]]`` (start included, ending at an anchor of B), and ``end[r]`` is that
-        anchor's index in B. A move whose fine cells do not connect jumps to B's densest anchor."""
+        anchor's index in B. A move whose fine cells do not connect jumps to B's densest anchor. ``cost``: per
+        fine cell (default: the released density's ``-log p`` costs)."""
         pairs = np.stack(np.divmod(np.asarray(moves, dtype=np.int64), self.n_coarse), axis=1)
-        base, size_a, fine, pred = self._route_table(pairs)
+        base, size_a, fine, pred = self._route_table(pairs, self.cost if cost is None else cost)
         a, b = pairs[:, 0], pairs[:, 1]
         n_anchor_a = np.diff(self.anchor_offsets)[a]
         first = np.concatenate([[0], np.cumsum(n_anchor_a)]).astype(np.int64)
@@ -435,6 +443,26 @@ class Placement:
         end_cell = cells[offsets[1:] - 1]
         return first, offsets, cells, self.rank[end_cell]
 
+    def route_tables(self, moves: np.ndarray, rng: np.random.Generator):
+        """:meth:`route_table` under ``self.route_draws`` cost fields: the first with the released costs, the
+        others with each fine cell's cost multiplied by an independent log-normal factor (sigma
+        ``ROUTE_SPREAD``). Real trips between two areas use several streets; one most probable path per move
+        sends every synthetic trip down the same one (GeoLife, eps 1: trajectory density JSD 0.23 with one
+        route per move). Returns ``(first (draws, moves), offsets, cells, end)`` over all draws together."""
+        firsts, offs, cells, ends = [], [], [], []
+        n_routes = n_cells = 0
+        for d in range(self.route_draws):
+            cost = self.cost if d == 0 else self.cost * np.exp(ROUTE_SPREAD * rng.standard_normal(len(self.cost)))
+            first, r_off, r_cells, r_end = self.route_table(moves, cost)
+            firsts.append(first[:-1] + n_routes)
+            offs.append(r_off[:-1] + n_cells)
+            cells.append(r_cells)
+            ends.append(r_end)
+            n_routes += len(r_end)
+            n_cells += len(r_cells)
+        return (np.stack(firsts), np.concatenate(offs + [np.array([n_cells])]).astype(np.int64),
+                np.concatenate(cells), np.concatenate(ends))
+
     def fine_paths(self, offsets: np.ndarray, coarse: np.ndarray, rng: np.random.Generator):
         """Fine-cell paths of coarse cell sequences ``(offsets, coarse)``: ``(offsets, cells)``.
 
@@ -455,16 +483,17 @@ class Placement:
         i = np.flatnonzero(has_next)
         keys = coarse[i] * self.n_coarse + coarse[i + 1]
         moves, move_of = np.unique(keys, return_inverse=True)
-        first, r_off, r_cells, r_end = self.route_table(moves) if len(moves) else (None,) * 4
+        first, r_off, r_cells, r_end = self.route_tables(moves, rng) if len(moves) else (None,) * 4
         # chain: the route taken at each move (its anchor index in A follows from the previous route)
         route = np.empty(len(i), dtype=np.int64)
         step_pos = i - offsets[owner_pt[i]]                 # 0 for the first move of a sequence
+        table = rng.integers(0, len(first), len(i)) if len(i) else np.zeros(0, np.int64)   # which route draw
         anchor = self.rank[start]                           # index among the first cell's anchors
         cur_anchor = anchor.copy()
         for t in range(int(step_pos.max()) + 1 if len(i) else 0):
             at = np.flatnonzero(step_pos == t)
             who = owner_pt[i[at]]
-            r = first[move_of[at]] + cur_anchor[who]
+            r = first[table[at], move_of[at]] + cur_anchor[who]
             route[at] = r
             cur_anchor[who] = r_end[r]
         pieces_owner, pieces_cells, pieces_pos = [np.arange(n)], [start], [np.zeros(n)]
