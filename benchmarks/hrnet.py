@@ -10,6 +10,7 @@ so times are indicative.
     python benchmarks/hrnet.py                      # every run (long: ~1 h on 2 cores), then the table
     python benchmarks/hrnet.py --runs hrnet-2 baseline-2 --seeds 11 12   # two fits each, averaged
     python benchmarks/hrnet.py --table-only         # print the table from the saved results
+    python benchmarks/hrnet.py --fit-times 2000 5000 10000   # default fits (hrnet, baseline) against table size
 
 Results are appended to $HRNET_BENCH_OUT (default <tmp>/duckmob_bench/hrnet.jsonl), one JSON line per run, so a
 long sweep survives interruption; the table is printed from that file.
@@ -42,6 +43,9 @@ RUNS = {  # name: (method, eps, extra parameters); "from": re-sample that run's 
     "hrnet-2-constlr": ("hrnet", 2.0, {"lr_final": 1.0}),   # a constant learning rate (the paper's)
     "baseline-2": ("baseline", 2.0, {}),
     "baseline-2-lrdecay": ("baseline", 2.0, {"lr_final": 0.1}),   # hrnet's learning-rate decay
+    # before issue 16: lengths from the model's end token, one uniform point per cell
+    "hrnet-2-endtoken": ("hrnet", 2.0, {"length_share": 0.0, "output": "cells"}),
+    "baseline-2-endtoken": ("baseline", 2.0, {"length_share": 0.0, "output": "cells"}),
     "hrnet-nopretrain-2": ("hrnet", 2.0, {"pretrain": False}),
     "hrnet-nomultitask-2": ("hrnet", 2.0, {"multitask": False}),
     "hrnet-0.5": ("hrnet", 0.5, {}),
@@ -108,9 +112,19 @@ def run(name: str, train, real_stays, seed: int = 11) -> dict:
     sample_s = time.perf_counter() - t1
     rows = evaluate(real_stays, out, BOX, families=["hrnet"], w=32)
     metrics = {r["metric"]: r["value"] for r in rows}
+    metrics.update(length_shares(out, "synth"))
     return dict(name=name, seed=seed, method=method, eps=eps, extra=extra, fit_s=fit_s, sample_s=sample_s,
                 timings=model.timings, info=model.info, metrics=metrics,
                 synth_mean_len=float(out.lengths.mean()), real_mean_len=float(real_stays.lengths.mean()))
+
+
+def length_shares(traj, side: str) -> dict:
+    """Shares of cell sequences (32 x 32, consecutive duplicates collapsed) of one cell and of >= 4 cells (issue 16:
+    each within 2 percentage points of the real ones at eps 2)."""
+    from duckmob.staypoints import cell_sequences
+
+    lengths = cell_sequences(traj, BOX, 32, stay_points=False).lengths
+    return {f"one_cell_share_{side}": float(np.mean(lengths == 1)), f"four_plus_share_{side}": float(np.mean(lengths >= 4))}
 
 
 def saved_fit_s(name: str, seed: int) -> float:
@@ -145,6 +159,18 @@ def table(results: list[dict]) -> str:
     if results:
         lines.append(f"real stay-point trajectories: mean {results[0]['real_mean_len']:.2f} points (first fix, stays, "
                      "last fix; synthetic len: points = cells, consecutive cells distinct)")
+        real = length_shares(load_training()[1], "real") if any("one_cell_share_synth" in r["metrics"] for r in results) \
+            else {}
+        if real:
+            lines.append(f"cell-sequence lengths (32 x 32): real one cell {real['one_cell_share_real']:.3f}, "
+                         f">= 4 cells {real['four_plus_share_real']:.3f}")
+            for r in results:
+                m = r["metrics"]
+                if "one_cell_share_synth" in m:
+                    lines.append(f"  {r['name']:22s} one cell {m['one_cell_share_synth']:.3f} "
+                                 f"({100 * (m['one_cell_share_synth'] - real['one_cell_share_real']):+.1f} pp), "
+                                 f">= 4 cells {m['four_plus_share_synth']:.3f} "
+                                 f"({100 * (m['four_plus_share_synth'] - real['four_plus_share_real']):+.1f} pp)")
     for r in results:
         i = r["info"]
         lines.append(f"{r['name']:22s} eps_count {i['eps_count']:.3f}  eps_pretrain {i['eps_pretrain']:.3f}  "
@@ -182,8 +208,29 @@ def saved() -> list[dict]:
     return rows
 
 
+def fit_times(sizes: list[int], eps: float = 1.0, seed: int = 11) -> None:
+    """Wall-clock seconds of a default HRNet and baseline fit (the SQL defaults: 30 epochs, 3000 pre-training
+    iterations, one torch thread) on the first ``sizes`` trajectories of a fixed public draw, with the parts."""
+    from duckmob.privacy.noise import NoiseSource
+    from duckmob.synth.hrnet import Baseline, HRNet
+
+    traj, _ = load_training()
+    print(f"{'method':9s} {'n':>6s} {'fit s':>7s} {'pretrain s':>10s} {'DP-SGD s':>9s} {'steps':>6s} {'batch':>6s}")
+    for n in sizes:
+        data = traj.take(np.arange(min(n, traj.n_trajectories)))
+        for cls in (HRNet, Baseline):
+            t0 = time.perf_counter()
+            model = cls(BOX, progress=False).fit(data, eps, DELTA, NoiseSource(seed))
+            t = model.timings
+            print(f"{cls.method:9s} {data.n_trajectories:6d} {time.perf_counter() - t0:7.1f} "
+                  f"{t.get('pretrain_s', 0.0):10.1f} {t['dp_sgd_s']:9.1f} {model.info['steps']:6d} "
+                  f"{model.info['expected_batch']:6.0f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--fit-times", nargs="*", type=int, default=None,
+                        help="print default fit times for these table sizes and exit")
     parser.add_argument("--runs", nargs="*", default=DEFAULT_RUNS)
     parser.add_argument("--seeds", nargs="*", type=int, default=[11],
                         help="one fit per seed; the table averages a run's metrics over its seeds")
@@ -191,6 +238,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     os.environ.setdefault("CI", "1")  # no progress bars in logs
+    if args.fit_times:
+        fit_times(args.fit_times)
+        return
     if not args.table_only:
         train, real_stays = load_training()
         OUT.parent.mkdir(parents=True, exist_ok=True)
