@@ -56,7 +56,6 @@ class Batches:
     sums a function's integer tables over the batches."""
 
     n_trajectories: int = 0
-    has_time: bool = True
 
     def __iter__(self) -> Iterator[Trajectories]:
         raise NotImplementedError
