@@ -98,9 +98,12 @@ def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool]
     """The DP-SGD loop shared by :func:`train` and :func:`train_ghost`: Poisson batches of units at exactly
     ``sample_rate``, ``one_step(units, empty)`` leaves what the optimizer needs (per-sample or clipped summed
     gradients), then the optimizer's noisy step, the cosine learning rate and the EMA of the iterates."""
-    sampler = UniformWithReplacementSampler(num_samples=n_units, sample_rate=sample_rate, generator=gen,
-                                            steps=steps)
-    assert sampler.sample_rate == sample_rate  # the rate the accountant is told is the rate used
+    if n_units > 0:
+        sampler = UniformWithReplacementSampler(num_samples=n_units, sample_rate=sample_rate, generator=gen,
+                                                steps=steps)
+        assert sampler.sample_rate == sample_rate  # the rate the accountant is told is the rate used
+    else:
+        sampler = [[]] * steps   # no unit: every Poisson batch is empty (opacus's sampler refuses 0 samples)
     steps_per_epoch = max(1, round(1 / sample_rate))
     log = TrainingLog(epoch_seconds=[])
     show = progress_enabled() if progress is None else progress

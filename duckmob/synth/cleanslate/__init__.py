@@ -51,7 +51,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from duckmob.errors import DuckmobError
+from duckmob.errors import BudgetError, DuckmobError
 from duckmob.grid import cell_center, haversine_m
 from duckmob.privacy import accounting
 from duckmob.privacy.counting import noisy_count
@@ -124,14 +124,26 @@ def _calibrate_alone(fixed_json: str, sample_rate: float, steps: int, eps: float
 
 
 def _calibrate(fixed: list, sample_rate: float, steps: int, eps: float, delta: float, prior=None) -> float:
-    """HRNet's :func:`calibrate_noise_multiplier` (smallest sigma with ``compose(fixed + [dp_sgd(sigma, q,
-    steps)])`` within (eps, delta), and within ``prior``'s budget when given), the (eps, delta) part cached: it
-    depends on public values only, and the PLD accountant takes seconds."""
+    """Smallest noise multiplier sigma (to 0.5 %) with ``compose(fixed + [dp_sgd(sigma, q, steps)])`` within
+    (eps, delta) by the PLD accountant (HRNet's :func:`calibrate_noise_multiplier`, cached: it depends on public
+    values only and takes seconds), and within ``prior``'s budget when given (bisection in log sigma between that
+    sigma and 1000; BudgetError when even 1000 does not fit)."""
     sigma = _calibrate_alone(accounting.compose(fixed).to_json(), sample_rate, steps, eps, delta)
-    if prior is None or prior.fits(accounting.compose(fixed + [accounting.dp_sgd(sigma, sample_rate, steps)])):
+
+    def fits(s):
+        return prior.fits(accounting.compose(fixed + [accounting.dp_sgd(s, sample_rate, steps)]))
+
+    if prior is None or fits(sigma):
         return sigma
-    calibrate_noise_multiplier, _, _ = _hrnet_accounting()
-    return calibrate_noise_multiplier(fixed, sample_rate, steps, eps, delta, prior=prior)
+    hi = 1e3
+    if not fits(hi):
+        raise BudgetError(f"the privacy budget of '{prior.source}' ({prior.eps:g} at delta {prior.delta:g}, with "
+                          "the releases already in the ledger) cannot hold this run: use a smaller eps or raise the "
+                          "budget with mob_set_budget")
+    while hi / sigma > 1.005:
+        mid = math.sqrt(hi * sigma)
+        sigma, hi = (sigma, mid) if fits(mid) else (mid, hi)
+    return hi
 
 
 def _plan_of(event) -> dict[str, Any]:
