@@ -532,7 +532,8 @@ class FittedModel(Model):
         Each draws its number of cells from the released length distribution (when the fit released one) and
         the generator runs to exactly that length; its cells and time slots come from the network. Points:
         ``output`` 'stays' (the default) places each visited cell's point on the released fine density inside
-        the cell (placement.py); 'cells' (or a model without a fine stage) puts one uniform point in each cell."""
+        the cell (placement.py), and gives a one-cell trajectory two points there (its first and last fix, at
+        times of its slot); 'cells' (or a model without a fine stage) puts one uniform point in each cell."""
         if int(n) != n or n < 1:
             raise DuckmobError(f"n must be a positive integer number of trajectories, got {n!r}")
         cfg = self.config
@@ -555,6 +556,16 @@ class FittedModel(Model):
         if self.method == "hrnet":
             cells = zorder_to_grid(cells, cfg["w"])
         base = int(np.datetime64(cfg["base_date"], "us").astype(np.int64))
+        output = cfg.get("output", "cells")
+        if self.fine is not None and output == "stays" and self.pois is None:
+            # a one-cell sequence is a trajectory that stayed in one cell: its first and last fix (the stay-point
+            # form HRNet models), two points in the cell at times of its slot, so no trajectory has one point
+            one = np.flatnonzero(lengths == 1)
+            if len(one):
+                starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+                at = starts[one]
+                cells, slots = np.insert(cells, at + 1, cells[at]), np.insert(slots, at + 1, slots[at])
+                lengths = np.where(lengths == 1, 2, lengths)
         slots = slots if self.info.get("has_time", True) else None
         traj = to_trajectories(lengths, cells, slots, self.bbox, cfg["w"], cfg["n_time"], base, rng)
         if self.pois is not None:
@@ -564,7 +575,6 @@ class FittedModel(Model):
             which = lookup[cells]
             return Trajectories(traj.offsets, traj.traj_id, traj.user_id, traj.ts,
                                 pois[which, 0].copy(), pois[which, 1].copy())
-        output = cfg.get("output", "cells")
         if self.fine is None or output == "cells":
             return traj
         lat, lon, placed = self.placement().place(cells, rng)
