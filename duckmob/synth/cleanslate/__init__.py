@@ -30,8 +30,7 @@ Sensitivity: one trajectory is one example of each DP-SGD run (TI: its own (s, d
 own grams), its gradient clipped to ``max_grad_norm`` per step by ghost clipping
 (:func:`duckmob.synth.dpsgd.train_ghost`); with the user unit each trajectory is clipped to ``max_grad_norm / k``
 and users are sampled with all their (at most k) trajectories, so a user moves a step's sum by at most
-``max_grad_norm``. The
-sampling rate the accountant uses is the rate the Poisson sampler draws with (:func:`duckmob.synth.dpsgd.train`).
+``max_grad_norm``. The sampling rate the accountant uses is the rate the Poisson sampler draws with.
 The whole plan is public: the Poisson rate is ``q = b / n_hint`` with ``b = batch_size or batch_factor
 sqrt(n_hint)`` (``n_hint``: the public guess of the number of units; with a different true N the batches are
 ``q N`` on average), so ``privacy_event`` is exactly what ``fit`` spends -- the same on neighbouring tables -- and
