@@ -77,6 +77,20 @@ def test_trips_and_grams_come_from_each_trajectory_alone():
         assert np.array_equal(a[keep], b)
 
 
+def test_rowcol_heads_are_distributions_over_all_cells():
+    from duckmob.synth.cleanslate import build_networks
+
+    torch.manual_seed(0)
+    ti, _ = build_networks({**CleanSlate(BOX, **TINY, ti_heads="rowcol").cfg.as_dict()})
+    assert ti.source_head.out_features == 2 * 4
+    ls, ld, lt = ti.decode(torch.randn(5, TINY["ti_latent"]))
+    assert ls.shape == ld.shape == (5, 16) and lt.shape == (5, 4)
+    assert torch.allclose(ls.exp().sum(-1), torch.ones(5)) and torch.allclose(ld.exp().sum(-1), torch.ones(5))
+    # logit(row, col) = a[row] + b[col]: the distribution over cells is a product of row and column factors
+    p = ls.exp().reshape(5, 4, 4)
+    assert torch.allclose(p, p.sum(2, keepdim=True) * p.sum(1, keepdim=True), atol=1e-6)
+
+
 # -- privacy: clipping and accounting ---------------------------------------------------------------------
 
 def _clipped_sum_seen(monkeypatch, model, losses, n_rows, expected, **kw):

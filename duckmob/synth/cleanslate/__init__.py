@@ -78,6 +78,9 @@ class CleanSlateConfig(Config):
     max_grams: int = param(32, int, low=1, high=4096, doc="grams per trajectory kept for TPG (evenly spaced)")
     max_path: int = param(96, int, low=2, high=100_000, doc="public cap on cells per generated path")
     ti_hidden: int = param(64, int, low=1, high=8192, doc="TI dense layer size")
+    ti_heads: str = param("cells", str, choices=("cells", "rowcol"),
+                          doc="TI's cell heads: one softmax over w^2 cells (the paper), or 'rowcol': logits "
+                              "a[row] + b[col] (2w outputs)")
     ti_latent: int = param(16, int, low=1, high=1024, doc="TI latent size")
     tpg_embed: int = param(32, int, low=1, high=4096, doc="TPG location embedding size")
     tpg_hidden: int = param(64, int, low=1, high=8192, doc="TPG dense layer size")
@@ -160,7 +163,8 @@ def _device(spec) -> torch.device:
 
 def build_networks(cfg: dict) -> tuple[Initialiser, Transitions]:
     """TI and TPG of a config (a dict of CleanSlateConfig fields), freshly initialised from torch's RNG."""
-    ti = Initialiser(cfg["w"] ** 2, cfg["n_time"], cfg["ti_hidden"], cfg["ti_latent"])
+    rowcol = cfg.get("ti_heads", "cells") == "rowcol"
+    ti = Initialiser(cfg["w"] ** 2, cfg["n_time"], cfg["ti_hidden"], cfg["ti_latent"], cfg["w"] if rowcol else None)
     tpg = Transitions(cfg["w"], cfg["r"], cfg["n_time"], cfg["tpg_embed"], cfg["tpg_hidden"])
     return ti, tpg
 

@@ -23,9 +23,9 @@ from torch import nn
 class Initialiser(nn.Module):
     """TI: ``forward(source, dest, slot, eps)`` -> per-example loss (negative ELBO, nats)."""
 
-    def __init__(self, n_cells: int, n_time: int, hidden: int, latent: int):
+    def __init__(self, n_cells: int, n_time: int, hidden: int, latent: int, w: int | None = None):
         super().__init__()
-        self.n_cells, self.n_time, self.latent = n_cells, n_time, latent
+        self.n_cells, self.n_time, self.latent, self.w = n_cells, n_time, latent, w
         # the first dense layer over the one-hot input; its last row is the bias
         self.inputs = nn.Embedding(2 * n_cells + n_time + 1, hidden)
         with torch.no_grad():
@@ -34,15 +34,23 @@ class Initialiser(nn.Module):
         self.mean = nn.Linear(hidden, latent)
         self.log_var = nn.Linear(hidden, latent)
         self.dec = nn.Linear(latent, hidden)
-        self.source_head = nn.Linear(hidden, n_cells)
-        self.dest_head = nn.Linear(hidden, n_cells)
+        # w given: each cell head is factorised, logit(row, col) = a[row] + b[col] (2w outputs instead of w^2)
+        out = n_cells if w is None else 2 * w
+        self.source_head = nn.Linear(hidden, out)
+        self.dest_head = nn.Linear(hidden, out)
         self.slot_head = nn.Linear(hidden, n_time)
 
     def decode(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probabilities of the three heads for latent vectors ``z`` (B, latent)."""
         h = torch.relu(self.dec(z))
-        return (torch.log_softmax(self.source_head(h), -1), torch.log_softmax(self.dest_head(h), -1),
-                torch.log_softmax(self.slot_head(h), -1))
+        return (torch.log_softmax(self._cells(self.source_head(h)), -1),
+                torch.log_softmax(self._cells(self.dest_head(h)), -1), torch.log_softmax(self.slot_head(h), -1))
+
+    def _cells(self, x: torch.Tensor) -> torch.Tensor:
+        if self.w is None:
+            return x
+        w = self.w
+        return (x[..., :w, None] + x[..., None, w:]).flatten(-2)   # row-major cell id = row * w + col
 
     def forward(self, source, dest, slot, eps):
         bias_row = torch.full_like(source, 2 * self.n_cells + self.n_time)
