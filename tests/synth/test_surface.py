@@ -181,3 +181,38 @@ def test_points_gathered_out_of_order_are_sorted_before_cleaning():
     b, _ = from_points(pa.table({"traj_id": traj, "ts": pa.array(ts).cast(pa.timestamp("us")), "lat": lat,
                                  "lon": lon}))
     assert np.array_equal(a.offsets, b.offsets) and np.array_equal(a.lat, b.lat) and np.array_equal(a.ts, b.ts)
+
+
+# Small public parameters per method, so the test over every registered method runs in seconds.
+FAST_PARAMS = {
+    "privtrace": {"K": 4},
+    "hrnet": {"w": 8, "epochs": 1, "pretrain_iterations": 10, "max_len": 6, "stay_points": False, "n_hint": 120},
+    "baseline": {"w": 8, "epochs": 1, "max_len": 6, "stay_points": False, "n_hint": 120},
+    "cleanslate": {"w": 4, "n_time": 4, "ti_epochs": 1, "tpg_epochs": 1, "ti_hidden": 8, "ti_latent": 2,
+                   "tpg_embed": 4, "tpg_hidden": 8, "n_hint": 120, "batch_size": 8},
+    "pategail": {"rounds": 2, "episodes": 16, "disc_steps": 1},
+}
+
+
+@pytest.mark.parametrize("method", sorted(synth.METHODS))
+def test_every_registered_method_fits_samples_and_spends_once_within_eps(db, spends, method):
+    """The shared contract, for each method in the registry: one reservation per fit, recorded within eps at
+    the budget's delta, a stored model listed by mob_models, free sampling inside the bbox, seeded runs
+    reproducible. A method added to the registry without small parameters here fails loudly."""
+    from duckmob.privacy import accounting
+
+    assert method in FAST_PARAMS, f"add small parameters for {method!r} to FAST_PARAMS"
+    params = FAST_PARAMS[method]
+    ledger.set_budget(db, "trips", 3.0, 1e-5)
+    delta = "NULL" if synth.get(method).default_delta == 0 else "1e-5"
+    row = db.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, delta := {delta}, method := '{method}', "
+                     f"bbox := {BOX}, seed := 5, params := ?)", [__import__("json").dumps(params)]).fetchall()
+    assert row[0][1] == method and len(spends) == 1
+    assert accounting.epsilon(spends[0][1], 1e-5) <= 1.0 + 1e-6
+    a = db.sql("FROM mob_sample('m', n := 30, seed := 2)").to_arrow_table()
+    b = db.sql("FROM mob_sample('m', n := 30, seed := 2)").to_arrow_table()
+    assert a.equals(b) and len(np.unique(np.asarray(a["traj_id"]))) == 30
+    lat, lon = np.asarray(a["lat"]), np.asarray(a["lon"])
+    assert ((lat >= 0) & (lat <= 1) & (lon >= 0) & (lon <= 1)).all()
+    assert db.execute("SELECT method FROM mob_models()").fetchall() == [(method,)]
+    assert len(spends) == 1
