@@ -41,7 +41,6 @@ from __future__ import annotations
 import io
 import math
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -49,6 +48,8 @@ import numpy as np
 import torch
 
 from duckmob.errors import DuckmobError
+from duckmob.synth.compute import cpu_threads, device as torch_device
+from duckmob.synth.dpsgd import torch_generator
 from duckmob.privacy import accounting
 from duckmob.privacy.counting import noisy_count, normalised_release
 from duckmob.privacy.noise import check_scale
@@ -119,34 +120,6 @@ def count_events(eps_count: float, k: int) -> list[float]:
     return [eps_count] if k == 1 else [eps_count / 2, eps_count / 2]
 
 
-def _torch_device(spec) -> torch.device:
-    if spec is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(spec)
-    except RuntimeError:
-        raise DuckmobError(f"PateGail parameter device must be a torch device such as 'cpu' or 'cuda', "
-                           f"got {spec!r}") from None
-
-
-@contextmanager
-def torch_threads(n: int | None):
-    """Run with ``n`` torch CPU threads (None: unchanged), restoring the previous setting after."""
-    previous = torch.get_num_threads()
-    if n is not None:
-        torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-def _torch_generator(rng: np.random.Generator, device=None) -> torch.Generator:
-    g = torch.Generator(device=device or "cpu")
-    g.manual_seed(int(rng.integers(2 ** 62)))
-    return g
-
-
 class PateGail(Synthesizer):
     """PateGail with public hyper-parameters (:class:`PateGailConfig`); ``fit`` is one (eps, delta) release."""
 
@@ -210,7 +183,7 @@ class PateGail(Synthesizer):
     def fit(self, data: Trajectories, eps: float, delta: float, noise, *, contribution_bound: int = 1,
             release=None) -> "PateGailModel":
         """Fit under (eps, delta)-DP for one device (see the module docstring for the privacy map)."""
-        with torch_threads(self.cfg.threads):
+        with cpu_threads(self.cfg.threads):
             return self._fit(data, eps, delta, noise, int(contribution_bound), release)
 
     def _fit(self, data, eps, delta, noise, k, release) -> "PateGailModel":
@@ -219,8 +192,8 @@ class PateGail(Synthesizer):
         t0 = time.perf_counter()
         # separate streams: the policy's and the environment's draws never depend on how many devices there are
         rng, noise_rng, device_rng = noise.generator(), noise.generator(), noise.generator()
-        gen = _torch_generator(rng)
-        device = _torch_device(cfg.device)
+        gen = torch_generator(rng, torch.device("cpu"))
+        device = torch_device(cfg.device, "PateGail")
         check = (lambda: None) if release is None else release.check_interrupt
 
         # real episodes, sorted by device; every episode has >= 1 step, so every device holds >= 1 pair
@@ -250,7 +223,7 @@ class PateGail(Synthesizer):
             policy = ActorCritic(cfg.hidden)
         opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
         ens = Ensemble(n_dev, mdp.N_FEATURES, cfg.disc_hidden, cfg.disc_lr,
-                                  _torch_generator(device_rng), device) if n_dev else None
+                                  torch_generator(device_rng, torch.device("cpu")), device) if n_dev else None
         x_real_t = torch.from_numpy(x_real).to(device)
         with_var = cfg.variance_weight > 0
         sigma = plan["sigma_round"]
@@ -328,8 +301,8 @@ class PateGailModel(Model):
         cfg = self.config
         ranks = mdp.nearest_ranks(cfg["w"], cfg["max_rank"])
         env = sample_env(self.start, cfg, ranks, int(n), rng)
-        with torch_threads(cfg.get("threads")):
-            rollout(self.policy(), env, _torch_generator(rng))
+        with cpu_threads(cfg.get("threads")):
+            rollout(self.policy(), env, torch_generator(rng, torch.device("cpu")))
         return env.episodes()
 
     def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
