@@ -209,20 +209,22 @@ def saved() -> list[dict]:
 
 
 def fit_times(sizes: list[int], eps: float = 1.0, seed: int = 11) -> None:
-    """Wall-clock seconds of a default HRNet and baseline fit (the SQL defaults: 30 epochs, 3000 pre-training
+    """Wall-clock and CPU seconds (CPU time is steadier on a shared machine) of a default HRNet and baseline fit (the SQL defaults: 30 epochs, 3000 pre-training
     iterations, one torch thread) on the first ``sizes`` trajectories of a fixed public draw, with the parts."""
     from duckmob.privacy.noise import NoiseSource
     from duckmob.synth.hrnet import Baseline, HRNet
 
     traj, _ = load_training()
-    print(f"{'method':9s} {'n':>6s} {'fit s':>7s} {'pretrain s':>10s} {'DP-SGD s':>9s} {'steps':>6s} {'batch':>6s}")
+    print(f"{'method':9s} {'n':>6s} {'fit s':>7s} {'CPU s':>7s} {'pretrain s':>10s} {'DP-SGD s':>9s} {'steps':>6s} "
+          f"{'batch':>6s}")
     for n in sizes:
         data = traj.take(np.arange(min(n, traj.n_trajectories)))
         for cls in (HRNet, Baseline):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             model = cls(BOX, progress=False).fit(data, eps, DELTA, NoiseSource(seed))
             t = model.timings
             print(f"{cls.method:9s} {data.n_trajectories:6d} {time.perf_counter() - t0:7.1f} "
+                  f"{time.process_time() - c0:7.1f} "
                   f"{t.get('pretrain_s', 0.0):10.1f} {t['dp_sgd_s']:9.1f} {model.info['steps']:6d} "
                   f"{model.info['expected_batch']:6.0f}", flush=True)
 
