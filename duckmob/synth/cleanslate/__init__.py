@@ -111,11 +111,11 @@ class CleanSlateConfig(Config):
 
 
 def _hrnet_accounting():
-    """HRNet's noise calibration and count split (imported when planning, so that this module does not load
-    HRNet's): ``(calibrate_noise_multiplier, count_shares, counts_events)``."""
-    from duckmob.synth.hrnet import calibrate_noise_multiplier, count_shares, counts_events
+    """HRNet's count split (imported when planning, so that this module does not load HRNet's):
+    ``(calibrate_noise_multiplier, count_shares, counts_events)``; the calibration is the accountant's."""
+    from duckmob.synth.hrnet import count_shares, counts_events
 
-    return calibrate_noise_multiplier, count_shares, counts_events
+    return accounting.calibrate_noise_multiplier, count_shares, counts_events
 
 
 @lru_cache(maxsize=256)
@@ -127,7 +127,7 @@ def _calibrate_alone(fixed_json: str, sample_rate: float, steps: int, eps: float
 
 def _calibrate(fixed: list, sample_rate: float, steps: int, eps: float, delta: float, prior=None) -> float:
     """Smallest noise multiplier sigma (to 0.5 %) with ``compose(fixed + [dp_sgd(sigma, q, steps)])`` within
-    (eps, delta) by the PLD accountant (HRNet's :func:`calibrate_noise_multiplier`, cached: it depends on public
+    (eps, delta) by the PLD accountant (:func:`accounting.calibrate_noise_multiplier`, cached: it depends on public
     values only and takes seconds), and within ``prior``'s budget when given (bisection in log sigma between that
     sigma and 1000; BudgetError when even 1000 does not fit)."""
     sigma = _calibrate_alone(accounting.compose(fixed).to_json(), sample_rate, steps, eps, delta)

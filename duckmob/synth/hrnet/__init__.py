@@ -41,7 +41,6 @@ at the public ``max_len``, time slots are fixed fractions of the day.
 from __future__ import annotations
 
 import io
-import logging
 import math
 import time
 from dataclasses import dataclass
@@ -57,7 +56,8 @@ from duckmob.synth.base import Model, Synthesizer
 from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.config import param
 from duckmob.synth.placement import PlacementConfig
-from duckmob.privacy import accounting, ledger
+from duckmob.privacy import accounting
+from duckmob.privacy.accounting import calibrate_noise_multiplier
 from duckmob.privacy.counting import normalised_release, noisy_count
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
@@ -139,98 +139,6 @@ class HRNetConfig(PlacementConfig):
             raise DuckmobError(f"HRNet parameter base_date must be a date such as '2008-01-01', got "
                                f"{self.base_date!r}") from None
 
-
-
-def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps: float, delta: float,
-                               rtol: float = 0.005, prior: tuple | None = None) -> float:
-    """Smallest noise multiplier sigma (to ``rtol``) with
-    ``epsilon(compose(fixed + [dp_sgd(sigma, sample_rate, steps)]), delta) <= eps`` by the PLD accountant.
-
-    ``prior``: the source's :class:`~duckmob.privacy.ledger.Prior` (its budget and every other release, reserved
-    ones included). Then sigma also keeps the whole composition ``prior events + this run`` within the declared
-    budget at the budget's delta -- on every release, the first included (the ledger recomposes every release by
-    PLD at the budget's delta, which may be smaller than the release's own). Raises BudgetError when no
-    sigma <= 1000 does.
-
-    The RDP accountant (fast, never tighter than PLD) brackets sigma first; bisection in log sigma with the PLD
-    accountant then needs a handful of evaluations. Raises DuckmobError when even sigma = 1000 does not fit.
-    """
-    if prior is not None and prior.delta == 0:   # DP-SGD needs delta > 0: no eps at delta 0 holds it
-        raise ledger.needs_delta(prior.source, prior.eps, "DP-SGD")
-    sigma = _calibrate_alone(fixed, sample_rate, steps, eps, delta, rtol)
-    if prior is None:
-        return sigma
-
-    def fits(s):
-        return prior.fits(accounting.compose(fixed + [accounting.dp_sgd(s, sample_rate, steps)]))
-
-    if fits(sigma):
-        return sigma
-    if not fits(1e3):
-        raise BudgetError(f"the privacy budget of '{prior.source}' ({prior.eps:g} at delta {prior.delta:g}, with "
-                          "the releases already in the ledger) cannot hold this run: use a smaller eps or raise the "
-                          "budget with mob_set_budget")
-    return _bisect_log(fits, sigma, 1e3, 1 + rtol)
-
-
-def _bisect_log(fits, lo: float, hi: float, ratio: float) -> float:
-    """Bisection in log sigma between an infeasible ``lo`` and a feasible ``hi`` (``fits`` monotone: more noise
-    never costs more privacy), until ``hi / lo <= ratio``; returns the feasible end."""
-    while hi / lo > ratio:
-        mid = math.sqrt(hi * lo)
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    return hi
-
-
-def _calibrate_alone(fixed: list, sample_rate: float, steps: int, eps: float, delta: float, rtol: float) -> float:
-    """:func:`calibrate_noise_multiplier` against (eps, delta) alone."""
-    from dp_accounting import rdp
-
-    def run(sigma):
-        return accounting.compose(fixed + [accounting.dp_sgd(sigma, sample_rate, steps)])
-
-    def pld_eps(sigma):
-        return accounting.epsilon(run(sigma), delta)
-
-    def rdp_eps(sigma):
-        acc = rdp.RdpAccountant()
-        acc.compose(run(sigma).to_dp_event())
-        return acc.get_epsilon(delta)
-
-    logging.getLogger("absl").setLevel(logging.ERROR)  # RDP's "failed to converge" notes at tiny orders
-    lo, hi = 1e-2, 1e3
-    if rdp_eps(hi) > eps and pld_eps(hi) > eps:
-        raise DuckmobError(f"eps = {eps} is too small for DP-SGD with {steps} steps after the other releases: "
-                           "raise eps or lower epochs")
-    # RDP bracket: rdp_eps(hi) <= eps, so pld_eps(hi) <= eps too
-    hi = _bisect_log(lambda s: rdp_eps(s) <= eps, lo, hi, 1.01)
-    # Illinois regula falsi on f(log sigma) = log pld_eps(sigma) - log eps: a few PLD evaluations
-    lo = hi / 1.5
-    f_hi, f_lo = math.log(pld_eps(hi) / eps), math.log(pld_eps(lo) / eps)
-    while f_lo <= 0:                           # rare: make sure lo is infeasible for PLD
-        hi, f_hi = lo, f_lo
-        lo /= 1.5
-        f_lo = math.log(pld_eps(lo) / eps)
-    side = 0
-    while hi / lo > 1 + rtol:
-        x_lo, x_hi = math.log(lo), math.log(hi)
-        x = x_hi - f_hi * (x_hi - x_lo) / (f_hi - f_lo)
-        x = min(max(x, x_lo + 0.1 * rtol), x_hi - 0.1 * rtol)
-        mid = math.exp(x)
-        f_mid = math.log(pld_eps(mid) / eps)
-        if f_mid <= 0:
-            hi, f_hi = mid, f_mid
-            if side == 1:
-                f_lo /= 2
-            side = 1
-        else:
-            lo, f_lo = mid, f_mid
-            if side == -1:
-                f_hi /= 2
-            side = -1
-        if abs(f_mid) < rtol / 10 and f_mid <= 0:
-            break
-    return hi
 
 
 def count_shares(eps_count: float, k: int) -> list[float]:
