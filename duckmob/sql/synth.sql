@@ -1,6 +1,6 @@
 -- Synthesis from SQL: fit a method on a trajectory table under the source's privacy budget, store it, sample it.
 -- Every macro shares one parameter list (see duckmob/sql/synth.py for what each one means):
---   eps, delta (NULL: the method's default), method ('privtrace', 'hrnet', 'baseline'), bbox (required,
+--   eps, delta (NULL: the method's default), method ('privtrace', 'hrnet', 'baseline', 'cleanslate', 'pategail'), bbox (required,
 --   [min_lat, min_lon, max_lat, max_lon], public), n (NULL: the model's noisy trajectory count), seed (NULL:
 --   OS entropy), privacy_unit ('trajectory' | 'user'), max_trajectories_per_user (k, for 'user'),
 --   params (method-specific: a JSON string '{"K": 8}' or a STRUCT {'K': 8}), outside ('drop': a private
