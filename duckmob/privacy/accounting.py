@@ -377,10 +377,11 @@ def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps:
     The RDP accountant (fast, never tighter than PLD) brackets sigma first; bisection in log sigma with the PLD
     accountant then needs a handful of evaluations. Raises DuckmobError when even sigma = 1000 does not fit.
     """
-    if prior is not None and prior.delta == 0:   # DP-SGD needs delta > 0: no eps at delta 0 holds it
-        raise ledger.needs_delta(prior.source, prior.eps, "DP-SGD")
     from duckmob.errors import BudgetError
     from duckmob.privacy import ledger   # (the ledger composes with this module: imported when used)
+
+    if prior is not None and prior.delta == 0:   # DP-SGD needs delta > 0: no eps at delta 0 holds it
+        raise ledger.needs_delta(prior.source, prior.eps, "DP-SGD")
 
     sigma = _calibrate_alone(fixed, sample_rate, steps, eps, delta, rtol)
     if prior is None:

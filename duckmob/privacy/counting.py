@@ -578,6 +578,33 @@ def noisy_transition_counts_sparse_batches(batches, n_states, order, eps, noise:
     return states, values
 
 
+def count_shares(eps_count: float, k: int) -> list[float]:
+    """Epsilons of the noisy counts of :func:`noisy_unit_counts`: the trajectory count (k = 1), or (trajectories,
+    users) for users of at most k trajectories, both at Laplace scale (k + 1) / eps_count:
+    eps_count k/(k+1) + eps_count/(k+1) = eps_count."""
+    return [eps_count] if k == 1 else [eps_count * k / (k + 1), eps_count / (k + 1)]
+
+
+def noisy_unit_counts(user_id, eps_count: float, noise: NoiseSource, k: int = 1) -> tuple[float, float | None]:
+    """The noisy number of trajectories, and with k > 1 of users: ``(n_noisy, users_noisy or None)``, spending
+    ``eps_count`` in all (split by :func:`count_shares`).
+
+    Privacy map: one trajectory changes the trajectory count by 1 (eps-DP at scale 1 / eps_count); one user of at
+    most k trajectories changes (trajectories, users) by at most (k, 1), so each count at sensitivity (k, 1) and
+    its share of eps_count makes the pair eps_count-DP. ``user_id`` has one entry per trajectory; users must
+    already be bounded to k trajectories (the release core does it: a user with more is a programming error)."""
+    user_id = np.asarray(user_id)
+    n = len(user_id)
+    if k == 1:
+        return noisy_count(n, eps_count, noise), None
+    users, per_user = np.unique(user_id, return_counts=True)
+    if len(per_user) and per_user.max() > k:
+        raise DuckmobError("a user has more trajectories than the contribution bound: bound contributions first "
+                           "(privacy_unit := 'user' does it)")
+    eps_traj, eps_users = count_shares(eps_count, k)
+    return noisy_count(n, eps_traj, noise, sensitivity=k), noisy_count(len(users), eps_users, noise)
+
+
 def noisy_count(n_items: int, eps: float, noise: NoiseSource, sensitivity: int = 1) -> float:
     """An eps-DP count: ``n_items + Laplace(sensitivity / eps)`` on the noise grid (float, may be negative).
 

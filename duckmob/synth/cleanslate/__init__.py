@@ -53,7 +53,7 @@ import torch
 from duckmob.errors import BudgetError, DuckmobError
 from duckmob.grid import cell_center, haversine_m
 from duckmob.privacy import accounting
-from duckmob.privacy.counting import noisy_count
+from duckmob.privacy.counting import noisy_unit_counts
 from duckmob.synth import dpsgd
 from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
 from duckmob.synth.cleanslate.initialiser import Initialiser, sample_endpoints
@@ -216,7 +216,6 @@ class CleanSlate(Synthesizer):
         """Fit under (eps, delta)-DP for one trajectory (or one user of at most ``contribution_bound``
         trajectories); see the module docstring."""
         self._check_budget(eps, delta)
-        _, count_shares, _ = _hrnet_accounting()
         cfg = self.cfg
         t0 = time.perf_counter()
         device = _device(cfg.device)
@@ -225,16 +224,7 @@ class CleanSlate(Synthesizer):
         gr = grams(tr, cfg.w, cfg.r, cfg.max_grams)
         k = int(contribution_bound)
         eps_count = cfg.count_share * eps
-        if k == 1:
-            n_noisy, units_noisy = noisy_count(tr.n, eps_count, noise), None
-        else:
-            users, per_user = np.unique(tr.user_id, return_counts=True)
-            if len(per_user) and per_user.max() > k:   # a programming error: the release core bounds first
-                raise DuckmobError("a user has more trajectories than the contribution bound: bound contributions "
-                                   "first (privacy_unit := 'user' does it)")
-            eps_traj, eps_users = count_shares(eps_count, k)
-            n_noisy = noisy_count(tr.n, eps_traj, noise, sensitivity=k)
-            units_noisy = noisy_count(len(users), eps_users, noise)
+        n_noisy, units_noisy = noisy_unit_counts(tr.user_id, eps_count, noise, k)
         # the reserved event is the plan (calibrated within the budget by the release core); alone, to (eps, delta)
         plan = self.plan(eps, delta, k=k) if release is None else _plan_of(release.event)
         batch = plan["sample_rate"] * max(float(n_noisy if units_noisy is None else units_noisy), 1.0)

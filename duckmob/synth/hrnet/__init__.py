@@ -58,7 +58,7 @@ from duckmob.synth.config import param
 from duckmob.synth.placement import PlacementConfig
 from duckmob.privacy import accounting
 from duckmob.privacy.accounting import calibrate_noise_multiplier
-from duckmob.privacy.counting import normalised_release, noisy_count
+from duckmob.privacy.counting import count_shares, normalised_release, noisy_unit_counts
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
 from duckmob.synth.hrnet.encoding import morton
@@ -139,12 +139,6 @@ class HRNetConfig(PlacementConfig):
             raise DuckmobError(f"HRNet parameter base_date must be a date such as '2008-01-01', got "
                                f"{self.base_date!r}") from None
 
-
-
-def count_shares(eps_count: float, k: int) -> list[float]:
-    """Epsilons of the noisy counts: the trajectory count (k = 1), or (trajectories, users) for users of at most
-    k trajectories, both at Laplace scale (k + 1) / eps_count: eps_count k/(k+1) + eps_count/(k+1) = eps_count."""
-    return [eps_count] if k == 1 else [eps_count * k / (k + 1), eps_count / (k + 1)]
 
 
 def counts_events(eps_count: float, k: int) -> list:
@@ -285,18 +279,8 @@ class _Base(Synthesizer):
         has_time = data.has_time
         k = int(contribution_bound)
         eps_count = cfg.count_share * eps
-        if k == 1:
-            # (1) noisy trajectory count, sensitivity 1
-            n_noisy, units_noisy = noisy_count(arrays.n, eps_count, noise), None
-        else:
-            # (1) noisy (trajectories, users): one user changes them by at most (k, 1), L1 sensitivity k + 1
-            users, per_user = np.unique(arrays.user_id, return_counts=True)
-            if len(per_user) and per_user.max() > k:   # a programming error: the release core bounds first
-                raise DuckmobError("a user has more trajectories than the contribution bound: bound contributions "
-                                   "first (privacy_unit := 'user' does it)")
-            eps_traj, eps_users = count_shares(eps_count, k)
-            n_noisy = noisy_count(arrays.n, eps_traj, noise, sensitivity=k)
-            units_noisy = noisy_count(len(users), eps_users, noise)
+        # (1) the noisy trajectory count (and user count when k > 1)
+        n_noisy, units_noisy = noisy_unit_counts(arrays.user_id, eps_count, noise, k)
         if release is None:
             plan = self.plan(eps, delta, n_noisy, units_noisy, k=k)
         else:
