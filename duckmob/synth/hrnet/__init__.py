@@ -20,8 +20,9 @@ recorded in the ledger once (``model.event``):
    the ``max_len`` bins (``counting.normalised_release``), NormCut. Samples draw their length from it and the
    generator runs to that length (the model's own end token made one-cell sequences 1.75 times too frequent and
    sequences of >= 4 cells 2.7 times too rare on GeoLife). ``length_share := 0`` keeps the end token.
-3. the fine-placement stage (``duckmob/synth/placement.py``): the fine density and step histogram at
-   ``eps * fine_share``, sensitivity k each (off with ``output := 'cells'`` or ``fine_share := 0``);
+3. the fine-placement stage (``duckmob/synth/placement.py``) at ``eps * fine_share``: with ``output := 'stays'``
+   the density alone, of the fine cells holding the modelled points (a trajectory's mass 1 split over its distinct
+   fine cells: sensitivity k), Laplace on every fine cell (off with ``output := 'cells'`` or ``fine_share := 0``);
 4. (HRNet with ``pretrain``) DPTRAN, ``eps_pre`` from HRNet eq. 9 with c = 0.018 on public parameters and ``N~``
    (see :mod:`.pretrain`), within what 1-3 leave;
 5. DP-SGD: ``steps = ceil(epochs / q)`` Poisson-sampled steps at rate ``q`` with clipping norm
