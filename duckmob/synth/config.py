@@ -18,16 +18,18 @@ import dataclasses
 import math
 from typing import Any, ClassVar
 
+import numpy as np
+
 from duckmob.errors import DuckmobError
 
 
 def param(default, kind: type, *, low=None, high=None, low_open: bool = False, high_open: bool = False, choices=None,
-          nullable: bool = False, doc: str = ""):
+          nullable: bool = False, date: bool = False, doc: str = ""):
     """A config field: ``kind`` is int, float, bool, str, dict or list; ``low``/``high`` bound numbers
-    (``low_open``/``high_open``: strictly inside); ``choices`` lists allowed strings; ``nullable`` admits None (a default
-    of None implies it)."""
+    (``low_open``/``high_open``: strictly inside); ``choices`` lists allowed strings; ``date`` asks a string to be a
+    date numpy can read (``'2008-01-01'``); ``nullable`` admits None (a default of None implies it)."""
     meta = dict(kind=kind, low=low, high=high, low_open=low_open, high_open=high_open, choices=tuple(choices) if choices else None,
-                nullable=nullable or default is None, doc=doc)
+                nullable=nullable or default is None, date=date, doc=doc)
     if isinstance(default, (dict, list)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -37,6 +39,8 @@ def _describe(meta) -> str:
     kind = meta["kind"]
     if meta["choices"]:
         return "one of " + ", ".join(repr(c) for c in meta["choices"])
+    if meta.get("date"):
+        return "a date such as '2008-01-01'"
     what = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "an object",
             list: "a list"}[kind]
     low, high = meta["low"], meta["high"]
@@ -81,6 +85,11 @@ def _coerce(name: str, value, meta, method: str):
     if kind is str:
         if not isinstance(value, str) or (meta["choices"] and value not in meta["choices"]):
             raise bad
+        if meta.get("date"):
+            try:
+                np.datetime64(value, "us")
+            except ValueError:
+                raise bad from None
         return value
     if not isinstance(value, kind):
         raise bad

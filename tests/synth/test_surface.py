@@ -216,3 +216,11 @@ def test_every_registered_method_fits_samples_and_spends_once_within_eps(db, spe
     assert ((lat >= 0) & (lat <= 1) & (lon >= 0) & (lon <= 1)).all()
     assert db.execute("SELECT method FROM mob_models()").fetchall() == [(method,)]
     assert len(spends) == 1
+
+
+@pytest.mark.parametrize("method", ["hrnet", "cleanslate", "pategail"])
+def test_a_date_parameter_is_checked_where_the_config_is_parsed(method):
+    """base_date (a ``param(..., date=True)``) is refused unless numpy reads it as a date, naming what to give."""
+    with pytest.raises(DuckmobError, match=r"parameter base_date must be a date such as '2008-01-01', got '2008-13-45'"):
+        synth.get(method)([0, 0, 1, 1], base_date="2008-13-45")
+    synth.get(method)([0, 0, 1, 1], base_date="2010-05-01")   # a valid date passes

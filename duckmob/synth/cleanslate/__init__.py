@@ -96,16 +96,11 @@ class CleanSlateConfig(Config):
     max_grad_norm: float = param(1.0, float, low=0, low_open=True, doc="DP-SGD clipping norm (per trajectory)")
     speed_mps: float = param(5.0, float, low=0, low_open=True, doc="public speed that spaces the times (m/s)")
     n_hint: int = param(10_000, int, low=1, doc="public guess of N: sets the Poisson rate q = batch / n_hint")
-    base_date: str = param("2008-01-01", str, doc="public date of the synthetic times")
+    base_date: str = param("2008-01-01", str, date=True, doc="public date of the synthetic times")
     device: str | None = param(None, str, doc="null: CUDA when available, else CPU")
     progress: bool | None = param(None, bool, doc="null: a progress bar in a terminal, off in CI")
 
     def check(self) -> None:
-        try:
-            np.datetime64(self.base_date, "us")
-        except ValueError:
-            raise DuckmobError(f"cleanslate parameter base_date must be a date such as '2008-01-01', got "
-                               f"{self.base_date!r}") from None
         if self.r >= self.w:
             raise DuckmobError(f"cleanslate parameter r must be below w (got r = {self.r}, w = {self.w})")
 

@@ -125,7 +125,7 @@ class HRNetConfig(PlacementConfig):
     pois: list | None = param(None, list, doc="public POIs [[lat, lon], ...] (HRNet §3.2.2); sets w")
     decode: str = param("coarse_to_fine", str, choices=DECODES, doc="or 'finest' (the paper's finest head only)")
     temperature: float = param(1.0, float, low=0, low_open=True, doc="sampling temperature (1: the model's)")
-    base_date: str = param("2008-01-01", str, doc="public date of the synthetic times")
+    base_date: str = param("2008-01-01", str, date=True, doc="public date of the synthetic times")
     device: str | None = param(None, str, doc="null: CUDA when available, else CPU")
     progress: bool | None = param(None, bool, doc="null: a progress bar in a terminal, off in CI")
 
@@ -134,11 +134,6 @@ class HRNetConfig(PlacementConfig):
             raise DuckmobError("decode 'finest' samples from the finest resolution's softmax over all cells, which "
                                "multitask_loss 'conditional' does not train: use decode 'coarse_to_fine' or "
                                "multitask_loss 'full'")
-        try:
-            np.datetime64(self.base_date, "us")
-        except ValueError:
-            raise DuckmobError(f"HRNet parameter base_date must be a date such as '2008-01-01', got "
-                               f"{self.base_date!r}") from None
 
 
 

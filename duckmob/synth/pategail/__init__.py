@@ -93,7 +93,7 @@ class PateGailConfig(Config):
                                   doc="share of each round's Gaussian budget (1/sigma^2) spent on the variance")
     start_share: float = param(0.2, float, low=0, high=0.9, low_open=True, doc="share of eps for the start model")
     count_share: float = param(0.02, float, low=0, high=0.5, low_open=True, doc="share of eps for the counts")
-    base_date: str = param("2008-01-01", str, doc="public date of the synthetic times")
+    base_date: str = param("2008-01-01", str, date=True, doc="public date of the synthetic times")
     device: str | None = param(None, str, doc="torch device of the discriminators; null: CUDA when available")
     threads: int = param(1, int, low=1, high=1024,
                          doc="torch CPU threads during fit and sample; the tensors are small: on the shared 2-core "
@@ -106,11 +106,6 @@ class PateGailConfig(Config):
         if self.variance_weight > 0 and self.variance_share == 0:
             raise DuckmobError("PateGail parameter variance_weight > 0 needs variance_share > 0 (the variance is "
                                "released privately); set variance_weight := 0 for eq. 2 alone")
-        try:
-            np.datetime64(self.base_date, "us")
-        except ValueError:
-            raise DuckmobError(f"PateGail parameter base_date must be a date such as '2008-01-01', got "
-                               f"{self.base_date!r}") from None
 
 
 def count_events(eps_count: float, k: int) -> list[float]:
