@@ -22,7 +22,7 @@ from duckmob.trajectories import Trajectories
 BOX = [0.0, 0.0, 1.0, 1.0]
 # small and fast; every fit below at eps 1 shares one calibration of the noise (cached: it is public)
 TINY = dict(w=4, n_time=4, ti_epochs=1, tpg_epochs=1, ti_hidden=8, ti_latent=2, tpg_embed=4, tpg_hidden=8,
-            n_hint=200, batch_size=8)
+            n_hint=200, batch_size=8, ti_coarse=2)
 DAY0 = 1_700_000_000_000_000 - 1_700_000_000_000_000 % 86_400_000_000   # a midnight, µs
 
 
@@ -81,7 +81,7 @@ def test_rowcol_heads_are_distributions_over_all_cells():
     from duckmob.synth.cleanslate import build_networks
 
     torch.manual_seed(0)
-    ti, _ = build_networks({**CleanSlate(BOX, **TINY, ti_heads="rowcol").cfg.as_dict()})
+    ti, _ = build_networks({**CleanSlate(BOX, **{**TINY, "ti_coarse": 1}, ti_heads="rowcol").cfg.as_dict()})
     assert ti.source_head.out_features == 2 * 4
     ls, ld, lt = ti.decode(torch.randn(5, TINY["ti_latent"]))
     assert ls.shape == ld.shape == (5, 16) and lt.shape == (5, 4)
@@ -183,8 +183,8 @@ def test_the_event_is_the_rate_trained_with_and_matches_dp_accounting(fitted):
     eps, delta = 1.0, 1e-5
     info = model.info
     leaves = model.event.leaves()
-    assert [e.kind for e in leaves] == ["laplace", "dp_sgd", "dp_sgd"]
-    ti, tpg = leaves[1], leaves[2]
+    assert [e.kind for e in leaves] == ["laplace"] * 4 + ["dp_sgd", "dp_sgd"]   # count, 3 prior histograms
+    ti, tpg = leaves[4], leaves[5]
     assert rates == [info["sample_rate"]] * 2 == [ti.param("sample_rate"), tpg.param("sample_rate")]
     assert info["sample_rate"] == 8 / 200          # batch_size / n_hint: public
     assert (ti.param("steps"), tpg.param("steps")) == (info["steps_ti"], info["steps_tpg"]) == (25, 25)
@@ -201,12 +201,16 @@ def test_the_event_is_the_rate_trained_with_and_matches_dp_accounting(fitted):
         return acc.get_epsilon(delta)
 
     count = dp_accounting.LaplaceDpEvent(1 / leaves[0].param("eps"))
-    total = independent([count, dp_sgd(ti), dp_sgd(tpg)])
+    eps_count = 0.01 * eps
+    eps_prior = 0.4 * (eps - eps_count)                     # prior_share of what the count leaves
+    assert [e.param("eps") for e in leaves[1:4]] == pytest.approx([eps_prior / 3] * 3, rel=1e-12)
+    assert info["eps_prior"] == pytest.approx(eps_prior)
+    prior = [dp_accounting.LaplaceDpEvent(3 / eps_prior)] * 3
+    total = independent([count, *prior, dp_sgd(ti), dp_sgd(tpg)])
     assert total <= eps * 1.0001 and total >= eps * 0.99
     assert abs(total - accounting.epsilon(model.event, delta)) < 1e-6
-    eps_count = 0.01 * eps
-    first = independent([count, dp_sgd(ti)])
-    assert abs(first - (eps_count + 0.5 * (eps - eps_count))) < 0.01 * eps
+    first = independent([count, *prior, dp_sgd(ti)])
+    assert abs(first - (eps_count + eps_prior + 0.5 * (eps - eps_count - eps_prior))) < 0.01 * eps
 
 
 # -- trace generation ---------------------------------------------------------------------------------------
@@ -336,11 +340,11 @@ def test_neighbouring_tables_spend_the_same_plan_and_one_event_each(db, monkeypa
     spent = _spent(db)
     assert [s for s, _ in spent] == ["trips", "trips_less"] and spent[0][1] == spent[1][1] == reserved[0]
     for _, event in spent:
-        assert [e.kind for e in event.leaves()] == ["laplace", "dp_sgd", "dp_sgd"]
+        assert [e.kind for e in event.leaves()] == ["laplace"] * 4 + ["dp_sgd", "dp_sgd"]
         assert accounting.epsilon(event, 1e-5) <= 1.0 + 1e-9
     # synthesize with the user unit: k = 2, counts of (trajectories, users) and per-user clipping
     out = db.execute(f"FROM synthesize('trips', eps := 1.0, method := 'cleanslate', bbox := {SQL_BOX}, n := 10, "
                      f"seed := 4, privacy_unit := 'user', max_trajectories_per_user := 2, "
                      f"params := {SQL_TINY})").fetchall()
     assert len({r[0] for r in out}) == 10
-    assert [e.kind for e in _spent(db)[-1][1].leaves()] == ["laplace", "laplace", "dp_sgd", "dp_sgd"]
+    assert [e.kind for e in _spent(db)[-1][1].leaves()] == ["laplace"] * 5 + ["dp_sgd", "dp_sgd"]

@@ -8,7 +8,11 @@ the trajectory as the privacy unit (or the user with at most k = ``contribution_
 - data (per trajectory, no budget): every fix on the public w x w grid over the declared bbox, repeats collapsed,
   hops longer than r cells filled along the straight line (:mod:`.trips`); source = first cell, destination =
   last cell, slot = the start's slot of the day (n_time public slots);
-- **TI** (:mod:`.initialiser`): a VAE over (source, destination, slot), one example per trajectory;
+- **prior** (:mod:`.prior`): noisy histograms of the source cell, the destination cell and the slot;
+- **TI** (:mod:`.initialiser`): a VAE over (source, destination, slot), one example per trajectory, on the public
+  coarse grid (``ti_coarse`` x ``ti_coarse`` fine cells per coarse cell), its heads' fixed biases the log of the
+  prior (so DP-SGD learns only the correlation of source, destination and slot); a sampled coarse cell becomes a
+  fine cell drawn from the prior's fine histogram inside it;
 - **TPG** (:mod:`.transitions`): next hop among the (2r+1)^2 cells within r cells given (current, destination,
   slot); one example per trajectory, its gradient the mean over its grams (at most ``max_grams``);
 - **trace generator** (:mod:`.paths`): (s, d, t) from TI, the most probable path s -> d under TPG (Dijkstra on
@@ -21,9 +25,14 @@ What ``fit`` spends, composed by the PLD accountant into ONE event (``model.even
 1. a noisy trajectory count ``N~ = N + Laplace(1 / eps_count)`` (sensitivity 1; users: (trajectories at
    sensitivity k, users), as HRNet), ``eps_count = count_share * eps``: the default n of ``sample`` and the
    expected batch ``q N~`` that DP-SGD divides its noisy sums by;
-2. DP-SGD of TI: ``ceil(ti_epochs / q)`` Poisson-sampled steps at rate q, clip ``max_grad_norm``, noise
-   multiplier ``sigma_TI`` calibrated so that (1) + (2) reach ``eps_count + ti_share (eps - eps_count)``;
-3. DP-SGD of TPG: ``ceil(tpg_epochs / q)`` steps at rate q, ``sigma_TPG`` calibrated so that (1) + (2) + (3)
+2. the prior: three histograms (source cell, destination cell, slot), each trajectory adding exactly 1 to one
+   bin of each (L1 sensitivity 1 per histogram, k for a user), Laplace(3 k / eps_prior) on every bin,
+   ``eps_prior = prior_share (eps - eps_count)`` (three ``laplace(eps_prior / 3)`` events; none when
+   ``prior_share`` is 0);
+3. DP-SGD of TI: ``ceil(ti_epochs / q)`` Poisson-sampled steps at rate q, clip ``max_grad_norm``, noise
+   multiplier ``sigma_TI`` calibrated so that (1) + (2) + (3) reach
+   ``eps_count + eps_prior + ti_share (eps - eps_count - eps_prior)``;
+4. DP-SGD of TPG: ``ceil(tpg_epochs / q)`` steps at rate q, ``sigma_TPG`` calibrated so that (1) + ... + (4)
    is (eps, delta)-DP by the PLD accountant (and, given the ledger's earlier releases, within the budget).
 
 Sensitivity: one trajectory is one example of each DP-SGD run (TI: its own (s, d, t); TPG: the mean over its
@@ -58,6 +67,8 @@ from duckmob.synth import dpsgd
 from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
 from duckmob.synth.cleanslate.initialiser import Initialiser, sample_endpoints
 from duckmob.synth.cleanslate.paths import most_probable_paths
+from duckmob.synth.cleanslate.prior import (coarse_of, coarse_probabilities, coarse_width, eps_split, log_bias,
+                                            prior_events, refine, release_prior)
 from duckmob.synth.cleanslate.transitions import Transitions
 from duckmob.synth.cleanslate.trips import grams, trips
 from duckmob.synth.config import Config, param
@@ -77,15 +88,20 @@ class CleanSlateConfig(Config):
     n_time: int = param(24, int, low=1, high=1440, doc="time slots of the day (the paper: hours)")
     max_grams: int = param(32, int, low=1, high=4096, doc="grams per trajectory kept for TPG (evenly spaced)")
     max_path: int = param(96, int, low=2, high=100_000, doc="public cap on cells per generated path")
-    ti_hidden: int = param(64, int, low=1, high=8192, doc="TI dense layer size")
+    ti_hidden: int = param(32, int, low=1, high=8192, doc="TI dense layer size")
     ti_heads: str = param("cells", str, choices=("cells", "rowcol"),
                           doc="TI's cell heads: one softmax over w^2 cells (the paper), or 'rowcol': logits "
                               "a[row] + b[col] (2w outputs)")
-    ti_latent: int = param(16, int, low=1, high=1024, doc="TI latent size")
+    ti_latent: int = param(8, int, low=1, high=1024, doc="TI latent size")
+    ti_coarse: int = param(4, int, low=1, high=256,
+                           doc="TI's cells: ti_coarse x ti_coarse fine cells each (1: the fine cells, the paper)")
+    prior_share: float = param(0.4, float, low=0, high=1, high_open=True,
+                               doc="share of eps (after the count) for the prior histograms (0: no prior)")
     tpg_embed: int = param(32, int, low=1, high=4096, doc="TPG location embedding size")
     tpg_hidden: int = param(64, int, low=1, high=8192, doc="TPG dense layer size")
     ti_share: float = param(0.5, float, low=0, high=1, low_open=True, high_open=True,
-                            doc="share of eps (after the count) calibrated for TI; TPG gets the rest")
+                            doc="share of eps (after the count and the prior) calibrated for TI; TPG gets "
+                                "the rest")
     count_share: float = param(0.01, float, low=0, high=0.5, low_open=True, doc="share of eps for the noisy count")
     ti_epochs: int = param(20, int, low=1, high=100_000, doc="TI DP-SGD epochs")
     tpg_epochs: int = param(10, int, low=1, high=100_000, doc="TPG DP-SGD epochs")
@@ -144,7 +160,7 @@ def _calibrate(fixed: list, sample_rate: float, steps: int, eps: float, delta: f
 
 
 def _plan_of(event) -> dict[str, Any]:
-    """The DP-SGD parameters of a planned event ``compose(counts..., dp_sgd TI, dp_sgd TPG)``."""
+    """The DP-SGD parameters of a planned event ``compose(counts..., prior..., dp_sgd TI, dp_sgd TPG)``."""
     *_, ti, tpg = event.leaves()
     return dict(sample_rate=ti.param("sample_rate"), steps_ti=ti.param("steps"), steps_tpg=tpg.param("steps"),
                 sigma_ti=ti.param("noise_multiplier"), sigma_tpg=tpg.param("noise_multiplier"), event=event)
@@ -157,9 +173,11 @@ def _device(spec) -> torch.device:
 
 
 def build_networks(cfg: dict) -> tuple[Initialiser, Transitions]:
-    """TI and TPG of a config (a dict of CleanSlateConfig fields), freshly initialised from torch's RNG."""
+    """TI and TPG of a config (a dict of CleanSlateConfig fields), freshly initialised from torch's RNG; TI over
+    the coarse cells of ``ti_coarse``."""
     rowcol = cfg.get("ti_heads", "cells") == "rowcol"
-    ti = Initialiser(cfg["w"] ** 2, cfg["n_time"], cfg["ti_hidden"], cfg["ti_latent"], cfg["w"] if rowcol else None)
+    cw = coarse_width(cfg["w"], cfg.get("ti_coarse", 1))
+    ti = Initialiser(cw * cw, cfg["n_time"], cfg["ti_hidden"], cfg["ti_latent"], cw if rowcol else None)
     tpg = Transitions(cfg["w"], cfg["r"], cfg["n_time"], cfg["tpg_embed"], cfg["tpg_hidden"])
     return ti, tpg
 
@@ -187,17 +205,18 @@ class CleanSlate(Synthesizer):
         ``prior`` (the source's budget and other releases) when given."""
         _, _, counts_events = _hrnet_accounting()
         cfg = self.cfg
-        eps_count = cfg.count_share * eps
+        eps_count, eps_prior = eps_split(eps, cfg.count_share, cfg.prior_share)
         units = max(cfg.n_hint / k, 1.0)
         batch = float(cfg.batch_size or cfg.batch_factor * math.sqrt(units))
         q = min(1.0, batch / units)
         steps_ti, steps_tpg = int(math.ceil(cfg.ti_epochs / q)), int(math.ceil(cfg.tpg_epochs / q))
-        fixed = counts_events(eps_count, k)
-        sigma_ti = _calibrate(fixed, q, steps_ti, eps_count + cfg.ti_share * (eps - eps_count), delta)
+        fixed = counts_events(eps_count, k) + prior_events(eps_prior)
+        target_ti = eps_count + eps_prior + cfg.ti_share * (eps - eps_count - eps_prior)
+        sigma_ti = _calibrate(fixed, q, steps_ti, target_ti, delta)
         ti = accounting.dp_sgd(sigma_ti, q, steps_ti)
         sigma_tpg = _calibrate(fixed + [ti], q, steps_tpg, eps, delta, prior)
         event = accounting.compose(fixed + [ti, accounting.dp_sgd(sigma_tpg, q, steps_tpg)])
-        return dict(eps_count=eps_count, sample_rate=q, steps_ti=steps_ti, steps_tpg=steps_tpg,
+        return dict(eps_count=eps_count, eps_prior=eps_prior, sample_rate=q, steps_ti=steps_ti, steps_tpg=steps_tpg,
                     sigma_ti=sigma_ti, sigma_tpg=sigma_tpg, event=event)
 
     def privacy_event(self, eps: float, delta: float, *, contribution_bound: int = 1, prior=None):
@@ -218,8 +237,11 @@ class CleanSlate(Synthesizer):
         tr = trips(data, self.bbox, cfg.w, cfg.r, cfg.n_time)
         gr = grams(tr, cfg.w, cfg.r, cfg.max_grams)
         k = int(contribution_bound)
-        eps_count = cfg.count_share * eps
+        eps_count, eps_prior = eps_split(eps, cfg.count_share, cfg.prior_share)
         n_noisy, units_noisy = noisy_unit_counts(tr.user_id, eps_count, noise, k)
+        # (2) the prior: three noisy histograms, each trajectory adding 1 to one bin of each (module docstring)
+        hist = release_prior(tr.source, tr.dest, tr.slot, cfg.w, cfg.n_time, eps_prior, noise, k) \
+            if eps_prior > 0 else None
         # the reserved event is the plan (calibrated within the budget by the release core); alone, to (eps, delta)
         plan = self.plan(eps, delta, k=k) if release is None else _plan_of(release.event)
         batch = plan["sample_rate"] * max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
@@ -228,26 +250,31 @@ class CleanSlate(Synthesizer):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(rng.integers(2 ** 62)))
             ti, tpg = build_networks(config)
+        if hist is not None:
+            ti.set_prior(*(log_bias(coarse_probabilities(hist[h], cfg.w, cfg.ti_coarse)) for h in ("source", "dest")),
+                         log_bias(hist["slot"]))
         unit_of_row = tr.user_id if k > 1 else None
         common = dict(sample_rate=plan["sample_rate"], max_grad_norm=cfg.max_grad_norm, lr=cfg.lr,
                       lr_final=cfg.lr_final, expected_batch_size=batch, device=device,
                       progress=cfg.progress, unit_of_row=unit_of_row, rows_per_unit=k,
                       check_interrupt=check_interrupt)
         timings = {"prepare_s": time.perf_counter() - t0}
-        # (2) TI: one example per trajectory; the VAE's reparameterisation noise is an input of each example
-        source, dest, slot = (torch.as_tensor(a, dtype=torch.long) for a in (tr.source, tr.dest, tr.slot))
+        # (3) TI: one example per trajectory (its coarse cells); the VAE's reparameterisation noise is an input
+        ti_source, ti_dest = (torch.as_tensor(coarse_of(a, cfg.w, cfg.ti_coarse)) for a in (tr.source, tr.dest))
+        slot = torch.as_tensor(tr.slot, dtype=torch.long)
         latent_gen = dpsgd.torch_generator(rng, torch.device("cpu"))
 
         def ti_losses(module, rows):
             idx = torch.as_tensor(rows, dtype=torch.long)
             eps_z = torch.randn((len(rows), cfg.ti_latent), generator=latent_gen)
-            return module(source[idx].to(device), dest[idx].to(device), slot[idx].to(device), eps_z.to(device))
+            return module(ti_source[idx].to(device), ti_dest[idx].to(device), slot[idx].to(device), eps_z.to(device))
 
         log = dpsgd.train_ghost(ti, ti_losses, tr.n, steps=plan["steps_ti"], noise_multiplier=plan["sigma_ti"],
                                 rng=rng, desc="cleanslate TI", **common)
         timings["ti_s"] = log.seconds
-        # (3) TPG: one example per trajectory, its loss the mean over its grams
+        # (4) TPG: one example per trajectory, its loss the mean over its grams
         current, label = torch.as_tensor(gr.current), torch.as_tensor(gr.label)
+        dest = torch.as_tensor(tr.dest, dtype=torch.long)
         count = torch.as_tensor(gr.count)
 
         def tpg_losses(module, rows):
@@ -262,13 +289,15 @@ class CleanSlate(Synthesizer):
         timings.update(tpg_s=log.seconds, total_s=time.perf_counter() - t0)
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta, epsilon_accounted=accounting.epsilon(event, delta),
-                    n_noisy=n_noisy, units_noisy=units_noisy, eps_count=eps_count,
+                    n_noisy=n_noisy, units_noisy=units_noisy, eps_count=eps_count, eps_prior=eps_prior,
                     sample_rate=plan["sample_rate"], expected_batch=batch, steps_ti=plan["steps_ti"],
                     steps_tpg=plan["steps_tpg"], noise_multiplier_ti=plan["sigma_ti"],
                     noise_multiplier_tpg=plan["sigma_tpg"], has_time=data.has_time, seeded=bool(noise.seeded),
                     contribution_bound=k)
         state = {"ti": {n: v.detach().cpu() for n, v in ti.state_dict().items()},
                  "tpg": {n: v.detach().cpu() for n, v in tpg.state_dict().items() if n != "log_mask"}}
+        if hist is not None:   # the released fine histograms that refine TI's coarse cells
+            state["prior"] = {h: torch.as_tensor(hist[h], dtype=torch.float64) for h in ("source", "dest")}
         return CleanSlateModel(self.bbox.as_list(), config, state, event.to_json(), info, timings)
 
 
@@ -310,6 +339,10 @@ class CleanSlateModel(Model):
         ti, tpg = self.networks()
         tpg.to(dev)
         source, dest, slot = sample_endpoints(ti, int(n), rng, dev)
+        prior = self.state.get("prior", {})
+        coarse = cfg.get("ti_coarse", 1)
+        source, dest = (refine(c, None if h not in prior else prior[h].numpy(), cfg["w"], coarse, rng)
+                        for c, h in ((source, "source"), (dest, "dest")))
 
         def log_probs(d, t):
             out = tpg.log_probs_for(torch.as_tensor(d, device=dev), torch.as_tensor(t, device=dev))

@@ -1,12 +1,15 @@
 """The trajectory initialiser (TI): a variational autoencoder over (source cell, destination cell, time slot)
 (Lestyan et al. §7.3.1, §8.3.1; the loss of Doersch 2016).
 
-Encoder: the one-hot input (w^2 + w^2 + T values) -> dense ``hidden`` (ReLU) -> dense ``hidden`` (linear) ->
-mean and log-variance of a Gaussian latent of size ``latent``. Decoder: latent -> dense ``hidden`` (ReLU) ->
-three parallel softmax heads over sources, destinations and slots. The first dense layer applied to a one-hot
-input is the sum of three rows of its weight matrix, so it is stored as one embedding table whose last row, looked
-up by every example, is the layer's bias (the same function and the same gradients, without a 2 w^2-wide input;
-and only ``nn.Embedding`` and ``nn.Linear`` layers, each used once per forward pass, as ghost clipping needs).
+Cells here are the cells the VAE works on: the fine w x w cells, or the public coarse cells of :mod:`.prior`
+(then ``n_cells`` is the number of coarse cells). Encoder: the one-hot input (2 n_cells + T values) -> dense
+``hidden`` (ReLU) -> dense ``hidden`` (linear) -> mean and log-variance of a Gaussian latent of size ``latent``.
+Decoder: latent -> dense ``hidden`` (ReLU) -> three parallel softmax heads over sources, destinations and slots,
+each with a fixed (untrained) bias: the log of the released DP prior of :mod:`.prior` when there is one
+(:meth:`Initialiser.set_prior`), else 0. The first dense layer applied to a one-hot input is the sum of three rows
+of its weight matrix, so it is stored as one embedding table whose last row, looked up by every example, is the
+layer's bias (the same function and the same gradients, without a 2 n_cells-wide input; and only
+``nn.Embedding`` and ``nn.Linear`` layers, each used once per forward pass, as ghost clipping needs).
 
 Training example = one trajectory (one row); its loss is its own reconstruction cross-entropy plus the KL term,
 with the reparameterisation noise given as an input (``eps``), so per-example gradients are a pure function of
@@ -39,12 +42,28 @@ class Initialiser(nn.Module):
         self.source_head = nn.Linear(hidden, out)
         self.dest_head = nn.Linear(hidden, out)
         self.slot_head = nn.Linear(hidden, n_time)
+        # fixed (not trained) logit offsets: the log of the released DP prior, zero without one
+        self.register_buffer("bias_source", torch.zeros(n_cells))
+        self.register_buffer("bias_dest", torch.zeros(n_cells))
+        self.register_buffer("bias_slot", torch.zeros(n_time))
+
+    def set_prior(self, source: np.ndarray, dest: np.ndarray, slot: np.ndarray) -> None:
+        """Use the log-probabilities ``source``, ``dest`` (n_cells,) and ``slot`` (n_time,) of a released prior as
+        the heads' fixed biases, and start the heads' own weights and biases at 0: the untrained decoder is the
+        prior (independent source, destination and slot), and DP-SGD learns the residual, their correlation."""
+        with torch.no_grad():
+            for buf, value in ((self.bias_source, source), (self.bias_dest, dest), (self.bias_slot, slot)):
+                buf.copy_(torch.as_tensor(value, dtype=torch.float32))
+            for head in (self.source_head, self.dest_head, self.slot_head):
+                head.weight.zero_()
+                head.bias.zero_()
 
     def decode(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probabilities of the three heads for latent vectors ``z`` (B, latent)."""
         h = torch.relu(self.dec(z))
-        return (torch.log_softmax(self._cells(self.source_head(h)), -1),
-                torch.log_softmax(self._cells(self.dest_head(h)), -1), torch.log_softmax(self.slot_head(h), -1))
+        return (torch.log_softmax(self._cells(self.source_head(h)) + self.bias_source, -1),
+                torch.log_softmax(self._cells(self.dest_head(h)) + self.bias_dest, -1),
+                torch.log_softmax(self.slot_head(h) + self.bias_slot, -1))
 
     def _cells(self, x: torch.Tensor) -> torch.Tensor:
         if self.w is None:
