@@ -348,71 +348,115 @@ def _remove_folders() -> None:
 
 
 # -- counting releases read out of core -----------------------------------------------------------------------------
+#
+# mob_noisy_count and mob_transitions read rows that are already one per trajectory (a (traj_id, user_id) pair, a
+# cell sequence), so they need no buckets: DuckDB counts the pairs where the data lives (an integer reaches Python),
+# and the cell sequences arrive in record batches of whole sequences. The macros call these through
+# duckmob.sql.privacy on a cursor of the release core's connection; the Python functions below on the caller's.
 
-def _columns(con, table: str) -> list[str]:
-    return [d[0] for d in con.sql(f"SELECT * FROM {table} LIMIT 0").description]
-
-
-def _pairs_query(con, table: str, traj_col: str, user_col: str) -> tuple[str, str | None]:
-    """The (traj_id, user_id) pairs of ``table`` as mob_noisy_count's macro forms them, and the user column (None
-    when the table has none: a fact of the schema)."""
-    user = user_col if user_col in _columns(con, table) else None
-    return (f"SELECT {traj_col}::BIGINT AS traj_id, {'NULL' if user is None else user}::BIGINT AS user_id "
-            f"FROM {table} GROUP BY ALL"), user
+def _literal(text) -> str:
+    return "NULL" if text is None else "'" + str(text).replace("'", "''") + "'"
 
 
-def noisy_count(con, table: str, *, eps, seed=None, privacy_unit="trajectory", max_trajectories_per_user=None,
-                what="trajectories", traj_col="traj_id", user_col="user_id") -> float:
-    """``mob_noisy_count`` with the exact count made by DuckDB where the data lives (one aggregate after the
-    reservation; only an integer reaches Python). The same release as the in-memory path: with the user unit the
-    count of kept trajectories is sum over users of min(trajectories, k), whichever k are kept.
-    Privacy map: as :func:`duckmob.release.noisy_count`."""
-    from duckmob import release
-    from duckmob.sql import register
+def relation(table: str, traj_col: str, user_col: str, cells_col: str | None = None) -> str:
+    """The rows of ``table`` the counting macros read, as privacy.sql forms them: traj_id, user_id (NULL when the
+    table has no column named ``user_col``) and, with ``cells_col``, cells; the raw column types."""
+    cells = f", {cells_col} AS cells" if cells_col is not None else ""
+    return (f"SELECT {traj_col} AS traj_id, coalesce(*COLUMNS('^({user_col}|__mob_no_user)$')) AS user_id{cells} "
+            f"FROM (SELECT *, NULL AS __mob_no_user FROM {table})")
 
-    register(con)
-    db = release.database(con)
-    pairs, user = _pairs_query(con, table, traj_col, user_col)
+
+def checked_user(con, table: str, traj_col: str, user_col: str, cells_col: str | None = None) -> str | None:
+    """The macros' schema checks (privacy.sql's ``_mob_typed_source``: integer ids, lists of integer cells; a
+    DuckDB error naming the column and its type otherwise) on the column types alone (no row is read), run on
+    ``con`` (registered); returns the user column's name, or None when the table has none."""
+    cells = "typeof(any_value(cells))" if cells_col is not None else "NULL"
+    return con.sql(f"SELECT _mob_typed_source({_literal(table)}, typeof(any_value(traj_id)), "
+                   f"typeof(any_value(user_id)), {cells}, {_literal(traj_col)}, {_literal(user_col)}, "
+                   f"{_literal(cells_col)}) AS _, _mob_user_col(typeof(any_value(user_id)), {_literal(user_col)}) "
+                   f"FROM ({relation(table, traj_col, user_col, cells_col)} LIMIT 0)").fetchall()[0][1]
+
+
+def count_query(rel: str, *, what: str, privacy_unit: str, k: int) -> str:
+    """The exact count mob_noisy_count noises, as one DuckDB aggregate over ``rel`` (:func:`relation`), equal to
+    what the in-memory path counts from the gathered pairs (``release.noisy_count``): the (traj_id, user_id) pairs
+    are grouped on the raw values, then TRY_CAST (an id beyond BIGINT becomes NULL, user -1); 'users': distinct
+    user ids >= 0; the user unit: per user id >= 0, min(trajectories, k), which is how many
+    ``counting.bound_contributions`` keeps whichever it keeps; otherwise every pair.
+    ``what``, ``privacy_unit`` and ``k`` are the release's validated public arguments."""
+    pairs = (f"SELECT TRY_CAST(traj_id AS BIGINT) AS traj_id, TRY_CAST(user_id AS BIGINT) AS user_id "
+             f"FROM ({rel} GROUP BY ALL)")
+    if what == "users":
+        return f"SELECT count(DISTINCT user_id) FILTER (WHERE user_id >= 0) FROM ({pairs})"
+    if privacy_unit == "user":
+        return (f"SELECT coalesce(sum(least(n, {int(k)})), 0)::BIGINT FROM "
+                f"(SELECT user_id, count(*) AS n FROM ({pairs}) WHERE user_id >= 0 GROUP BY user_id)")
+    return f"SELECT count(*) FROM ({pairs})"
+
+
+def count_release(db, cursor, table: str, *, eps, seed=None, privacy_unit="trajectory",
+                  max_trajectories_per_user=None, what="trajectories", traj_col="traj_id", user_col="user_id",
+                  user: str | None) -> float:
+    """``mob_noisy_count`` of ``table`` counted by DuckDB on ``cursor`` after the reservation: only an integer
+    reaches Python. ``user`` is the table's user column or None (:func:`checked_user`). Privacy map: as
+    :func:`duckmob.release.noisy_count` (the same mechanism; the count is the in-memory path's, exactly)."""
+    from duckmob import release, validators
+
+    rel = relation(table, traj_col, user_col)
     k = max_trajectories_per_user
 
-    def load() -> int:
-        if what == "users":
-            q = f"SELECT count(DISTINCT user_id) FILTER (WHERE user_id >= 0) FROM ({pairs})"
-        elif privacy_unit == "user":
-            q = (f"SELECT coalesce(sum(least(n, {int(k)})), 0) FROM "
-                 f"(SELECT user_id, count(*) AS n FROM ({pairs}) WHERE user_id >= 0 GROUP BY user_id)")
-        else:
-            q = f"SELECT count(*) FROM ({pairs})"
-        return int(con.sql(q).fetchall()[0][0])
+    def load() -> int:   # called after release.noisy_count validated these arguments
+        unit, bound = validators.privacy_unit(privacy_unit, k, needs_bound=what == "trajectories")
+        return int(cursor.sql(count_query(rel, what=what, privacy_unit=unit, k=bound)).fetchall()[0][0])
 
     return release.noisy_count(db, source=table, eps=eps, seed=seed, privacy_unit=privacy_unit,
                                max_trajectories_per_user=k, what=what, user_col=user, load=load)
 
 
+def noisy_count(con, table: str, *, eps, seed=None, privacy_unit="trajectory", max_trajectories_per_user=None,
+                what="trajectories", traj_col="traj_id", user_col="user_id") -> float:
+    """``mob_noisy_count`` from Python, counted by DuckDB on ``con`` (which sees its temp tables): the same checks
+    and the same release as the macro. Privacy map: as :func:`duckmob.release.noisy_count`."""
+    from duckmob import release
+    from duckmob.sql import register
+
+    register(con)
+    user = checked_user(con, table, traj_col, user_col)
+    return count_release(release.database(con), con, table, eps=eps, seed=seed, privacy_unit=privacy_unit,
+                         max_trajectories_per_user=max_trajectories_per_user, what=what, traj_col=traj_col,
+                         user_col=user_col, user=user)
+
+
 SEQUENCE_ROWS = 1 << 13   # cell sequences per batch of mob_transitions read out of core (~1-2 M cells)
 
 
-def transitions(con, table: str, *, order=1, eps, n_states, seed=None, privacy_unit="trajectory",
-                max_trajectories_per_user=None, max_length=None, support=None, w=None, traj_col="traj_id",
-                user_col="user_id", cells_col="cells"):
-    """``mob_transitions`` on a table of cell sequences read in record batches of ``SEQUENCE_ROWS`` sequences
-    (under the user unit ordered by traj_id, as the in-memory path orders them, and read twice). Returns
-    ``(states, counts)`` as :func:`duckmob.release.transitions`: the same release, with memory bounded by a batch
-    and the model."""
+def sequences_query(rel: str, privacy_unit) -> str:
+    """The cell sequences of ``rel`` (:func:`relation`) as the in-memory path casts them (TRY_CAST: an id beyond
+    BIGINT becomes NULL, a sequence with a cell that is not one is dropped). Under the user unit they come in the
+    in-memory path's order, by traj_id with NULL as -1 (``_sequences``' stable sort; only the user unit's random
+    choice depends on the order, the sums do not); ties (one traj_id on two rows) in DuckDB's order, as there."""
+    query = (f"SELECT TRY_CAST(traj_id AS BIGINT) AS traj_id, TRY_CAST(user_id AS BIGINT) AS user_id, "
+             f"TRY_CAST(cells AS BIGINT[]) AS cells FROM ({rel})")
+    user = str(privacy_unit if privacy_unit is not None else "").strip().lower() == "user"
+    return f"SELECT * FROM ({query}) ORDER BY coalesce(traj_id, -1)" if user else query
+
+
+def transitions_release(db, cursor, table: str, *, order=1, eps, n_states, seed=None, privacy_unit="trajectory",
+                        max_trajectories_per_user=None, max_length=None, support=None, w=None, traj_col="traj_id",
+                        user_col="user_id", cells_col="cells", user: str | None):
+    """``mob_transitions`` of ``table`` read by DuckDB on ``cursor`` after the reservation, in record batches of
+    ``SEQUENCE_ROWS`` whole sequences (read twice under the user unit: the ids first, for the bounding). Returns
+    ``(states, counts)`` as :func:`duckmob.release.transitions`, the same release bit for bit: every batch is
+    reduced to integer noise-grid steps (``counting.noisy_transition_counts_batches``), summed, noised once.
+    Python holds one batch and the table of the public support, whatever the table's size."""
     from duckmob import release
-    from duckmob.sql import one_row, register
+    from duckmob.sql import one_row
     from duckmob.sql.privacy import _sequences
 
-    register(con)
-    db = release.database(con)
-    user = user_col if user_col in _columns(con, table) else None
-    # the order only matters to the user unit's random choice (sums are order-free): sort only then
-    sort = " ORDER BY traj_id" if privacy_unit == "user" else ""
-    query = (f"SELECT {traj_col}::BIGINT AS traj_id, {'NULL' if user is None else user}::BIGINT AS user_id, "
-             f"{cells_col}::BIGINT[] AS cells FROM {table}{sort}")
+    query = sequences_query(relation(table, traj_col, user_col, cells_col), privacy_unit)
 
     def batches():
-        for rb in con.sql(query).to_arrow_reader(batch_size=SEQUENCE_ROWS):
+        for rb in cursor.sql(query).to_arrow_reader(batch_size=SEQUENCE_ROWS):
             yield _sequences(one_row(pa.StructArray.from_arrays(rb.columns, names=rb.schema.names)))
 
     return release.transitions(db, source=table, order=order, eps=eps, n_states=n_states, seed=seed,
@@ -420,6 +464,23 @@ def transitions(con, table: str, *, order=1, eps, n_states, seed=None, privacy_u
                                max_length=max_length, support=support, w=w, user_col=user, load=lambda: batches)
 
 
+def transitions(con, table: str, *, order=1, eps, n_states, seed=None, privacy_unit="trajectory",
+                max_trajectories_per_user=None, max_length=None, support=None, w=None, traj_col="traj_id",
+                user_col="user_id", cells_col="cells"):
+    """``mob_transitions`` from Python, read on ``con`` (which sees its temp tables) in record batches: the same
+    checks and the same release as the macro (:func:`transitions_release`)."""
+    from duckmob import release
+    from duckmob.sql import register
+
+    register(con)
+    user = checked_user(con, table, traj_col, user_col, cells_col)
+    return transitions_release(release.database(con), con, table, order=order, eps=eps, n_states=n_states, seed=seed,
+                               privacy_unit=privacy_unit, max_trajectories_per_user=max_trajectories_per_user,
+                               max_length=max_length, support=support, w=w, traj_col=traj_col, user_col=user_col,
+                               cells_col=cells_col, user=user)
+
+
 __all__ = ["Batches", "InMemory", "Cleaned", "Source", "as_batches", "clean", "concat", "read_points", "route",
-           "noisy_count", "transitions", "PointSource", "to_lists", "from_lists", "bound_keys",
+           "noisy_count", "transitions", "count_release", "transitions_release", "relation", "checked_user",
+           "count_query", "sequences_query", "PointSource", "to_lists", "from_lists", "bound_keys",
            "n_buckets", "BUCKET_POINTS"]

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from duckmob import release, validators
+from duckmob import release, stream, validators
 from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
 from duckmob.sql import Udf, one_row, points, scalar
@@ -67,6 +67,27 @@ def _sequences(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return offsets, cells, user_id
 
 
+def _transition_rows(states: np.ndarray, values: np.ndarray) -> pa.ListArray:
+    """mob_transitions' rows from ``release.transitions``' (states, counts): zeros after NormCut are omitted (the
+    whole table is released; they are known zeros); prev_state is NULL for the first order."""
+    order = states.shape[1] - 1
+    keep = values > 0
+    states, values = states[keep], values[keep]
+    prev = pa.nulls(len(values), pa.int64()) if order == 1 else pa.array(states[:, 0], pa.int64())
+    return one_row(pa.table({"prev_state": prev, "from_state": pa.array(states[:, -2], pa.int64()),
+                             "to_state": pa.array(states[:, -1], pa.int64()), "count": pa.array(values)}))
+
+
+def _unshadowed(source, shadowed) -> str:
+    """The name of a table read out of core; refused (before anything is reserved: it is about the catalog) when
+    a temporary table or view of the caller's connection has that name and would hide it."""
+    name = scalar(source)
+    if scalar(shadowed):
+        raise DuckmobError(f"a temporary table or view named '{name}' hides the table of the same name that "
+                           "duckmob would read: rename one of them")
+    return name
+
+
 def udfs(db) -> list[Udf]:
     def set_budget(source, eps, delta, exists):
         source, eps, delta = scalar(source), scalar(eps), scalar(delta)
@@ -89,17 +110,22 @@ def udfs(db) -> list[Udf]:
 
     def transitions(rows, source, order, eps, n_states, seed, privacy_unit, max_per_user, max_length, support, w,
                     user_col):
-        states, values = release.transitions(
+        return _transition_rows(*release.transitions(
             db, source=scalar(source), order=scalar(order), eps=scalar(eps), n_states=scalar(n_states),
             seed=scalar(seed), privacy_unit=scalar(privacy_unit), max_trajectories_per_user=scalar(max_per_user),
             max_length=scalar(max_length), support=scalar(support), w=scalar(w), user_col=scalar(user_col),
-            load=lambda: _sequences(rows))
-        order = states.shape[1] - 1
-        keep = values > 0  # zeros after NormCut are omitted (the whole table is released; they are known zeros)
-        states, values = states[keep], values[keep]
-        prev = pa.nulls(len(values), pa.int64()) if order == 1 else pa.array(states[:, 0], pa.int64())
-        return one_row(pa.table({"prev_state": prev, "from_state": pa.array(states[:, -2], pa.int64()),
-                                 "to_state": pa.array(states[:, -1], pa.int64()), "count": pa.array(values)}))
+            load=lambda: _sequences(rows)))
+
+    def transitions_source(source, traj_col, user_col, cells_col, shadowed, order, eps, n_states, seed, privacy_unit,
+                           max_per_user, max_length, support, w, user):
+        """mob_transitions of a table the core's connection reads out of core (duckmob.stream)."""
+        name = _unshadowed(source, shadowed)
+        with db.connection() as cur:
+            return _transition_rows(*stream.transitions_release(
+                db, cur, name, order=scalar(order), eps=scalar(eps), n_states=scalar(n_states), seed=scalar(seed),
+                privacy_unit=scalar(privacy_unit), max_trajectories_per_user=scalar(max_per_user),
+                max_length=scalar(max_length), support=scalar(support), w=scalar(w), traj_col=scalar(traj_col),
+                user_col=scalar(user_col), cells_col=scalar(cells_col), user=scalar(user)))
 
     def noisy_count(rows, source, eps, seed, privacy_unit, max_per_user, what, user_col):
         def load():
@@ -115,6 +141,17 @@ def udfs(db) -> list[Udf]:
                                     what=scalar(what) or "trajectories", user_col=scalar(user_col), load=load)
         return one_row(pa.table({"count": [value]}))
 
+    def noisy_count_source(source, traj_col, user_col, shadowed, eps, seed, privacy_unit, max_per_user, what, user):
+        """mob_noisy_count of a table the core's connection reads: DuckDB counts, an integer reaches Python."""
+        name = _unshadowed(source, shadowed)
+        with db.connection() as cur:
+            value = stream.count_release(db, cur, name, eps=scalar(eps), seed=scalar(seed),
+                                         privacy_unit=scalar(privacy_unit),
+                                         max_trajectories_per_user=scalar(max_per_user),
+                                         what=scalar(what) or "trajectories", traj_col=scalar(traj_col),
+                                         user_col=scalar(user_col), user=scalar(user))
+        return one_row(pa.table({"count": [value]}))
+
     return [
         Udf("_mob_transitions", transitions,
             [_SEQS_TYPE, "VARCHAR", "BIGINT", "DOUBLE", "BIGINT", "BIGINT", "VARCHAR", "BIGINT", "BIGINT", "VARCHAR",
@@ -122,6 +159,12 @@ def udfs(db) -> list[Udf]:
         Udf("_mob_noisy_count", noisy_count,
             ["STRUCT(traj_id BIGINT, user_id BIGINT)[]", "VARCHAR", "DOUBLE", "BIGINT", "VARCHAR", "BIGINT",
              "VARCHAR", "VARCHAR"], "STRUCT(count DOUBLE)[]", side_effects=True, special_nulls=True),
+        Udf("_mob_transitions_source", transitions_source,
+            ["VARCHAR"] * 4 + ["BOOLEAN", "BIGINT", "DOUBLE", "BIGINT", "BIGINT", "VARCHAR", "BIGINT", "BIGINT",
+                               "VARCHAR", "BIGINT", "VARCHAR"], _TRANSITION_ROW, side_effects=True, special_nulls=True),
+        Udf("_mob_noisy_count_source", noisy_count_source,
+            ["VARCHAR"] * 3 + ["BOOLEAN", "DOUBLE", "BIGINT", "VARCHAR", "BIGINT", "VARCHAR", "VARCHAR"],
+            "STRUCT(count DOUBLE)[]", side_effects=True, special_nulls=True),
         Udf("_mob_set_budget", set_budget, ["VARCHAR", "DOUBLE", "DOUBLE", "BOOLEAN"], _BUDGET_ROW, side_effects=True,
             special_nulls=True),
         Udf("_mob_budgets", listing(ledger.budgets, _BUDGETS_SCHEMA), ["BOOLEAN"], _struct(_BUDGETS_SCHEMA),

@@ -62,6 +62,21 @@ CREATE OR REPLACE TEMP MACRO _mob_typed_source(tbl, traj_type, user_type, cells_
                     || 'integer cell ids (the cells of mob_cell_sequences): name it with cells_col := ...')
          ELSE tbl END;
 
+-- Whether a temporary table or view of this connection is named `tbl`: it would hide the committed table of that
+-- name that a release reads out of core (on the release core's own connection), so such a release is refused. A
+-- fact about the catalog, not the data. (synth.sql's macros use it too.)
+CREATE OR REPLACE TEMP MACRO _mob_shadowed(tbl) AS
+    EXISTS (SELECT 1 FROM duckdb_tables() WHERE temporary AND table_name = tbl)
+    OR EXISTS (SELECT 1 FROM duckdb_views() WHERE temporary AND NOT internal AND view_name = tbl);
+
+-- Both counting macros below have two branches, of which exactly one runs: _mob_out_of_core(tbl) is folded once
+-- when the statement is planned (as in synth.sql). When the release core's own connection can read `tbl` (a
+-- committed table or view, or a query over them), the first branch checks the column types on zero rows
+-- (LIMIT 0: the schema, never a value) and hands only the table's name to a UDF that reads it out of core after
+-- the reservation (duckmob.stream: DuckDB counts the pairs, or the cell sequences come in record batches of whole
+-- sequences); memory follows the batch and the model, not the table. Otherwise (temp tables, CTEs) the second
+-- branch gathers the rows (one per trajectory) as one list, as before. The same release either way.
+
 -- eps-DP length-normalised transition counts (PrivTrace §4.3, App. B.2) of a table of cell sequences
 -- (traj_id, user_id, cells BIGINT[]: the output of mob_cell_sequences), noised on the whole data-independent
 -- support and NormCut per row: rows (prev_state, from_state, to_state, count) with count > 0; prev_state is NULL
@@ -73,6 +88,18 @@ CREATE OR REPLACE TEMP MACRO mob_transitions(tbl, markov_order := 1, eps := NULL
                                             max_length := NULL, support := NULL, w := NULL,
                                             traj_col := 'traj_id', user_col := 'user_id',
                                             cells_col := 'cells') AS TABLE
+SELECT unnest(_mob_transitions_source(_mob_typed_source(tbl, typeof(any_value(traj_id)),
+                                                        typeof(any_value(user_id)), typeof(any_value(cells)),
+                                                        traj_col, user_col, cells_col),
+                                      traj_col, user_col, cells_col, _mob_shadowed(tbl), markov_order, eps, n_states,
+                                      seed, privacy_unit, max_trajectories_per_user, max_length, support, w,
+                                      _mob_user_col(typeof(any_value(user_id)), user_col)),
+              recursive := true)
+FROM query('SELECT ' || traj_col || ' AS traj_id, ' ||
+           'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$'')) AS user_id, ' ||
+           cells_col || ' AS cells FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ') LIMIT 0')
+HAVING _mob_out_of_core(tbl)
+UNION ALL
 SELECT unnest(_mob_transitions(list({'traj_id': TRY_CAST(traj_id AS BIGINT), 'user_id': TRY_CAST(user_id AS BIGINT),
                                      'cells': TRY_CAST(cells AS BIGINT[])}),
                                _mob_typed_source(tbl, typeof(any_value(traj_id)), typeof(any_value(user_id)),
@@ -82,7 +109,8 @@ SELECT unnest(_mob_transitions(list({'traj_id': TRY_CAST(traj_id AS BIGINT), 'us
               recursive := true)
 FROM query('SELECT ' || traj_col || ' AS traj_id, ' ||
            'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$'')) AS user_id, ' ||
-           cells_col || ' AS cells FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ')');
+           cells_col || ' AS cells FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ')')
+WHERE NOT _mob_out_of_core(tbl) HAVING NOT _mob_out_of_core(tbl);
 
 -- An eps-DP count of the trajectories (distinct traj_id) or users of a table: one row (count DOUBLE).
 -- Sensitivity 1 per trajectory; with privacy_unit := 'user', at most max_trajectories_per_user := k are counted
@@ -91,6 +119,16 @@ FROM query('SELECT ' || traj_col || ' AS traj_id, ' ||
 CREATE OR REPLACE TEMP MACRO mob_noisy_count(tbl, eps := NULL, seed := NULL, privacy_unit := 'trajectory',
                                             max_trajectories_per_user := NULL, what := 'trajectories',
                                             traj_col := 'traj_id', user_col := 'user_id') AS TABLE
+SELECT unnest(_mob_noisy_count_source(_mob_typed_source(tbl, typeof(any_value(traj_id)),
+                                                        typeof(any_value(user_id)), NULL, traj_col, user_col, NULL),
+                                      traj_col, user_col, _mob_shadowed(tbl), eps, seed, privacy_unit,
+                                      max_trajectories_per_user, what,
+                                      _mob_user_col(typeof(any_value(user_id)), user_col)), recursive := true)
+FROM query('SELECT ' || traj_col || ' AS traj_id, ' ||
+           'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$'')) AS user_id ' ||
+           'FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ') LIMIT 0')
+HAVING _mob_out_of_core(tbl)
+UNION ALL
 SELECT unnest(_mob_noisy_count(list({'traj_id': TRY_CAST(traj_id AS BIGINT), 'user_id': TRY_CAST(user_id AS BIGINT)}),
                                _mob_typed_source(tbl, typeof(any_value(traj_id)), typeof(any_value(user_id)), NULL,
                                                  traj_col, user_col, NULL), eps, seed,
@@ -98,4 +136,5 @@ SELECT unnest(_mob_noisy_count(list({'traj_id': TRY_CAST(traj_id AS BIGINT), 'us
                                _mob_user_col(typeof(any_value(user_id)), user_col)), recursive := true)
 FROM query('SELECT ' || traj_col || ' AS traj_id, ' ||
            'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$'')) AS user_id ' ||
-           'FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ') GROUP BY ALL');
+           'FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl || ') GROUP BY ALL')
+WHERE NOT _mob_out_of_core(tbl) HAVING NOT _mob_out_of_core(tbl);
