@@ -11,6 +11,11 @@ deviation ``noise_multiplier * max_grad_norm`` is added to the sum. ``steps`` su
 All randomness (the batches, the Gaussian noise) comes from torch generators seeded from a numpy generator that
 the caller derives from its :class:`~duckmob.privacy.noise.NoiseSource`. Used by HRNet (``hrnet/train.py``) and
 the clean-slate method (``cleanslate/``).
+
+With ``group`` (a worker of :mod:`duckmob.synth.distributed`) the same run is split over processes: every
+worker draws the same Poisson batch, clips and sums its own units' gradients, and opacus's distributed optimiser
+adds the noise once (rank 0) and all-reduces the sum; the privacy map and the accounted event are unchanged
+(the sensitivity argument is in :mod:`duckmob.synth.distributed`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 import torch
-from opacus.optimizers import DPOptimizer
+from opacus.optimizers import DistributedDPOptimizer, DPOptimizer
 from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from torch.func import functional_call, grad, vmap
 
@@ -92,12 +97,25 @@ def _units(n_rows: int, unit_of_row: np.ndarray | None):
     return len(ids), rows_of
 
 
+def _dp_optimizer(single: type, distributed: type, params: list, *, lr: float, noise_multiplier: float,
+                  max_grad_norm: float, expected_batch_size: float, generator: torch.Generator, group):
+    """opacus's ``single`` optimiser around Adam, or with a ``group`` its ``distributed`` variant, which divides
+    each worker's clipped sum (plus the noise, on rank 0 only) by its ``expected_batch_size``, all-reduces (sum)
+    and divides by the number of workers: given ``batch / world`` it ends at (all clipped + noise) / ``batch``,
+    the single-process gradient."""
+    batch = max(1, round(expected_batch_size))
+    cls, divisor = (single, batch) if group is None else (distributed, batch / group.world)
+    return cls(torch.optim.Adam(params, lr=lr), noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
+               expected_batch_size=divisor, loss_reduction="mean", generator=generator)
+
+
 def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool], None], *, sample_rate: float,
           steps: int, gen: torch.Generator, lr: float, lr_final: float, ema: float, progress: bool | None,
-          check_interrupt: Callable[[], None] | None, desc: str) -> TrainingLog:
+          check_interrupt: Callable[[], None] | None, desc: str, shard: Callable | None = None) -> TrainingLog:
     """The DP-SGD loop shared by :func:`train` and :func:`train_ghost`: Poisson batches of units at exactly
     ``sample_rate``, ``one_step(units, empty)`` leaves what the optimizer needs (per-sample or clipped summed
-    gradients), then the optimizer's noisy step, the cosine learning rate and the EMA of the iterates."""
+    gradients), then the optimizer's noisy step, the cosine learning rate and the EMA of the iterates.
+    ``shard``: a worker's part of each batch (:meth:`duckmob.synth.distributed.Group.shard`), None: all of it."""
     if n_units > 0:
         sampler = UniformWithReplacementSampler(num_samples=n_units, sample_rate=sample_rate, generator=gen,
                                                 steps=steps)
@@ -117,6 +135,8 @@ def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool]
             if check_interrupt is not None:
                 check_interrupt()
             units = np.asarray(batch, dtype=np.int64)
+            if shard is not None:
+                units = shard(units)
             empty = len(units) == 0
             if empty:
                 # An empty Poisson batch: one stand-in example whose gradient is set to zero, so the step is pure
@@ -153,7 +173,7 @@ def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str
           expected_batch_size: float, rng: np.random.Generator, device: torch.device,
           progress: bool | None = None, unit_of_row: np.ndarray | None = None, ema: float = 0.0,
           lr_final: float = 1.0, check_interrupt: Callable[[], None] | None = None,
-          desc: str = "DP-SGD") -> TrainingLog:
+          desc: str = "DP-SGD", group=None) -> TrainingLog:
     """Train ``model`` in place with DP-SGD for ``steps`` Poisson-sampled steps (Adam on the noisy gradient),
     from materialised per-example gradients.
 
@@ -171,6 +191,9 @@ def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str
 
     ``check_interrupt``: called before every step; whatever it raises propagates and training stops there (the
     model holds the steps already taken, fewer than ``steps``, so the accounted event still bounds them).
+
+    ``group``: this process is one worker of :func:`duckmob.synth.distributed.train_in_workers` (None: the whole
+    run is here). It computes the gradients of its own sampled units only; the noise and the sum are global.
     """
     if not 0 < sample_rate <= 1:
         raise DuckmobError(f"the DP-SGD sampling rate must be in (0, 1], got {sample_rate}")
@@ -179,23 +202,24 @@ def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str
     model.to(device).train()
     named = [(k, p) for k, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
-    optimizer = DPOptimizer(torch.optim.Adam(params, lr=lr), noise_multiplier=noise_multiplier,
-                            max_grad_norm=max_grad_norm, expected_batch_size=max(1, round(expected_batch_size)),
-                            loss_reduction="mean", generator=noise_gen)
+    optimizer = _dp_optimizer(DPOptimizer, DistributedDPOptimizer, params, lr=lr,
+                              noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
+                              expected_batch_size=expected_batch_size, generator=noise_gen, group=group)
     n_units, rows_of = _units(n_rows, unit_of_row)
 
     def one_step(units: np.ndarray, empty: bool) -> None:
-        rows, group = rows_of(units)
+        rows, unit_pos = rows_of(units)
         grads = row_gradients(rows)
         for name, p in named:
             gs = grads[name]
-            if group is not None:
-                gs = gs.new_zeros((len(units),) + gs.shape[1:]).index_add_(0, group.to(gs.device), gs)
+            if unit_pos is not None:
+                gs = gs.new_zeros((len(units),) + gs.shape[1:]).index_add_(0, unit_pos.to(gs.device), gs)
             # DPOptimizer(loss_reduction="mean") clips these, sums, adds noise, divides by the expected batch
             p.grad_sample = torch.zeros_like(gs) if empty else gs
 
     return _loop(optimizer, params, n_units, one_step, sample_rate=sample_rate, steps=steps, gen=gen, lr=lr,
-                 lr_final=lr_final, ema=ema, progress=progress, check_interrupt=check_interrupt, desc=desc)
+                 lr_final=lr_final, ema=ema, progress=progress, check_interrupt=check_interrupt, desc=desc,
+                 shard=None if group is None else group.shard)
 
 
 def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, np.ndarray], torch.Tensor],
@@ -203,7 +227,7 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
                 lr: float, expected_batch_size: float, rng: np.random.Generator, device: torch.device,
                 progress: bool | None = None, unit_of_row: np.ndarray | None = None, rows_per_unit: int = 1,
                 ema: float = 0.0, lr_final: float = 1.0, check_interrupt: Callable[[], None] | None = None,
-                desc: str = "DP-SGD") -> TrainingLog:
+                desc: str = "DP-SGD", group=None) -> TrainingLog:
     """:func:`train` without materialising per-example gradients: opacus's ghost clipping
     (``GradSampleModuleFastGradientClipping``: each row's gradient norm from its layer inputs and output
     gradients; Li et al. 2022) for models built of ``nn.Linear`` and ``nn.Embedding`` layers, each called once
@@ -219,10 +243,11 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
     at most ``rows_per_unit`` rows, bounded by the caller) users are Poisson-sampled with all their rows, so one
     unit moves the clipped sum by at most ``rows_per_unit * C_row = max_grad_norm`` (triangle inequality); with
     ``unit_of_row`` None each row is a unit (``rows_per_unit`` must be 1). Accounted as
-    ``dp_sgd(noise_multiplier, sample_rate, steps)``.
+    ``dp_sgd(noise_multiplier, sample_rate, steps)``. ``group``: as in :func:`train` (a unit's rows are all on
+    one worker, so the bound holds per worker and for the all-reduced sum).
     """
     from opacus.grad_sample import GradSampleModuleFastGradientClipping
-    from opacus.optimizers import DPOptimizerFastGradientClipping
+    from opacus.optimizers import DistributedDPOptimizerFastGradientClipping, DPOptimizerFastGradientClipping
 
     if not 0 < sample_rate <= 1:
         raise DuckmobError(f"the DP-SGD sampling rate must be in (0, 1], got {sample_rate}")
@@ -235,10 +260,9 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
     wrapped = GradSampleModuleFastGradientClipping(model, batch_first=True, loss_reduction="sum", strict=False,
                                                    max_grad_norm=max_grad_norm / rows_per_unit,
                                                    use_ghost_clipping=True)
-    optimizer = DPOptimizerFastGradientClipping(torch.optim.Adam(params, lr=lr), noise_multiplier=noise_multiplier,
-                                                max_grad_norm=max_grad_norm,
-                                                expected_batch_size=max(1, round(expected_batch_size)),
-                                                loss_reduction="mean", generator=noise_gen)
+    optimizer = _dp_optimizer(DPOptimizerFastGradientClipping, DistributedDPOptimizerFastGradientClipping, params,
+                              lr=lr, noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
+                              expected_batch_size=expected_batch_size, generator=noise_gen, group=group)
     n_units, rows_of = _units(n_rows, unit_of_row)
 
     def one_step(units: np.ndarray, empty: bool) -> None:
@@ -262,7 +286,8 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
             # opacus's hooks fire on layers whose inputs (indices) need no gradient: expected here
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             return _loop(optimizer, params, n_units, one_step, sample_rate=sample_rate, steps=steps, gen=gen, lr=lr,
-                         lr_final=lr_final, ema=ema, progress=progress, check_interrupt=check_interrupt, desc=desc)
+                         lr_final=lr_final, ema=ema, progress=progress, check_interrupt=check_interrupt, desc=desc,
+                         shard=None if group is None else group.shard)
     finally:
         wrapped._close()   # the hooks and per-layer state go; ``model`` is left a plain module
 

@@ -87,6 +87,9 @@ class HRNetConfig(PlacementConfig):
                                 doc="share of eps for the length histogram the samples follow (0: the model's own "
                                     "end token)")
     threads: int | None = param(None, int, low=1, high=1024, doc="torch CPU threads; null: 1 (duckmob.synth.compute)")
+    workers: int = param(1, int, low=1, high=1024,
+                         doc="DP-SGD data-parallel processes (gloo on CPU, NCCL with one GPU each; "
+                             "duckmob.synth.distributed), each with `threads` threads; 1: in this process")
 
     w: int = param(32, int, low=2, high=1024, doc="grid width, a power of two (HRNet's GeoLife setting)")
     n_time: int = param(5, int, low=1, high=1440, doc="time slots of the day (the reference's 5 bins)")
@@ -313,7 +316,7 @@ class _Base(Synthesizer):
                                noise_multiplier=plan["noise_multiplier"], max_grad_norm=cfg.max_grad_norm,
                                lr=cfg.lr, expected_batch_size=plan["batch"], rng=rng, device=device,
                                progress=cfg.progress, by_user=k > 1, ema=cfg.ema,
-                               lr_final=cfg.lr_final, check_interrupt=check_interrupt)
+                               lr_final=cfg.lr_final, check_interrupt=check_interrupt, workers=cfg.workers)
         timings.update(dp_sgd_s=log.seconds, epoch_s=log.epoch_seconds, total_s=time.perf_counter() - t0)
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta,
@@ -324,7 +327,8 @@ class _Base(Synthesizer):
                     steps=plan["steps"], noise_multiplier=plan["noise_multiplier"], expected_batch=plan["batch"],
                     has_time=has_time, seeded=bool(noise.seeded), contribution_bound=k,
                     n_parameters=sum(p.numel() for p in model.parameters()))
-        config = {key: v for key, v in cfg.as_dict().items() if key not in ("device", "progress", "pois", "threads")}
+        config = {key: v for key, v in cfg.as_dict().items()
+                  if key not in ("device", "progress", "pois", "threads", "workers")}
         pois = None if self.pois is None else self.pois.tolist()
         return FittedModel(self.method, self.bbox.as_list(), config, pois,
                            {key: v.detach().cpu() for key, v in model.state_dict().items()},

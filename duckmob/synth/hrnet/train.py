@@ -96,7 +96,7 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
                  noise_multiplier: float, max_grad_norm: float, lr: float, expected_batch_size: float,
                  rng: np.random.Generator, device: torch.device, progress: bool | None = None,
                  by_user: bool = False, ema: float = 0.0, lr_final: float = 1.0,
-                 check_interrupt: Callable[[], None] | None = None) -> TrainingLog:
+                 check_interrupt: Callable[[], None] | None = None, workers: int = 1, group=None) -> TrainingLog:
     """Train ``model`` in place with DP-SGD (HRNet Algorithm 1) for ``steps`` Poisson-sampled steps.
 
     ``model(cells, times, lengths)`` must return the per-example loss. Gradients are averaged by the
@@ -121,7 +121,19 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     ``Release.check_interrupt``). Whatever it raises propagates unchanged and training stops there: the model
     then holds the steps already taken (fewer than ``steps``, so the ``dp_sgd`` event above still bounds what
     they spent) and is left mid-training (no EMA swap).
+
+    ``workers``: above 1, the same run data-parallel in that many processes
+    (:func:`duckmob.synth.distributed.train_in_workers`: the same Poisson batches, noise and accounted event;
+    each worker with this process's torch threads). ``group``: set in those workers only.
     """
+    if workers > 1:
+        from duckmob.synth.distributed import train_in_workers
+
+        return train_in_workers(dp_sgd_train, model, data, rng=rng, workers=workers, device=device,
+                                progress=progress, check_interrupt=check_interrupt, sample_rate=sample_rate,
+                                steps=steps, noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, lr=lr,
+                                expected_batch_size=expected_batch_size, by_user=by_user, ema=ema,
+                                lr_final=lr_final)
     cells = torch.from_numpy(data.cells)
     times = torch.from_numpy(data.times)
     lengths = torch.from_numpy(data.lengths)
@@ -137,4 +149,4 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
                        noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, lr=lr,
                        expected_batch_size=expected_batch_size, rng=rng, device=device, progress=progress,
                        unit_of_row=data.user_id if by_user else None, ema=ema, lr_final=lr_final,
-                       check_interrupt=check_interrupt, desc="hrnet DP-SGD")
+                       check_interrupt=check_interrupt, desc="hrnet DP-SGD", group=group)
