@@ -183,7 +183,7 @@ def test_the_event_is_the_rate_trained_with_and_matches_dp_accounting(fitted):
     eps, delta = 1.0, 1e-5
     info = model.info
     leaves = model.event.leaves()
-    assert [e.kind for e in leaves] == ["laplace"] * 4 + ["dp_sgd", "dp_sgd"]   # count, 3 prior histograms
+    assert [e.kind for e in leaves] == ["laplace"] * 4 + ["dp_sgd", "dp_sgd"]   # count; ends, slot, distance
     ti, tpg = leaves[4], leaves[5]
     assert rates == [info["sample_rate"]] * 2 == [ti.param("sample_rate"), tpg.param("sample_rate")]
     assert info["sample_rate"] == 8 / 200          # batch_size / n_hint: public
@@ -202,7 +202,7 @@ def test_the_event_is_the_rate_trained_with_and_matches_dp_accounting(fitted):
 
     count = dp_accounting.LaplaceDpEvent(1 / leaves[0].param("eps"))
     eps_count = 0.01 * eps
-    eps_prior = 0.4 * (eps - eps_count)                     # prior_share of what the count leaves
+    eps_prior = 0.5 * (eps - eps_count)                     # prior_share of what the count leaves
     assert [e.param("eps") for e in leaves[1:4]] == pytest.approx([eps_prior / 3] * 3, rel=1e-12)
     assert info["eps_prior"] == pytest.approx(eps_prior)
     prior = [dp_accounting.LaplaceDpEvent(3 / eps_prior)] * 3

@@ -8,11 +8,14 @@ the trajectory as the privacy unit (or the user with at most k = ``contribution_
 - data (per trajectory, no budget): every fix on the public w x w grid over the declared bbox, repeats collapsed,
   hops longer than r cells filled along the straight line (:mod:`.trips`); source = first cell, destination =
   last cell, slot = the start's slot of the day (n_time public slots);
-- **prior** (:mod:`.prior`): noisy histograms of the source cell, the destination cell and the slot;
+- **prior** (:mod:`.prior`): noisy histograms of the trips' end cells (sources and destinations pooled, or
+  apart), of the start slot and of the Chebyshev distance between the two ends;
 - **TI** (:mod:`.initialiser`): a VAE over (source, destination, slot), one example per trajectory, on the public
   coarse grid (``ti_coarse`` x ``ti_coarse`` fine cells per coarse cell), its heads' fixed biases the log of the
-  prior (so DP-SGD learns only the correlation of source, destination and slot); a sampled coarse cell becomes a
-  fine cell drawn from the prior's fine histogram inside it;
+  prior (so DP-SGD learns only the correlation of source, destination and slot); a sampled coarse source becomes
+  a fine cell drawn from the prior's fine histogram inside it, and the destination is drawn given it from TI's
+  destination head, the fine histogram and a distance factor fitted to the distance histogram
+  (:func:`.prior.destinations`);
 - **TPG** (:mod:`.transitions`): next hop among the (2r+1)^2 cells within r cells given (current, destination,
   slot); one example per trajectory, its gradient the mean over its grams (at most ``max_grams``);
 - **trace generator** (:mod:`.paths`): (s, d, t) from TI, the most probable path s -> d under TPG (Dijkstra on
@@ -25,10 +28,10 @@ What ``fit`` spends, composed by the PLD accountant into ONE event (``model.even
 1. a noisy trajectory count ``N~ = N + Laplace(1 / eps_count)`` (sensitivity 1; users: (trajectories at
    sensitivity k, users), as HRNet), ``eps_count = count_share * eps``: the default n of ``sample`` and the
    expected batch ``q N~`` that DP-SGD divides its noisy sums by;
-2. the prior: three histograms (source cell, destination cell, slot), each trajectory adding exactly 1 to one
-   bin of each (L1 sensitivity 1 per histogram, k for a user), Laplace(3 k / eps_prior) on every bin,
-   ``eps_prior = prior_share (eps - eps_count)`` (three ``laplace(eps_prior / 3)`` events; none when
-   ``prior_share`` is 0);
+2. the prior: H histograms (ends, slot, distance: H = 3; with ``prior_endpoints = 'separate'`` source and
+   destination apart: H = 4), each trajectory adding mass 1 to each (L1 sensitivity 1 per histogram, k for a
+   user), Laplace(H k / eps_prior) on every bin, ``eps_prior = prior_share (eps - eps_count)`` (H
+   ``laplace(eps_prior / H)`` events; none when ``prior_share`` is 0);
 3. DP-SGD of TI: ``ceil(ti_epochs / q)`` Poisson-sampled steps at rate q, clip ``max_grad_norm``, noise
    multiplier ``sigma_TI`` calibrated so that (1) + (2) + (3) reach
    ``eps_count + eps_prior + ti_share (eps - eps_count - eps_prior)``;
@@ -65,10 +68,10 @@ from duckmob.privacy import accounting
 from duckmob.privacy.counting import noisy_unit_counts
 from duckmob.synth import dpsgd
 from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
-from duckmob.synth.cleanslate.initialiser import Initialiser, sample_endpoints
+from duckmob.synth.cleanslate.initialiser import Initialiser, categorical, sample_endpoints
 from duckmob.synth.cleanslate.paths import most_probable_paths
-from duckmob.synth.cleanslate.prior import (coarse_of, coarse_probabilities, coarse_width, eps_split, log_bias,
-                                            prior_events, refine, release_prior)
+from duckmob.synth.cleanslate.prior import (ENDPOINTS, coarse_of, coarse_probabilities, coarse_width, destinations,
+                                            eps_split, gravity, log_bias, prior_events, refine, release_prior)
 from duckmob.synth.cleanslate.transitions import Transitions
 from duckmob.synth.cleanslate.trips import grams, trips
 from duckmob.synth.config import Config, param
@@ -95,8 +98,11 @@ class CleanSlateConfig(Config):
     ti_latent: int = param(8, int, low=1, high=1024, doc="TI latent size")
     ti_coarse: int = param(4, int, low=1, high=256,
                            doc="TI's cells: ti_coarse x ti_coarse fine cells each (1: the fine cells, the paper)")
-    prior_share: float = param(0.4, float, low=0, high=1, high_open=True,
+    prior_share: float = param(0.5, float, low=0, high=1, high_open=True,
                                doc="share of eps (after the count) for the prior histograms (0: no prior)")
+    prior_endpoints: str = param("shared", str, choices=ENDPOINTS,
+                                 doc="'shared': one histogram of sources and destinations pooled; 'separate': one "
+                                     "of each")
     tpg_embed: int = param(32, int, low=1, high=4096, doc="TPG location embedding size")
     tpg_hidden: int = param(64, int, low=1, high=8192, doc="TPG dense layer size")
     ti_share: float = param(0.5, float, low=0, high=1, low_open=True, high_open=True,
@@ -210,7 +216,7 @@ class CleanSlate(Synthesizer):
         batch = float(cfg.batch_size or cfg.batch_factor * math.sqrt(units))
         q = min(1.0, batch / units)
         steps_ti, steps_tpg = int(math.ceil(cfg.ti_epochs / q)), int(math.ceil(cfg.tpg_epochs / q))
-        fixed = counts_events(eps_count, k) + prior_events(eps_prior)
+        fixed = counts_events(eps_count, k) + prior_events(eps_prior, cfg.prior_endpoints)
         target_ti = eps_count + eps_prior + cfg.ti_share * (eps - eps_count - eps_prior)
         sigma_ti = _calibrate(fixed, q, steps_ti, target_ti, delta)
         ti = accounting.dp_sgd(sigma_ti, q, steps_ti)
@@ -240,8 +246,8 @@ class CleanSlate(Synthesizer):
         eps_count, eps_prior = eps_split(eps, cfg.count_share, cfg.prior_share)
         n_noisy, units_noisy = noisy_unit_counts(tr.user_id, eps_count, noise, k)
         # (2) the prior: three noisy histograms, each trajectory adding 1 to one bin of each (module docstring)
-        hist = release_prior(tr.source, tr.dest, tr.slot, cfg.w, cfg.n_time, eps_prior, noise, k) \
-            if eps_prior > 0 else None
+        hist = release_prior(tr.source, tr.dest, tr.slot, cfg.w, cfg.n_time, eps_prior, noise, k,
+                             cfg.prior_endpoints) if eps_prior > 0 else None
         # the reserved event is the plan (calibrated within the budget by the release core); alone, to (eps, delta)
         plan = self.plan(eps, delta, k=k) if release is None else _plan_of(release.event)
         batch = plan["sample_rate"] * max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
@@ -296,8 +302,10 @@ class CleanSlate(Synthesizer):
                     contribution_bound=k)
         state = {"ti": {n: v.detach().cpu() for n, v in ti.state_dict().items()},
                  "tpg": {n: v.detach().cpu() for n, v in tpg.state_dict().items() if n != "log_mask"}}
-        if hist is not None:   # the released fine histograms that refine TI's coarse cells
-            state["prior"] = {h: torch.as_tensor(hist[h], dtype=torch.float64) for h in ("source", "dest")}
+        if hist is not None:   # the released fine histograms that refine TI's cells, and the distance factors
+            g, f = gravity(hist["source"], hist["dest"], hist["distance"], cfg.w)
+            state["prior"] = {h: torch.as_tensor(v, dtype=torch.float64) for h, v in
+                              (("source", hist["source"]), ("dest", hist["dest"]), ("g", g), ("f", f))}
         return CleanSlateModel(self.bbox.as_list(), config, state, event.to_json(), info, timings)
 
 
@@ -338,11 +346,7 @@ class CleanSlateModel(Model):
         dev = _device(device)
         ti, tpg = self.networks()
         tpg.to(dev)
-        source, dest, slot = sample_endpoints(ti, int(n), rng, dev)
-        prior = self.state.get("prior", {})
-        coarse = cfg.get("ti_coarse", 1)
-        source, dest = (refine(c, None if h not in prior else prior[h].numpy(), cfg["w"], coarse, rng)
-                        for c, h in ((source, "source"), (dest, "dest")))
+        source, dest, slot = self._endpoints(ti, int(n), rng, dev)
 
         def log_probs(d, t):
             out = tpg.log_probs_for(torch.as_tensor(d, device=dev), torch.as_tensor(t, device=dev))
@@ -350,6 +354,30 @@ class CleanSlateModel(Model):
 
         lengths, cells = most_probable_paths(log_probs, source, dest, slot, cfg["w"], cfg["r"], cfg["max_path"])
         return self._points(lengths, cells, slot, rng)
+
+    def _endpoints(self, ti, n: int, rng, dev, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(fine source, fine destination, slot) of ``n`` samples: TI's decoder at z ~ N(0, I); the coarse source
+        refined by the released histogram; the destination given the source (:func:`.prior.destinations`), or,
+        without a prior, TI's destination refined uniformly."""
+        cfg = self.config
+        w, coarse = cfg["w"], cfg.get("ti_coarse", 1)
+        prior = {h: v.numpy() for h, v in self.state.get("prior", {}).items()}
+        if not prior:
+            source, dest, slot = sample_endpoints(ti, n, rng, dev)
+            return refine(source, None, w, coarse, rng), refine(dest, None, w, coarse, rng), slot
+        out = [], [], []
+        ti.to(dev).eval()
+        with torch.no_grad():
+            for lo in range(0, n, chunk):
+                m = min(chunk, n - lo)
+                z = torch.as_tensor(rng.standard_normal((m, ti.latent)), dtype=torch.float32, device=dev)
+                ls, ld, lt = ti.decode(z)
+                source = refine(categorical(ls, rng.random(m)), prior["source"], w, coarse, rng)
+                slot = categorical(lt, rng.random(m))
+                dest = destinations(source, ld.cpu().numpy(), prior["dest"], prior["g"], prior["f"], w, coarse, rng)
+                for part, value in zip(out, (source, dest, slot)):
+                    part.append(value)
+        return tuple(np.concatenate(p).astype(np.int64) for p in out)
 
     def _points(self, lengths, cells, slot, rng) -> Trajectories:
         """One point per cell, uniform inside it (a one-cell path gets two points there, so every trajectory

@@ -90,7 +90,7 @@ def loss_of_one(call, source, dest, slot, eps):
     return call(source[None], dest[None], slot[None], eps[None])[0]
 
 
-def _categorical(logp: torch.Tensor, u: np.ndarray) -> np.ndarray:
+def categorical(logp: torch.Tensor, u: np.ndarray) -> np.ndarray:
     """One draw per row from the rows' probabilities ``exp(logp)`` by inverse CDF at uniforms ``u``."""
     cdf = np.cumsum(logp.exp().double().cpu().numpy(), axis=1)
     return np.minimum((cdf < (u * cdf[:, -1])[:, None]).sum(1), cdf.shape[1] - 1)
@@ -107,5 +107,5 @@ def sample_endpoints(model: Initialiser, n: int, rng: np.random.Generator, devic
         m = min(chunk, n - lo)
         z = torch.as_tensor(rng.standard_normal((m, model.latent)), dtype=torch.float32, device=device)
         for heads, logp in zip(out, model.decode(z)):
-            heads.append(_categorical(logp, rng.random(m)))
+            heads.append(categorical(logp, rng.random(m)))
     return tuple(np.concatenate(h).astype(np.int64) if h else np.zeros(0, np.int64) for h in out)

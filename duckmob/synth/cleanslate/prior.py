@@ -1,21 +1,32 @@
-"""The trajectory initialiser's DP prior: noisy histograms of the source cell, the destination cell and the time
-slot, and the public coarse grid the VAE works on.
+"""The trajectory initialiser's DP prior: noisy histograms of where trips start and end, of their time slot and of
+the distance between their two ends; the public coarse grid the VAE works on; and the sampling of a destination
+given its source from them.
 
 Why: DP-SGD alone does not teach the VAE where trips start and end (Gaussian noise on every one of its w^2-way
-head weights drowns the signal; the endpoints came out near uniform). The three marginals are cheap to release
-exactly as counts, and the VAE only has to learn what they miss (the correlation of source, destination and
-slot), on a coarse grid (``coarse`` x ``coarse`` fine cells per coarse cell, a public factor) whose heads have
-``coarse^2`` times fewer logits; each coarse cell is refined to a fine cell by the released fine histogram.
+head weights drowns the signal; the endpoints came out near uniform), nor how far apart they are. A few
+histograms are cheap to release exactly as counts; the VAE then only has to learn what they miss, on a coarse
+grid (``coarse`` x ``coarse`` fine cells per coarse cell, a public factor) whose heads have ``coarse^2`` times
+fewer logits. A sampled coarse source becomes a fine cell drawn from the released fine histogram inside it; the
+destination is drawn given the source from ``p(d | s, z) ~ p_VAE(coarse(d) | z) p(d | coarse(d)) g(d) f(D(s, d))``
+with ``D`` the Chebyshev distance in fine cells and ``(g, f)`` fitted to the released endpoint and distance
+histograms by iterative proportional fitting (:func:`gravity`; post-processing).
 
-Release (:func:`release_prior`). Every trajectory adds exactly 1 to the bin of its source cell in the source
-histogram (w^2 bins), 1 to the bin of its destination cell in the destination histogram (w^2 bins) and 1 to the
-bin of its start slot in the slot histogram (``n_time`` bins): one window of mass 1 per histogram in
-:func:`duckmob.privacy.counting.normalised_release`. Sensitivity, by construction: adding or removing one
-trajectory moves each histogram by exactly 1 in L1 (a user of at most k trajectories: by at most k). Each gets
-Laplace noise of scale ``k / eps_h`` on every bin (a data-independent support, zero bins included) with
-``eps_h = eps_prior / 3``: each is ``eps_h``-DP, accounted as three ``accounting.laplace(eps_h)`` events
-(:func:`prior_events`), composed by the PLD accountant with the rest of the fit. NormCut (non-negative, total
-kept) and normalisation are post-processing.
+Release (:func:`release_prior`), ``eps_prior`` split in equal parts over the histograms:
+
+- ``endpoints='shared'`` (default): ONE histogram of both ends over the w^2 cells: every trajectory adds 1/2 to
+  the bin of its source and 1/2 to the bin of its destination (two windows of :func:`normalised_release`, mass 1
+  in all), used for sources and destinations alike (it pools both ends' counts: twice the signal for the same
+  noise, at the cost of assuming they are alike); ``'separate'``: a source histogram and a destination histogram,
+  each trajectory adding 1 to one bin of each;
+- the slot histogram (``n_time`` bins): 1 in the bin of the start slot;
+- the distance histogram (w bins, 0 .. w - 1): 1 in the bin of ``D(source, destination)``.
+
+Sensitivity, by construction: adding or removing one trajectory moves each histogram by at most 1 in L1 (its
+windows' masses are non-negative and sum to 1); a user of at most k trajectories by at most k. Each histogram gets
+Laplace noise of scale ``k / eps_h`` on every bin (a data-independent support, zero bins included),
+``eps_h = eps_prior / H`` for H histograms (3 shared, 4 separate): each is ``eps_h``-DP, accounted as H
+``accounting.laplace(eps_h)`` events (:func:`prior_events`) composed by the PLD accountant with the rest of the
+fit. NormCut (non-negative, total kept) and normalisation are post-processing.
 """
 
 from __future__ import annotations
@@ -29,36 +40,94 @@ from duckmob.privacy.normcut import normcut
 # Smallest probability a log-prior bias uses (a bin NormCut emptied is then drawn about never, and a training
 # example in it has a finite loss).
 FLOOR = 1e-6
-HISTOGRAMS = 3   # source, destination, slot
+ENDPOINTS = ("shared", "separate")
+# iterations of the proportional fitting of :func:`gravity`; (sources x destinations) entries handled at once
+GRAVITY_ITERATIONS = 50
+_BLOCK = 1 << 22
 
 
-def prior_events(eps_prior: float) -> list:
-    """The accounting events of :func:`release_prior`: three Laplace releases of ``eps_prior / 3`` each (none when
-    ``eps_prior`` is 0)."""
-    return [accounting.laplace(eps_prior / HISTOGRAMS)] * HISTOGRAMS if eps_prior > 0 else []
+def n_histograms(endpoints: str) -> int:
+    """Histograms released: (endpoints, slot, distance) or (source, destination, slot, distance)."""
+    return 3 if endpoints == "shared" else 4
 
 
-def histogram(values: np.ndarray, size: int, eps: float, noise, k: int = 1) -> np.ndarray:
-    """An eps-DP histogram of ``values`` (one value in ``0 .. size - 1`` per trajectory), NormCut, float64 counts.
+def prior_events(eps_prior: float, endpoints: str = "shared") -> list:
+    """The accounting events of :func:`release_prior`: one Laplace release of ``eps_prior / H`` per histogram (none
+    when ``eps_prior`` is 0)."""
+    h = n_histograms(endpoints)
+    return [accounting.laplace(eps_prior / h)] * h if eps_prior > 0 else []
 
-    Privacy map: each trajectory is one window of mass 1 in the bin of its value, so one trajectory moves the
-    histogram by exactly 1 in L1 and a user of at most k trajectories by at most k; ``normalised_release`` adds
-    Laplace(k / eps) to every one of the ``size`` bins: eps-DP, accounted as ``accounting.laplace(eps)``."""
-    values = np.asarray(values, dtype=np.int64)
-    n = len(values)
-    noisy = normalised_release(values, np.arange(n, dtype=np.int64), np.ones(n, dtype=np.int64), int(size),
-                               k / eps, noise)
+
+def histogram(values, size: int, eps: float, noise, k: int = 1) -> np.ndarray:
+    """An eps-DP histogram, NormCut, float64. ``values`` is one array of bins in ``0 .. size - 1`` (one per
+    trajectory) or a tuple of J such arrays (J bins per trajectory, each given mass 1 / J).
+
+    Privacy map: each trajectory is J windows of total mass 1 (:func:`normalised_release`), so one trajectory moves
+    the histogram by at most 1 in L1 and a user of at most k trajectories by at most k; Laplace(k / eps) on every
+    one of the ``size`` bins: eps-DP, accounted as ``accounting.laplace(eps)``."""
+    parts = [np.asarray(v, dtype=np.int64) for v in (values if isinstance(values, tuple) else (values,))]
+    n, j = len(parts[0]), len(parts)
+    index = np.stack(parts, axis=1).reshape(-1)                 # windows trajectory by trajectory
+    owner = np.repeat(np.arange(n, dtype=np.int64), j)
+    noisy = normalised_release(index, owner, np.full(n, j, dtype=np.int64), int(size), k / eps, noise)
     return normcut(noisy)
 
 
-def release_prior(source, dest, slot, w: int, n_time: int, eps_prior: float, noise, k: int = 1) -> dict:
-    """The three noisy histograms (module docstring; ``eps_prior`` in all, split in thirds), as probabilities
-    (uniform where NormCut left nothing): ``{"source": (w^2,), "dest": (w^2,), "slot": (n_time,)}``."""
-    eps_h = eps_prior / HISTOGRAMS
+def chebyshev(a: np.ndarray, b: np.ndarray, w: int) -> np.ndarray:
+    """Chebyshev distance (cells) between cells ``a`` and ``b`` of the w x w grid (broadcast)."""
+    ar, ac = np.divmod(np.asarray(a, dtype=np.int64), w)
+    br, bc = np.divmod(np.asarray(b, dtype=np.int64), w)
+    return np.maximum(np.abs(ar - br), np.abs(ac - bc))
+
+
+def release_prior(source, dest, slot, w: int, n_time: int, eps_prior: float, noise, k: int = 1,
+                  endpoints: str = "shared") -> dict:
+    """The noisy histograms (module docstring; ``eps_prior`` in all, in equal parts), as probabilities (uniform
+    where NormCut left nothing): ``{"source": (w^2,), "dest": (w^2,), "slot": (n_time,), "distance": (w,)}``
+    (source and dest the same array with shared endpoints)."""
+    eps_h = eps_prior / n_histograms(endpoints)
     out = {}
-    for name, values, size in (("source", source, w * w), ("dest", dest, w * w), ("slot", slot, n_time)):
-        out[name] = probabilities(histogram(values, size, eps_h, noise, k))
+    if endpoints == "shared":
+        out["source"] = out["dest"] = probabilities(histogram((source, dest), w * w, eps_h, noise, k))
+    else:
+        out["source"] = probabilities(histogram(source, w * w, eps_h, noise, k))
+        out["dest"] = probabilities(histogram(dest, w * w, eps_h, noise, k))
+    out["slot"] = probabilities(histogram(slot, n_time, eps_h, noise, k))
+    out["distance"] = probabilities(histogram(chebyshev(source, dest, w), w, eps_h, noise, k))
     return out
+
+
+def gravity(p_source: np.ndarray, p_dest: np.ndarray, p_distance: np.ndarray, w: int,
+            iterations: int = GRAVITY_ITERATIONS) -> tuple[np.ndarray, np.ndarray]:
+    """Factors ``(g, f)`` of ``p(s, d) = p_source(s) p_dest(d) g(d) f(D(s, d)) / Z(s)`` whose distance
+    distribution is ``p_distance`` and destination marginal ``p_dest`` (as near as alternating proportional
+    fitting gets in ``iterations`` rounds; the source marginal is ``p_source`` by construction). Post-processing
+    of released histograms; sources and destinations outside their histograms' support are skipped."""
+    src, dst = np.flatnonzero(p_source > 0), np.flatnonzero(p_dest > 0)
+    g, f = np.ones(w * w), np.ones(w)
+    if len(src) == 0 or len(dst) == 0:
+        return g, f
+    block = max(1, _BLOCK // len(dst))
+
+    def joint(g, f):
+        """The distance histogram and destination marginal of the model (blocks of sources)."""
+        by_distance, by_dest = np.zeros(w), np.zeros(len(dst))
+        for lo in range(0, len(src), block):
+            s = src[lo:lo + block]
+            dist = chebyshev(s[:, None], dst[None, :], w)
+            kernel = (p_dest[dst] * g[dst])[None, :] * f[dist]
+            z = kernel.sum(1, keepdims=True)
+            p = np.divide(kernel * p_source[s][:, None], z, out=np.zeros_like(kernel), where=z > 0)
+            by_distance += np.bincount(dist.reshape(-1), weights=p.reshape(-1), minlength=w)
+            by_dest += p.sum(0)
+        return by_distance, by_dest
+
+    for _ in range(iterations):
+        by_distance, _ = joint(g, f)
+        f = f * np.divide(p_distance, by_distance, out=np.zeros(w), where=by_distance > 0)
+        _, by_dest = joint(g, f)
+        g[dst] = g[dst] * np.divide(p_dest[dst], by_dest, out=np.ones(len(dst)), where=by_dest > 0)
+    return g, f
 
 
 def probabilities(counts: np.ndarray) -> np.ndarray:
@@ -121,11 +190,37 @@ def refine(coarse_cells: np.ndarray, p_fine: np.ndarray | None, w: int, coarse: 
     return ids[coarse_cells, pick]
 
 
+def destinations(source: np.ndarray, log_coarse: np.ndarray, p_dest: np.ndarray, g: np.ndarray, f: np.ndarray,
+                 w: int, coarse: int, rng: np.random.Generator) -> np.ndarray:
+    """One fine destination per sample given its fine ``source`` and its TI destination log-probabilities over
+    the coarse cells ``log_coarse`` (n, coarse cells): ``p(d) ~ p_TI(coarse(d)) p_dest(d | coarse(d)) g(d)
+    f(D(s, d))`` over the cells where ``p_dest > 0`` (module docstring); a sample whose weights are all 0 (f empty
+    at every distance it can reach) draws from ``p_dest g`` alone. Vectorised over blocks of samples, one uniform
+    per sample. Post-processing of released values."""
+    source = np.asarray(source, dtype=np.int64)
+    dst = np.flatnonzero(p_dest > 0)
+    of = coarse_of(dst, w, coarse)
+    base = p_dest[dst] / coarse_probabilities(p_dest, w, coarse)[of] * g[dst]
+    out = np.empty(len(source), dtype=np.int64)
+    block = max(1, _BLOCK // max(len(dst), 1))
+    for lo in range(0, len(source), block):
+        s = source[lo:lo + block]
+        weight = np.exp(np.asarray(log_coarse[lo:lo + block], dtype=np.float64))[:, of] * base[None, :] \
+            * f[chebyshev(s[:, None], dst[None, :], w)]
+        empty = ~(weight.sum(1) > 0)
+        weight[empty] = base[None, :]
+        cdf = np.cumsum(weight, axis=1)
+        pick = (cdf < (rng.random(len(s)) * cdf[:, -1])[:, None]).sum(1)
+        out[lo:lo + block] = dst[np.minimum(pick, len(dst) - 1)]
+    return out
+
+
 def eps_split(eps: float, count_share: float, prior_share: float) -> tuple[float, float]:
     """``(eps_count, eps_prior)``: the count's share of eps, and the prior's share of what is left."""
     eps_count = count_share * eps
     return eps_count, prior_share * (eps - eps_count)
 
 
-__all__ = ["FLOOR", "prior_events", "histogram", "release_prior", "probabilities", "coarse_width", "coarse_of",
+__all__ = ["FLOOR", "ENDPOINTS", "n_histograms", "prior_events", "histogram", "chebyshev", "gravity",
+           "release_prior", "destinations", "probabilities", "coarse_width", "coarse_of",
            "log_bias", "coarse_probabilities", "refine", "eps_split"]
