@@ -1,6 +1,7 @@
 """duckmob.spark on local[2]: Spark and DuckDB give the same reduced tables, and the same release, on the same rows.
 
-Skipped when pyspark (the [spark] extra) or Java is missing. About a minute: Spark's start and a few small jobs."""
+pyspark comes with the [test] extra (duckmob[spark]); skipped when it or Java is missing. One SparkSession for the
+module, 300 trajectories: about a minute, mostly Spark's start."""
 
 import shutil
 
@@ -76,8 +77,29 @@ def test_spark_and_duckdb_reduce_to_the_same_tables(data):
         assert want[key].sum() > 0
 
 
-def test_spark_synthesize_equals_duckdb(data):
+def test_spark_synthesize_equals_duckdb(data, monkeypatch):
+    """One PrivTrace release on Spark and on DuckDB (read out of core in several buckets): the method's own reduced
+    tables (both passes) are equal, only they reach the driver (no point is collected), and the release core
+    records the same spend and returns the same synthetic table."""
     folder, path, session = data
+    reduced = {"spark": [], "duckdb": []}
+
+    def record(cls, key):
+        reduce = cls.reduce
+
+        def spy(self, fn):
+            out = reduce(self, fn)
+            reduced[key].append(out)
+            return out
+        monkeypatch.setattr(cls, "reduce", spy)
+
+    def collected(self):
+        raise AssertionError("points were collected to the driver")
+
+    record(dspark.SparkBatches, "spark")
+    record(stream.Batches, "duckdb")
+    monkeypatch.setattr(dspark.SparkBatches, "__iter__", collected)
+    monkeypatch.setattr(stream, "BUCKET_POINTS", 3000)
     ledger = str(folder / "ledger.duckdb")
     dspark.set_budget(ledger, "trips", 10.0, 1e-5)
     out = dspark.synthesize(session.read.parquet(path), source="trips", ledger=ledger, eps=2.0, bbox=BBOX, seed=3,
@@ -89,10 +111,18 @@ def test_spark_synthesize_equals_duckdb(data):
     con.execute("FROM mob_set_budget('trips', eps := 10, delta := 1e-5)").fetchall()
     want = synthesize_table(con, "trips", 2.0, bbox=BBOX, seed=3, n=20, privacy_unit="user",
                             max_trajectories_per_user=20)
+    spend = "SELECT source, mechanism, epsilon, delta, privacy_unit, params, event, seeded, status FROM duckmob_ledger"
+    want_spend = con.sql(spend).fetchall()
     con.close()
     assert got == [tuple(r.values()) for r in want.to_pylist()]
     assert len(got) > 40
+    assert len(reduced["spark"]) == len(reduced["duckdb"]) == 2      # PrivTrace's two passes
+    for a, b in zip(reduced["spark"], reduced["duckdb"]):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert np.array_equal(a[key], b[key]), key
+    assert sum(int(v.sum()) for v in reduced["spark"][1].values()) > 0
     led = duckdb.connect(ledger)
-    rows = led.sql("SELECT source, status FROM duckmob_ledger").fetchall()
+    rows = led.sql(spend).fetchall()
     led.close()
-    assert rows == [("trips", "spent")]
+    assert rows == want_spend and len(rows) == 1 and rows[0][-1] == "spent"
