@@ -9,7 +9,8 @@ the trajectory as the privacy unit (or the user with at most k = ``contribution_
   hops longer than r cells filled along the straight line (:mod:`.trips`); source = first cell, destination =
   last cell, slot = the start's slot of the day (n_time public slots);
 - **prior** (:mod:`.prior`): noisy histograms of the trips' end cells (sources and destinations pooled, or
-  apart), of the start slot and of the Chebyshev distance between the two ends;
+  apart), of the start slot, of the Chebyshev distance between the two ends and of the detour (hops beyond the
+  fewest);
 - **TI** (:mod:`.initialiser`): a VAE over (source, destination, slot), one example per trajectory, on the public
   coarse grid (``ti_coarse`` x ``ti_coarse`` fine cells per coarse cell), its heads' fixed biases the log of the
   prior (so DP-SGD learns only the correlation of source, destination and slot); a sampled coarse source becomes
@@ -19,7 +20,8 @@ the trajectory as the privacy unit (or the user with at most k = ``contribution_
 - **TPG** (:mod:`.transitions`): next hop among the (2r+1)^2 cells within r cells given (current, destination,
   slot); one example per trajectory, its gradient the mean over its grams (at most ``max_grams``);
 - **trace generator** (:mod:`.paths`): (s, d, t) from TI, the most probable path s -> d under TPG (Dijkstra on
-  -log p, one search per (d, t) on the reversed graph), cut at the public ``max_path`` cells; one point per cell,
+  -log p, one search per (d, t) on the reversed graph) -- through a waypoint m (s -> m -> d) when the trip's
+  detour, drawn from the prior, is positive (:func:`.prior.waypoints`) -- cut at the public ``max_path`` cells; one point per cell,
   uniform inside it; times from a uniform instant in the slot plus cell-centre distances at the public
   ``speed_mps``.
 
@@ -28,8 +30,8 @@ What ``fit`` spends, composed by the PLD accountant into ONE event (``model.even
 1. a noisy trajectory count ``N~ = N + Laplace(1 / eps_count)`` (sensitivity 1; users: (trajectories at
    sensitivity k, users), as HRNet), ``eps_count = count_share * eps``: the default n of ``sample`` and the
    expected batch ``q N~`` that DP-SGD divides its noisy sums by;
-2. the prior: H histograms (ends, slot, distance: H = 3; with ``prior_endpoints = 'separate'`` source and
-   destination apart: H = 4), each trajectory adding mass 1 to each (L1 sensitivity 1 per histogram, k for a
+2. the prior: H histograms (ends, slot, distance, detour: H = 4; with ``prior_endpoints = 'separate'`` source
+   and destination apart: H = 5), each trajectory adding mass 1 to each (L1 sensitivity 1 per histogram, k for a
    user), Laplace(H k / eps_prior) on every bin, ``eps_prior = prior_share (eps - eps_count)`` (H
    ``laplace(eps_prior / H)`` events; none when ``prior_share`` is 0);
 3. DP-SGD of TI: ``ceil(ti_epochs / q)`` Poisson-sampled steps at rate q, clip ``max_grad_norm``, noise
@@ -69,9 +71,10 @@ from duckmob.privacy.counting import noisy_unit_counts
 from duckmob.synth import dpsgd
 from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
 from duckmob.synth.cleanslate.initialiser import Initialiser, categorical, sample_endpoints
-from duckmob.synth.cleanslate.paths import most_probable_paths
+from duckmob.synth.cleanslate.paths import most_probable_paths, through
 from duckmob.synth.cleanslate.prior import (ENDPOINTS, coarse_of, coarse_probabilities, coarse_width, destinations,
-                                            eps_split, gravity, log_bias, prior_events, refine, release_prior)
+                                            detours, eps_split, gravity, log_bias, prior_events, refine,
+                                            release_prior, waypoints)
 from duckmob.synth.cleanslate.transitions import Transitions
 from duckmob.synth.cleanslate.trips import grams, trips
 from duckmob.synth.config import Config, param
@@ -246,8 +249,9 @@ class CleanSlate(Synthesizer):
         eps_count, eps_prior = eps_split(eps, cfg.count_share, cfg.prior_share)
         n_noisy, units_noisy = noisy_unit_counts(tr.user_id, eps_count, noise, k)
         # (2) the prior: three noisy histograms, each trajectory adding 1 to one bin of each (module docstring)
+        detour = detours(tr.source, tr.dest, np.diff(tr.offsets), cfg.w, cfg.r, cfg.max_path)
         hist = release_prior(tr.source, tr.dest, tr.slot, cfg.w, cfg.n_time, eps_prior, noise, k,
-                             cfg.prior_endpoints) if eps_prior > 0 else None
+                             cfg.prior_endpoints, detour, cfg.max_path) if eps_prior > 0 else None
         # the reserved event is the plan (calibrated within the budget by the release core); alone, to (eps, delta)
         plan = self.plan(eps, delta, k=k) if release is None else _plan_of(release.event)
         batch = plan["sample_rate"] * max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
@@ -305,7 +309,8 @@ class CleanSlate(Synthesizer):
         if hist is not None:   # the released fine histograms that refine TI's cells, and the distance factors
             g, f = gravity(hist["source"], hist["dest"], hist["distance"], cfg.w)
             state["prior"] = {h: torch.as_tensor(v, dtype=torch.float64) for h, v in
-                              (("source", hist["source"]), ("dest", hist["dest"]), ("g", g), ("f", f))}
+                              (("source", hist["source"]), ("dest", hist["dest"]), ("g", g), ("f", f),
+                               ("detour", hist["detour"]))}
         return CleanSlateModel(self.bbox.as_list(), config, state, event.to_json(), info, timings)
 
 
@@ -352,7 +357,20 @@ class CleanSlateModel(Model):
             out = tpg.log_probs_for(torch.as_tensor(d, device=dev), torch.as_tensor(t, device=dev))
             return out.cpu().numpy()
 
-        lengths, cells = most_probable_paths(log_probs, source, dest, slot, cfg["w"], cfg["r"], cfg["max_path"])
+        w, r, cap = cfg["w"], cfg["r"], cfg["max_path"]
+        prior = {h: v.numpy() for h, v in self.state.get("prior", {}).items()}
+        mid = np.full(len(source), -1, dtype=np.int64)
+        if "detour" in prior:   # a waypoint for the trips whose drawn detour is positive
+            cdf = np.cumsum(prior["detour"])
+            detour = np.minimum(np.searchsorted(cdf, rng.random(len(source)) * cdf[-1], side="right"), len(cdf) - 1)
+            mid = waypoints(source, dest, detour, (prior["source"] + prior["dest"]) / 2, w, r, rng)
+        via = mid >= 0
+        # both legs in one search: the groups (target, slot) of the legs to the waypoints and of the final legs
+        lengths, cells = most_probable_paths(log_probs, np.concatenate([source, mid[via]]),
+                                             np.concatenate([np.where(via, mid, dest), dest[via]]),
+                                             np.concatenate([slot, slot[via]]), w, r, cap)
+        split = int(lengths[:len(source)].sum())
+        lengths, cells = through(lengths[:len(source)], cells[:split], lengths[len(source):], cells[split:], via, cap)
         return self._points(lengths, cells, slot, rng)
 
     def _endpoints(self, ti, n: int, rng, dev, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

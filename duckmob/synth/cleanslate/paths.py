@@ -98,3 +98,31 @@ def most_probable_paths(log_probs: Callable[[np.ndarray, np.ndarray], np.ndarray
         hi = min(lo + groups_per_search, len(keys))
         hops[lo:hi] = next_hops(log_probs(g_dest[lo:hi], g_slot[lo:hi]), g_dest[lo:hi], w, r)
     return follow(hops, group, source, dest, max_len)
+
+
+def through(lengths1: np.ndarray, cells1: np.ndarray, lengths2: np.ndarray, cells2: np.ndarray, via: np.ndarray,
+            max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ragged paths made of two legs: every sample's first leg (``lengths1``, ``cells1``: one per sample), then,
+    for the samples where ``via`` is True (their second legs, in order, in ``lengths2``, ``cells2``) and whose
+    first leg reached the waypoint the second leg starts at, the second leg without that repeated first cell; cut
+    at the public ``max_len`` cells. Vectorised (one sort of all cells). Returns (lengths, cells)."""
+    lengths1, lengths2 = np.asarray(lengths1, dtype=np.int64), np.asarray(lengths2, dtype=np.int64)
+    n = len(lengths1)
+    ends1 = np.cumsum(lengths1)
+    owner1 = np.repeat(np.arange(n), lengths1)
+    pos1 = np.arange(len(cells1)) - np.repeat(ends1 - lengths1, lengths1)
+    idx = np.flatnonzero(via)
+    starts2 = np.cumsum(lengths2) - lengths2
+    reached = (lengths1[idx] > 0) & (lengths2 > 0)
+    reached &= cells1[np.maximum(ends1[idx] - 1, 0)] == cells2[np.minimum(starts2, max(len(cells2) - 1, 0))] \
+        if len(cells2) else reached
+    owner2 = np.repeat(idx, lengths2)
+    pos2 = np.arange(len(cells2)) - np.repeat(starts2, lengths2)
+    keep2 = (pos2 >= 1) & np.repeat(reached, lengths2)
+    owner = np.concatenate([owner1, owner2[keep2]])
+    pos = np.concatenate([pos1, lengths1[owner2[keep2]] + pos2[keep2] - 1])
+    cells = np.concatenate([cells1, np.asarray(cells2)[keep2]]).astype(np.int64)
+    inside = pos < max_len
+    owner, pos, cells = owner[inside], pos[inside], cells[inside]
+    order = np.lexsort((pos, owner))
+    return np.bincount(owner, minlength=n).astype(np.int64), cells[order]

@@ -1,6 +1,6 @@
-"""The trajectory initialiser's DP prior: noisy histograms of where trips start and end, of their time slot and of
-the distance between their two ends; the public coarse grid the VAE works on; and the sampling of a destination
-given its source from them.
+"""The trajectory initialiser's DP prior: noisy histograms of where trips start and end, of their time slot, of
+the distance between their two ends and of their detour; the public coarse grid the VAE works on; the sampling of
+a destination given its source, and of a waypoint that gives a trip its detour.
 
 Why: DP-SGD alone does not teach the VAE where trips start and end (Gaussian noise on every one of its w^2-way
 head weights drowns the signal; the endpoints came out near uniform), nor how far apart they are. A few
@@ -9,7 +9,10 @@ grid (``coarse`` x ``coarse`` fine cells per coarse cell, a public factor) whose
 fewer logits. A sampled coarse source becomes a fine cell drawn from the released fine histogram inside it; the
 destination is drawn given the source from ``p(d | s, z) ~ p_VAE(coarse(d) | z) p(d | coarse(d)) g(d) f(D(s, d))``
 with ``D`` the Chebyshev distance in fine cells and ``(g, f)`` fitted to the released endpoint and distance
-histograms by iterative proportional fitting (:func:`gravity`; post-processing).
+histograms by iterative proportional fitting (:func:`gravity`; post-processing). Real trips are not shortest
+paths: a trip of ``L`` cells between ends ``h = ceil(D / r)`` hops apart makes a detour of ``L - 1 - h >= 0`` hops;
+each synthetic trip draws one from the released detour histogram and, when it is positive, is routed through a
+waypoint that adds about that many hops (:func:`waypoints`).
 
 Release (:func:`release_prior`), ``eps_prior`` split in equal parts over the histograms:
 
@@ -19,12 +22,14 @@ Release (:func:`release_prior`), ``eps_prior`` split in equal parts over the his
   noise, at the cost of assuming they are alike); ``'separate'``: a source histogram and a destination histogram,
   each trajectory adding 1 to one bin of each;
 - the slot histogram (``n_time`` bins): 1 in the bin of the start slot;
-- the distance histogram (w bins, 0 .. w - 1): 1 in the bin of ``D(source, destination)``.
+- the distance histogram (w bins, 0 .. w - 1): 1 in the bin of ``D(source, destination)``;
+- the detour histogram (``max_path`` bins, 0 .. max_path - 1, the public path cap): 1 in the bin of
+  ``min(L - 1 - h, max_path - 1)``.
 
 Sensitivity, by construction: adding or removing one trajectory moves each histogram by at most 1 in L1 (its
 windows' masses are non-negative and sum to 1); a user of at most k trajectories by at most k. Each histogram gets
 Laplace noise of scale ``k / eps_h`` on every bin (a data-independent support, zero bins included),
-``eps_h = eps_prior / H`` for H histograms (3 shared, 4 separate): each is ``eps_h``-DP, accounted as H
+``eps_h = eps_prior / H`` for H histograms (4 shared, 5 separate): each is ``eps_h``-DP, accounted as H
 ``accounting.laplace(eps_h)`` events (:func:`prior_events`) composed by the PLD accountant with the rest of the
 fit. NormCut (non-negative, total kept) and normalisation are post-processing.
 """
@@ -47,8 +52,8 @@ _BLOCK = 1 << 22
 
 
 def n_histograms(endpoints: str) -> int:
-    """Histograms released: (endpoints, slot, distance) or (source, destination, slot, distance)."""
-    return 3 if endpoints == "shared" else 4
+    """Histograms released: (endpoints, slot, distance, detour) or (source, destination, slot, distance, detour)."""
+    return 4 if endpoints == "shared" else 5
 
 
 def prior_events(eps_prior: float, endpoints: str = "shared") -> list:
@@ -80,11 +85,23 @@ def chebyshev(a: np.ndarray, b: np.ndarray, w: int) -> np.ndarray:
     return np.maximum(np.abs(ar - br), np.abs(ac - bc))
 
 
+def hops(a, b, w: int, r: int) -> np.ndarray:
+    """Fewest hops of at most r cells from cell ``a`` to cell ``b``: ``ceil(D(a, b) / r)`` (broadcast)."""
+    return -(-chebyshev(a, b, w) // r)
+
+
+def detours(source, dest, lengths, w: int, r: int, max_path: int) -> np.ndarray:
+    """Each trip's detour ``L - 1 - hops(s, d)`` (hops more than the fewest; >= 0 for gap-filled trips, whose hops
+    are at most r cells), clipped to ``0 .. max_path - 1``. Per trajectory, no budget."""
+    return np.clip(np.asarray(lengths, dtype=np.int64) - 1 - hops(source, dest, w, r), 0, max_path - 1)
+
+
 def release_prior(source, dest, slot, w: int, n_time: int, eps_prior: float, noise, k: int = 1,
-                  endpoints: str = "shared") -> dict:
+                  endpoints: str = "shared", detour=None, max_path: int = 1) -> dict:
     """The noisy histograms (module docstring; ``eps_prior`` in all, in equal parts), as probabilities (uniform
-    where NormCut left nothing): ``{"source": (w^2,), "dest": (w^2,), "slot": (n_time,), "distance": (w,)}``
-    (source and dest the same array with shared endpoints)."""
+    where NormCut left nothing): ``{"source": (w^2,), "dest": (w^2,), "slot": (n_time,), "distance": (w,),
+    "detour": (max_path,)}`` (source and dest the same array with shared endpoints); ``detour`` from
+    :func:`detours`."""
     eps_h = eps_prior / n_histograms(endpoints)
     out = {}
     if endpoints == "shared":
@@ -94,6 +111,7 @@ def release_prior(source, dest, slot, w: int, n_time: int, eps_prior: float, noi
         out["dest"] = probabilities(histogram(dest, w * w, eps_h, noise, k))
     out["slot"] = probabilities(histogram(slot, n_time, eps_h, noise, k))
     out["distance"] = probabilities(histogram(chebyshev(source, dest, w), w, eps_h, noise, k))
+    out["detour"] = probabilities(histogram(detour, max_path, eps_h, noise, k))
     return out
 
 
@@ -215,6 +233,30 @@ def destinations(source: np.ndarray, log_coarse: np.ndarray, p_dest: np.ndarray,
     return out
 
 
+def waypoints(source: np.ndarray, dest: np.ndarray, detour: np.ndarray, p_mid: np.ndarray, w: int, r: int,
+              rng: np.random.Generator) -> np.ndarray:
+    """A waypoint for each sample with a positive ``detour``, -1 for the others: a cell ``m`` whose extra hops
+    ``hops(s, m) + hops(m, d) - hops(s, d)`` are nearest to the detour, drawn among those with probability
+    proportional to ``p_mid`` (the released endpoint histogram: trips turn where trips go; uniform among them
+    where it is 0). Vectorised over blocks of samples. Post-processing of released values."""
+    source, dest, detour = (np.asarray(a, dtype=np.int64) for a in (source, dest, detour))
+    out = np.full(len(source), -1, dtype=np.int64)
+    todo = np.flatnonzero(detour > 0)
+    cells = np.arange(w * w)
+    weight_of = np.asarray(p_mid, dtype=np.float64) + 1e-12
+    block = max(1, _BLOCK // (w * w))
+    for lo in range(0, len(todo), block):
+        i = todo[lo:lo + block]
+        s, d = source[i, None], dest[i, None]
+        extra = hops(s, cells[None], w, r) + hops(cells[None], d, w, r) - hops(s, d, w, r)
+        gap = np.abs(extra - detour[i, None])
+        weight = np.where(gap == gap.min(1, keepdims=True), weight_of[None], 0.0)
+        cdf = np.cumsum(weight, axis=1)
+        pick = (cdf < (rng.random(len(i)) * cdf[:, -1])[:, None]).sum(1)
+        out[i] = np.minimum(pick, w * w - 1)
+    return out
+
+
 def eps_split(eps: float, count_share: float, prior_share: float) -> tuple[float, float]:
     """``(eps_count, eps_prior)``: the count's share of eps, and the prior's share of what is left."""
     eps_count = count_share * eps
@@ -222,5 +264,5 @@ def eps_split(eps: float, count_share: float, prior_share: float) -> tuple[float
 
 
 __all__ = ["FLOOR", "ENDPOINTS", "n_histograms", "prior_events", "histogram", "chebyshev", "gravity",
-           "release_prior", "destinations", "probabilities", "coarse_width", "coarse_of",
+           "release_prior", "destinations", "hops", "detours", "waypoints", "probabilities", "coarse_width", "coarse_of",
            "log_bias", "coarse_probabilities", "refine", "eps_split"]
