@@ -14,12 +14,11 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from duckmob.errors import DuckmobError
-from duckmob.privacy import accounting
-from duckmob.privacy.noise import NoiseSource
-from duckmob.synth import distributed, dpsgd
-from duckmob.synth.hrnet import Baseline
-from duckmob.synth.hrnet.train import training_arrays
+from duckmob.synth import distributed
 from duckmob.trajectories import Trajectories
+
+# what the workers import when they unpickle a function of this module is kept light: the heavier modules are
+# imported where they are used
 
 BOX = [39.8, 116.2, 40.2, 116.6]
 TINY = dict(w=8, epochs=2, stay_points=False, max_len=6, progress=False, device="cpu", hidden=8, loc_dim=8,
@@ -69,6 +68,8 @@ def recorded_gradients(group, x: np.ndarray, y: np.ndarray, sigma: float, seed: 
     """Run as one process (``group`` None) or one worker: the gradient Adam receives at every step (= (clipped sum
     + noise) / batch) and the final weights, for materialised (3 runs: x, x with unit 0 huge, x with unit 0 zero)
     and ghost clipping."""
+    from duckmob.synth import dpsgd
+
     out = {}
     seen: list = []
     hook = register_optimizer_step_pre_hook(
@@ -131,6 +132,11 @@ def test_one_unit_moves_the_all_reduced_sum_by_at_most_max_grad_norm(gradients):
 def test_two_workers_fit_the_same_event_and_model_as_one():
     """The baseline with workers := 2 spends the event of workers := 1 (same noisy count, rate, steps, sigma), and
     its weights and training loss equal the single-process ones to float tolerance under the same seed."""
+    from duckmob.privacy import accounting
+    from duckmob.privacy.noise import NoiseSource
+    from duckmob.synth.hrnet import Baseline
+    from duckmob.synth.hrnet.train import training_arrays
+
     data = toy_trajectories()
     one = Baseline(BOX, **TINY).fit(data, 2.0, 1e-5, NoiseSource(3))
     two = Baseline(BOX, **TINY, workers=2).fit(data, 2.0, 1e-5, NoiseSource(3))
@@ -182,6 +188,8 @@ def test_an_interrupt_stops_every_worker():
 
 
 def test_workers_are_checked():
+    from duckmob.synth.hrnet import Baseline
+
     with pytest.raises(DuckmobError, match="workers"):
         Baseline(BOX, workers=0)
     with pytest.raises(DuckmobError, match="workers"):
