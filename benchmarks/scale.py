@@ -11,9 +11,11 @@ user + system time over the release (all threads: on a machine shared with other
 figure), peak RSS the process's VmHWM (DuckDB's buffers included).
 
 Cases: ``privtrace-old`` (the synthesize macro over a TEMP view: the whole table gathered as lists),
-``privtrace-new`` (over a view: read out of core by the release, duckmob.stream), ``count-old`` / ``count-new``
-(mob_noisy_count macro / stream.noisy_count), ``transitions-old`` / ``transitions-new`` (mob_transitions macro /
-stream.transitions). eps 1, seed 1, the default PrivTrace parameters, bbox of HRNet's Beijing box.
+``privtrace-new`` (over a view: read out of core by the release, duckmob.stream), ``count-old`` / ``count-new`` /
+``count-sql`` (the mob_noisy_count macro over a TEMP view: its pairs gathered as one list / stream.noisy_count /
+the macro over a view: counted out of core), ``transitions-old`` / ``transitions-new`` / ``transitions-sql`` (the
+same three for mob_transitions and stream.transitions). eps 1, seed 1, the default PrivTrace parameters, bbox of
+HRNet's Beijing box.
 Delete DIR afterwards (``--clean`` does it).
 """
 
@@ -30,7 +32,8 @@ import time
 
 SOURCE = "/work/shared/data/geolife_beijing.parquet"
 BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
-CASES = ["privtrace-old", "privtrace-new", "count-old", "count-new", "transitions-old", "transitions-new"]
+CASES = ["privtrace-old", "privtrace-new", "count-old", "count-new", "count-sql", "transitions-old",
+         "transitions-new", "transitions-sql"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -84,11 +87,11 @@ def child(case: str, points: str, cells: str) -> dict:
     if case.startswith("privtrace"):
         out = con.sql(f"SELECT count(*) FROM synthesize('trips', eps := 1.0, bbox := {BBOX}, seed := 1, "
                       "n := 1000)").fetchall()[0][0]
-    elif case == "count-old":
+    elif case in ("count-old", "count-sql"):   # the macro over a TEMP view (lists) / a view (out of core)
         out = con.sql("FROM mob_noisy_count('trips', eps := 1.0, seed := 1)").fetchall()[0][0]
     elif case == "count-new":
         out = stream.noisy_count(con, "trips", eps=1.0, seed=1)
-    elif case == "transitions-old":
+    elif case in ("transitions-old", "transitions-sql"):
         out = con.sql("SELECT count(*) FROM mob_transitions('seqs', eps := 1.0, n_states := 1024, w := 32, "
                       "support := 'neighbours', markov_order := 2, seed := 1)").fetchall()[0][0]
     else:

@@ -3,6 +3,9 @@
 Hidden UDFs behind the macros in privacy.sql; they only decode arguments and encode rows. Every release goes
 through the release core (:mod:`duckmob.release`), which writes the ledger on its own connection (never the
 calling one). Anything that writes the ledger or draws noise is registered with ``side_effects=True``.
+``_mob_noisy_count`` / ``_mob_transitions`` get the rows gathered as one list (temp tables, CTEs);
+``_mob_noisy_count_source`` / ``_mob_transitions_source`` get a committed table's name and read it out of core on
+a cursor of the core's connection, after the reservation (:mod:`duckmob.stream`): the same release.
 """
 
 from __future__ import annotations
