@@ -104,6 +104,55 @@ def test_routes_follow_the_dense_cells_and_move_between_neighbours():
     assert (c[off[1] - 1] >= 8) and (c[off[2] - 1] < 8)     # each ends in its last coarse cell
 
 
+def test_a_leg_inside_a_cell_is_its_most_probable_path_between_the_two_anchors():
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    w = 8
+    rng = np.random.default_rng(3)
+    density = rng.random(w * w).astype(np.float32) ** 4      # uneven costs: the cheapest path is not straight
+    coarse = (np.arange(w * w) % w >= w // 2).astype(np.int64)
+    pl = Placement(FineStats(w, density, np.ones(len(STEP_EDGES_M) - 1)), BOX, coarse, 2, anchors=4)
+    starts = pl.anchor_cells[[0, 1, 4, 6]]                  # anchors 0 and 1 of cell 0, 0 and 2 of cell 1
+    off, cells = pl.leg_paths(np.array([0, 0, 1, 1]), starts, np.array([3, 2, 1, 3]))
+    # brute force: Dijkstra over the cell's own fine cells, 8-neighbour moves costing cost(entered) x length
+    for i, (c, t) in enumerate([(0, 3), (0, 2), (1, 1), (1, 3)]):
+        path = cells[off[i]:off[i + 1]]
+        goal = pl.anchor_cells[pl.anchor_offsets[c] + t]
+        assert path[0] == starts[i] and path[-1] == goal and (coarse[path] == c).all()
+        mine = np.flatnonzero(coarse == c)
+        index = {cell: k for k, cell in enumerate(mine)}
+        rows, cols, wts = [], [], []
+        for u in mine:
+            for dr in (-1, 0, 1):
+                for dc in (-1, 0, 1):
+                    r, q = divmod(int(u), w)
+                    v = (r + dr) * w + q + dc
+                    if (dr or dc) and 0 <= r + dr < w and 0 <= q + dc < w and coarse[v] == c:
+                        rows.append(index[u]); cols.append(index[v]); wts.append(pl.cost[v] * np.hypot(dr, dc))
+        dist = dijkstra(csr_matrix((wts, (rows, cols)), shape=(len(mine), len(mine))), indices=index[starts[i]])
+        r, q = np.divmod(path, w)
+        cost = sum(pl.cost[b] * np.hypot(r1 - r0, q1 - q0) for b, r0, q0, r1, q1 in
+                   zip(path[1:], r[:-1], q[:-1], r[1:], q[1:]))
+        assert cost == pytest.approx(dist[index[goal]], rel=1e-9)
+
+
+def test_trajectories_end_at_anchors_of_their_last_cell_drawn_by_density():
+    """The last leg: where a sequence ends follows the released density over its last cell's anchors, not the
+    border nearest the previous cell."""
+    w = 16
+    density = np.ones(w * w, np.float32)
+    far, near = 3 * w + 15, 3 * w + 8                        # in the east cell: far from and next to the west one
+    density[far], density[near] = 30.0, 10.0
+    coarse = (np.arange(w * w) % w >= w // 2).astype(np.int64)
+    pl = Placement(FineStats(w, density, np.ones(len(STEP_EDGES_M) - 1)), BOX, coarse, 2, anchors=2)
+    n = 4000
+    off, cells = pl.fine_paths(np.arange(n + 1) * 2, np.tile([0, 1], n), np.random.default_rng(5))
+    last = cells[off[1:] - 1]
+    assert set(np.unique(last)) <= {far, near}
+    assert np.mean(last == far) == pytest.approx(0.75, abs=0.03)   # 30 / (30 + 10)
+
+
 def test_points_are_spaced_by_the_released_steps_and_never_fewer_than_two():
     pl = _road_placement()
     lengths, lat, lon = pl.points(np.array([0, 1, 3]), np.array([0, 0, 1]), np.random.default_rng(1))
