@@ -66,8 +66,8 @@ class SquaredErrors:
 
 def recorded_gradients(group, x: np.ndarray, y: np.ndarray, sigma: float, seed: int) -> dict:
     """Run as one process (``group`` None) or one worker: the gradient Adam receives at every step (= (clipped sum
-    + noise) / batch) and the final weights, for materialised (3 runs: x, x with unit 0 huge, x with unit 0 zero)
-    and ghost clipping."""
+    + noise) / batch) and the final weights, for materialised per-example gradients (x; x with unit 0 huge; x with
+    unit 0 zero; x with users of 3 rows as the units) and for ghost clipping."""
     from duckmob.synth import dpsgd
 
     out = {}
@@ -76,14 +76,14 @@ def recorded_gradients(group, x: np.ndarray, y: np.ndarray, sigma: float, seed: 
         lambda opt, args, kwargs: seen.append(torch.cat([p.grad.flatten() for g in opt.param_groups
                                                          for p in g["params"]]).clone()))
     try:
-        for name, rows in [("x", x), ("huge", np.vstack([x[:1] * 100, x[1:]])),
-                           ("zero", np.vstack([x[:1] * 0, x[1:]]))]:
+        for name, rows, users in [("x", x, None), ("huge", np.vstack([x[:1] * 100, x[1:]]), None),
+                                  ("zero", np.vstack([x[:1] * 0, x[1:]]), None), ("users", x, np.arange(N) // 3)]:
             seen.clear()
             torch.manual_seed(0)
             model = torch.nn.Linear(D, 1, bias=False)
             dpsgd.train(model, FixedGradients(rows), N, sample_rate=BATCH / N, steps=6, noise_multiplier=sigma,
                         max_grad_norm=C, lr=0.1, expected_batch_size=BATCH, rng=np.random.default_rng(seed),
-                        device=CPU, progress=False, group=group)
+                        device=CPU, progress=False, group=group, unit_of_row=users)
             out[name] = (torch.stack(seen), model.weight.detach().clone())
         seen.clear()
         torch.manual_seed(0)
@@ -110,7 +110,7 @@ def test_workers_give_the_single_process_gradients_noise_and_weights(gradients):
     """Same Poisson batches, clipped sum and noise (rank 0's generator is seeded as one process's): the gradient
     of every step and the final weights equal one process's to float tolerance, and both ranks end identical."""
     workers, single = gradients
-    for name in ("x", "huge", "zero", "ghost"):
+    for name in ("x", "huge", "zero", "users", "ghost"):
         grads0, w0 = workers[0][name]
         grads1, w1 = workers[1][name]
         assert torch.equal(grads0, grads1) and torch.equal(w0, w1)    # identical models on every rank
