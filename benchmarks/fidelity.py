@@ -25,6 +25,11 @@ fine, privtrace and adatrace). The table shows the mean over the seeds:
     python benchmarks/fidelity.py --methods privtrace,baseline,hrnet --limit 5000
     python benchmarks/fidelity.py --out after.json --before benchmarks/results/fidelity_before.json
     python benchmarks/fidelity.py --show benchmarks/results/fidelity_before.json   # print a saved table
+    python benchmarks/fidelity.py --methods privtrace,privtrace-oracle --eps 100   # where the error comes from
+
+``privtrace-oracle`` (NOT private, a diagnostic): PrivTrace's fine placement applied to the real trajectories'
+own state sequences, so the gap between it and the privtrace row is the coarse model's (its random walks) and
+the gap between it and 0 the fine stage's.
 
 HRNet and its baseline train with DP-SGD (the baseline: 1-7 minutes per fit on 1,000 trajectories on a shared 2-core
 machine; CUDA when available), so they fit on at most ``--neural-limit`` trajectories (default 1,000, the same fixed
@@ -98,7 +103,7 @@ def run(methods: list[str], seeds: list[int], eps: float, limit: int | None, neu
     con = duckmob.connect()
     t0 = time.perf_counter()
     # PrivTrace on `trips` (--limit); the DP-SGD methods on `trips_neural` (--limit and --neural-limit).
-    source = {m: "trips" if m == "privtrace" else "trips_neural" for m in methods}
+    source = {m: "trips" if m.startswith("privtrace") else "trips_neural" for m in methods}
     limits = {"trips": limit, "trips_neural": cap(limit, neural_limit)}
     sizes = load_real(con, {t: limits[t] for t in dict.fromkeys(source.values())})
     reals = {}
@@ -114,9 +119,12 @@ def run(methods: list[str], seeds: list[int], eps: float, limit: int | None, neu
         table_name = source[method]
         for seed in seeds:
             t1 = time.perf_counter()
-            synth = duckmob.synthesize(con, table_name, eps=eps, method=method, bbox=BOX, n=sizes[table_name],
-                                       seed=seed, outside="drop",
-                                       **({} if method == "privtrace" else {"delta": DELTA}))
+            if method == "privtrace-oracle":
+                synth = oracle_sample(reals[table_name].traj, eps, seed)
+            else:
+                synth = duckmob.synthesize(con, table_name, eps=eps, method=method, bbox=BOX, n=sizes[table_name],
+                                           seed=seed, outside="drop",
+                                           **({} if method == "privtrace" else {"delta": DELTA}))
             fit_s = time.perf_counter() - t1
             t2 = time.perf_counter()
             rows = evaluate(reals[table_name], synth, BOX, families=FAMILIES)
@@ -129,6 +137,22 @@ def run(methods: list[str], seeds: list[int], eps: float, limit: int | None, neu
     return dict(setting=dict(data=DATA, bbox=BOX, eps=eps, delta_neural=DELTA, seeds=seeds, limit=limit,
                              neural_limit=neural_limit, families=FAMILIES, code=code_version()),
                 runs=runs, mean=means(runs))
+
+
+def oracle_sample(real, eps: float, seed: int):
+    """NOT private, a diagnostic: PrivTrace fitted at ``eps`` (seeded, outside the ledger), its fine placement
+    applied to the REAL trajectories' state sequences instead of its random walks. Against the privtrace row it
+    splits the error into the coarse model's (the walks) and the fine stage's (placement under noise)."""
+    from duckmob.privacy.noise import NoiseSource
+    from duckmob.synth.base import trajectories_from_cells
+    from duckmob.synth.privtrace import PrivTrace
+    from duckmob.synth.privtrace.states import state_sequences
+
+    model = PrivTrace(BOX).fit(real, eps, 0.0, NoiseSource(seed))
+    off, states, _ = state_sequences(model.grid, real.offsets, real.lat, real.lon)
+    lengths, lat, lon = model.placement().points(off, states, np.random.default_rng(seed),
+                                                 int(model.config["max_points"]))
+    return trajectories_from_cells(lengths, lat, lon)
 
 
 def means(runs: list[dict]) -> dict:
@@ -158,10 +182,10 @@ def table(result: dict, title: str) -> str:
     s = result["setting"]
     lines = [f"{title}: GeoLife in HRNet's box, eps {s['eps']}, mean of {len(s['seeds'])} seeded fits, code "
              f"{s['code']}",
-             f"{'method':10s} {'n real':>6s} " + " ".join(f"{short:>9s}" for short, _ in COLUMNS)]
+             f"{'method':16s} {'n real':>6s} " + " ".join(f"{short:>9s}" for short, _ in COLUMNS)]
     for method, m in result["mean"].items():
-        lines.append(f"{method:10s} {m['n_real']:6d} " + " ".join(f"{fmt(m.get(k)):>9s}" for _, k in COLUMNS))
-    lines.append(f"{'target':10s} {'':6s} " + " ".join(f"{TARGETS.get(k, ''):>9s}" for _, k in COLUMNS))
+        lines.append(f"{method:16s} {m['n_real']:6d} " + " ".join(f"{fmt(m.get(k)):>9s}" for _, k in COLUMNS))
+    lines.append(f"{'target':16s} {'':6s} " + " ".join(f"{TARGETS.get(k, ''):>9s}" for _, k in COLUMNS))
     shares = ", ".join(f"{method} {fmt(m.get('fine_one_point_share_real'))}" for method, m in result["mean"].items())
     lines.append(f"real one-point share ({shares}); JSD in nats (ln 2 = 0.693 is the maximum)")
     return "\n".join(lines)
@@ -170,7 +194,7 @@ def table(result: dict, title: str) -> str:
 def compare(before: dict, after: dict) -> str:
     """after / before for every column, per method present in both."""
     lines = ["after / before (pts/traj: after and before values)",
-             f"{'method':10s} {'':6s} " + " ".join(f"{short:>9s}" for short, _ in COLUMNS)]
+             f"{'method':16s} {'':6s} " + " ".join(f"{short:>9s}" for short, _ in COLUMNS)]
     for method in after["mean"]:
         if method not in before["mean"]:
             continue
@@ -183,14 +207,14 @@ def compare(before: dict, after: dict) -> str:
                 cells.append(f"{a[k]:.2f}/{b[k]:.2f}")
             else:
                 cells.append(f"{a[k] / b[k]:.2f}" if b[k] else f"{a[k]:.4f}")
-        lines.append(f"{method:10s} {'':6s} " + " ".join(f"{c:>9s}" for c in cells))
+        lines.append(f"{method:16s} {'':6s} " + " ".join(f"{c:>9s}" for c in cells))
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default="privtrace,baseline",
-                        help="comma-separated: privtrace, baseline, hrnet (default privtrace,baseline)")
+                        help="comma-separated: privtrace, baseline, hrnet, privtrace-oracle (default privtrace,baseline)")
     parser.add_argument("--seeds", default="1,2,3", help="one seeded fit per seed; the table shows the mean")
     parser.add_argument("--eps", type=float, default=1.0)
     parser.add_argument("--limit", type=int, default=None, help="at most this many real trajectories")
@@ -207,9 +231,9 @@ def main() -> None:
         print(table(json.loads(open(args.show).read()), args.show))
         return
     methods = [m.strip().lower() for m in args.methods.split(",") if m.strip()]
-    bad = sorted(set(methods) - {"privtrace", "baseline", "hrnet"})
+    bad = sorted(set(methods) - {"privtrace", "baseline", "hrnet", "privtrace-oracle"})
     if bad:
-        parser.error(f"unknown methods {bad}: use privtrace, baseline, hrnet")
+        parser.error(f"unknown methods {bad}: use privtrace, baseline, hrnet, privtrace-oracle")
     result = run(methods, [int(s) for s in args.seeds.split(",")], args.eps, args.limit, args.neural_limit or None)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
