@@ -71,9 +71,9 @@ from duckmob.privacy.counting import noisy_unit_counts
 from duckmob.synth import dpsgd
 from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
 from duckmob.synth.cleanslate.initialiser import Initialiser, categorical, sample_endpoints
-from duckmob.synth.cleanslate.paths import most_probable_paths, through
+from duckmob.synth.cleanslate.paths import Router, replace, through
 from duckmob.synth.cleanslate.prior import (ENDPOINTS, coarse_of, coarse_probabilities, coarse_width, destinations,
-                                            detours, eps_split, gravity, log_bias, prior_events, refine,
+                                            detours, eps_split, gravity, hops, log_bias, prior_events, refine,
                                             release_prior, waypoints)
 from duckmob.synth.cleanslate.transitions import Transitions
 from duckmob.synth.cleanslate.trips import grams, trips
@@ -94,6 +94,8 @@ class CleanSlateConfig(Config):
     n_time: int = param(24, int, low=1, high=1440, doc="time slots of the day (the paper: hours)")
     max_grams: int = param(32, int, low=1, high=4096, doc="grams per trajectory kept for TPG (evenly spaced)")
     max_path: int = param(96, int, low=2, high=100_000, doc="public cap on cells per generated path")
+    hop_cost: float = param(1.0, float, low=0, doc="nats added to each hop's -log p in the path search (0: the "
+                                                   "most probable path, the paper; more: fewer hops)")
     ti_hidden: int = param(32, int, low=1, high=8192, doc="TI dense layer size")
     ti_heads: str = param("cells", str, choices=("cells", "rowcol"),
                           doc="TI's cell heads: one softmax over w^2 cells (the paper), or 'rowcol': logits "
@@ -358,19 +360,21 @@ class CleanSlateModel(Model):
             return out.cpu().numpy()
 
         w, r, cap = cfg["w"], cfg["r"], cfg["max_path"]
+        router = Router(log_probs, w, r, hop_cost=cfg.get("hop_cost", 0.0))
+        lengths, cells = router.paths(source, dest, slot, cap)
         prior = {h: v.numpy() for h, v in self.state.get("prior", {}).items()}
-        mid = np.full(len(source), -1, dtype=np.int64)
-        if "detour" in prior:   # a waypoint for the trips whose drawn detour is positive
+        if "detour" in prior:
+            # each trip draws a detour; where the direct path's own detour is short of it, the trip goes through a
+            # waypoint adding the difference: s -> m -> d (the legs to d reuse the searches just made)
             cdf = np.cumsum(prior["detour"])
             detour = np.minimum(np.searchsorted(cdf, rng.random(len(source)) * cdf[-1], side="right"), len(cdf) - 1)
-            mid = waypoints(source, dest, detour, (prior["source"] + prior["dest"]) / 2, w, r, rng)
-        via = mid >= 0
-        # both legs in one search: the groups (target, slot) of the legs to the waypoints and of the final legs
-        lengths, cells = most_probable_paths(log_probs, np.concatenate([source, mid[via]]),
-                                             np.concatenate([np.where(via, mid, dest), dest[via]]),
-                                             np.concatenate([slot, slot[via]]), w, r, cap)
-        split = int(lengths[:len(source)].sum())
-        lengths, cells = through(lengths[:len(source)], cells[:split], lengths[len(source):], cells[split:], via, cap)
+            short = detour - (lengths - 1 - hops(source, dest, w, r))
+            mid = waypoints(source, dest, np.maximum(short, 0), (prior["source"] + prior["dest"]) / 2, w, r, rng)
+            via = mid >= 0
+            first = router.paths(source[via], mid[via], slot[via], cap)
+            second = router.paths(mid[via], dest[via], slot[via], cap)
+            both = through(*first, *second, np.ones(int(via.sum()), dtype=bool), cap)
+            lengths, cells = replace(lengths, cells, via, *both)
         return self._points(lengths, cells, slot, rng)
 
     def _endpoints(self, ti, n: int, rng, dev, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -38,14 +38,15 @@ def reversed_pattern(w: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return c, k, target, c.astype(np.int32), indptr
 
 
-def next_hops(log_p: np.ndarray, dest: np.ndarray, w: int, r: int) -> np.ndarray:
+def next_hops(log_p: np.ndarray, dest: np.ndarray, w: int, r: int, hop_cost: float = 0.0) -> np.ndarray:
     """(G, w^2) next cell from every cell towards ``dest[g]`` on its most probable path under ``log_p[g]``
     ((G, w^2, (2r+1)^2) log next-hop probabilities); ``dest[g]`` maps to itself, an unreachable cell to -1.
 
-    One single-source Dijkstra per group on its reversed graph (same public pattern, weights -log p): the
-    predecessor of c in the search from d is c's next hop towards d."""
+    One single-source Dijkstra per group on its reversed graph (same public pattern, weights -log p plus the
+    public ``hop_cost`` per hop, 0 for the most probable path): the predecessor of c in the search from d is c's
+    next hop towards d."""
     c, k, _, indices, indptr = reversed_pattern(w, r)
-    weight = np.maximum(-np.asarray(log_p, dtype=np.float64)[:, c, k], MIN_WEIGHT)   # (G, E)
+    weight = np.maximum(hop_cost - np.asarray(log_p, dtype=np.float64)[:, c, k], MIN_WEIGHT)   # (G, E)
     hops = np.empty((len(dest), w * w), dtype=np.int64)
     for g, d in enumerate(np.asarray(dest, dtype=np.int64)):   # one search per (d, t) group, not per sample
         graph = sp.csr_matrix((weight[g], indices, indptr), shape=(w * w, w * w))
@@ -80,24 +81,65 @@ def follow(hops: np.ndarray, group: np.ndarray, source: np.ndarray, dest: np.nda
     return length, path[keep]
 
 
+class Router:
+    """Most probable paths under one model, with every (destination, slot) search kept for the next call: the
+    next-hop table of each searched group (:func:`next_hops`), searched ``groups_per_search`` at a time.
+
+    ``log_probs(dest_g, slot_g)`` returns (G, w^2, (2r+1)^2) log next-hop probabilities for G groups; a positive
+    ``hop_cost`` (nats) is added to every hop's weight (paths with fewer hops)."""
+
+    def __init__(self, log_probs: Callable[[np.ndarray, np.ndarray], np.ndarray], w: int, r: int,
+                 groups_per_search: int = 256, hop_cost: float = 0.0):
+        self.log_probs, self.w, self.r, self.chunk, self.hop_cost = log_probs, w, r, groups_per_search, hop_cost
+        self.keys = np.zeros(0, dtype=np.int64)                 # sorted group keys dest * KEY + slot
+        self.hops = np.zeros((0, w * w), dtype=np.int64)
+
+    KEY = 1 << 20   # above every slot (n_time <= 1440)
+
+    def groups(self, dest: np.ndarray, slot: np.ndarray) -> np.ndarray:
+        """The row of ``self.hops`` of every sample's (dest, slot), searching the groups not searched yet."""
+        keys = dest * self.KEY + slot
+        new = np.setdiff1d(keys, self.keys)
+        if len(new):
+            g_dest, g_slot = np.divmod(new, self.KEY)
+            found = np.empty((len(new), self.w * self.w), dtype=np.int64)
+            for lo in range(0, len(new), self.chunk):   # a loop over chunks of groups, not samples
+                hi = min(lo + self.chunk, len(new))
+                found[lo:hi] = next_hops(self.log_probs(g_dest[lo:hi], g_slot[lo:hi]), g_dest[lo:hi], self.w, self.r,
+                                         self.hop_cost)
+            order = np.argsort(np.concatenate([self.keys, new]), kind="stable")
+            self.keys = np.concatenate([self.keys, new])[order]
+            self.hops = np.concatenate([self.hops, found])[order]
+        return np.searchsorted(self.keys, keys)
+
+    def paths(self, source, dest, slot, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """The most probable path of every sample (source[i] -> dest[i] in slot[i]), at most ``max_len`` cells.
+        Returns (lengths, cells)."""
+        source, dest, slot = (np.asarray(a, dtype=np.int64) for a in (source, dest, slot))
+        if len(source) == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        group = self.groups(dest, slot)        # (searches the new groups before self.hops is read)
+        return follow(self.hops, group, source, dest, max_len)
+
+
 def most_probable_paths(log_probs: Callable[[np.ndarray, np.ndarray], np.ndarray], source: np.ndarray,
                         dest: np.ndarray, slot: np.ndarray, w: int, r: int, max_len: int,
                         groups_per_search: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """The most probable path of every sample (source[i] -> dest[i] in slot[i]).
+    """The most probable path of every sample (source[i] -> dest[i] in slot[i]); samples are grouped by
+    (dest, slot), one search per group (:class:`Router`). Returns (lengths, cells)."""
+    return Router(log_probs, w, r, groups_per_search).paths(source, dest, slot, max_len)
 
-    ``log_probs(dest_g, slot_g)`` returns (G, w^2, (2r+1)^2) log next-hop probabilities for G groups. Samples
-    are grouped by (dest, slot); groups are searched ``groups_per_search`` at a time. Returns (lengths, cells)."""
-    source, dest, slot = (np.asarray(a, dtype=np.int64) for a in (source, dest, slot))
-    n = len(source)
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    keys, group = np.unique(dest * (int(slot.max()) + 1) + slot, return_inverse=True)
-    g_dest, g_slot = np.divmod(keys, int(slot.max()) + 1)
-    hops = np.empty((len(keys), w * w), dtype=np.int64)
-    for lo in range(0, len(keys), groups_per_search):   # a loop over chunks of groups, not samples
-        hi = min(lo + groups_per_search, len(keys))
-        hops[lo:hi] = next_hops(log_probs(g_dest[lo:hi], g_slot[lo:hi]), g_dest[lo:hi], w, r)
-    return follow(hops, group, source, dest, max_len)
+
+def replace(lengths: np.ndarray, cells: np.ndarray, which: np.ndarray, new_lengths: np.ndarray,
+            new_cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ragged paths with the rows ``which`` (bool) replaced by the rows of (new_lengths, new_cells), in order."""
+    lengths = np.asarray(lengths, dtype=np.int64).copy()
+    rows = np.flatnonzero(which)
+    owner = np.concatenate([np.repeat(np.arange(len(lengths)), lengths)[~np.repeat(which, lengths)],
+                            np.repeat(rows, new_lengths)])
+    merged = np.concatenate([np.asarray(cells)[~np.repeat(which, lengths)], new_cells]).astype(np.int64)
+    lengths[rows] = new_lengths
+    return lengths, merged[np.argsort(owner, kind="stable")]
 
 
 def through(lengths1: np.ndarray, cells1: np.ndarray, lengths2: np.ndarray, cells2: np.ndarray, via: np.ndarray,
