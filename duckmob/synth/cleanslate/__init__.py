@@ -20,9 +20,9 @@ the trajectory as the privacy unit (or the user with at most k = ``contribution_
 - **TPG** (:mod:`.transitions`): next hop among the (2r+1)^2 cells within r cells given (current, destination,
   slot); one example per trajectory, its gradient the mean over its grams (at most ``max_grams``);
 - **trace generator** (:mod:`.paths`): (s, d, t) from TI, the most probable path s -> d under TPG (Dijkstra on
-  -log p, one search per (d, t) on the reversed graph) -- through a waypoint m (s -> m -> d) when the trip's
-  detour, drawn from the prior, is positive (:func:`.prior.waypoints`) -- cut at the public ``max_path`` cells; one point per cell,
-  uniform inside it; times from a uniform instant in the slot plus cell-centre distances at the public
+  -log p plus the public ``hop_cost`` per hop, one search per (d, t) on the reversed graph, kept for reuse) --
+  through a waypoint m (s -> m -> d) when the trip's detour, drawn from the prior, exceeds the direct path's
+  (:func:`.prior.waypoints`) -- cut at the public ``max_path`` cells; one point per cell, uniform inside it; times from a uniform instant in the slot plus cell-centre distances at the public
   ``speed_mps``.
 
 What ``fit`` spends, composed by the PLD accountant into ONE event (``model.event``, recorded in the ledger once):

@@ -46,10 +46,13 @@ def next_hops(log_p: np.ndarray, dest: np.ndarray, w: int, r: int, hop_cost: flo
     public ``hop_cost`` per hop, 0 for the most probable path): the predecessor of c in the search from d is c's
     next hop towards d."""
     c, k, _, indices, indptr = reversed_pattern(w, r)
-    weight = np.maximum(hop_cost - np.asarray(log_p, dtype=np.float64)[:, c, k], MIN_WEIGHT)   # (G, E)
+    log_p = np.asarray(log_p)
+    flat = c * log_p.shape[2] + k
+    weight = np.maximum(hop_cost - log_p.reshape(len(log_p), -1)[:, flat].astype(np.float64), MIN_WEIGHT)  # (G, E)
     hops = np.empty((len(dest), w * w), dtype=np.int64)
+    graph = sp.csr_matrix((weight[0], indices, indptr), shape=(w * w, w * w)) if len(dest) else None
     for g, d in enumerate(np.asarray(dest, dtype=np.int64)):   # one search per (d, t) group, not per sample
-        graph = sp.csr_matrix((weight[g], indices, indptr), shape=(w * w, w * w))
+        graph.data = weight[g]                                 # the same public pattern, this group's weights
         _, pred = dijkstra(graph, directed=True, indices=int(d), return_predecessors=True)
         hops[g] = pred
     hops[hops < 0] = -1
@@ -89,7 +92,7 @@ class Router:
     ``hop_cost`` (nats) is added to every hop's weight (paths with fewer hops)."""
 
     def __init__(self, log_probs: Callable[[np.ndarray, np.ndarray], np.ndarray], w: int, r: int,
-                 groups_per_search: int = 256, hop_cost: float = 0.0):
+                 groups_per_search: int = 64, hop_cost: float = 0.0):
         self.log_probs, self.w, self.r, self.chunk, self.hop_cost = log_probs, w, r, groups_per_search, hop_cost
         self.keys = np.zeros(0, dtype=np.int64)                 # sorted group keys dest * KEY + slot
         self.hops = np.zeros((0, w * w), dtype=np.int64)
@@ -124,7 +127,7 @@ class Router:
 
 def most_probable_paths(log_probs: Callable[[np.ndarray, np.ndarray], np.ndarray], source: np.ndarray,
                         dest: np.ndarray, slot: np.ndarray, w: int, r: int, max_len: int,
-                        groups_per_search: int = 256) -> tuple[np.ndarray, np.ndarray]:
+                        groups_per_search: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """The most probable path of every sample (source[i] -> dest[i] in slot[i]); samples are grouped by
     (dest, slot), one search per group (:class:`Router`). Returns (lengths, cells)."""
     return Router(log_probs, w, r, groups_per_search).paths(source, dest, slot, max_len)

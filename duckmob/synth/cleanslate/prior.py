@@ -39,7 +39,8 @@ from __future__ import annotations
 import numpy as np
 
 from duckmob.privacy import accounting
-from duckmob.privacy.counting import normalised_release
+from duckmob.privacy.counting import normalised_release, normalised_sums
+from duckmob.privacy.noise import granularity
 from duckmob.privacy.normcut import normcut
 
 # Smallest probability a log-prior bias uses (a bin NormCut emptied is then drawn about never, and a training
@@ -63,19 +64,35 @@ def prior_events(eps_prior: float, endpoints: str = "shared") -> list:
     return [accounting.laplace(eps_prior / h)] * h if eps_prior > 0 else []
 
 
-def histogram(values, size: int, eps: float, noise, k: int = 1) -> np.ndarray:
-    """An eps-DP histogram, NormCut, float64. ``values`` is one array of bins in ``0 .. size - 1`` (one per
+def _windows(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(index, owner, n_windows) of :func:`normalised_release` for one bin per trajectory (an array) or J bins per
+    trajectory (a tuple of J arrays, mass 1 / J each)."""
+    parts = [np.asarray(v, dtype=np.int64) for v in (values if isinstance(values, tuple) else (values,))]
+    n, j = len(parts[0]), len(parts)
+    index = np.stack(parts, axis=1).reshape(-1) if n else np.zeros(0, dtype=np.int64)   # trajectory by trajectory
+    return index, np.repeat(np.arange(n, dtype=np.int64), j), np.full(n, j, dtype=np.int64)
+
+
+def exact_histogram(values, size: int, eps: float, k: int = 1) -> np.ndarray:
+    """The histogram :func:`noisy_histogram` adds noise to, exactly (mass per bin on the noise grid). NEVER
+    release it: for tests of the sensitivity."""
+    scale = k / eps
+    return normalised_sums(*_windows(values), int(size), scale) * granularity(scale)
+
+
+def noisy_histogram(values, size: int, eps: float, noise, k: int = 1) -> np.ndarray:
+    """An eps-DP histogram before NormCut. ``values`` is one array of bins in ``0 .. size - 1`` (one per
     trajectory) or a tuple of J such arrays (J bins per trajectory, each given mass 1 / J).
 
     Privacy map: each trajectory is J windows of total mass 1 (:func:`normalised_release`), so one trajectory moves
     the histogram by at most 1 in L1 and a user of at most k trajectories by at most k; Laplace(k / eps) on every
     one of the ``size`` bins: eps-DP, accounted as ``accounting.laplace(eps)``."""
-    parts = [np.asarray(v, dtype=np.int64) for v in (values if isinstance(values, tuple) else (values,))]
-    n, j = len(parts[0]), len(parts)
-    index = np.stack(parts, axis=1).reshape(-1)                 # windows trajectory by trajectory
-    owner = np.repeat(np.arange(n, dtype=np.int64), j)
-    noisy = normalised_release(index, owner, np.full(n, j, dtype=np.int64), int(size), k / eps, noise)
-    return normcut(noisy)
+    return normalised_release(*_windows(values), int(size), k / eps, noise)
+
+
+def histogram(values, size: int, eps: float, noise, k: int = 1) -> np.ndarray:
+    """:func:`noisy_histogram` after NormCut (non-negative, total kept; post-processing), float64."""
+    return normcut(noisy_histogram(values, size, eps, noise, k))
 
 
 def chebyshev(a: np.ndarray, b: np.ndarray, w: int) -> np.ndarray:
@@ -263,6 +280,6 @@ def eps_split(eps: float, count_share: float, prior_share: float) -> tuple[float
     return eps_count, prior_share * (eps - eps_count)
 
 
-__all__ = ["FLOOR", "ENDPOINTS", "n_histograms", "prior_events", "histogram", "chebyshev", "gravity",
-           "release_prior", "destinations", "hops", "detours", "waypoints", "probabilities", "coarse_width", "coarse_of",
-           "log_bias", "coarse_probabilities", "refine", "eps_split"]
+__all__ = ["FLOOR", "ENDPOINTS", "n_histograms", "prior_events", "exact_histogram", "noisy_histogram", "histogram",
+           "chebyshev", "gravity", "release_prior", "destinations", "hops", "detours", "waypoints", "probabilities",
+           "coarse_width", "coarse_of", "log_bias", "coarse_probabilities", "refine", "eps_split"]

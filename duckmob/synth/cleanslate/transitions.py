@@ -53,12 +53,16 @@ class Transitions(nn.Module):
     @torch.no_grad()
     def log_probs_for(self, dest: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
         """(G, w^2, (2r+1)^2) log next-hop probabilities from every cell, for G (destination, slot) pairs.
-        The dense layer is split so the per-cell and per-group parts are computed once each."""
+        The dense layer is split so the per-cell and per-group parts are computed once each; the (G, w^2, hidden)
+        activations are made in place (call with a few dozen groups at a time: they stay in cache)."""
         cells = torch.arange(self.w * self.w, device=dest.device)
         a = self.current_in(self.embed_current(cells))                          # (w^2, H)
         b = self.dest_in(self.embed_dest(dest)) + self.time(slot)                # (G, H)
-        h = torch.relu(a[None] + b[:, None])
-        return torch.log_softmax(self.out(h) + self.log_mask[None], -1)
+        h = a[None] + b[:, None]
+        h.relu_()
+        out = torch.matmul(h, self.out.weight.t())
+        out += self.out.bias + self.log_mask
+        return out - torch.logsumexp(out, -1, keepdim=True)
 
 
 def loss_of_one(call, current, dest, slot, label, count):
