@@ -14,7 +14,9 @@ from duckmob.privacy import accounting, ledger
 from duckmob.privacy.noise import NoiseSource
 from duckmob.synth import dpsgd
 from duckmob.synth.cleanslate import CleanSlate, CleanSlateModel
-from duckmob.synth.cleanslate.paths import most_probable_paths
+from duckmob.synth.cleanslate.paths import most_probable_paths, replace, through
+from duckmob.synth.cleanslate.prior import (chebyshev, coarse_of, destinations, detours, exact_histogram, gravity,
+                                            hops, noisy_histogram, prior_events, refine, release_prior, waypoints)
 from duckmob.synth.cleanslate.transitions import Transitions
 from duckmob.synth.cleanslate.trips import fill_gaps, grams, neighbour_offsets, trips, valid_moves
 from duckmob.trajectories import Trajectories
@@ -89,6 +91,111 @@ def test_rowcol_heads_are_distributions_over_all_cells():
     # logit(row, col) = a[row] + b[col]: the distribution over cells is a product of row and column factors
     p = ls.exp().reshape(5, 4, 4)
     assert torch.allclose(p, p.sum(2, keepdim=True) * p.sum(1, keepdim=True), atol=1e-6)
+
+
+# -- the prior ---------------------------------------------------------------------------------------------------
+
+def _prior_values(t, w=8, r=1, max_path=12):
+    """The per-trajectory values of the prior's histograms: (bins, size) each, as release_prior builds them."""
+    detour = detours(t.source, t.dest, np.diff(t.offsets), w, r, max_path)
+    return [((t.source, t.dest), w * w), (t.source, w * w), (t.dest, w * w), (t.slot, 24),
+            (chebyshev(t.source, t.dest, w), w), (detour, max_path)]
+
+
+def test_prior_histograms_move_by_at_most_one_per_trajectory_and_k_per_user():
+    """Neighbouring tables (one trajectory, or one user's k trajectories, less) differ by at most 1 (k) in L1 in
+    each histogram before noise; the detours are never negative and a trajectory adds exactly mass 1."""
+    data = straight_lines(60, seed=3)
+    t = trips(data, BOX, 8, 1, 24)
+    assert (np.diff(t.offsets) - 1 - hops(t.source, t.dest, 8, 1) >= 0).all()
+    full = [exact_histogram(v, size, 0.3) for v, size in _prior_values(t)]
+    assert all(h.sum() == pytest.approx(t.n) for h in full)
+    for out in (0, 17, 59):
+        less = trips(data.take(np.arange(60) != out), BOX, 8, 1, 24)
+        for h, (v, size) in zip(full, _prior_values(less)):
+            assert np.abs(h - exact_histogram(v, size, 0.3)).sum() == pytest.approx(1.0)
+    # users of at most k = 2 trajectories (straight_lines: user = trajectory // 2)
+    for user in (0, 11):
+        less = trips(data.take(data.user_id != user), BOX, 8, 1, 24)
+        for h, (v, size) in zip(full, _prior_values(less)):
+            assert np.abs(h - exact_histogram(v, size, 0.3, k=2)).sum() <= 2.0 + 1e-9
+
+
+def test_prior_noise_is_laplace_at_k_over_eps_h_on_every_bin(monkeypatch):
+    """Every bin, empty or not, gets Laplace(k / eps_h): mean |noise| = scale, variance 2 scale^2 (fixed seed,
+    60,000 bins); release_prior splits eps_prior in equal parts over its histograms, as prior_events accounts."""
+    from duckmob.synth.cleanslate import prior as prior_mod
+
+    values = np.repeat(np.arange(10), 50)                       # 500 trajectories in 10 of 60,000 bins
+    eps, k = 0.2, 2
+    noise = noisy_histogram(values, 60_000, eps, NoiseSource(11), k) - exact_histogram(values, 60_000, eps, k)
+    scale = k / eps
+    assert abs(np.abs(noise).mean() / scale - 1) < 0.02
+    assert abs(noise.var() / (2 * scale ** 2) - 1) < 0.05
+    assert abs(noise.mean()) < 0.05 * scale
+    calls = []
+    real = prior_mod.noisy_histogram
+    monkeypatch.setattr(prior_mod, "noisy_histogram",
+                        lambda v, size, e, nz, kk=1: calls.append((size, e, kk)) or real(v, size, e, nz, kk))
+    t = trips(straight_lines(30), BOX, 8, 1, 24)
+    for endpoints, h in (("shared", 4), ("separate", 5)):
+        calls.clear()
+        release_prior(t.source, t.dest, t.slot, 8, 24, 0.6, NoiseSource(1), 3, endpoints,
+                      detours(t.source, t.dest, np.diff(t.offsets), 8, 1, 12), 12)
+        assert [c[1:] for c in calls] == [(pytest.approx(0.6 / h), 3)] * h
+        assert [e.param("eps") for e in prior_events(0.6, endpoints)] == pytest.approx([0.6 / h] * h)
+
+
+def test_gravity_fits_the_distance_and_destination_histograms():
+    w = 6
+    rng = np.random.default_rng(4)
+    p_s, p_d = rng.dirichlet(np.ones(w * w)), rng.dirichlet(np.ones(w * w))
+    p_s[:5] = 0
+    p_s /= p_s.sum()
+    h = np.array([0.3, 0.3, 0.2, 0.1, 0.05, 0.05])
+    g, f = gravity(p_s, p_d, h, w, iterations=200)
+    cells = np.arange(w * w)
+    kernel = p_d[None] * g[None] * f[chebyshev(cells[:, None], cells[None], w)]
+    joint = p_s[:, None] * kernel / kernel.sum(1, keepdims=True)
+    dist = np.bincount(chebyshev(cells[:, None], cells[None], w).ravel(), weights=joint.ravel(), minlength=w)
+    assert np.allclose(dist, h, atol=2e-3) and np.allclose(joint.sum(0), p_d, atol=2e-3)
+    assert np.allclose(joint.sum(1), p_s)
+    # sampling destinations given sources follows the same conditional (TI's coarse head flat: one coarse cell)
+    s = np.full(20_000, 20)
+    d = destinations(s, np.zeros((len(s), 1)), p_d, g, f, w, w, np.random.default_rng(5))
+    assert np.abs(np.bincount(d, minlength=w * w) / len(s) - kernel[20] / kernel[20].sum()).max() < 0.01
+
+
+def test_waypoints_add_the_detour_and_legs_join():
+    w, r = 8, 1
+    rng = np.random.default_rng(0)
+    s, d = rng.integers(0, w * w, 200), rng.integers(0, w * w, 200)
+    detour = rng.integers(0, 5, 200)
+    mid = waypoints(s, d, detour, np.ones(w * w), w, r, rng)
+    assert ((mid < 0) == (detour == 0)).all()
+    via = mid >= 0
+    extra = hops(s[via], mid[via], w, r) + hops(mid[via], d[via], w, r) - hops(s[via], d[via], w, r)
+    gap = np.abs(extra - detour[via])
+    assert (gap[s[via] != d[via]] == 0).mean() > 0.9 and (gap <= 1).all()   # round trips: even extra hops only
+    # two legs joined at the waypoint; a first leg that did not reach it keeps that leg alone; the cap cuts
+    lengths, cells = through(np.array([3, 2]), np.array([1, 2, 3, 7, 8]), np.array([2, 3]),
+                             np.array([3, 4, 9, 5, 6]), np.array([True, True]), 4)
+    assert lengths.tolist() == [4, 2] and cells.tolist() == [1, 2, 3, 4, 7, 8]
+    lengths, cells = replace(np.array([2, 1, 2]), np.array([0, 1, 5, 6, 7]), np.array([True, False, True]),
+                             np.array([1, 3]), np.array([9, 10, 11, 12]))
+    assert lengths.tolist() == [1, 1, 3] and cells.tolist() == [9, 5, 10, 11, 12]
+
+
+def test_refine_draws_a_fine_cell_inside_the_coarse_cell():
+    w, coarse = 6, 4                                            # 2 x 2 coarse cells, the last ones narrower
+    p = np.zeros(w * w)
+    p[[0, 7, 8]] = [0.2, 0.6, 0.2]                              # coarse cell 0 only; the others empty: uniform
+    c = np.repeat(np.arange(4), 3000)
+    fine = refine(c, p, w, coarse, np.random.default_rng(1))
+    assert (coarse_of(fine, w, coarse) == c).all()
+    first = np.bincount(fine[c == 0], minlength=w * w) / 3000
+    assert abs(first[7] - 0.6) < 0.03 and first[[0, 7, 8]].sum() == 1.0
+    assert len(np.unique(fine[c == 3])) == 4                    # the 2 x 2 corner block, uniform
 
 
 # -- privacy: clipping and accounting ---------------------------------------------------------------------
