@@ -20,6 +20,7 @@ table shows the mean over the seeds:
     python benchmarks/cleanslate.py                                  # all four methods, eps 1 and 2, 3 seeds
     python benchmarks/cleanslate.py --methods cleanslate,privtrace --limit 2000 --seeds 1 --eps 1
     python benchmarks/cleanslate.py --timing-only                    # fit 10,000, sample 10,000
+    python benchmarks/cleanslate.py --methods cleanslate --params '{"hop_cost": 0}'   # cleanslate params
 
 HRNet and its baseline (DP-SGD, minutes per 1,000 trajectories on a shared 2-core machine) fit on at most
 ``--neural-limit`` trajectories (default 1,000, the same public draw) and are compared with that table (column
@@ -31,6 +32,7 @@ NOT private: the evaluation reads the real table exactly (it is for the data own
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -53,7 +55,7 @@ NEURAL = ("hrnet", "baseline")
 
 
 def run(methods: list[str], seeds: list[int], epsilons: list[float], limit: int | None,
-        neural_limit: int | None) -> dict:
+        neural_limit: int | None, params: dict | None = None) -> dict:
     import duckmob
     from duckmob.evaluate import evaluate, load_side, table_points
 
@@ -77,7 +79,8 @@ def run(methods: list[str], seeds: list[int], epsilons: list[float], limit: int 
                 t1 = time.perf_counter()
                 synth = duckmob.synthesize(con, table_name, eps=eps, method=method, bbox=BOX, n=sizes[table_name],
                                            seed=seed, outside="drop",
-                                           **({} if method == "privtrace" else {"delta": DELTA}))
+                                           **({} if method == "privtrace" else {"delta": DELTA}),
+                                           **({"params": params} if method == "cleanslate" and params else {}))
                 fit_s = time.perf_counter() - t1
                 rows = evaluate(reals[table_name], synth, BOX, families=FAMILIES)
                 metrics = {r["metric"]: r["value"] for r in rows}
@@ -86,12 +89,13 @@ def run(methods: list[str], seeds: list[int], epsilons: list[float], limit: int 
                 print(f"eps {eps} {method} seed {seed}: fit + sample {fit_s:.0f} s; "
                       + ", ".join(f"{short} {fmt(metrics.get(m))}" for short, m in COLUMNS), flush=True)
     con.close()
-    return dict(seeds=seeds, code=code_version(), runs=runs)
+    return dict(seeds=seeds, code=code_version(), runs=runs, params=params or {})
 
 
 def table(result: dict) -> str:
+    extra = f", cleanslate params {json.dumps(result['params'])}" if result.get("params") else ""
     lines = [f"GeoLife in HRNet's box, 32 x 32 grid, mean of {len(result['seeds'])} seeded fits, code "
-             f"{result['code']}; JSD in nats (ln 2 max), EMD in metres; lower is better except patt TP",
+             f"{result['code']}{extra}; JSD in nats (ln 2 max), EMD in metres; lower is better except patt TP",
              f"{'eps':>4s} {'method':10s} {'n real':>6s} {'fit+smp s':>9s} "
              + " ".join(f"{short:>8s}" for short, _ in COLUMNS)]
     for eps in dict.fromkeys(r["eps"] for r in result["runs"]):
@@ -137,6 +141,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="at most this many real trajectories")
     parser.add_argument("--neural-limit", type=int, default=1000,
                         help="at most this many for hrnet and baseline; 0 = no cap")
+    parser.add_argument("--params", default="", help="cleanslate params as JSON, e.g. '{\"hop_cost\": 0}'")
     parser.add_argument("--timing", action="store_true", help="also time a 10,000-trajectory fit and sample")
     parser.add_argument("--timing-only", action="store_true", help="only the timing")
     parser.add_argument("--threads", type=int, default=1,
@@ -153,7 +158,7 @@ def main() -> None:
         parser.error(f"unknown methods {bad}: use {', '.join(METHODS)}")
     if not args.timing_only:
         result = run(methods, [int(s) for s in args.seeds.split(",")], [float(e) for e in args.eps.split(",")],
-                     args.limit, args.neural_limit or None)
+                     args.limit, args.neural_limit or None, json.loads(args.params) if args.params else None)
         print(table(result))
     if args.timing or args.timing_only:
         print(timing())
