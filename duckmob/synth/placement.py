@@ -494,19 +494,21 @@ class Placement:
         lengths = np.bincount(owner, minlength=len(coarse))
         return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), np.concatenate(pieces)[order]
 
-    def fine_paths(self, offsets: np.ndarray, coarse: np.ndarray, rng: np.random.Generator):
+    def fine_paths(self, offsets: np.ndarray, coarse: np.ndarray, rng: np.random.Generator, with_pos: bool = False):
         """Fine-cell paths of coarse cell sequences ``(offsets, coarse)``: ``(offsets, cells)``.
 
         Every move's routes come from one :meth:`route_table`; then a loop over the position in the sequence
         (integer lookups vectorised over trajectories) chains them: each route starts at the anchor where the
         previous one ended; the last leg (:meth:`leg_paths`) ends at an anchor of the last cell drawn by
-        density, another than the start for a one-cell sequence."""
+        density, another than the start for a one-cell sequence. ``with_pos``: also each fine cell's piece, an
+        int64 array: 0 the start, j the route into the sequence's j-th coarse cell, L the last leg."""
         offsets = np.asarray(offsets, dtype=np.int64)
         coarse = np.asarray(coarse, dtype=np.int64)
         n = len(offsets) - 1
         L = np.diff(offsets)
         if n == 0:
-            return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            empty = np.zeros(0, dtype=np.int64)
+            return (np.zeros(1, dtype=np.int64), empty) + ((empty,) if with_pos else ())
         start = self.draw_anchor(coarse[offsets[:-1]], rng)
         # every move of every sequence, in order
         owner_pt = np.repeat(np.arange(n), L)
@@ -549,14 +551,21 @@ class Placement:
             pieces_owner.append(np.repeat(leg, l_len - 1))
             pieces_pos.append(np.repeat(L[leg].astype(np.float64), l_len - 1))
         owner = np.concatenate(pieces_owner)
-        order = np.lexsort((np.concatenate(pieces_pos), owner))   # stable within a piece
+        pos = np.concatenate(pieces_pos)
+        order = np.lexsort((pos, owner))   # stable within a piece
         lengths = np.bincount(owner, minlength=n)
-        return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), np.concatenate(pieces_cells)[order]
+        out = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), np.concatenate(pieces_cells)[order]
+        return out + ((pos[order].astype(np.int64),) if with_pos else ())
 
     def points(self, offsets: np.ndarray, coarse: np.ndarray, rng: np.random.Generator,
-               max_points: int = 5000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Synthetic points for coarse cell sequences: ``(lengths, lat, lon)`` (see the module docstring)."""
-        f_off, f_cells = self.fine_paths(offsets, coarse, rng)
+               max_points: int = 5000, times: np.ndarray | None = None):
+        """Synthetic points for coarse cell sequences: ``(lengths, lat, lon)`` (see the module docstring).
+
+        ``times`` (int64 µs, non-decreasing within each sequence): the time at each coarse cell of every sequence
+        (``max(L, 2)`` per sequence: a one-cell sequence gives the times of its first and last point); then
+        ``(lengths, lat, lon, ts)``, each point timed by its distance along the route between the times of the two
+        cells it runs between (constant speed on each route; the last leg ends at the last cell's time)."""
+        f_off, f_cells, f_pos = self.fine_paths(offsets, coarse, rng, with_pos=True)
         n = len(f_off) - 1
         box, w = self.bbox, self.w
         # route vertices: each fine cell's position jittered uniformly inside it
@@ -611,7 +620,38 @@ class Placement:
         frac = np.where(span > 0, np.clip((target - along[idx]) / np.where(span > 0, span, 1.0), 0, 1), 0.0)
         lat = vlat[idx] + (vlat[nxt] - vlat[idx]) * frac
         lon = vlon[idx] + (vlon[nxt] - vlon[idx]) * frac
-        return lengths, lat, lon
+        if times is None:
+            return lengths, lat, lon
+        return lengths, lat, lon, self._times(offsets, f_pos, v_owner, along, p_owner, nxt, target, times)
+
+    @staticmethod
+    def _times(offsets, f_pos, v_owner, along, p_owner, nxt, target, times) -> np.ndarray:
+        """Each point's time (see :meth:`points`): piece q of a sequence (the route into its q-th cell; the last
+        leg joins the last route, or is piece 1 of a one-cell sequence) runs from ``times[q - 1]`` to
+        ``times[q]`` at constant speed along its vertices' (warped) distance."""
+        L = np.diff(np.asarray(offsets, dtype=np.int64))
+        n_piece = np.maximum(L - 1, 1)                      # pieces 1 .. n_piece; times has n_piece + 1 per sequence
+        t = np.asarray(times, dtype=np.int64)
+        if len(t) != int((n_piece + 1).sum()):
+            raise ValueError("times must hold max(L, 2) entries per sequence")
+        t_first = np.concatenate([[0], np.cumsum(n_piece + 1)[:-1]])
+        q = np.minimum(f_pos, n_piece[v_owner])             # vertex -> piece (0: the start vertex)
+        width = int(n_piece.max()) + 1 if len(n_piece) else 1
+        key = v_owner * width + q                           # sorted: vertices are by (sequence, piece)
+        pq = np.maximum(q[nxt], 1)                          # a point belongs to the piece of the vertex it runs to
+        k = p_owner * width + pq
+        # the distance where piece k - 1 ends and where piece k ends (its last vertex, or the one before it)
+        d0 = along[np.searchsorted(key, k - 1, side="right") - 1]
+        d1 = along[np.searchsorted(key, k, side="right") - 1]
+        frac = np.where(d1 > d0, np.clip((target - d0) / np.where(d1 > d0, d1 - d0, 1.0), 0.0, 1.0), 1.0)
+        a, b = t[t_first[p_owner] + pq - 1], t[t_first[p_owner] + pq]
+        ts = a + np.round((b - a) * frac).astype(np.int64)
+        # the first point is at the first cell's time and the last at the last's, whatever the route's length
+        edge = np.concatenate([[True], p_owner[1:] != p_owner[:-1]]) if len(p_owner) else np.zeros(0, bool)
+        ts[edge] = t[t_first[p_owner[edge]]]
+        end = np.concatenate([edge[1:], [True]]) if len(p_owner) else edge
+        ts[end] = t[t_first[p_owner[end]] + n_piece[p_owner[end]]]
+        return ts
 
 
 def coarse_of_fine(w: int, bbox, locate) -> np.ndarray:

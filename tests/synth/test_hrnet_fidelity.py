@@ -119,3 +119,40 @@ def test_place_draws_inside_the_coarse_cell_by_density():
     assert (fine[:200] == 2 * w + 3).all()
     # coarse cell 3 has no mass: uniform over its 16 fine cells, all inside it
     assert (cell_of(lat[200:], lon[200:], BOX, 2) == 3).all() and len(np.unique(fine[200:])) > 10
+
+
+def test_points_output_routes_through_the_drawn_cells_timed_between_their_slots():
+    """output 'points': the fine stage releases both parts (density of the fixes' walk, steps), every trajectory
+    has >= 2 points, times never go back within a trajectory, and the model round-trips."""
+    data = toy_trajectories(300)
+    synth = HRNet(BOX, **TINY, output="points")
+    assert placement.privacy_events(1.0, synth.cfg) == [accounting.laplace(0.1 * f) for f in
+                                                         placement.PARTS.values()]
+    model = synth.fit(data, 4.0, 1e-5, NoiseSource(5))
+    assert model.fine is not None and model.fine.steps.sum() > 0 and (model.fine.steps >= 0).all()
+    out = model.sample(500, np.random.default_rng(2))
+    assert out.n_trajectories == 500 and out.lengths.min() >= 2
+    assert (np.diff(out.ts)[np.diff(out.point_traj()) == 0] >= 0).all()
+    again = FittedModel.from_bytes(model.to_bytes()).sample(500, np.random.default_rng(2))
+    assert np.array_equal(again.lat, out.lat) and np.array_equal(again.ts, out.ts)
+
+
+def test_points_times_run_from_the_first_cell_time_to_the_last_at_constant_speed_on_a_route():
+    w = 16
+    density = np.zeros(w * w, np.float32)
+    density[3 * w + np.arange(w)] = 10.0                     # one road along row 3 across two coarse cells
+    steps = np.zeros(len(placement.STEP_EDGES_M) - 1)
+    steps[20] = 1.0
+    coarse = (np.arange(w * w) % w >= w // 2).astype(np.int64)
+    pl = placement.Placement(placement.FineStats(w, density, steps), BOX, coarse, 2, anchors=2)
+    times = np.array([0, 1_000_000, 5_000_000, 9_000_000], dtype=np.int64)   # 2 cells, then 1 cell (2 times)
+    lengths, lat, lon, ts = pl.points(np.array([0, 2, 3]), np.array([0, 1, 1]), np.random.default_rng(0),
+                                      times=times)
+    first, last = np.concatenate([[0], np.cumsum(lengths)[:-1]]), np.cumsum(lengths) - 1
+    assert list(ts[first]) == [0, 5_000_000] and list(ts[last]) == [1_000_000, 9_000_000]
+    t0 = ts[first[0]:last[0] + 1]
+    assert (np.diff(t0) >= 0).all()
+    # constant speed along the route: time is proportional to the distance travelled (to rounding and jitter)
+    x, y = placement._local_xy(pl.bbox, lat[first[0]:last[0] + 1], lon[first[0]:last[0] + 1])
+    travelled = np.concatenate([[0], np.cumsum(np.hypot(np.diff(x), np.diff(y)))])
+    assert np.corrcoef(travelled, t0)[0, 1] > 0.95

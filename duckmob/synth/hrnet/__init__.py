@@ -22,7 +22,9 @@ recorded in the ledger once (``model.event``):
    sequences of >= 4 cells 2.7 times too rare on GeoLife). ``length_share := 0`` keeps the end token.
 3. the fine-placement stage (``duckmob/synth/placement.py``) at ``eps * fine_share``: with ``output := 'stays'``
    the density alone, of the fine cells holding the modelled points (a trajectory's mass 1 split over its distinct
-   fine cells: sensitivity k), Laplace on every fine cell (off with ``output := 'cells'`` or ``fine_share := 0``);
+   fine cells: sensitivity k), Laplace on every fine cell; with ``output := 'points'`` placement.py's two parts on
+   the raw fixes (the density of where trajectories go and the step histogram, sensitivity k each), so samples
+   are routed points timed between their cells' slots; off with ``output := 'cells'`` or ``fine_share := 0``;
 4. (HRNet with ``pretrain``) DPTRAN, ``eps_pre`` from HRNet eq. 9 with c = 0.018 on public parameters and ``N~``
    (see :mod:`.pretrain`), within what 1-3 leave;
 5. DP-SGD: ``steps = ceil(epochs / q)`` Poisson-sampled steps at rate ``q`` with clipping norm
@@ -53,7 +55,7 @@ import torch
 from duckmob.errors import BudgetError, DuckmobError
 from duckmob.grid import BBox, assign_pois, cell_of, haversine_m, quadtree_depth
 from duckmob.synth import placement
-from duckmob.synth.base import Model, Synthesizer
+from duckmob.synth.base import Model, Synthesizer, trajectories_from_cells
 from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.config import param
 from duckmob.synth.placement import PlacementConfig
@@ -63,7 +65,7 @@ from duckmob.privacy.counting import count_shares, normalised_release, noisy_uni
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
 from duckmob.synth.hrnet.encoding import morton
-from duckmob.synth.hrnet.generate import DECODES, sample_sequences, to_trajectories, zorder_to_grid
+from duckmob.synth.hrnet.generate import DECODES, sample_sequences, slot_times, to_trajectories, zorder_to_grid
 from duckmob.synth.hrnet.model import INPUT_LEVELS, MULTITASK_LOSSES, BaselineModel, HRNetModel
 from duckmob.synth.hrnet.pretrain import PRETRAIN_LEVEL, dptran, pretrain, pretraining_epsilon
 from duckmob.synth.hrnet.train import dp_sgd_train, training_arrays
@@ -80,9 +82,10 @@ class HRNetConfig(PlacementConfig):
 
     fine_share: float = param(0.1, float, low=0, high=0.9,
                               doc="share of eps spent on the fine density and the step histogram (0: cells only)")
-    output: str = param("stays", str, choices=("stays", "cells"),
-                        doc="'stays': one point per visited cell, placed by the fine density; 'cells': one "
-                            "uniform point per cell")
+    output: str = param("stays", str, choices=("stays", "points", "cells"),
+                        doc="'stays': one point per visited cell, placed by the fine density; 'points': routed "
+                            "points between the cells, spaced like the real fixes and timed between the stays; "
+                            "'cells': one uniform point per cell")
     length_share: float = param(0.05, float, low=0, high=0.5,
                                 doc="share of eps for the length histogram the samples follow (0: the model's own "
                                     "end token)")
@@ -296,8 +299,11 @@ class _Base(Synthesizer):
             len_probs = release_lengths(arrays.lengths, cfg.max_len, plan["eps_len"], noise, k)
             if len_probs is not None:
                 extra["len_probs"] = len_probs
-        if cfg.placing:    # output 'stays': the fine density of where the modelled points (stays) are
-            extra.update(placement.release(stays, self.bbox, eps, cfg, noise, k, n_noisy).arrays())
+        if cfg.placing:
+            # 'stays': the fine density of where the modelled points (stays) are; 'points': the density of where
+            # the trajectories' fixes go (the line walk between them) and their step histogram
+            fixes = stays if cfg.output == "stays" else data
+            extra.update(placement.release(fixes, self.bbox, eps, cfg, noise, k, n_noisy).arrays())
         with cpu_threads(cfg.threads):
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(rng.integers(2 ** 62)))
@@ -425,7 +431,8 @@ class FittedModel(Model):
         the generator runs to exactly that length; its cells and time slots come from the network. Points:
         ``output`` 'stays' (the default) places each visited cell's point on the released fine density inside
         the cell (placement.py), and gives a one-cell trajectory two points there (its first and last fix, at
-        times of its slot); 'cells' (or a model without a fine stage) puts one uniform point in each cell."""
+        times of its slot); 'points' routes between the cells (:meth:`_routed`); 'cells' (or a model without a
+        fine stage) puts one uniform point in each cell."""
         if int(n) != n or n < 1:
             raise DuckmobError(f"n must be a positive integer number of trajectories, got {n!r}")
         cfg = self.config
@@ -459,6 +466,8 @@ class FittedModel(Model):
                 cells, slots = np.insert(cells, at + 1, cells[at]), np.insert(slots, at + 1, slots[at])
                 lengths = np.where(lengths == 1, 2, lengths)
         slots = slots if self.info.get("has_time", True) else None
+        if self.fine is not None and output == "points" and self.pois is None:
+            return self._routed(lengths, cells, slots, base, rng)
         traj = to_trajectories(lengths, cells, slots, self.bbox, cfg["w"], cfg["n_time"], base, rng)
         if self.pois is not None:
             # leaves without a POI are masked at sampling, so every cell maps back to its POI's position
@@ -472,6 +481,20 @@ class FittedModel(Model):
         lat, lon, placed = self.placement().place(cells, rng)
         lat, lon = np.where(placed, lat, traj.lat), np.where(placed, lon, traj.lon)
         return Trajectories(traj.offsets, traj.traj_id, traj.user_id, traj.ts, lat, lon)
+
+    def _routed(self, lengths, cells, slots, base: int, rng: np.random.Generator) -> Trajectories:
+        """Output 'points': the cells' routes over the released fine density, points spaced by the released step
+        histogram (placement.py), timed between the times of the cells' slots (a one-cell sequence: two times
+        of its slot) at constant speed along each route. Post-processing."""
+        cfg = self.config
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        times = None
+        if slots is not None:
+            one = np.flatnonzero(lengths == 1)
+            twice = np.insert(slots, offsets[one] + 1, slots[offsets[one]])
+            times = slot_times(np.maximum(lengths, 2), twice, cfg["n_time"], base, rng)
+        out = self.placement().points(offsets, cells, rng, int(cfg.get("max_points", 5000)), times=times)
+        return trajectories_from_cells(*out)
 
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()
