@@ -47,8 +47,9 @@ from duckmob.privacy.normcut import normcut
 # example in it has a finite loss).
 FLOOR = 1e-6
 ENDPOINTS = ("shared", "separate")
-# iterations of the proportional fitting of :func:`gravity`; (sources x destinations) entries handled at once
+# iterations of the proportional fitting of :func:`gravity`
 GRAVITY_ITERATIONS = 50
+# (samples x cells) entries handled at once when sampling
 _BLOCK = 1 << 22
 
 
@@ -137,32 +138,39 @@ def gravity(p_source: np.ndarray, p_dest: np.ndarray, p_distance: np.ndarray, w:
     """Factors ``(g, f)`` of ``p(s, d) = p_source(s) p_dest(d) g(d) f(D(s, d)) / Z(s)`` whose distance
     distribution is ``p_distance`` and destination marginal ``p_dest`` (as near as alternating proportional
     fitting gets in ``iterations`` rounds; the source marginal is ``p_source`` by construction). Post-processing
-    of released histograms; sources and destinations outside their histograms' support are skipped."""
-    src, dst = np.flatnonzero(p_source > 0), np.flatnonzero(p_dest > 0)
-    g, f = np.ones(w * w), np.ones(w)
-    if len(src) == 0 or len(dst) == 0:
-        return g, f
-    block = max(1, _BLOCK // len(dst))
+    of released histograms.
 
-    def joint(g, f):
-        """The distance histogram and destination marginal of the model (blocks of sources)."""
-        by_distance, by_dest = np.zeros(w), np.zeros(len(dst))
-        for lo in range(0, len(src), block):
-            s = src[lo:lo + block]
-            dist = chebyshev(s[:, None], dst[None, :], w)
-            kernel = (p_dest[dst] * g[dst])[None, :] * f[dist]
-            z = kernel.sum(1, keepdims=True)
-            p = np.divide(kernel * p_source[s][:, None], z, out=np.zeros_like(kernel), where=z > 0)
-            by_distance += np.bincount(dist.reshape(-1), weights=p.reshape(-1), minlength=w)
-            by_dest += p.sum(0)
-        return by_distance, by_dest
+    The kernel ``f(D(s, d))`` depends on the displacement ``d - s`` only, so every sum over sources or destinations
+    is a 2-d convolution with the (2w-1) x (2w-1) image ``F[delta] = f(D(delta))`` (FFT: O(w^2 log w) per round
+    instead of O(w^4)): ``Z = B * F`` with ``B = p_dest g``; the destination marginal is ``B (A * F)`` with
+    ``A = p_source / Z``; the distance histogram is ``f(k)`` times the sum, over displacements at distance k, of
+    the cross-correlation of A and B."""
+    from scipy.signal import fftconvolve
+
+    p_source = np.asarray(p_source, dtype=np.float64).reshape(w, w)
+    p_dest = np.asarray(p_dest, dtype=np.float64).reshape(w, w)
+    g, f = np.ones((w, w)), np.ones(w)
+    delta = np.arange(-(w - 1), w)
+    ring = np.maximum(np.abs(delta)[:, None], np.abs(delta)[None, :])        # D of each displacement
+
+    def conv(x, kernel, mode="same"):
+        return np.maximum(fftconvolve(x, kernel, mode=mode), 0.0)            # FFT round-off below 0 removed
+
+    def factors(g, f):
+        b = p_dest * g
+        z = conv(b, f[ring])
+        a = np.divide(p_source, z, out=np.zeros_like(z), where=(z > 1e-300) & (p_source > 0))
+        return a, b
 
     for _ in range(iterations):
-        by_distance, _ = joint(g, f)
-        f = f * np.divide(p_distance, by_distance, out=np.zeros(w), where=by_distance > 0)
-        _, by_dest = joint(g, f)
-        g[dst] = g[dst] * np.divide(p_dest[dst], by_dest, out=np.ones(len(dst)), where=by_dest > 0)
-    return g, f
+        a, b = factors(g, f)
+        corr = conv(b, a[::-1, ::-1], mode="full")                          # sum_s a(s) b(s + delta)
+        by_distance = f * np.bincount(ring.reshape(-1), weights=corr.reshape(-1), minlength=w)
+        f = f * np.divide(p_distance, by_distance, out=np.zeros(w), where=by_distance > 1e-300)
+        a, b = factors(g, f)
+        by_dest = b * conv(a, f[ring])
+        g = g * np.divide(p_dest, by_dest, out=np.ones((w, w)), where=(by_dest > 1e-300) & (p_dest > 0))
+    return g.reshape(-1), f
 
 
 def probabilities(counts: np.ndarray) -> np.ndarray:
