@@ -81,7 +81,7 @@ def _transition_rows(states: np.ndarray, values: np.ndarray) -> pa.ListArray:
                              "to_state": pa.array(states[:, -1], pa.int64()), "count": pa.array(values)}))
 
 
-def _unshadowed(source, shadowed) -> str:
+def unshadowed(source, shadowed) -> str:
     """The name of a table read out of core; refused (before anything is reserved: it is about the catalog) when
     a temporary table or view of the caller's connection has that name and would hide it."""
     name = scalar(source)
@@ -122,7 +122,7 @@ def udfs(db) -> list[Udf]:
     def transitions_source(source, traj_col, user_col, cells_col, shadowed, order, eps, n_states, seed, privacy_unit,
                            max_per_user, max_length, support, w, user):
         """mob_transitions of a table the core's connection reads out of core (duckmob.stream)."""
-        name = _unshadowed(source, shadowed)
+        name = unshadowed(source, shadowed)
         with db.connection() as cur:
             return _transition_rows(*stream.transitions_release(
                 db, cur, name, order=scalar(order), eps=scalar(eps), n_states=scalar(n_states), seed=scalar(seed),
@@ -146,7 +146,7 @@ def udfs(db) -> list[Udf]:
 
     def noisy_count_source(source, traj_col, user_col, shadowed, eps, seed, privacy_unit, max_per_user, what, user):
         """mob_noisy_count of a table the core's connection reads: DuckDB counts, an integer reaches Python."""
-        name = _unshadowed(source, shadowed)
+        name = unshadowed(source, shadowed)
         with db.connection() as cur:
             value = stream.count_release(db, cur, name, eps=scalar(eps), seed=scalar(seed),
                                          privacy_unit=scalar(privacy_unit),

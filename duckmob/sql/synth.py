@@ -23,6 +23,7 @@ from duckmob import release, stream, synth, validators
 from duckmob.errors import DuckmobError
 from duckmob.privacy.noise import NoiseSource
 from duckmob.sql import Udf, one_row, scalar
+from duckmob.sql.privacy import unshadowed
 from duckmob.synth import store
 from duckmob.trajectories import NO_TIME, Trajectories
 
@@ -138,10 +139,7 @@ def udfs(db) -> list[Udf]:
     def _source(source, traj_col, ts_col, lat_col, lon_col, user_col, shadowed, unit):
         """The source read out of core on a cursor of the core's connection (it sees committed tables and views,
         not the caller's temp tables or CTEs: the macros send those through the in-memory path)."""
-        name = scalar(source)
-        if scalar(shadowed):   # schema, not data: said before anything is reserved
-            raise DuckmobError(f"a temporary table or view named '{name}' hides the table of the same name that "
-                               "duckmob would read: rename one of them")
+        name = unshadowed(source, shadowed)   # schema, not data: said before anything is reserved
         mapping = _mapping(*(scalar(c) for c in (traj_col, ts_col, lat_col, lon_col, user_col)))
         query = points_query(name, mapping, validators.privacy_unit(scalar(unit), 1)[0])
         from duckmob.sql import register

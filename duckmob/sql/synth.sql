@@ -23,10 +23,8 @@ CREATE OR REPLACE TEMP MACRO _mob_user_list(user_id, privacy_unit) AS
 -- view, or a query over them; decided once when the statement is planned), the release reads it itself in buckets
 -- of whole trajectories after its reservation, and memory follows the model; the second branch below is then
 -- never scanned. Temp tables and CTEs are gathered as lists (the in-memory path). Both give the same release.
--- A temp table or view named like the table read out of core is refused (it would hide it from the caller).
-CREATE OR REPLACE TEMP MACRO _mob_shadowed(tbl) AS
-    EXISTS (SELECT 1 FROM duckdb_tables() WHERE temporary AND table_name = tbl)
-    OR EXISTS (SELECT 1 FROM duckdb_views() WHERE temporary AND NOT internal AND view_name = tbl);
+-- A temp table or view named like the table read out of core is refused (it would hide it from the caller):
+-- _mob_shadowed, defined in privacy.sql (loaded first).
 
 -- A synthetic trajectory table (traj_id, seq, lat, lon, ts; ts NULL where the method models no time):
 -- fit + sample in one call, spending eps once from the budget of tbl; the model is not stored.
