@@ -15,8 +15,9 @@ from duckmob.privacy.noise import NoiseSource
 from duckmob.synth import dpsgd
 from duckmob.synth.cleanslate import CleanSlate, CleanSlateModel
 from duckmob.synth.cleanslate.paths import most_probable_paths, replace, through
-from duckmob.synth.cleanslate.prior import (chebyshev, coarse_of, destinations, detours, exact_histogram, gravity,
-                                            hops, noisy_histogram, prior_events, refine, release_prior, waypoints)
+from duckmob.synth.cleanslate.prior import (bucket, bucket_range, chebyshev, coarse_of, destinations, detour_bins,
+                                            detour_shape, detours, draw_detours, exact_histogram, gravity, hops,
+                                            noisy_histogram, prior_events, refine, release_prior, waypoints)
 from duckmob.synth.cleanslate.transitions import Transitions
 from duckmob.synth.cleanslate.trips import fill_gaps, grams, neighbour_offsets, trips, valid_moves
 from duckmob.trajectories import Trajectories
@@ -99,7 +100,8 @@ def _prior_values(t, w=8, r=1, max_path=12):
     """The per-trajectory values of the prior's histograms: (bins, size) each, as release_prior builds them."""
     detour = detours(t.source, t.dest, np.diff(t.offsets), w, r, max_path)
     return [((t.source, t.dest), w * w), (t.source, w * w), (t.dest, w * w), (t.slot, 24),
-            (chebyshev(t.source, t.dest, w), w), (detour, max_path)]
+            (chebyshev(t.source, t.dest, w), w),
+            (detour_bins(t.source, t.dest, detour, w, max_path), int(np.prod(detour_shape(w, max_path))))]
 
 
 def test_prior_histograms_move_by_at_most_one_per_trajectory_and_k_per_user():
@@ -144,6 +146,21 @@ def test_prior_noise_is_laplace_at_k_over_eps_h_on_every_bin(monkeypatch):
                       detours(t.source, t.dest, np.diff(t.offsets), 8, 1, 12), 12)
         assert [c[1:] for c in calls] == [(pytest.approx(0.6 / h), 3)] * h
         assert [e.param("eps") for e in prior_events(0.6, endpoints)] == pytest.approx([0.6 / h] * h)
+
+
+def test_detours_are_drawn_given_the_distance_bucket():
+    assert bucket(np.arange(9)).tolist() == [0, 1, 2, 2, 3, 3, 3, 3, 4]
+    assert [r.tolist() for r in bucket_range(np.arange(5), 6)] == [[0, 1, 2, 4, 8], [0, 1, 3, 6, 6]]
+    w, cap = 8, 12                                              # distance buckets 0..3 (D <= 7), detour 0..4
+    assert detour_shape(w, cap) == (4, 5)
+    joint = np.zeros((4, 5))
+    joint[0, 0] = 1.0                                          # same-cell trips: no detour
+    joint[1, 3] = 1.0                                          # distance 1: detours of 4-7 hops
+    s = np.zeros(3000, dtype=np.int64)
+    d = np.repeat([0, 1, 3 * w + 3], 1000)                      # distance 0, 1, 3 (bucket 2: empty row)
+    detour = draw_detours(s, d, joint.ravel(), w, cap, np.random.default_rng(2))
+    assert (detour[:1000] == 0).all() and set(detour[1000:2000]) == {4, 5, 6, 7}
+    assert set(detour[2000:]) == {0, 4, 5, 6, 7}                # from the whole histogram
 
 
 def test_gravity_fits_the_distance_and_destination_histograms():

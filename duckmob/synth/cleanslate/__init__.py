@@ -9,8 +9,8 @@ the trajectory as the privacy unit (or the user with at most k = ``contribution_
   hops longer than r cells filled along the straight line (:mod:`.trips`); source = first cell, destination =
   last cell, slot = the start's slot of the day (n_time public slots);
 - **prior** (:mod:`.prior`): noisy histograms of the trips' end cells (sources and destinations pooled, or
-  apart), of the start slot, of the Chebyshev distance between the two ends and of the detour (hops beyond the
-  fewest);
+  apart), of the start slot, of the Chebyshev distance between the two ends and of (that distance, the detour:
+  hops beyond the fewest) in power-of-two buckets;
 - **TI** (:mod:`.initialiser`): a VAE over (source, destination, slot), one example per trajectory, on the public
   coarse grid (``ti_coarse`` x ``ti_coarse`` fine cells per coarse cell), its heads' fixed biases the log of the
   prior (so DP-SGD learns only the correlation of source, destination and slot); a sampled coarse source becomes
@@ -22,8 +22,8 @@ the trajectory as the privacy unit (or the user with at most k = ``contribution_
 - **trace generator** (:mod:`.paths`): (s, d, t) from TI, the most probable path s -> d under TPG (Dijkstra on
   -log p plus the public ``hop_cost`` per hop, one search per (d, t) on the reversed graph, kept for reuse) --
   through a waypoint m (s -> m -> d) when the trip's detour, drawn from the prior, exceeds the direct path's
-  (:func:`.prior.waypoints`) -- cut at the public ``max_path`` cells; one point per cell, uniform inside it; times from a uniform instant in the slot plus cell-centre distances at the public
-  ``speed_mps``.
+  (:func:`.prior.waypoints`) -- cut at the public ``max_path`` cells; one point per cell, uniform inside it;
+  times from a uniform instant in the slot plus cell-centre distances at the public ``speed_mps``.
 
 What ``fit`` spends, composed by the PLD accountant into ONE event (``model.event``, recorded in the ledger once):
 
@@ -73,7 +73,8 @@ from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories
 from duckmob.synth.cleanslate.initialiser import Initialiser, categorical, sample_endpoints
 from duckmob.synth.cleanslate.paths import Router, replace, through
 from duckmob.synth.cleanslate.prior import (ENDPOINTS, coarse_of, coarse_probabilities, coarse_width, destinations,
-                                            detours, eps_split, gravity, hops, log_bias, prior_events, refine,
+                                            detours, draw_detours, eps_split, gravity, hops, log_bias,
+                                            prior_events, refine,
                                             release_prior, waypoints)
 from duckmob.synth.cleanslate.transitions import Transitions
 from duckmob.synth.cleanslate.trips import grams, trips
@@ -366,8 +367,7 @@ class CleanSlateModel(Model):
         if "detour" in prior:
             # each trip draws a detour; where the direct path's own detour is short of it, the trip goes through a
             # waypoint adding the difference: s -> m -> d (the legs to d reuse the searches just made)
-            cdf = np.cumsum(prior["detour"])
-            detour = np.minimum(np.searchsorted(cdf, rng.random(len(source)) * cdf[-1], side="right"), len(cdf) - 1)
+            detour = draw_detours(source, dest, prior["detour"], w, cap, rng)
             short = detour - (lengths - 1 - hops(source, dest, w, r))
             mid = waypoints(source, dest, np.maximum(short, 0), (prior["source"] + prior["dest"]) / 2, w, r, rng)
             via = mid >= 0

@@ -11,8 +11,9 @@ destination is drawn given the source from ``p(d | s, z) ~ p_VAE(coarse(d) | z) 
 with ``D`` the Chebyshev distance in fine cells and ``(g, f)`` fitted to the released endpoint and distance
 histograms by iterative proportional fitting (:func:`gravity`; post-processing). Real trips are not shortest
 paths: a trip of ``L`` cells between ends ``h = ceil(D / r)`` hops apart makes a detour of ``L - 1 - h >= 0`` hops;
-each synthetic trip draws one from the released detour histogram and, when it is positive, is routed through a
-waypoint that adds about that many hops (:func:`waypoints`).
+each synthetic trip draws one given its ends' distance from the released (distance, detour) histogram
+(:func:`draw_detours`) and, when it is positive, is routed through a waypoint that adds about that many hops
+(:func:`waypoints`).
 
 Release (:func:`release_prior`), ``eps_prior`` split in equal parts over the histograms:
 
@@ -23,8 +24,9 @@ Release (:func:`release_prior`), ``eps_prior`` split in equal parts over the his
   each trajectory adding 1 to one bin of each;
 - the slot histogram (``n_time`` bins): 1 in the bin of the start slot;
 - the distance histogram (w bins, 0 .. w - 1): 1 in the bin of ``D(source, destination)``;
-- the detour histogram (``max_path`` bins, 0 .. max_path - 1, the public path cap): 1 in the bin of
-  ``min(L - 1 - h, max_path - 1)``.
+- the (distance, detour) histogram: 1 in the bin of (the distance's bucket, the detour's bucket), with the
+  detour clipped to ``max_path - 1`` (the public path cap) and public power-of-two buckets (0, 1, 2-3, 4-7, ...;
+  :func:`bucket`): a short trip and a long one do not wander alike, and the buckets keep the bins few.
 
 Sensitivity, by construction: adding or removing one trajectory moves each histogram by at most 1 in L1 (its
 windows' masses are non-negative and sum to 1); a user of at most k trajectories by at most k. Each histogram gets
@@ -114,12 +116,50 @@ def detours(source, dest, lengths, w: int, r: int, max_path: int) -> np.ndarray:
     return np.clip(np.asarray(lengths, dtype=np.int64) - 1 - hops(source, dest, w, r), 0, max_path - 1)
 
 
+def bucket(x) -> np.ndarray:
+    """Power-of-two bucket of non-negative integers: 0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ... (public)."""
+    x = np.asarray(x, dtype=np.int64)
+    return np.where(x > 0, np.floor(np.log2(np.maximum(x, 1))).astype(np.int64) + 1, 0)
+
+
+def bucket_range(b: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest and largest value of each bucket ``b`` (values up to ``top``)."""
+    b = np.asarray(b, dtype=np.int64)
+    lo = np.where(b > 0, np.left_shift(1, np.maximum(b - 1, 0)), 0)
+    return lo, np.minimum(np.where(b > 0, 2 * lo - 1, 0), top)
+
+
+def detour_shape(w: int, max_path: int) -> tuple[int, int]:
+    """(distance buckets, detour buckets) of the (distance, detour) histogram."""
+    return int(bucket(w - 1)) + 1, int(bucket(max_path - 1)) + 1
+
+
+def detour_bins(source, dest, detour, w: int, max_path: int) -> np.ndarray:
+    """Each trip's bin of the (distance, detour) histogram (row-major over :func:`detour_shape`)."""
+    return bucket(chebyshev(source, dest, w)) * detour_shape(w, max_path)[1] + bucket(detour)
+
+
+def draw_detours(source, dest, joint: np.ndarray, w: int, max_path: int, rng: np.random.Generator) -> np.ndarray:
+    """A detour per sample: its bucket from the released (distance, detour) histogram ``joint`` given the bucket
+    of its ends' distance (from the whole histogram where that row is empty), then uniform in the bucket.
+    Vectorised; post-processing of released values."""
+    n_dist, n_detour = detour_shape(w, max_path)
+    joint = np.asarray(joint, dtype=np.float64).reshape(n_dist, n_detour)
+    rows = np.where(joint.sum(1, keepdims=True) > 0, joint, joint.sum(0, keepdims=True) + (joint.sum() == 0))
+    cdf = np.cumsum(rows, axis=1)
+    row = bucket(chebyshev(source, dest, w))
+    u = rng.random(len(row)) * cdf[row, -1]
+    b = np.minimum((cdf[row] < u[:, None]).sum(1), n_detour - 1)
+    lo, hi = bucket_range(b, max_path - 1)
+    return lo + np.floor(rng.random(len(b)) * (hi - lo + 1)).astype(np.int64)
+
+
 def release_prior(source, dest, slot, w: int, n_time: int, eps_prior: float, noise, k: int = 1,
                   endpoints: str = "shared", detour=None, max_path: int = 1) -> dict:
     """The noisy histograms (module docstring; ``eps_prior`` in all, in equal parts), as probabilities (uniform
     where NormCut left nothing): ``{"source": (w^2,), "dest": (w^2,), "slot": (n_time,), "distance": (w,),
-    "detour": (max_path,)}`` (source and dest the same array with shared endpoints); ``detour`` from
-    :func:`detours`."""
+    "detour": (distance buckets x detour buckets,)}`` (source and dest the same array with shared endpoints);
+    ``detour`` from :func:`detours`."""
     eps_h = eps_prior / n_histograms(endpoints)
     out = {}
     if endpoints == "shared":
@@ -129,7 +169,8 @@ def release_prior(source, dest, slot, w: int, n_time: int, eps_prior: float, noi
         out["dest"] = probabilities(histogram(dest, w * w, eps_h, noise, k))
     out["slot"] = probabilities(histogram(slot, n_time, eps_h, noise, k))
     out["distance"] = probabilities(histogram(chebyshev(source, dest, w), w, eps_h, noise, k))
-    out["detour"] = probabilities(histogram(detour, max_path, eps_h, noise, k))
+    out["detour"] = probabilities(histogram(detour_bins(source, dest, detour, w, max_path),
+                                            int(np.prod(detour_shape(w, max_path))), eps_h, noise, k))
     return out
 
 
@@ -289,5 +330,6 @@ def eps_split(eps: float, count_share: float, prior_share: float) -> tuple[float
 
 
 __all__ = ["FLOOR", "ENDPOINTS", "n_histograms", "prior_events", "exact_histogram", "noisy_histogram", "histogram",
-           "chebyshev", "gravity", "release_prior", "destinations", "hops", "detours", "waypoints", "probabilities",
+           "chebyshev", "gravity", "release_prior", "destinations", "hops", "detours", "waypoints", "bucket",
+           "bucket_range", "detour_shape", "detour_bins", "draw_detours", "probabilities",
            "coarse_width", "coarse_of", "log_bias", "coarse_probabilities", "refine", "eps_split"]
