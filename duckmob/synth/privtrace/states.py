@@ -201,6 +201,14 @@ def _state_sequences(grid: StateGrid, offsets: np.ndarray, lat: np.ndarray,
     r, c = grid.base_coords(lat, lon)
     R, C = np.floor(r).astype(np.int64), np.floor(c).astype(np.int64)   # each fix's base cell, as state_of
     owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    # a fix in the same base cell as the fix before it (same trajectory) adds nothing: the walk from that cell
+    # to the next fix's starts where its own walk (one cell) ended. Dropping it leaves the result unchanged and
+    # the arrays below smaller (GPS sampling puts most consecutive fixes in one cell)
+    repeat = np.zeros(n_pts, dtype=bool)
+    repeat[1:] = (owner[1:] == owner[:-1]) & (R[1:] == R[:-1]) & (C[1:] == C[:-1])
+    if repeat.any():
+        R, C, owner = R[~repeat], C[~repeat], owner[~repeat]
+        n_pts = len(R)
     has_next = np.zeros(n_pts, dtype=bool)
     has_next[:-1] = owner[1:] == owner[:-1]
     nxt = np.where(has_next, np.arange(n_pts) + 1, np.arange(n_pts))   # a trajectory's last fix: its own cell
