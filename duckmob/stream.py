@@ -77,7 +77,13 @@ class Batches:
     def trajectories(self) -> Trajectories:
         """Every batch in one :class:`Trajectories`, in from_points' (traj_id, user_id) order as in memory (for
         methods that need all of them at once: O(points))."""
-        data = concat(list(self))
+        return self.gather(lambda d: d)
+
+    def gather(self, fn: Callable[[Trajectories], Trajectories]) -> Trajectories:
+        """``fn(batch)`` of every batch in one :class:`Trajectories`, in from_points' (traj_id, user_id) order:
+        for a per-trajectory ``fn`` (each output trajectory from its own input's points, e.g. stay points) the
+        same as ``fn`` of all trajectories in memory, holding one batch's points at a time plus the outputs."""
+        data = concat([fn(batch) for batch in self])
         order = np.lexsort((data.user_id, data.traj_id))
         return data if np.all(order[1:] > order[:-1]) else data.take(order)
 
@@ -97,6 +103,9 @@ class InMemory(Batches):
 
     def trajectories(self) -> Trajectories:
         return self.data
+
+    def gather(self, fn):
+        return fn(self.data)
 
 
 def as_batches(data: "Trajectories | Batches") -> Batches:

@@ -58,6 +58,7 @@ from duckmob.privacy import accounting
 from duckmob.privacy.counting import normalised_sums, release_sums
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
+from duckmob.stream import as_batches
 from duckmob.synth.config import Config, param
 from duckmob.trajectories import Trajectories, ragged_gather
 
@@ -183,12 +184,13 @@ def step_bins(data: Trajectories, bbox) -> tuple[np.ndarray, np.ndarray, np.ndar
     return b, step_owner, np.bincount(step_owner, minlength=data.n_trajectories)
 
 
-def release(data: Trajectories, bbox, eps: float, config: PlacementConfig, noise, k: int = 1,
+def release(data, bbox, eps: float, config: PlacementConfig, noise, k: int = 1,
             n_noisy: float | None = None) -> "FineStats":
-    """The fine stage's two releases (module docstring): eps * fine_share in total, k trajectories per unit."""
+    """The fine stage's two releases (module docstring): eps * fine_share in total, k trajectories per unit.
+    ``data``: :class:`Trajectories` or :class:`duckmob.stream.Batches` (the statistics summed batch by batch)."""
     w = fine_width(bbox, config, n_noisy, eps, k)
     sc = scales(eps, config, k)
-    return release_statistics(statistics(data, bbox, w, sc), w, sc, noise)
+    return release_statistics(as_batches(data).reduce(lambda d: statistics(d, bbox, w, sc)), w, sc, noise)
 
 
 def statistics(data: Trajectories, bbox, w: int, sc: dict[str, float]) -> dict[str, np.ndarray]:

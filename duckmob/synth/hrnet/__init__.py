@@ -64,6 +64,7 @@ from duckmob.privacy.accounting import calibrate_noise_multiplier
 from duckmob.privacy.counting import count_shares, normalised_release, noisy_unit_counts
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
+from duckmob.stream import as_batches
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.synth.hrnet.generate import DECODES, sample_sequences, slot_times, to_trajectories, zorder_to_grid
 from duckmob.synth.hrnet.model import INPUT_LEVELS, MULTITASK_LOSSES, BaselineModel, HRNetModel
@@ -169,6 +170,7 @@ class _Base(Synthesizer):
     method: ClassVar[str]
     uses_pretraining: ClassVar[bool]
     default_delta: ClassVar[float] = 1e-5
+    streams = True     # fit takes duckmob.stream.Batches: stay points batch by batch, the fine stage summed
 
     def __init__(self, bbox, **params):
         config = HRNetConfig.parse(params, batch_factor=self.default_batch_factor, lr_final=self.default_lr_final)
@@ -264,7 +266,7 @@ class _Base(Synthesizer):
         raise NotImplementedError
 
     # -- fit -------------------------------------------------------------------------------------------
-    def fit(self, data: Trajectories, eps: float, delta: float, noise, *, contribution_bound: int = 1,
+    def fit(self, data, eps: float, delta: float, noise, *, contribution_bound: int = 1,
             release=None) -> "FittedModel":
         """Fit under (eps, delta)-DP for one trajectory (or one user of at most ``contribution_bound``
         trajectories); see the module docstring for the privacy map. With a ``release`` (the release core's),
@@ -275,10 +277,13 @@ class _Base(Synthesizer):
         t0 = time.perf_counter()
         device = torch_device(cfg.device, self.method)
         rng = noise.generator()
-        stays = self.stays(data)
+        # Trajectories, or batches read out of core (duckmob.stream): stay points per batch of whole trajectories,
+        # gathered in the in-memory order, so memory follows the stays (a few per trajectory), not the fixes
+        src = as_batches(data)
+        stays = src.gather(self.stays)
         seqs = self.cell_sequences(stays)
         arrays = training_arrays(seqs, cfg.w, cfg.n_time, cfg.max_len, zorder=self.zorder)
-        has_time = data.has_time
+        has_time = stays.has_time     # a trajectory's stays keep its first fix, so its time or its lack of it
         k = int(contribution_bound)
         eps_count = cfg.count_share * eps
         # (1) the noisy trajectory count (and user count when k > 1)
@@ -302,7 +307,7 @@ class _Base(Synthesizer):
         if cfg.placing:
             # 'stays': the fine density of where the modelled points (stays) are; 'points': the density of where
             # the trajectories' fixes go (the line walk between them) and their step histogram
-            fixes = stays if cfg.output == "stays" else data
+            fixes = stays if cfg.output == "stays" else src
             extra.update(placement.release(fixes, self.bbox, eps, cfg, noise, k, n_noisy).arrays())
         with cpu_threads(cfg.threads):
             with torch.random.fork_rng(devices=[]):
