@@ -2,30 +2,40 @@
 
 Setting (as benchmarks/fidelity.py, whose loading and table helpers this reuses): the fixes of
 /work/shared/data/geolife_beijing.parquet inside HRNet's box [39.8477, 116.1956, 40.1133, 116.4880] (public,
-declared), trajectories with >= 2 distinct timestamps there; ``--limit N`` keeps a fixed public draw of N. Each
-method is fitted through ``duckmob.synthesize`` at each ``--eps`` once per seed (seeded: reproducible, not for
-release), sampling as many trajectories as the real table has, and compared with it by ``duckmob.evaluate``
-(families lestyan, privtrace, adatrace; the lestyan metrics on the 32 x 32 grid, Lestyan et al. §8.4). The
+declared), trajectories with >= 2 distinct timestamps there; ``--limit N`` (default 3,000) keeps a fixed public
+draw of N, and every method fits on that same table. Each method is fitted through ``duckmob.synthesize`` at each
+``--eps`` once per seed (seeded: reproducible, not for release) with its default parameters (delta 1e-5 for
+cleanslate, hrnet and baseline; PrivTrace is pure eps-DP), sampling as many trajectories as the real table has,
+and compared with it by ``duckmob.evaluate`` (families lestyan, privtrace, adatrace; Lestyan et al. §8.4). The
 table shows the mean over the seeds:
 
-    size      lestyan_trip_size_jsd          trip size (cells of the 32 x 32 collapsed sequence), pooled, nats
+    size      lestyan_trip_size_jsd          trip size (cells of the collapsed sequence on the grid), pooled, nats
     size/h    lestyan_trip_size_jsd_hourly   the same per start hour, mean over hours (needs time)
-    OD EMD    lestyan_od_emd_m               source-destination EMD, metres, pooled
+    OD EMD    lestyan_od_emd_m               source-destination EMD (cell centres of the grid), metres, pooled
     OD/h      lestyan_od_emd_hourly_m        the same per start hour (needs time)
     patt TP   lestyan_pattern_tp_ratio       share of the top-100 real frequent patterns found (1 is best)
     length    privtrace_length_jsd           travel distance
     diameter  privtrace_diameter_jsd
     trip      adatrace_trip_jsd              (start, end) cells of a 6 x 6 grid
 
+``--grid`` (the paper's two settings): ``32`` (default, a 32 x 32 grid over the box) or ``250m`` (square-ish
+cells of at most 250 m: w = ceil(the box's longer side / 250 m) = 119 over HRNet's box, 119 x 119). What it is
+for each method: the evaluation grid of the lestyan columns (size, OD, patterns) for all four; cleanslate's own
+model grid too (its ``w``, unless ``--params`` sets one); NOT PrivTrace's (its own adaptive grid) nor HRNet's and
+the baseline's (their default w = 32, a power of two: a 250 m grid is not one), for which it is only the
+evaluation grid. The privtrace and adatrace columns use their own fixed grids whatever ``--grid`` says.
+
     python benchmarks/cleanslate.py                                  # all four methods, eps 1 and 2, 3 seeds
-    python benchmarks/cleanslate.py --methods cleanslate,privtrace --limit 2000 --seeds 1 --eps 1
+    python benchmarks/cleanslate.py --methods cleanslate,privtrace --seeds 1 --eps 1
+    python benchmarks/cleanslate.py --grid 250m --eps 1
     python benchmarks/cleanslate.py --timing-only                    # fit 10,000, sample 10,000
     python benchmarks/cleanslate.py --methods cleanslate --params '{"hop_cost": 0}'   # cleanslate params
 
-HRNet and its baseline (DP-SGD, minutes per 1,000 trajectories on a shared 2-core machine) fit on at most
-``--neural-limit`` trajectories (default 1,000, the same public draw) and are compared with that table (column
-``n real``). PrivTrace models no time, so its hourly columns are empty. ``--timing`` adds the speed figures:
-cleanslate's fit on 10,000 trajectories and sampling 10,000 (targets: fit < 5 min on 2 cores, sample < 30 s).
+HRNet and its baseline train with DP-SGD (minutes per fit on 3,000 trajectories on a shared 2-core machine, one
+torch thread); ``--neural-limit N`` fits them on a smaller public draw (then compared with that table, column
+``n real``); by default they fit on the same table as the others. PrivTrace models no time, so its hourly columns
+are empty. ``--timing`` adds the speed figures: cleanslate's fit on 10,000 trajectories and sampling 10,000
+(targets: fit < 5 min on 2 cores, sample < 30 s).
 NOT private: the evaluation reads the real table exactly (it is for the data owner).
 """
 
@@ -45,6 +55,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from fidelity import BOX, DELTA, cap, code_version, fmt, load_real, means  # noqa: E402
 
+from duckmob.grid import haversine_m  # noqa: E402
+
 FAMILIES = ["lestyan", "privtrace", "adatrace"]
 COLUMNS = [("size", "lestyan_trip_size_jsd"), ("size/h", "lestyan_trip_size_jsd_hourly"),
            ("OD EMD", "lestyan_od_emd_m"), ("OD/h", "lestyan_od_emd_hourly_m"),
@@ -52,13 +64,30 @@ COLUMNS = [("size", "lestyan_trip_size_jsd"), ("size/h", "lestyan_trip_size_jsd_
            ("diameter", "privtrace_diameter_jsd"), ("trip", "adatrace_trip_jsd")]
 METHODS = ("cleanslate", "privtrace", "hrnet", "baseline")
 NEURAL = ("hrnet", "baseline")
+GRIDS = ("32", "250m")
+
+
+def grid_width(grid: str, bbox=BOX) -> int:
+    """Cells per side of the evaluation grid: ``'32'`` -> 32; ``'250m'`` -> ceil(longer side of the bbox / 250 m)
+    (the bbox's sides measured along its southern edge and its western edge, great-circle metres), so that no
+    cell is longer than 250 m: 119 over HRNet's box (29.5 km north-south, 25.0 km east-west)."""
+    if grid == "32":
+        return 32
+    lat0, lon0, lat1, lon1 = bbox
+    ns = float(haversine_m(lat0, lon0, lat1, lon0))
+    ew = float(haversine_m(lat0, lon0, lat0, lon1))
+    return int(np.ceil(max(ns, ew) / 250.0))
 
 
 def run(methods: list[str], seeds: list[int], epsilons: list[float], limit: int | None,
-        neural_limit: int | None, params: dict | None = None) -> dict:
+        neural_limit: int | None, params: dict | None = None, grid: str = "32") -> dict:
     import duckmob
     from duckmob.evaluate import evaluate, load_side, table_points
 
+    w = grid_width(grid)
+    cs_params = dict(params or {})
+    if grid != "32":
+        cs_params.setdefault("w", w)   # cleanslate models on the evaluation grid; the others keep their own
     con = duckmob.connect()
     t0 = time.perf_counter()
     source = {m: "trips_neural" if m in NEURAL else "trips" for m in methods}
@@ -80,21 +109,25 @@ def run(methods: list[str], seeds: list[int], epsilons: list[float], limit: int 
                 synth = duckmob.synthesize(con, table_name, eps=eps, method=method, bbox=BOX, n=sizes[table_name],
                                            seed=seed, outside="drop",
                                            **({} if method == "privtrace" else {"delta": DELTA}),
-                                           **({"params": params} if method == "cleanslate" and params else {}))
+                                           **({"params": cs_params} if method == "cleanslate" and cs_params else {}))
                 fit_s = time.perf_counter() - t1
-                rows = evaluate(reals[table_name], synth, BOX, families=FAMILIES)
+                rows = evaluate(reals[table_name], synth, BOX, families=FAMILIES, w=w)
                 metrics = {r["metric"]: r["value"] for r in rows}
                 runs.append(dict(method=method, eps=eps, seed=seed, n_real=sizes[table_name], fit_sample_s=fit_s,
                                  metrics=metrics))
                 print(f"eps {eps} {method} seed {seed}: fit + sample {fit_s:.0f} s; "
                       + ", ".join(f"{short} {fmt(metrics.get(m))}" for short, m in COLUMNS), flush=True)
     con.close()
-    return dict(seeds=seeds, code=code_version(), runs=runs, params=params or {})
+    return dict(seeds=seeds, code=code_version(), runs=runs, params=params or {}, grid=grid, w=w,
+                load=os.getloadavg()[0])
 
 
 def table(result: dict) -> str:
     extra = f", cleanslate params {json.dumps(result['params'])}" if result.get("params") else ""
-    lines = [f"GeoLife in HRNet's box, 32 x 32 grid, mean of {len(result['seeds'])} seeded fits, code "
+    w = result.get("w", 32)
+    grid = (f"{w} x {w} grid" if result.get("grid", "32") == "32" else f"250 m grid ({w} x {w}; cleanslate's model "
+            "grid too, the others' evaluation grid only)")
+    lines = [f"GeoLife in HRNet's box, {grid}, mean of {len(result['seeds'])} seeded fits, code "
              f"{result['code']}{extra}; JSD in nats (ln 2 max), EMD in metres; lower is better except patt TP",
              f"{'eps':>4s} {'method':10s} {'n real':>6s} {'fit+smp s':>9s} "
              + " ".join(f"{short:>8s}" for short, _ in COLUMNS)]
@@ -138,16 +171,30 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, of " + ", ".join(METHODS))
     parser.add_argument("--seeds", default="1,2,3", help="one seeded fit per seed; the table shows the mean")
     parser.add_argument("--eps", default="1,2", help="comma-separated epsilons")
-    parser.add_argument("--limit", type=int, default=None, help="at most this many real trajectories")
-    parser.add_argument("--neural-limit", type=int, default=1000,
-                        help="at most this many for hrnet and baseline; 0 = no cap")
+    parser.add_argument("--limit", type=int, default=3000,
+                        help="at most this many real trajectories (default 3,000); 0 = all")
+    parser.add_argument("--neural-limit", type=int, default=0,
+                        help="at most this many for hrnet and baseline (default 0: the same table as the others)")
+    parser.add_argument("--grid", default="32", choices=GRIDS,
+                        help="32: a 32 x 32 grid; 250m: cells of at most 250 m (119 x 119 over HRNet's box); the "
+                             "lestyan columns' grid, and cleanslate's w")
     parser.add_argument("--params", default="", help="cleanslate params as JSON, e.g. '{\"hop_cost\": 0}'")
+    parser.add_argument("--out", default=None, help="also write the runs as JSON here")
+    parser.add_argument("--show", nargs="+", default=None,
+                        help="print the table of saved JSON files (their runs pooled: e.g. seeds run apart) and exit")
     parser.add_argument("--timing", action="store_true", help="also time a 10,000-trajectory fit and sample")
     parser.add_argument("--timing-only", action="store_true", help="only the timing")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: on a machine shared beyond its cores, 2 threads ran DP-SGD "
                              "steps 4-5x slower than 1 here, from OpenMP spin contention)")
     args = parser.parse_args()
+    if args.show:
+        saved = [json.loads(open(path).read()) for path in args.show]
+        pooled = dict(saved[0], runs=[r for x in saved for r in x["runs"]],
+                      seeds=sorted({r["seed"] for x in saved for r in x["runs"]}),
+                      code="/".join(dict.fromkeys(x["code"] for x in saved)))
+        print(table(pooled))
+        return
     os.environ.setdefault("CI", "1")   # no progress bars in logs
     import torch
 
@@ -158,8 +205,14 @@ def main() -> None:
         parser.error(f"unknown methods {bad}: use {', '.join(METHODS)}")
     if not args.timing_only:
         result = run(methods, [int(s) for s in args.seeds.split(",")], [float(e) for e in args.eps.split(",")],
-                     args.limit, args.neural_limit or None, json.loads(args.params) if args.params else None)
+                     args.limit or None, args.neural_limit or None,
+                     json.loads(args.params) if args.params else None, args.grid)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1)
         print(table(result))
+        print(f"load average at the end {result['load']:.1f}; {os.cpu_count()} CPU cores, {args.threads} torch "
+              "thread(s)")
     if args.timing or args.timing_only:
         print(timing())
 
