@@ -14,7 +14,8 @@ Cases: ``privtrace-old`` (the synthesize macro over a TEMP view: the whole table
 ``privtrace-new`` (over a view: read out of core by the release, duckmob.stream), ``count-old`` / ``count-new`` /
 ``count-sql`` (the mob_noisy_count macro over a TEMP view: its pairs gathered as one list / stream.noisy_count /
 the macro over a view: counted out of core), ``transitions-old`` / ``transitions-new`` / ``transitions-sql`` (the
-same three for mob_transitions and stream.transitions). eps 1, seed 1, the default PrivTrace parameters, bbox of
+same three for mob_transitions and stream.transitions), ``hrnet-prep-old`` / ``hrnet-prep-new`` (HRNet's data
+preparation, stay points to training arrays, without training: the table in memory / batch by batch). eps 1, seed 1, the default PrivTrace parameters, bbox of
 HRNet's Beijing box.
 Delete DIR afterwards (``--clean`` does it).
 """
@@ -33,7 +34,7 @@ import time
 SOURCE = "/work/shared/data/geolife_beijing.parquet"
 BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
 CASES = ["privtrace-old", "privtrace-new", "count-old", "count-new", "count-sql", "transitions-old",
-         "transitions-new", "transitions-sql"]
+         "transitions-new", "transitions-sql", "hrnet-prep-old", "hrnet-prep-new"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -94,6 +95,8 @@ def child(case: str, points: str, cells: str) -> dict:
     elif case in ("transitions-old", "transitions-sql"):
         out = con.sql("SELECT count(*) FROM mob_transitions('seqs', eps := 1.0, n_states := 1024, w := 32, "
                       "support := 'neighbours', markov_order := 2, seed := 1)").fetchall()[0][0]
+    elif case.startswith("hrnet-prep"):
+        out = hrnet_prep(con, case.endswith("-new"))
     else:
         out = int((stream.transitions(con, "seqs", order=2, eps=1.0, n_states=1024, w=32, support="neighbours",
                                       seed=1)[1] > 0).sum())
@@ -103,6 +106,37 @@ def child(case: str, points: str, cells: str) -> dict:
     con.close()
     return {"case": case, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mb": peak_rss_mb(),
             "out": float(out)}
+
+
+def hrnet_prep(con, out_of_core: bool) -> int:
+    """HRNet's data preparation (no training): the cleaned trajectories, their stay points, cell sequences and
+    training arrays (default parameters: 32 x 32, 5 slots, 16 cells); out of core, stays batch by batch
+    (duckmob.stream, what mob_fit does on a committed table); else the whole table in memory first. Returns the
+    number of training sequences."""
+    import numpy as np
+
+    from duckmob import stream
+    from duckmob.sql.synth import points_query
+    from duckmob.synth.hrnet import HRNet
+    from duckmob.synth.hrnet.train import training_arrays
+    from duckmob.trajectories import from_points
+
+    synth = HRNet(BBOX)
+    query = points_query("trips", "traj_col := 'traj_id'", "trajectory")
+    if out_of_core:
+        source = stream.Source(con, query)
+        batches = source.batches(bbox=BBOX, time_required=True, privacy_unit="trajectory", k=None,
+                                 rng=lambda: np.random.default_rng(0))
+        stays = batches.gather(synth.stays)
+        batches.close()
+        source.close()
+    else:
+        data, _ = from_points(con.sql(query).to_arrow_table(), bbox=BBOX, outside="drop", time_required=True,
+                              private=True)
+        stays = synth.stays(data)
+        del data
+    cfg = synth.cfg
+    return training_arrays(synth.cell_sequences(stays), cfg.w, cfg.n_time, cfg.max_len, zorder=synth.zorder).n
 
 
 def peak_rss_mb() -> int:
