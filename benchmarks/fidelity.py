@@ -27,6 +27,9 @@ fine, privtrace and adatrace). The table shows the mean over the seeds:
     python benchmarks/fidelity.py --show benchmarks/results/fidelity_before.json   # print a saved table
     python benchmarks/fidelity.py --methods privtrace,privtrace-oracle --eps 100   # where the error comes from
 
+``hrnet-points`` / ``baseline-points``: the method with ``output := 'points'`` (routed points between its cells,
+timed between their slots) instead of one placed point per stay.
+
 ``privtrace-oracle`` (NOT private, a diagnostic): PrivTrace's fine placement applied to the real trajectories'
 own state sequences, so the gap between it and the privtrace row is the coarse model's (its random walks) and
 the gap between it and 0 the fine stage's.
@@ -122,9 +125,11 @@ def run(methods: list[str], seeds: list[int], eps: float, limit: int | None, neu
             if method == "privtrace-oracle":
                 synth = oracle_sample(reals[table_name].traj, eps, seed)
             else:
-                synth = duckmob.synthesize(con, table_name, eps=eps, method=method, bbox=BOX, n=sizes[table_name],
+                name, _, output = method.partition("-")      # hrnet-points: HRNet with output := 'points'
+                synth = duckmob.synthesize(con, table_name, eps=eps, method=name, bbox=BOX, n=sizes[table_name],
                                            seed=seed, outside="drop",
-                                           **({} if method == "privtrace" else {"delta": DELTA}))
+                                           **({} if name == "privtrace" else {"delta": DELTA}),
+                                           **({"output": output} if output else {}))
             fit_s = time.perf_counter() - t1
             t2 = time.perf_counter()
             rows = evaluate(reals[table_name], synth, BOX, families=FAMILIES)
@@ -214,7 +219,8 @@ def compare(before: dict, after: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default="privtrace,baseline",
-                        help="comma-separated: privtrace, baseline, hrnet, privtrace-oracle (default privtrace,baseline)")
+                        help="comma-separated: privtrace, baseline, hrnet, hrnet-points, baseline-points, privtrace-oracle "
+                             "(default privtrace,baseline)")
     parser.add_argument("--seeds", default="1,2,3", help="one seeded fit per seed; the table shows the mean")
     parser.add_argument("--eps", type=float, default=1.0)
     parser.add_argument("--limit", type=int, default=None, help="at most this many real trajectories")
@@ -231,9 +237,10 @@ def main() -> None:
         print(table(json.loads(open(args.show).read()), args.show))
         return
     methods = [m.strip().lower() for m in args.methods.split(",") if m.strip()]
-    bad = sorted(set(methods) - {"privtrace", "baseline", "hrnet", "privtrace-oracle"})
+    known = {"privtrace", "baseline", "hrnet", "privtrace-oracle", "hrnet-points", "baseline-points"}
+    bad = sorted(set(methods) - known)
     if bad:
-        parser.error(f"unknown methods {bad}: use privtrace, baseline, hrnet, privtrace-oracle")
+        parser.error(f"unknown methods {bad}: use {', '.join(sorted(known))}")
     result = run(methods, [int(s) for s in args.seeds.split(",")], args.eps, args.limit, args.neural_limit or None)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
