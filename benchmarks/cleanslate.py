@@ -88,6 +88,7 @@ def run(methods: list[str], seeds: list[int], epsilons: list[float], limit: int 
     cs_params = dict(params or {})
     if grid != "32":
         cs_params.setdefault("w", w)   # cleanslate models on the evaluation grid; the others keep their own
+    code = code_version()   # at the start: the code this process imported
     con = duckmob.connect()
     t0 = time.perf_counter()
     source = {m: "trips_neural" if m in NEURAL else "trips" for m in methods}
@@ -118,7 +119,7 @@ def run(methods: list[str], seeds: list[int], epsilons: list[float], limit: int 
                 print(f"eps {eps} {method} seed {seed}: fit + sample {fit_s:.0f} s; "
                       + ", ".join(f"{short} {fmt(metrics.get(m))}" for short, m in COLUMNS), flush=True)
     con.close()
-    return dict(seeds=seeds, code=code_version(), runs=runs, params=params or {}, grid=grid, w=w,
+    return dict(seeds=seeds, code=code, runs=runs, params=params or {}, grid=grid, w=w,
                 load=os.getloadavg()[0])
 
 
