@@ -23,7 +23,8 @@ cells of at most 250 m: w = ceil(the box's longer side / 250 m) = 119 over HRNet
 for each method: the evaluation grid of the lestyan columns (size, OD, patterns) for all four; cleanslate's own
 model grid too (its ``w``, unless ``--params`` sets one); NOT PrivTrace's (its own adaptive grid) nor HRNet's and
 the baseline's (their default w = 32, a power of two: a 250 m grid is not one), for which it is only the
-evaluation grid. The privtrace and adatrace columns use their own fixed grids whatever ``--grid`` says.
+evaluation grid. The privtrace and adatrace columns use their own fixed grids whatever ``--grid`` says. At
+250 m the patt TP column counts patterns of 2-4 cells, not 2-5 (see :func:`fit_patterns`).
 
     python benchmarks/cleanslate.py                                  # all four methods, eps 1 and 2, 3 seeds
     python benchmarks/cleanslate.py --methods cleanslate,privtrace --seeds 1 --eps 1
