@@ -137,6 +137,27 @@ def test_points_output_routes_through_the_drawn_cells_timed_between_their_slots(
     assert np.array_equal(again.lat, out.lat) and np.array_equal(again.ts, out.ts)
 
 
+def test_points_output_starts_and_ends_in_the_network_cells_on_little_data(monkeypatch):
+    """With few trajectories the data-driven fine width would be coarser than HRNet's grid (cells without a fine
+    cell, hence without anchors); it is kept at least as fine, so routes start and end in the drawn cells."""
+    data = toy_trajectories(150)
+    model = HRNet(BOX, **{**TINY, "w": 16}, output="points").fit(data, 1.0, 1e-5, NoiseSource(8))
+    assert model.fine.w >= 16
+    seen = {}
+    points = placement.Placement.points
+
+    def spy(self, offsets, coarse, rng, *args, **kwargs):
+        seen["offsets"], seen["cells"] = offsets, coarse
+        return points(self, offsets, coarse, rng, *args, **kwargs)
+
+    monkeypatch.setattr(placement.Placement, "points", spy)
+    out = model.sample(300, np.random.default_rng(4))
+    off, cells = seen["offsets"], seen["cells"]
+    first, last = out.offsets[:-1], out.offsets[1:] - 1
+    assert np.array_equal(cell_of(out.lat[first], out.lon[first], BOX, 16), cells[off[:-1]])
+    assert np.array_equal(cell_of(out.lat[last], out.lon[last], BOX, 16), cells[off[1:] - 1])
+
+
 def test_points_times_run_from_the_first_cell_time_to_the_last_at_constant_speed_on_a_route():
     w = 16
     density = np.zeros(w * w, np.float32)

@@ -80,6 +80,9 @@ def test_fine_width_follows_the_public_bbox_only():
     assert placement.fine_width(BOX, PlacementConfig()) == 64          # 5.1 km / 100 m -> 2^6
     assert placement.fine_width(BOX, PlacementConfig(fine_m=400)) == 16
     assert placement.fine_width(BOX, PlacementConfig(fine_w=8)) == 8
+    # the data-driven bound never goes coarser than the method's cells (at_least), so each holds fine cells
+    assert placement.fine_width(BOX, PlacementConfig(), n_noisy=100, eps=1.0) == 8
+    assert placement.fine_width(BOX, PlacementConfig(), n_noisy=100, eps=1.0, at_least=20) == 32
 
 
 def _road_placement():

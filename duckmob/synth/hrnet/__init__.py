@@ -308,7 +308,7 @@ class _Base(Synthesizer):
             # 'stays': the fine density of where the modelled points (stays) are; 'points': the density of where
             # the trajectories' fixes go (the line walk between them) and their step histogram
             fixes = stays if cfg.output == "stays" else src
-            extra.update(placement.release(fixes, self.bbox, eps, cfg, noise, k, n_noisy).arrays())
+            extra.update(placement.release(fixes, self.bbox, eps, cfg, noise, k, n_noisy, at_least=cfg.w).arrays())
         with cpu_threads(cfg.threads):
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(rng.integers(2 ** 62)))

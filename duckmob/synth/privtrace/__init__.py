@@ -196,7 +196,9 @@ class PrivTrace(Synthesizer):
         m = grid.m
         support = Support.of(m, *grid.neighbours())
         edges = length_bins(cfg.max_len)
-        fine_w = placement.fine_width(self.bbox, cfg, n_noisy, eps, k) if cfg.placing else None
+        # no coarser than the finest states (K 2^depth per side: from DP releases), so every state holds fine cells
+        fine_w = placement.fine_width(self.bbox, cfg, n_noisy, eps, k, at_least=K << int(e.max())) \
+            if cfg.placing else None
         fine_sc = placement.scales(eps, cfg, k) if cfg.placing else None
         sums = src.reduce(lambda d: self._statistics(d, grid, support, edges, scale, fine_w, fine_sc))
 
