@@ -220,8 +220,10 @@ def release_statistics(sums: dict[str, np.ndarray], w: int, sc: dict[str, float]
     from duckmob.synth.privtrace.walk import truncate_tail   # (privtrace imports this module)
 
     # post-processing: the long tail past where the histogram falls to the noise is zeroed (noise there would
-    # make kilometre steps), then NormCut
-    steps = truncate_tail(steps, sc["steps"])
+    # make kilometre steps), and so is the short head before it rises above the noise (noise there, weighted by
+    # nothing but its count, would make centimetre steps: ten times too many points on 1,000 trajectories at
+    # HRNet's share), then NormCut
+    steps = truncate_tail(truncate_tail(steps, sc["steps"])[::-1], sc["steps"])[::-1]
     return FineStats(w=w, density=adaptive_density(density, w, sc["density"]).astype(np.float32),
                      steps=normcut(steps[None, :], axis=-1)[0])
 
