@@ -41,6 +41,9 @@ import pyarrow as pa
 
 from duckmob.trajectories import Trajectories, from_points
 
+# batches whose statistics are computed at once by Batches.reduce (threads)
+REDUCE_THREADS = max(1, min(2, os.cpu_count() or 1))
+
 # Points per bucket: bounds the memory of cleaning and of a method's per-batch statistics (about 100-200 bytes a
 # point at the peak of a PrivTrace pass).
 BUCKET_POINTS = 1 << 21
@@ -61,15 +64,31 @@ class Batches:
         raise NotImplementedError
 
     def reduce(self, fn: Callable[[Trajectories], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """``fn(batch)`` summed over the batches: a dict of int64 arrays (exact sums, order-free)."""
+        """``fn(batch)`` summed over the batches: a dict of int64 arrays (exact sums, order-free, so the same
+        whatever order they finish in). ``REDUCE_THREADS`` batches at a time (NumPy releases the GIL in its
+        heavy loops); at most that many batches in memory."""
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
         total: dict[str, np.ndarray] | None = None
-        for batch in self:
-            part = fn(batch)
+
+        def add(part):
+            nonlocal total
             if total is None:
                 total = {k: np.asarray(v, dtype=np.int64).copy() for k, v in part.items()}
             else:
                 for k, v in part.items():
                     total[k] += np.asarray(v, dtype=np.int64)
+
+        with ThreadPoolExecutor(REDUCE_THREADS) as pool:
+            pending: deque = deque()
+            for batch in self:
+                pending.append(pool.submit(fn, batch))
+                del batch
+                if len(pending) >= REDUCE_THREADS:
+                    add(pending.popleft().result())
+            while pending:
+                add(pending.popleft().result())
         if total is None:
             total = {k: np.asarray(v, dtype=np.int64) for k, v in fn(Trajectories.empty()).items()}
         return total
