@@ -66,7 +66,8 @@ from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
 from duckmob.stream import as_batches
 from duckmob.synth.hrnet.encoding import morton
-from duckmob.synth.hrnet.generate import DECODES, sample_sequences, slot_times, to_trajectories, zorder_to_grid
+from duckmob.synth.hrnet.generate import (DECODES, one_cell_twice, sample_sequences, slot_times, to_trajectories,
+                                         zorder_to_grid)
 from duckmob.synth.hrnet.model import INPUT_LEVELS, MULTITASK_LOSSES, BaselineModel, HRNetModel
 from duckmob.synth.hrnet.pretrain import PRETRAIN_LEVEL, dptran, pretrain, pretraining_epsilon
 from duckmob.synth.hrnet.train import dp_sgd_train, training_arrays
@@ -462,14 +463,8 @@ class FittedModel(Model):
         base = int(np.datetime64(cfg["base_date"], "us").astype(np.int64))
         output = cfg.get("output", "cells")
         if self.fine is not None and output == "stays" and self.pois is None:
-            # a one-cell sequence is a trajectory that stayed in one cell: its first and last fix (the stay-point
-            # form HRNet models), two points in the cell at times of its slot, so no trajectory has one point
-            one = np.flatnonzero(lengths == 1)
-            if len(one):
-                starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-                at = starts[one]
-                cells, slots = np.insert(cells, at + 1, cells[at]), np.insert(slots, at + 1, slots[at])
-                lengths = np.where(lengths == 1, 2, lengths)
+            # two points in a one-cell sequence's cell, at times of its slot: no trajectory has one point
+            lengths, cells, slots = one_cell_twice(lengths, cells, slots)
         slots = slots if self.info.get("has_time", True) else None
         if self.fine is not None and output == "points" and self.pois is None:
             return self._routed(lengths, cells, slots, base, rng)
@@ -495,9 +490,7 @@ class FittedModel(Model):
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         times = None
         if slots is not None:
-            one = np.flatnonzero(lengths == 1)
-            twice = np.insert(slots, offsets[one] + 1, slots[offsets[one]])
-            times = slot_times(np.maximum(lengths, 2), twice, cfg["n_time"], base, rng)
+            times = slot_times(*one_cell_twice(lengths, slots), cfg["n_time"], base, rng)
         out = self.placement().points(offsets, cells, rng, int(cfg.get("max_points", 5000)), times=times)
         return trajectories_from_cells(*out)
 

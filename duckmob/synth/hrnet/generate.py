@@ -165,6 +165,14 @@ def slot_times(lengths: np.ndarray, slots: np.ndarray, n_time: int, base_day_us:
     return ts[order]
 
 
+def one_cell_twice(lengths: np.ndarray, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """A one-cell sequence is a trajectory that stayed in one cell: its first and last fix (the stay-point form
+    HRNet models). ``(lengths, *arrays)`` with the single entry of each such sequence given twice in every array
+    (lengths are >= 1: the generator never ends at its first step)."""
+    at = (np.cumsum(lengths) - lengths)[lengths == 1]
+    return (np.maximum(lengths, 2),) + tuple(np.insert(a, at + 1, a[at]) for a in arrays)
+
+
 def to_trajectories(lengths: np.ndarray, cells: np.ndarray, slots: np.ndarray | None, bbox, w: int, n_time: int,
                     base_day_us: int, rng: np.random.Generator) -> Trajectories:
     """Synthetic Trajectories from sampled grid cells (points uniform in cells) and slots (NO_TIME if None)."""
