@@ -179,3 +179,77 @@ def test_hrnet_fit_on_batches_equals_in_memory(con, output):
     assert a.state.keys() == b.state.keys() and all(torch.equal(a.state[k], b.state[k]) for k in a.state)
     assert a.extra.keys() == b.extra.keys() and all(np.array_equal(a.extra[k], b.extra[k]) for k in a.extra)
     assert (a.extra["fine_steps"].sum() > 0) == (output == "points")   # the step histogram: released for points
+
+
+def _fit_both(con, synth, eps, *, bucket_points=1500):
+    """``synth`` fitted on the in-memory trajectories and on the same trajectories out of core (many buckets),
+    both under one seed."""
+    from duckmob.privacy.noise import NoiseSource
+    from duckmob.sql.synth import points_query
+    from duckmob.trajectories import from_points
+
+    query = points_query("t", "traj_col := 'traj_id'", "trajectory")
+    whole, _ = from_points(con.sql(query).to_arrow_table(), bbox=BBOX, outside="drop", time_required=True,
+                           private=True)
+    a = synth.fit(whole, eps, 1e-5, NoiseSource(3))
+    source = stream.Source(con, query, bucket_points=bucket_points)
+    batches = source.batches(bbox=BBOX, time_required=True, privacy_unit="trajectory", k=None,
+                             rng=lambda: np.random.default_rng(0))
+    assert sum(1 for _ in batches) > 5
+    b = synth.fit(batches, eps, 1e-5, NoiseSource(3))
+    source.close()
+    return a, b
+
+
+def test_cleanslate_fit_on_batches_equals_in_memory(con, monkeypatch):
+    """Clean-slate streams: each batch reduced to its cell visits (stream.Batches.gather), which is all its trips
+    read, so the model out of core is the in-memory one bit for bit under a seed; memory follows the visits."""
+    import torch
+
+    from duckmob.synth.cleanslate import CleanSlate
+    from duckmob.synth.cleanslate.trips import visits
+
+    seen = []
+    monkeypatch.setattr("duckmob.synth.cleanslate.visits", lambda d, *a: seen.append(d.n_points) or visits(d, *a))
+    params = dict(w=8, n_time=4, ti_epochs=1, tpg_epochs=1, ti_hidden=8, ti_latent=2, tpg_embed=4, tpg_hidden=8,
+                  n_hint=200, batch_size=8)
+    a, b = _fit_both(con, CleanSlate(BBOX, **params), 1.0)
+    assert len(seen) > 6 and max(seen[1:]) < seen[0]          # the whole table once, then one batch at a time
+    assert a.state["ti"].keys() == b.state["ti"].keys()
+    for part in ("ti", "tpg", "prior"):
+        assert all(torch.equal(a.state[part][k], b.state[part][k]) for k in a.state[part]), part
+    assert a.info["n_noisy"] == b.info["n_noisy"]
+
+
+def test_pategail_fit_on_batches_equals_in_memory(con):
+    """PateGail streams: each batch reduced to the fixes its episodes read (the first fix and the last fix of each
+    slot); the model out of core is the in-memory one bit for bit under a seed."""
+    import torch
+
+    from duckmob.synth.pategail import PateGail
+
+    a, b = _fit_both(con, PateGail(BBOX, rounds=2, episodes=16, disc_steps=1), 4.0)
+    assert all(np.array_equal(a.start[k], b.start[k]) for k in a.start)
+    assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
+    assert a.info == b.info
+
+
+def test_reductions_read_what_the_methods_read(con):
+    """The per-trajectory reductions keep what trips / episodes read, and drop most fixes."""
+    from duckmob.sql.synth import points_query
+    from duckmob.synth.cleanslate.trips import trips, visits
+    from duckmob.synth.pategail import mdp
+    from duckmob.trajectories import from_points
+
+    whole, _ = from_points(con.sql(points_query("t", "traj_col := 'traj_id'", "trajectory")).to_arrow_table(),
+                           bbox=BBOX, outside="drop", time_required=True, private=True)
+    few = visits(whole, BBOX, 16)
+    assert few.n_trajectories == whole.n_trajectories and few.n_points < whole.n_points / 5
+    for x, y in zip(trips(few, BBOX, 16, 2, 4).__dict__.values(), trips(whole, BBOX, 16, 2, 4).__dict__.values()):
+        assert np.array_equal(x, y)
+    fixes = mdp.episode_fixes(whole, 48, 24)
+    assert fixes.n_points < whole.n_points / 5
+    dev = np.arange(whole.n_trajectories)
+    for x, y in zip(mdp.episodes(fixes, BBOX, 16, 48, 24, dev).__dict__.values(),
+                    mdp.episodes(whole, BBOX, 16, 48, 24, dev).__dict__.values()):
+        assert np.array_equal(x, y)

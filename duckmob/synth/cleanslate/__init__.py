@@ -68,6 +68,7 @@ from duckmob.errors import BudgetError, DuckmobError
 from duckmob.grid import cell_center, haversine_m
 from duckmob.privacy import accounting
 from duckmob.privacy.counting import noisy_unit_counts
+from duckmob.stream import as_batches
 from duckmob.synth import dpsgd
 from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
 from duckmob.synth.cleanslate.initialiser import Initialiser, categorical, sample_endpoints
@@ -77,7 +78,7 @@ from duckmob.synth.cleanslate.prior import (ENDPOINTS, coarse_of, coarse_probabi
                                             prior_events, refine,
                                             release_prior, waypoints)
 from duckmob.synth.cleanslate.transitions import Transitions
-from duckmob.synth.cleanslate.trips import grams, trips
+from duckmob.synth.cleanslate.trips import grams, trips, visits
 from duckmob.synth.config import Config, param
 from duckmob.trajectories import Trajectories
 
@@ -199,6 +200,7 @@ class CleanSlate(Synthesizer):
 
     method = "cleanslate"
     default_delta: ClassVar[float] = 1e-5
+    streams: ClassVar[bool] = True   # fit takes duckmob.stream.Batches: each batch reduced to its cell visits
 
     def __init__(self, bbox, **params):
         self.cfg = CleanSlateConfig.parse(params)
@@ -237,7 +239,7 @@ class CleanSlate(Synthesizer):
         return self.plan(eps, delta, k=contribution_bound, prior=prior)["event"]
 
     # -- fit -------------------------------------------------------------------------------------------
-    def fit(self, data: Trajectories, eps: float, delta: float, noise, *, contribution_bound: int = 1,
+    def fit(self, data, eps: float, delta: float, noise, *, contribution_bound: int = 1,
             release=None) -> "CleanSlateModel":
         """Fit under (eps, delta)-DP for one trajectory (or one user of at most ``contribution_bound``
         trajectories); see the module docstring."""
@@ -246,6 +248,8 @@ class CleanSlate(Synthesizer):
         t0 = time.perf_counter()
         device = _device(cfg.device)
         rng = noise.generator()
+        # out of core: the first fix of each cell visit of every trajectory, in the in-memory order
+        data = as_batches(data).gather(lambda d: visits(d, self.bbox, cfg.w))
         tr = trips(data, self.bbox, cfg.w, cfg.r, cfg.n_time)
         gr = grams(tr, cfg.w, cfg.r, cfg.max_grams)
         k = int(contribution_bound)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from duckmob.grid import time_slot
+from duckmob.grid import cell_of, time_slot
 from duckmob.staypoints import cell_sequences, collapse_repeats
 from duckmob.trajectories import NO_TIME, Trajectories
 
@@ -83,6 +83,13 @@ class Trips:
     @property
     def n(self) -> int:
         return len(self.source)
+
+
+def visits(data: Trajectories, bbox, w: int) -> Trajectories:
+    """The fixes :func:`trips` reads: the first fix of each run of fixes in one cell of the w x w grid. ``trips``
+    of them equals ``trips`` of ``data`` (so out of core, batch by batch, memory follows the cell visits, not the
+    fixes). Per trajectory: each output from its own points only."""
+    return data.take_points(collapse_repeats(data.offsets, cell_of(data.lat, data.lon, bbox, w)))
 
 
 def trips(data: Trajectories, bbox, w: int, r: int, n_time: int) -> Trips:

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from duckmob.errors import DuckmobError
+from duckmob.stream import as_batches
 from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.dpsgd import torch_generator
 from duckmob.privacy import accounting
@@ -121,6 +122,7 @@ class PateGail(Synthesizer):
     method = "pategail"
     default_delta = 1e-5
     needs_time = True
+    streams = True     # fit takes duckmob.stream.Batches: each batch reduced to the fixes its episodes read
 
     def __init__(self, bbox, **params):
         self.cfg = PateGailConfig.parse(params)
@@ -175,7 +177,7 @@ class PateGail(Synthesizer):
         return out
 
     # -- fit -------------------------------------------------------------------------------------------------
-    def fit(self, data: Trajectories, eps: float, delta: float, noise, *, contribution_bound: int = 1,
+    def fit(self, data, eps: float, delta: float, noise, *, contribution_bound: int = 1,
             release=None) -> "PateGailModel":
         """Fit under (eps, delta)-DP for one device (see the module docstring for the privacy map)."""
         with cpu_threads(self.cfg.threads):
@@ -183,6 +185,8 @@ class PateGail(Synthesizer):
 
     def _fit(self, data, eps, delta, noise, k, release) -> "PateGailModel":
         cfg = self.cfg
+        # out of core: the first fix and the last fix of each slot of every trajectory, in the in-memory order
+        data = as_batches(data).gather(lambda d: mdp.episode_fixes(d, cfg.n_slots, cfg.max_steps))
         plan = self.plan(eps, delta, k)
         t0 = time.perf_counter()
         # separate streams: the policy's and the environment's draws never depend on how many devices there are

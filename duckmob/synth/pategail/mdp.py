@@ -61,6 +61,38 @@ class Episodes:
         return len(self.steps)
 
 
+def _slot_fixes(data, n_slots: int, max_steps: int):
+    """Per point: its trajectory (``owner``) and slot index within the trajectory's episode (``rel``, >= 0: points
+    are sorted by time), whether it is within ``max_steps`` slots of the first fix (``inside``); the indices of
+    the last fix of each (trajectory, slot) inside (``last``); each trajectory's first slot of the day (``s0``)."""
+    n = data.n_trajectories
+    keep = data.lengths > 0
+    slot_us = DAY_US // n_slots
+    owner = data.point_traj()
+    slot_abs = np.floor_divide(data.ts, slot_us)
+    s0 = np.zeros(n, dtype=np.int64)
+    s0[keep] = slot_abs[data.offsets[:-1][keep]]
+    rel = slot_abs - s0[owner]
+    inside = rel < max_steps
+    # the last fix of each (trajectory, slot): where the key changes next
+    key = owner * (max_steps + 1) + np.minimum(rel, max_steps)
+    last = np.flatnonzero(np.concatenate([key[1:] != key[:-1], [True]]) & inside)
+    return owner, rel, inside, last, s0
+
+
+def episode_fixes(data, n_slots: int, max_steps: int):
+    """The fixes :func:`episodes` reads: each trajectory's first fix and the last fix of each slot within
+    ``max_steps`` slots of it. ``episodes`` of them equals ``episodes`` of ``data`` (and so, batch by batch, out
+    of core, memory follows the slots, not the fixes). Per trajectory: each output from its own points only."""
+    if data.n_points == 0:
+        return data
+    _owner, _rel, _inside, last, _s0 = _slot_fixes(data, n_slots, max_steps)
+    keep = np.zeros(data.n_points, dtype=bool)
+    keep[last] = True
+    keep[data.offsets[:-1][data.lengths > 0]] = True
+    return data.take_points(keep)
+
+
 def episodes(data, bbox, w: int, n_slots: int, max_steps: int, device: np.ndarray) -> Episodes:
     """Real trajectories (``duckmob.trajectories.Trajectories`` with time, points inside ``bbox``) as episodes.
 
@@ -68,23 +100,13 @@ def episodes(data, bbox, w: int, n_slots: int, max_steps: int, device: np.ndarra
     slot's column and carried forward. Points more than ``max_steps`` slots after the first fix are ignored.
     """
     n = data.n_trajectories
-    lengths = data.lengths
-    keep = lengths > 0
-    slot_us = DAY_US // n_slots
-    cells = cell_of(data.lat, data.lon, bbox, w)
+    keep = data.lengths > 0
     out = np.full((n, max_steps + 1), -1, dtype=np.int64)
     if data.n_points == 0:
         return Episodes(out[:0], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
-    owner = data.point_traj()
-    slot_abs = np.floor_divide(data.ts, slot_us)
+    cells = cell_of(data.lat, data.lon, bbox, w)
+    owner, rel, inside, last, s0 = _slot_fixes(data, n_slots, max_steps)
     first = data.offsets[:-1][keep]
-    s0 = np.zeros(n, dtype=np.int64)
-    s0[keep] = slot_abs[first]
-    rel = slot_abs - s0[owner]                     # slot index within the episode, >= 0 (points sorted by time)
-    inside = rel < max_steps
-    # the last fix of each (trajectory, slot): where the key changes next
-    key = owner * (max_steps + 1) + np.minimum(rel, max_steps)
-    last = np.flatnonzero(np.concatenate([key[1:] != key[:-1], [True]]) & inside)
     out[owner[last], rel[last] + 1] = cells[last]
     out[keep, 0] = cells[first]
     steps = np.zeros(n, dtype=np.int64)
