@@ -15,7 +15,8 @@ Cases: ``privtrace-old`` (the synthesize macro over a TEMP view: the whole table
 ``count-sql`` (the mob_noisy_count macro over a TEMP view: its pairs gathered as one list / stream.noisy_count /
 the macro over a view: counted out of core), ``transitions-old`` / ``transitions-new`` / ``transitions-sql`` (the
 same three for mob_transitions and stream.transitions), ``hrnet-prep-old`` / ``hrnet-prep-new`` (HRNet's data
-preparation, stay points to training arrays, without training: the table in memory / batch by batch). eps 1, seed 1, the default PrivTrace parameters, bbox of
+preparation, stay points to training arrays, without training: the table in memory / batch by batch), and the
+same for clean-slate (cell visits to trips) and PateGail (the fixes its episodes read, to episodes). eps 1, seed 1, the default PrivTrace parameters, bbox of
 HRNet's Beijing box.
 Delete DIR afterwards (``--clean`` does it).
 """
@@ -34,7 +35,8 @@ import time
 SOURCE = "/work/shared/data/geolife_beijing.parquet"
 BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
 CASES = ["privtrace-old", "privtrace-new", "count-old", "count-new", "count-sql", "transitions-old",
-         "transitions-new", "transitions-sql", "hrnet-prep-old", "hrnet-prep-new"]
+         "transitions-new", "transitions-sql", "hrnet-prep-old", "hrnet-prep-new", "cleanslate-prep-old", "cleanslate-prep-new",
+         "pategail-prep-old", "pategail-prep-new"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -95,8 +97,8 @@ def child(case: str, points: str, cells: str) -> dict:
     elif case in ("transitions-old", "transitions-sql"):
         out = con.sql("SELECT count(*) FROM mob_transitions('seqs', eps := 1.0, n_states := 1024, w := 32, "
                       "support := 'neighbours', markov_order := 2, seed := 1)").fetchall()[0][0]
-    elif case.startswith("hrnet-prep"):
-        out = hrnet_prep(con, case.endswith("-new"))
+    elif "-prep-" in case:
+        out = prep(con, case.split("-")[0], case.endswith("-new"))
     else:
         out = int((stream.transitions(con, "seqs", order=2, eps=1.0, n_states=1024, w=32, support="neighbours",
                                       seed=1)[1] > 0).sum())
@@ -108,35 +110,55 @@ def child(case: str, points: str, cells: str) -> dict:
             "out": float(out)}
 
 
-def hrnet_prep(con, out_of_core: bool) -> int:
-    """HRNet's data preparation (no training): the cleaned trajectories, their stay points, cell sequences and
-    training arrays (default parameters: 32 x 32, 5 slots, 16 cells); out of core, stays batch by batch
-    (duckmob.stream, what mob_fit does on a committed table); else the whole table in memory first. Returns the
-    number of training sequences."""
+def prep(con, method: str, out_of_core: bool) -> int:
+    """A method's data preparation (no training), default parameters; out of core, each batch reduced by the
+    method's own per-trajectory reduction (duckmob.stream, what mob_fit does on a committed table), else the whole
+    table in memory first. HRNet: stay points, cell sequences and training arrays (32 x 32, 5 slots, 16 cells);
+    clean-slate: cell visits and trips (16 x 16); PateGail: the fixes its episodes read and the episodes. Returns
+    the number of training rows."""
     import numpy as np
 
     from duckmob import stream
     from duckmob.sql.synth import points_query
-    from duckmob.synth.hrnet import HRNet
-    from duckmob.synth.hrnet.train import training_arrays
     from duckmob.trajectories import from_points
 
-    synth = HRNet(BBOX)
+    if method == "hrnet":
+        from duckmob.synth.hrnet import HRNet
+        from duckmob.synth.hrnet.train import training_arrays
+
+        synth = HRNet(BBOX)
+        cfg = synth.cfg
+        reduce = synth.stays
+        build = lambda d: training_arrays(synth.cell_sequences(d), cfg.w, cfg.n_time, cfg.max_len,  # noqa: E731
+                                          zorder=synth.zorder).n
+    elif method == "cleanslate":
+        from duckmob.synth.cleanslate import CleanSlate
+        from duckmob.synth.cleanslate.trips import trips, visits
+
+        cfg = CleanSlate(BBOX).cfg
+        reduce = lambda d: visits(d, BBOX, cfg.w)  # noqa: E731
+        build = lambda d: trips(d, BBOX, cfg.w, cfg.r, cfg.n_time).n  # noqa: E731
+    else:
+        from duckmob.synth.pategail import PateGail, mdp
+
+        cfg = PateGail(BBOX).cfg
+        reduce = lambda d: mdp.episode_fixes(d, cfg.n_slots, cfg.max_steps)  # noqa: E731
+        build = lambda d: mdp.episodes(d, BBOX, cfg.w, cfg.n_slots, cfg.max_steps,  # noqa: E731
+                                       np.arange(d.n_trajectories)).n
     query = points_query("trips", "traj_col := 'traj_id'", "trajectory")
     if out_of_core:
         source = stream.Source(con, query)
         batches = source.batches(bbox=BBOX, time_required=True, privacy_unit="trajectory", k=None,
                                  rng=lambda: np.random.default_rng(0))
-        stays = batches.gather(synth.stays)
+        reduced = batches.gather(reduce)
         batches.close()
         source.close()
     else:
         data, _ = from_points(con.sql(query).to_arrow_table(), bbox=BBOX, outside="drop", time_required=True,
                               private=True)
-        stays = synth.stays(data)
+        reduced = reduce(data)
         del data
-    cfg = synth.cfg
-    return training_arrays(synth.cell_sequences(stays), cfg.w, cfg.n_time, cfg.max_len, zorder=synth.zorder).n
+    return build(reduced)
 
 
 def peak_rss_mb() -> int:
