@@ -148,6 +148,42 @@ def test_prior_noise_is_laplace_at_k_over_eps_h_on_every_bin(monkeypatch):
         assert [e.param("eps") for e in prior_events(0.6, endpoints)] == pytest.approx([0.6 / h] * h)
 
 
+def test_prior_blocks_follow_the_noisy_count_and_keep_the_bound(monkeypatch):
+    """The end and distance histograms go on blocks sized from the noisy count (at most SIGNAL n eps_h / k bins) or
+    the public prior_cells; a trajectory still moves each by at most 1 in L1, and the released probabilities are
+    spread evenly inside each block."""
+    from duckmob.synth.cleanslate import prior as prior_mod
+    from duckmob.synth.cleanslate.prior import SIGNAL, coarse_of, prior_block
+
+    assert prior_block(32, 3000, 0.495) == 1                  # 3 x 3000 x 0.124 bins: 33 per side, w = 32 fits
+    assert prior_block(119, 3000, 0.495) == 4                 # the 250 m grid: 30 x 30 blocks
+    assert prior_block(119, 3000, 0.495, k=4) > 4             # a user's k trajectories: k times the noise
+    assert prior_block(119, 1e9, 10.0) == 1 and prior_block(119, 0, 0.1) == 119
+    assert prior_block(119, 3000, 0.495, cells=60) == 2       # public: the count is not used
+    side = 119 // prior_block(119, 3000, 0.495)
+    assert side ** 2 <= SIGNAL * 3000 * 0.495 / 4 * 1.2
+    data = straight_lines(60, seed=3)
+    t = trips(data, BOX, 8, 1, 24)
+    less = trips(data.take(np.arange(60) != 17), BOX, 8, 1, 24)
+    for values in (lambda x: (coarse_of(x.source, 8, 3), coarse_of(x.dest, 8, 3)),
+                   lambda x: chebyshev(x.source, x.dest, 8) // 3):
+        full, part = (exact_histogram(values(x), 9, 0.3) for x in (t, less))
+        assert np.abs(full - part).sum() == pytest.approx(1.0)
+    sizes = []
+    real = prior_mod.noisy_histogram
+    monkeypatch.setattr(prior_mod, "noisy_histogram",
+                        lambda v, size, e, nz, kk=1: sizes.append(size) or real(v, size, e, nz, kk))
+    out = release_prior(t.source, t.dest, t.slot, 8, 24, 0.6, NoiseSource(1), 1, "shared",
+                        detours(t.source, t.dest, np.diff(t.offsets), 8, 1, 12), 12, block=3)
+    assert sizes[0] == 9 and sizes[2] == 3                    # 3 x 3 blocks of the 8 x 8 grid; distances 0-2, 3-5, 6-7
+    for name in ("source", "distance"):
+        assert out[name].sum() == pytest.approx(1.0)
+    owner = coarse_of(np.arange(64), 8, 3)
+    for b in range(9):
+        assert np.ptp(out["source"][owner == b]) < 1e-15
+    assert np.ptp(out["distance"][:3]) < 1e-15 and np.ptp(out["distance"][6:]) < 1e-15
+
+
 def test_detours_are_drawn_given_the_distance_bucket():
     assert bucket(np.arange(9)).tolist() == [0, 1, 2, 2, 3, 3, 3, 3, 4]
     assert [r.tolist() for r in bucket_range(np.arange(5), 6)] == [[0, 1, 2, 4, 8], [0, 1, 3, 6, 6]]

@@ -75,7 +75,7 @@ from duckmob.synth.cleanslate.initialiser import Initialiser, categorical, sampl
 from duckmob.synth.cleanslate.paths import Router, replace, through
 from duckmob.synth.cleanslate.prior import (ENDPOINTS, coarse_of, coarse_probabilities, coarse_width, destinations,
                                             detours, draw_detours, eps_split, gravity, hops, log_bias,
-                                            prior_events, refine,
+                                            prior_block, prior_events, refine,
                                             release_prior, waypoints)
 from duckmob.synth.cleanslate.transitions import Transitions
 from duckmob.synth.cleanslate.trips import grams, trips, visits
@@ -95,7 +95,8 @@ class CleanSlateConfig(Config):
     r: int = param(1, int, low=1, high=8, doc="next hops within r cells: (2r+1)^2 classes (§8.3.2)")
     n_time: int = param(24, int, low=1, high=1440, doc="time slots of the day (the paper: hours)")
     max_grams: int = param(32, int, low=1, high=4096, doc="grams per trajectory kept for TPG (evenly spaced)")
-    max_path: int = param(96, int, low=2, high=100_000, doc="public cap on cells per generated path")
+    max_path: int | None = param(None, int, low=2, high=100_000,
+                                 doc="public cap on cells per generated path (null: 3 w)")
     hop_cost: float = param(1.0, float, low=0, doc="nats added to each hop's -log p in the path search (0: the "
                                                    "most probable path, the paper; more: fewer hops)")
     ti_hidden: int = param(32, int, low=1, high=8192, doc="TI dense layer size")
@@ -103,10 +104,14 @@ class CleanSlateConfig(Config):
                           doc="TI's cell heads: one softmax over w^2 cells (the paper), or 'rowcol': logits "
                               "a[row] + b[col] (2w outputs)")
     ti_latent: int = param(8, int, low=1, high=1024, doc="TI latent size")
-    ti_coarse: int = param(4, int, low=1, high=256,
-                           doc="TI's cells: ti_coarse x ti_coarse fine cells each (1: the fine cells, the paper)")
+    ti_coarse: int | None = param(None, int, low=1, high=256,
+                                  doc="TI's cells: ti_coarse x ti_coarse fine cells each (1: the fine cells, the "
+                                      "paper; null: ceil(w / 8), an 8 x 8 TI grid)")
     prior_share: float = param(0.5, float, low=0, high=1, high_open=True,
                                doc="share of eps (after the count) for the prior histograms (0: no prior)")
+    prior_cells: int | None = param(None, int, low=1, high=256,
+                                    doc="cells per side of the end and distance histograms (null: from the noisy "
+                                        "count, prior.prior_block; at most w)")
     prior_endpoints: str = param("shared", str, choices=ENDPOINTS,
                                  doc="'shared': one histogram of sources and destinations pooled; 'separate': one "
                                      "of each")
@@ -203,7 +208,9 @@ class CleanSlate(Synthesizer):
     streams: ClassVar[bool] = True   # fit takes duckmob.stream.Batches: each batch reduced to its cell visits
 
     def __init__(self, bbox, **params):
-        self.cfg = CleanSlateConfig.parse(params)
+        cfg = CleanSlateConfig.parse(params)
+        # defaults that follow the public grid width (stored resolved in the model's config)
+        self.cfg = cfg.replace(max_path=cfg.max_path or 3 * cfg.w, ti_coarse=cfg.ti_coarse or -(-cfg.w // 8))
         super().__init__(bbox, **params)
 
     # -- accounting ---------------------------------------------------------------------------------
@@ -257,8 +264,9 @@ class CleanSlate(Synthesizer):
         n_noisy, units_noisy = noisy_unit_counts(tr.user_id, eps_count, noise, k)
         # (2) the prior: three noisy histograms, each trajectory adding 1 to one bin of each (module docstring)
         detour = detours(tr.source, tr.dest, np.diff(tr.offsets), cfg.w, cfg.r, cfg.max_path)
+        block = prior_block(cfg.w, n_noisy, eps_prior, k, cfg.prior_endpoints, cfg.prior_cells)
         hist = release_prior(tr.source, tr.dest, tr.slot, cfg.w, cfg.n_time, eps_prior, noise, k,
-                             cfg.prior_endpoints, detour, cfg.max_path) if eps_prior > 0 else None
+                             cfg.prior_endpoints, detour, cfg.max_path, block) if eps_prior > 0 else None
         # the reserved event is the plan (calibrated within the budget by the release core); alone, to (eps, delta)
         plan = self.plan(eps, delta, k=k) if release is None else _plan_of(release.event)
         batch = plan["sample_rate"] * max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
@@ -307,7 +315,7 @@ class CleanSlate(Synthesizer):
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta, epsilon_accounted=accounting.epsilon(event, delta),
                     n_noisy=n_noisy, units_noisy=units_noisy, eps_count=eps_count, eps_prior=eps_prior,
-                    sample_rate=plan["sample_rate"], expected_batch=batch, steps_ti=plan["steps_ti"],
+                    prior_block=block, sample_rate=plan["sample_rate"], expected_batch=batch, steps_ti=plan["steps_ti"],
                     steps_tpg=plan["steps_tpg"], noise_multiplier_ti=plan["sigma_ti"],
                     noise_multiplier_tpg=plan["sigma_tpg"], has_time=data.has_time, seeded=bool(noise.seeded),
                     contribution_bound=k)

@@ -28,6 +28,12 @@ Release (:func:`release_prior`), ``eps_prior`` split in equal parts over the his
   detour clipped to ``max_path - 1`` (the public path cap) and public power-of-two buckets (0, 1, 2-3, 4-7, ...;
   :func:`bucket`): a short trip and a long one do not wander alike, and the buckets keep the bins few.
 
+The end and distance histograms are released on blocks of ``block`` x ``block`` cells (``block`` distances), and
+spread evenly over the block's cells (distances) afterwards: with many cells and few trips every bin of a fine
+histogram is mostly noise. ``block`` (:func:`prior_block`) is public (``prior_cells``) or follows the noisy count
+(post-processing of a released value): at most ``SIGNAL n~ eps_h / k`` bins, so that a bin's mean mass is at least
+``1 / SIGNAL`` of the noise scale ``k / eps_h``.
+
 Sensitivity, by construction: adding or removing one trajectory moves each histogram by at most 1 in L1 (its
 windows' masses are non-negative and sum to 1); a user of at most k trajectories by at most k. Each histogram gets
 Laplace noise of scale ``k / eps_h`` on every bin (a data-independent support, zero bins included),
@@ -37,6 +43,8 @@ fit. NormCut (non-negative, total kept) and normalisation are post-processing.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -51,6 +59,8 @@ FLOOR = 1e-6
 ENDPOINTS = ("shared", "separate")
 # iterations of the proportional fitting of :func:`gravity`
 GRAVITY_ITERATIONS = 50
+# The automatic block keeps the end histogram at most SIGNAL * n * eps_h / k bins (module docstring)
+SIGNAL = 3.0
 # (samples x cells) entries handled at once when sampling
 _BLOCK = 1 << 22
 
@@ -154,21 +164,49 @@ def draw_detours(source, dest, joint: np.ndarray, w: int, max_path: int, rng: np
     return lo + np.floor(rng.random(len(b)) * (hi - lo + 1)).astype(np.int64)
 
 
+def prior_block(w: int, n_noisy: float, eps_prior: float, k: int = 1, endpoints: str = "shared",
+                cells: int | None = None) -> int:
+    """Fine cells per side of a block of the end and distance histograms: ``ceil(w / side)`` with ``side`` the
+    public ``cells`` or, when it is None, ``floor(sqrt(SIGNAL n~ eps_h / k))`` (module docstring; ``n~`` the noisy
+    trajectory count, so this is post-processing), ``side`` between 1 and w."""
+    if cells is None:
+        eps_h = eps_prior / n_histograms(endpoints)
+        cells = int(math.floor(math.sqrt(max(SIGNAL * float(n_noisy) * eps_h / k, 1.0))))
+    side = min(max(int(cells), 1), w)
+    return -(-w // side)
+
+
+def spread(p_blocks: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """Each item's share of its block's probability: ``p_blocks[owner] / size(owner)`` (post-processing)."""
+    sizes = np.bincount(owner, minlength=len(p_blocks))
+    return np.asarray(p_blocks, dtype=np.float64)[owner] / sizes[owner]
+
+
 def release_prior(source, dest, slot, w: int, n_time: int, eps_prior: float, noise, k: int = 1,
-                  endpoints: str = "shared", detour=None, max_path: int = 1) -> dict:
+                  endpoints: str = "shared", detour=None, max_path: int = 1, block: int = 1) -> dict:
     """The noisy histograms (module docstring; ``eps_prior`` in all, in equal parts), as probabilities (uniform
     where NormCut left nothing): ``{"source": (w^2,), "dest": (w^2,), "slot": (n_time,), "distance": (w,),
     "detour": (distance buckets x detour buckets,)}`` (source and dest the same array with shared endpoints);
-    ``detour`` from :func:`detours`."""
+    ``detour`` from :func:`detours`; the end and distance histograms released on ``block``-wide blocks and
+    spread evenly over them."""
     eps_h = eps_prior / n_histograms(endpoints)
+    cells = np.arange(w * w)
+    of_cell, n_blocks = coarse_of(cells, w, block), coarse_width(w, block) ** 2
+
+    def ends(*values):
+        blocks = tuple(coarse_of(v, w, block) for v in values)
+        return spread(probabilities(histogram(blocks if len(blocks) > 1 else blocks[0], n_blocks, eps_h, noise, k)),
+                      of_cell)
+
     out = {}
     if endpoints == "shared":
-        out["source"] = out["dest"] = probabilities(histogram((source, dest), w * w, eps_h, noise, k))
+        out["source"] = out["dest"] = ends(source, dest)
     else:
-        out["source"] = probabilities(histogram(source, w * w, eps_h, noise, k))
-        out["dest"] = probabilities(histogram(dest, w * w, eps_h, noise, k))
+        out["source"], out["dest"] = ends(source), ends(dest)
     out["slot"] = probabilities(histogram(slot, n_time, eps_h, noise, k))
-    out["distance"] = probabilities(histogram(chebyshev(source, dest, w), w, eps_h, noise, k))
+    distance = chebyshev(source, dest, w) // block
+    out["distance"] = spread(probabilities(histogram(distance, -(-w // block), eps_h, noise, k)),
+                             np.arange(w) // block)
     out["detour"] = probabilities(histogram(detour_bins(source, dest, detour, w, max_path),
                                             int(np.prod(detour_shape(w, max_path))), eps_h, noise, k))
     return out
@@ -330,6 +368,7 @@ def eps_split(eps: float, count_share: float, prior_share: float) -> tuple[float
 
 
 __all__ = ["FLOOR", "ENDPOINTS", "n_histograms", "prior_events", "exact_histogram", "noisy_histogram", "histogram",
-           "chebyshev", "gravity", "release_prior", "destinations", "hops", "detours", "waypoints", "bucket",
+           "chebyshev", "gravity", "release_prior", "prior_block", "spread", "SIGNAL", "destinations", "hops",
+           "detours", "waypoints", "bucket",
            "bucket_range", "detour_shape", "detour_bins", "draw_detours", "probabilities",
            "coarse_width", "coarse_of", "log_bias", "coarse_probabilities", "refine", "eps_split"]
