@@ -248,9 +248,7 @@ def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, privacy_uni
     per user, chosen at random), so the sensitivities of the mechanisms downstream are unchanged."""
     kept: list = []
     ids: list[tuple[np.ndarray, np.ndarray]] = []
-    for table in buckets:
-        data, _ = from_points(table, bbox=bbox, outside="drop", time_required=time_required, private=True)
-        del table
+    for data in _cleaned(buckets, bbox, time_required):
         if privacy_unit == "user":
             ids.append((data.traj_id, data.user_id))
         if folder is not None and kept:     # a second bucket: every bucket goes to disk
@@ -268,6 +266,26 @@ def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, privacy_uni
         cuts = np.cumsum([0] + [len(t) for t, _ in ids])
         keep = [mask[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
     return Cleaned(kept, keep, folder)
+
+
+def _cleaned(buckets: Iterable[pa.Table], bbox, time_required: bool) -> Iterator[Trajectories]:
+    """``from_points(private=True)`` of each bucket, in bucket order, ``REDUCE_THREADS`` buckets at a time
+    (threads: NumPy and Arrow release the GIL in their sorts and copies); at most that many raw buckets held."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(table):
+        return from_points(table, bbox=bbox, outside="drop", time_required=time_required, private=True)[0]
+
+    with ThreadPoolExecutor(REDUCE_THREADS) as pool:
+        pending: deque = deque()
+        for table in buckets:
+            pending.append(pool.submit(one, table))
+            del table
+            if len(pending) >= REDUCE_THREADS:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 # -- reading a source through DuckDB --------------------------------------------------------------------------------
