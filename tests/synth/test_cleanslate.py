@@ -239,6 +239,46 @@ def test_waypoints_add_the_detour_and_legs_join():
     assert lengths.tolist() == [1, 1, 3] and cells.tolist() == [9, 5, 10, 11, 12]
 
 
+def test_chained_waypoints_make_long_detours_along_shortest_legs():
+    """A detour longer than one waypoint can add takes several (at most MAX_WAYPOINTS); the legs are shortest
+    paths, so the path's hops beyond the fewest equal the waypoints' extra hops; every hop moves at most r cells
+    and the path ends at the destination."""
+    from duckmob.synth.cleanslate import MAX_WAYPOINTS, SHORTEST, chain_waypoints, chained_paths
+    from duckmob.synth.cleanslate.paths import Router
+
+    w, r, cap = 10, 1, 300
+    rng = np.random.default_rng(4)
+    n = 300
+    s, d = rng.integers(0, w * w, n), rng.integers(0, w * w, n)
+    detour = rng.integers(0, 40, n)
+    stops = chain_waypoints(s, d, detour, np.ones(w * w), w, r, rng)
+    assert 2 <= len(stops) <= MAX_WAYPOINTS
+    assert ((stops[0] < 0) == (detour == 0)).all()
+    one = hops(s, stops[0], w, r) + hops(stops[0], d, w, r) - hops(s, d, w, r)
+    many = (stops[1] >= 0)
+    assert many.any() and (detour[many] > one[many]).all()       # a second waypoint only where one fell short
+    log_p = np.log(np.full((1, w * w, 9), 1 / 9))
+    router = Router(lambda dd, tt: np.repeat(log_p, len(dd), 0), w, r, hop_cost=SHORTEST)
+    via = stops[0] >= 0
+    lengths, cells = chained_paths(router, s[via], d[via], np.zeros(int(via.sum()), np.int64),
+                                   [m[via] for m in stops], cap)
+    ends = np.cumsum(lengths)
+    assert (cells[ends - 1] == d[via]).all() and (cells[ends - lengths] == s[via]).all()
+    step = chebyshev(cells[1:], cells[:-1], w)
+    inside = np.ones(len(cells) - 1, dtype=bool)
+    inside[ends[:-1] - 1] = False
+    assert (step[inside] <= r).all() and (step[inside] >= 1).all()
+    made = lengths - 1 - hops(s[via], d[via], w, r)
+    prev, extra = s[via].copy(), np.zeros(int(via.sum()), np.int64)
+    for m in stops:
+        m = m[via]
+        go = m >= 0
+        extra += np.where(go, hops(prev, m, w, r) + hops(m, d[via], w, r) - hops(prev, d[via], w, r), 0)
+        prev = np.where(go, m, prev)
+    assert (made == extra).all()                                   # shortest legs: no detour of their own
+    assert np.abs(made - detour[via]).mean() < 2 and np.abs(made - detour[via]).mean() < detour[via].mean() / 5
+
+
 def test_refine_draws_a_fine_cell_inside_the_coarse_cell():
     w, coarse = 6, 4                                            # 2 x 2 coarse cells, the last ones narrower
     p = np.zeros(w * w)

@@ -139,6 +139,49 @@ class CleanSlateConfig(Config):
             raise DuckmobError(f"cleanslate parameter r must be below w (got r = {self.r}, w = {self.w})")
 
 
+# Nats per hop of the shortest-path router: far above any path's summed -log p, so the fewest hops come first and
+# the probabilities only choose among the shortest paths.
+SHORTEST = 1e6
+
+
+def chain_waypoints(source, dest, detour, p_mid, w: int, r: int, rng) -> list[np.ndarray]:
+    """Up to ``MAX_WAYPOINTS`` waypoints per trip (arrays of cells, -1 where a trip has no more) whose extra hops add
+    up to about ``detour``: each inserted between the previous one (the source first) and the destination, adding
+    an even share of what is still missing (its ceiling over the waypoints left; :func:`.prior.waypoints`), until
+    nothing is missing or a waypoint adds nothing: a long detour becomes a few moderate turns rather than one far
+    loop (which one waypoint on a small grid cannot always make). Post-processing, vectorised over trips."""
+    prev, missing = np.asarray(source, dtype=np.int64).copy(), np.asarray(detour, dtype=np.int64).copy()
+    stops: list[np.ndarray] = []
+    for j in range(MAX_WAYPOINTS):
+        # an even share of what is missing (rounded up): a long detour as a few moderate turns, not one far loop
+        m = waypoints(prev, dest, -(-missing // (MAX_WAYPOINTS - j)), p_mid, w, r, rng)
+        has = m >= 0
+        if not has.any():
+            break
+        extra = np.where(has, hops(prev, m, w, r) + hops(m, dest, w, r) - hops(prev, dest, w, r), 0)
+        missing = np.where(has & (extra > 0), np.maximum(missing - extra, 0), 0)
+        stops.append(m)
+        prev = np.where(has, m, prev)
+    return stops
+
+
+def chained_paths(router: "Router", source, dest, slot, stops: list[np.ndarray], cap: int):
+    """Paths source -> stops[0] -> stops[1] ... -> dest (a stop of -1 and those after it skipped), each leg
+    ``router``'s path, joined and cut at ``cap`` cells. Returns (lengths, cells)."""
+    cur = np.asarray(source, dtype=np.int64)
+    path = None
+    for m in [*stops, np.asarray(dest, dtype=np.int64)]:
+        go = m >= 0
+        leg = router.paths(cur[go], m[go], slot[go], cap)
+        path = leg if path is None else through(*path, *leg, go, cap)
+        cur = np.where(go, m, cur)
+    return path
+
+
+# Waypoints a trip's detour may take (public).
+MAX_WAYPOINTS = 3
+
+
 def _hrnet_accounting():
     """HRNet's count split (imported when planning, so that this module does not load HRNet's):
     ``(calibrate_noise_multiplier, count_shares, counts_events)``; the calibration is the accountant's."""
@@ -377,16 +420,21 @@ class CleanSlateModel(Model):
         lengths, cells = router.paths(source, dest, slot, cap)
         prior = {h: v.numpy() for h, v in self.state.get("prior", {}).items()}
         if "detour" in prior:
-            # each trip draws a detour; where the direct path's own detour is short of it, the trip goes through a
-            # waypoint adding the difference: s -> m -> d (the legs to d reuse the searches just made)
+            # each trip draws a detour (hops beyond the fewest) and gets the path that makes it: the most probable
+            # path when its own detour is the nearest; the most probable of the shortest paths (detour 0) when 0 is
+            # nearer; through waypoints adding the detour (s -> m1 -> ... -> d along shortest legs, so that the
+            # legs add no detour of their own) when the drawn detour is beyond the most probable path's
             detour = draw_detours(source, dest, prior["detour"], w, cap, rng)
-            short = detour - (lengths - 1 - hops(source, dest, w, r))
-            mid = waypoints(source, dest, np.maximum(short, 0), (prior["source"] + prior["dest"]) / 2, w, r, rng)
-            via = mid >= 0
-            first = router.paths(source[via], mid[via], slot[via], cap)
-            second = router.paths(mid[via], dest[via], slot[via], cap)
-            both = through(*first, *second, np.ones(int(via.sum()), dtype=bool), cap)
-            lengths, cells = replace(lengths, cells, via, *both)
+            own = lengths - 1 - hops(source, dest, w, r)
+            shortest = Router(log_probs, w, r, hop_cost=SHORTEST)
+            flat = detour < own - detour
+            lengths, cells = replace(lengths, cells, flat, *shortest.paths(source[flat], dest[flat], slot[flat], cap))
+            stops = chain_waypoints(source, dest, np.where(detour > own, detour, 0),
+                                    (prior["source"] + prior["dest"]) / 2, w, r, rng)
+            if stops:
+                via = stops[0] >= 0
+                path = chained_paths(shortest, source[via], dest[via], slot[via], [m[via] for m in stops], cap)
+                lengths, cells = replace(lengths, cells, via, *path)
         return self._points(lengths, cells, slot, rng)
 
     def _endpoints(self, ti, n: int, rng, dev, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
