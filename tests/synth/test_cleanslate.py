@@ -402,7 +402,7 @@ def test_the_event_is_the_rate_trained_with_and_matches_dp_accounting(fitted):
 
     count = dp_accounting.LaplaceDpEvent(1 / leaves[0].param("eps"))
     eps_count = 0.01 * eps
-    eps_prior = 0.5 * (eps - eps_count)                     # prior_share of what the count leaves
+    eps_prior = 0.8 * (eps - eps_count)                     # prior_share of what the count leaves
     assert [e.param("eps") for e in leaves[1:5]] == pytest.approx([eps_prior / 4] * 4, rel=1e-12)
     assert info["eps_prior"] == pytest.approx(eps_prior)
     prior = [dp_accounting.LaplaceDpEvent(4 / eps_prior)] * 4

@@ -20,9 +20,11 @@ the trajectory as the privacy unit (or the user with at most k = ``contribution_
 - **TPG** (:mod:`.transitions`): next hop among the (2r+1)^2 cells within r cells given (current, destination,
   slot); one example per trajectory, its gradient the mean over its grams (at most ``max_grams``);
 - **trace generator** (:mod:`.paths`): (s, d, t) from TI, the most probable path s -> d under TPG (Dijkstra on
-  -log p plus the public ``hop_cost`` per hop, one search per (d, t) on the reversed graph, kept for reuse) --
-  through a waypoint m (s -> m -> d) when the trip's detour, drawn from the prior, exceeds the direct path's
-  (:func:`.prior.waypoints`) -- cut at the public ``max_path`` cells; one point per cell, uniform inside it;
+  -log p plus the public ``hop_cost`` per hop, one search per (d, t) on the reversed graph, kept for reuse); each
+  trip draws a detour from the prior and takes the path that makes it: the most probable path, the most probable
+  of the shortest paths (detour 0), or -- when the drawn detour exceeds the most probable path's -- a chain of up
+  to ``MAX_WAYPOINTS`` waypoints joined by shortest legs (:func:`chain_waypoints`, :func:`.prior.waypoints`);
+  cut at the public ``max_path`` cells; one point per cell, uniform inside it;
   times from a uniform instant in the slot plus cell-centre distances at the public ``speed_mps``.
 
 What ``fit`` spends, composed by the PLD accountant into ONE event (``model.event``, recorded in the ledger once):
@@ -107,7 +109,7 @@ class CleanSlateConfig(Config):
     ti_coarse: int | None = param(None, int, low=1, high=256,
                                   doc="TI's cells: ti_coarse x ti_coarse fine cells each (1: the fine cells, the "
                                       "paper; null: ceil(w / 8), an 8 x 8 TI grid)")
-    prior_share: float = param(0.5, float, low=0, high=1, high_open=True,
+    prior_share: float = param(0.8, float, low=0, high=1, high_open=True,
                                doc="share of eps (after the count) for the prior histograms (0: no prior)")
     prior_cells: int | None = param(None, int, low=1, high=256,
                                     doc="cells per side of the end and distance histograms (null: from the noisy "
