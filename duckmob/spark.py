@@ -9,6 +9,8 @@ the same two things the out-of-core DuckDB path gives (``duckmob.stream``):
   partitions are cached in the per-trajectory Arrow form of ``stream.to_lists``. Under the user unit, only the
   (traj_id, user_id) pairs of the kept trajectories reach the driver (16 bytes a trajectory), where
   ``stream.bound_keys`` draws the bounding exactly as the in-memory path does;
+* ``gather(fn)``: a method's per-trajectory reduction (HRNet's stay points, clean-slate's cell visits, PateGail's
+  slot fixes) runs on each partition; only its output is collected, in the in-memory order;
 * ``reduce(fn)``: the method's own per-batch statistics function (for PrivTrace, ``PrivTrace._statistics``:
   integer noise-grid steps) runs on each partition in ``mapInArrow``; only those integer tables, bounded by the
   public grid and state sizes, are collected and summed on the driver, where the release core adds the noise once.
@@ -89,8 +91,19 @@ class SparkBatches(stream.Batches):
             total[name] += np.frombuffer(blob, dtype=np.int64)
         return total
 
+    def gather(self, fn: Callable[[Trajectories], Trajectories]) -> Trajectories:
+        """``fn`` (a per-trajectory reduction: a method's stay points, cell visits, slot fixes) runs on every
+        partition in ``mapInArrow``; only its output reaches the driver, in the in-memory order."""
+        keys = self.keys
+
+        def partition(batches):
+            data = _kept(stream.from_lists(pa.Table.from_batches(list(batches), schema=_LISTS32)), keys)
+            yield from stream.to_lists(fn(data)).cast(_LISTS32).to_batches()
+
+        return stream.in_order(stream.from_lists(self.cleaned.mapInArrow(partition, _LISTS_DDL).toArrow()))
+
     def __iter__(self):
-        """Every kept trajectory on the driver, as one batch (for methods that do not stream: O(points))."""
+        """Every kept trajectory on the driver, as one batch (what iterating gives: O(points))."""
         yield _kept(stream.from_lists(self.cleaned.toArrow()), self.keys)
 
     def close(self) -> None:

@@ -102,9 +102,7 @@ class Batches:
         """``fn(batch)`` of every batch in one :class:`Trajectories`, in from_points' (traj_id, user_id) order:
         for a per-trajectory ``fn`` (each output trajectory from its own input's points, e.g. stay points) the
         same as ``fn`` of all trajectories in memory, holding one batch's points at a time plus the outputs."""
-        data = concat([_owned(fn(batch)) for batch in self])
-        order = np.lexsort((data.user_id, data.traj_id))
-        return data if np.all(order[1:] > order[:-1]) else data.take(order)
+        return in_order(concat([_owned(fn(batch)) for batch in self]))
 
     def close(self) -> None:
         """Delete what was written to disk (a no-op in memory)."""
@@ -125,6 +123,12 @@ class InMemory(Batches):
 
     def gather(self, fn):
         return fn(self.data)
+
+
+def in_order(data: Trajectories) -> Trajectories:
+    """``data``'s trajectories in from_points' (traj_id, user_id) order, the in-memory path's."""
+    order = np.lexsort((data.user_id, data.traj_id))
+    return data if np.all(order[1:] > order[:-1]) else data.take(order)
 
 
 def as_batches(data: "Trajectories | Batches") -> Batches:

@@ -57,6 +57,15 @@ def _statistics_fn():
     return statistics
 
 
+def _visits_fn():
+    """Clean-slate's reduction of a trajectory to its cell visits (as the method gathers it)."""
+    from duckmob.synth.cleanslate.trips import visits
+
+    def reduce(d):
+        return visits(d, BBOX, 16)
+    return reduce
+
+
 def test_spark_and_duckdb_reduce_to_the_same_tables(data):
     _folder, path, session = data
     con = duckdb.connect()
@@ -66,6 +75,7 @@ def test_spark_and_duckdb_reduce_to_the_same_tables(data):
     ddb = source.batches(bbox=BBOX, time_required=False, privacy_unit="user", k=3,
                          rng=lambda: np.random.default_rng(1))
     want = ddb.reduce(_statistics_fn())
+    want_visits = ddb.gather(_visits_fn())
     n_ddb = ddb.n_trajectories
     ddb.close()
     source.close()
@@ -73,12 +83,17 @@ def test_spark_and_duckdb_reduce_to_the_same_tables(data):
     src = dspark.SparkSource(session.read.parquet(path), partitions=3)
     sb = src.batches(bbox=BBOX, time_required=False, privacy_unit="user", k=3, rng=lambda: np.random.default_rng(1))
     got = sb.reduce(_statistics_fn())
+    got_visits = sb.gather(_visits_fn())
     assert sb.n_trajectories == n_ddb > 20
     src.close()
     assert want.keys() == got.keys()
     for key in want:
         assert np.array_equal(want[key], got[key]), key
         assert want[key].sum() > 0
+    # a method's per-trajectory reduction, run on the partitions: the same trajectories in the same order
+    assert got_visits.n_trajectories == n_ddb and got_visits.n_points >= 2 * n_ddb
+    for name in ("offsets", "traj_id", "user_id", "ts", "lat", "lon"):
+        assert np.array_equal(getattr(got_visits, name), getattr(want_visits, name)), name
 
 
 def test_spark_synthesize_equals_duckdb(data, monkeypatch):
