@@ -67,9 +67,6 @@ class Batches:
         """``fn(batch)`` summed over the batches: a dict of int64 arrays (exact sums, order-free, so the same
         whatever order they finish in). ``REDUCE_THREADS`` batches at a time (NumPy releases the GIL in its
         heavy loops); at most that many batches in memory."""
-        from collections import deque
-        from concurrent.futures import ThreadPoolExecutor
-
         total: dict[str, np.ndarray] | None = None
 
         def add(part):
@@ -80,15 +77,8 @@ class Batches:
                 for k, v in part.items():
                     total[k] += np.asarray(v, dtype=np.int64)
 
-        with ThreadPoolExecutor(REDUCE_THREADS) as pool:
-            pending: deque = deque()
-            for batch in self:
-                pending.append(pool.submit(fn, batch))
-                del batch
-                if len(pending) >= REDUCE_THREADS:
-                    add(pending.popleft().result())
-            while pending:
-                add(pending.popleft().result())
+        for part in in_threads(fn, self):
+            add(part)
         if total is None:
             total = {k: np.asarray(v, dtype=np.int64) for k, v in fn(Trajectories.empty()).items()}
         return total
@@ -275,17 +265,23 @@ def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, privacy_uni
 def _cleaned(buckets: Iterable[pa.Table], bbox, time_required: bool) -> Iterator[Trajectories]:
     """``from_points(private=True)`` of each bucket, in bucket order, ``REDUCE_THREADS`` buckets at a time
     (threads: NumPy and Arrow release the GIL in their sorts and copies); at most that many raw buckets held."""
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
-
     def one(table):
         return from_points(table, bbox=bbox, outside="drop", time_required=time_required, private=True)[0]
 
+    return in_threads(one, buckets)
+
+
+def in_threads(fn: Callable, items: Iterable) -> Iterator:
+    """``fn(item)`` of each item, yielded in the items' order, ``REDUCE_THREADS`` items at a time on threads (at
+    most that many items and results held at once)."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(REDUCE_THREADS) as pool:
         pending: deque = deque()
-        for table in buckets:
-            pending.append(pool.submit(one, table))
-            del table
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            del item
             if len(pending) >= REDUCE_THREADS:
                 yield pending.popleft().result()
         while pending:
