@@ -184,6 +184,32 @@ def test_prior_blocks_follow_the_noisy_count_and_keep_the_bound(monkeypatch):
     assert np.ptp(out["distance"][:3]) < 1e-15 and np.ptp(out["distance"][6:]) < 1e-15
 
 
+def test_refine_spreads_blocks_by_the_fine_end_histogram(monkeypatch):
+    """With prior_refine (the default above w = 64) one more histogram, of both ends pooled on the fine cells, is
+    released and accounted (H = 5), and shares each block's probability among its cells; a block whose fine
+    cells are all empty is spread evenly."""
+    from duckmob.synth.cleanslate import prior as prior_mod
+    from duckmob.synth.cleanslate.prior import coarse_of, n_histograms, within
+
+    owner = coarse_of(np.arange(16), 4, 2)                     # 2 x 2 blocks of a 4 x 4 grid
+    fine = np.zeros(16)
+    fine[[0, 1]] = [3.0, 1.0]                                  # block 0: cells 0 and 1 only; the others empty
+    p = within(np.array([0.5, 0.2, 0.2, 0.1]), fine, owner)
+    assert p[0] == pytest.approx(0.375) and p[1] == pytest.approx(0.125) and p[4] == 0 and p[5] == 0
+    assert np.allclose(p[owner == 3], 0.025) and p.sum() == pytest.approx(1.0)
+    assert n_histograms("shared", True) == 5 and len(prior_events(1.0, "shared", True)) == 5
+    assert CleanSlate(BOX, w=119).cfg.prior_refine and not CleanSlate(BOX).cfg.prior_refine
+    eps_seen = []
+    real = prior_mod.noisy_histogram
+    monkeypatch.setattr(prior_mod, "noisy_histogram",
+                        lambda v, size, e, nz, kk=1: eps_seen.append((size, e)) or real(v, size, e, nz, kk))
+    t = trips(straight_lines(30), BOX, 8, 1, 24)
+    out = release_prior(t.source, t.dest, t.slot, 8, 24, 1.0, NoiseSource(2), 1, "shared",
+                        detours(t.source, t.dest, np.diff(t.offsets), 8, 1, 12), 12, block=2, refine=True)
+    assert [size for size, _ in eps_seen][:2] == [64, 16] and all(e == pytest.approx(0.2) for _, e in eps_seen)
+    assert out["source"].sum() == pytest.approx(1.0)
+
+
 def test_detours_are_drawn_given_the_distance_bucket():
     assert bucket(np.arange(9)).tolist() == [0, 1, 2, 2, 3, 3, 3, 3, 4]
     assert [r.tolist() for r in bucket_range(np.arange(5), 6)] == [[0, 1, 2, 4, 8], [0, 1, 3, 6, 6]]

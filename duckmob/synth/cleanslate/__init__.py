@@ -33,9 +33,10 @@ What ``fit`` spends, composed by the PLD accountant into ONE event (``model.even
    sensitivity k, users), as HRNet), ``eps_count = count_share * eps``: the default n of ``sample`` and the
    expected batch ``q N~`` that DP-SGD divides its noisy sums by;
 2. the prior: H histograms (ends, slot, distance, detour: H = 4; with ``prior_endpoints = 'separate'`` source
-   and destination apart: H = 5), each trajectory adding mass 1 to each (L1 sensitivity 1 per histogram, k for a
-   user), Laplace(H k / eps_prior) on every bin, ``eps_prior = prior_share (eps - eps_count)`` (H
-   ``laplace(eps_prior / H)`` events; none when ``prior_share`` is 0);
+   and destination apart: H = 5; with ``prior_refine`` one more, the ends on the fine cells), each trajectory
+   adding mass 1 to each (L1 sensitivity 1 per histogram, k for a user), Laplace(H k / eps_prior) on every bin,
+   ``eps_prior = prior_share (eps - eps_count)`` (H ``laplace(eps_prior / H)`` events; none when ``prior_share``
+   is 0);
 3. DP-SGD of TI: ``ceil(ti_epochs / q)`` Poisson-sampled steps at rate q, clip ``max_grad_norm``, noise
    multiplier ``sigma_TI`` calibrated so that (1) + (2) + (3) reach
    ``eps_count + eps_prior + ti_share (eps - eps_count - eps_prior)``;
@@ -114,6 +115,8 @@ class CleanSlateConfig(Config):
     prior_cells: int | None = param(None, int, low=1, high=256,
                                     doc="cells per side of the end and distance histograms (null: from the noisy "
                                         "count, prior.prior_block; at most w)")
+    prior_refine: bool | None = param(None, bool, doc="also release the ends on the fine cells, to spread the "
+                                                      "blocks (null: when w > 64)")
     prior_endpoints: str = param("shared", str, choices=ENDPOINTS,
                                  doc="'shared': one histogram of sources and destinations pooled; 'separate': one "
                                      "of each")
@@ -255,7 +258,8 @@ class CleanSlate(Synthesizer):
     def __init__(self, bbox, **params):
         cfg = CleanSlateConfig.parse(params)
         # defaults that follow the public grid width (stored resolved in the model's config)
-        self.cfg = cfg.replace(max_path=cfg.max_path or 3 * cfg.w, ti_coarse=cfg.ti_coarse or -(-cfg.w // 8))
+        self.cfg = cfg.replace(max_path=cfg.max_path or 3 * cfg.w, ti_coarse=cfg.ti_coarse or -(-cfg.w // 8),
+                               prior_refine=cfg.w > 64 if cfg.prior_refine is None else cfg.prior_refine)
         super().__init__(bbox, **params)
 
     # -- accounting ---------------------------------------------------------------------------------
@@ -276,7 +280,7 @@ class CleanSlate(Synthesizer):
         batch = float(cfg.batch_size or cfg.batch_factor * math.sqrt(units))
         q = min(1.0, batch / units)
         steps_ti, steps_tpg = int(math.ceil(cfg.ti_epochs / q)), int(math.ceil(cfg.tpg_epochs / q))
-        fixed = counts_events(eps_count, k) + prior_events(eps_prior, cfg.prior_endpoints)
+        fixed = counts_events(eps_count, k) + prior_events(eps_prior, cfg.prior_endpoints, cfg.prior_refine)
         target_ti = eps_count + eps_prior + cfg.ti_share * (eps - eps_count - eps_prior)
         sigma_ti = _calibrate(fixed, q, steps_ti, target_ti, delta)
         ti = accounting.dp_sgd(sigma_ti, q, steps_ti)
@@ -309,9 +313,10 @@ class CleanSlate(Synthesizer):
         n_noisy, units_noisy = noisy_unit_counts(tr.user_id, eps_count, noise, k)
         # (2) the prior: three noisy histograms, each trajectory adding 1 to one bin of each (module docstring)
         detour = detours(tr.source, tr.dest, np.diff(tr.offsets), cfg.w, cfg.r, cfg.max_path)
-        block = prior_block(cfg.w, n_noisy, eps_prior, k, cfg.prior_endpoints, cfg.prior_cells)
+        block = prior_block(cfg.w, n_noisy, eps_prior, k, cfg.prior_endpoints, cfg.prior_cells, cfg.prior_refine)
         hist = release_prior(tr.source, tr.dest, tr.slot, cfg.w, cfg.n_time, eps_prior, noise, k,
-                             cfg.prior_endpoints, detour, cfg.max_path, block) if eps_prior > 0 else None
+                             cfg.prior_endpoints, detour, cfg.max_path, block, cfg.prior_refine) \
+            if eps_prior > 0 else None
         # the reserved event is the plan (calibrated within the budget by the release core); alone, to (eps, delta)
         plan = self.plan(eps, delta, k=k) if release is None else _plan_of(release.event)
         batch = plan["sample_rate"] * max(float(n_noisy if units_noisy is None else units_noisy), 1.0)

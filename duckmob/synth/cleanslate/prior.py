@@ -33,6 +33,9 @@ spread evenly over the block's cells (distances) afterwards: with many cells and
 histogram is mostly noise. ``block`` (:func:`prior_block`) is public (``prior_cells``) or follows the noisy count
 (post-processing of a released value): at most ``SIGNAL n~ eps_h / k`` bins, so that a bin's mean mass is at least
 ``1 / SIGNAL`` of the noise scale ``k / eps_h``.
+With ``refine`` (a public choice; by default on grids wider than 64 cells, where blocks are likely) one more
+histogram, of both ends pooled on the fine cells (each trajectory 1/2 to each end's cell), shares each block's
+probability among its cells instead (:func:`within`); it is the fifth (sixth, with separate ends) histogram.
 
 Sensitivity, by construction: adding or removing one trajectory moves each histogram by at most 1 in L1 (its
 windows' masses are non-negative and sum to 1); a user of at most k trajectories by at most k. Each histogram gets
@@ -65,15 +68,16 @@ SIGNAL = 3.0
 _BLOCK = 1 << 22
 
 
-def n_histograms(endpoints: str) -> int:
-    """Histograms released: (endpoints, slot, distance, detour) or (source, destination, slot, distance, detour)."""
-    return 4 if endpoints == "shared" else 5
+def n_histograms(endpoints: str, refine: bool = False) -> int:
+    """Histograms released: (endpoints, slot, distance, detour) or (source, destination, slot, distance, detour),
+    and with ``refine`` the ends pooled on the fine cells too."""
+    return (4 if endpoints == "shared" else 5) + int(refine)
 
 
-def prior_events(eps_prior: float, endpoints: str = "shared") -> list:
+def prior_events(eps_prior: float, endpoints: str = "shared", refine: bool = False) -> list:
     """The accounting events of :func:`release_prior`: one Laplace release of ``eps_prior / H`` per histogram (none
     when ``eps_prior`` is 0)."""
-    h = n_histograms(endpoints)
+    h = n_histograms(endpoints, refine)
     return [accounting.laplace(eps_prior / h)] * h if eps_prior > 0 else []
 
 
@@ -165,12 +169,12 @@ def draw_detours(source, dest, joint: np.ndarray, w: int, max_path: int, rng: np
 
 
 def prior_block(w: int, n_noisy: float, eps_prior: float, k: int = 1, endpoints: str = "shared",
-                cells: int | None = None) -> int:
+                cells: int | None = None, refine: bool = False) -> int:
     """Fine cells per side of a block of the end and distance histograms: ``ceil(w / side)`` with ``side`` the
     public ``cells`` or, when it is None, ``floor(sqrt(SIGNAL n~ eps_h / k))`` (module docstring; ``n~`` the noisy
     trajectory count, so this is post-processing), ``side`` between 1 and w."""
     if cells is None:
-        eps_h = eps_prior / n_histograms(endpoints)
+        eps_h = eps_prior / n_histograms(endpoints, refine)
         cells = int(math.floor(math.sqrt(max(SIGNAL * float(n_noisy) * eps_h / k, 1.0))))
     side = min(max(int(cells), 1), w)
     return -(-w // side)
@@ -182,21 +186,34 @@ def spread(p_blocks: np.ndarray, owner: np.ndarray) -> np.ndarray:
     return np.asarray(p_blocks, dtype=np.float64)[owner] / sizes[owner]
 
 
+def within(p_blocks: np.ndarray, p_fine: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """Each block's probability shared among its cells in proportion to ``p_fine`` (evenly where ``p_fine`` is 0
+    over the whole block). Post-processing."""
+    mass = np.bincount(owner, weights=p_fine, minlength=len(p_blocks))
+    share = np.divide(p_fine, mass[owner], out=np.zeros_like(p_fine), where=mass[owner] > 0)
+    even = spread(np.ones(len(p_blocks)), owner)
+    share = np.where(mass[owner] > 0, share, even)
+    return np.asarray(p_blocks, dtype=np.float64)[owner] * share
+
+
 def release_prior(source, dest, slot, w: int, n_time: int, eps_prior: float, noise, k: int = 1,
-                  endpoints: str = "shared", detour=None, max_path: int = 1, block: int = 1) -> dict:
+                  endpoints: str = "shared", detour=None, max_path: int = 1, block: int = 1,
+                  refine: bool = False) -> dict:
     """The noisy histograms (module docstring; ``eps_prior`` in all, in equal parts), as probabilities (uniform
     where NormCut left nothing): ``{"source": (w^2,), "dest": (w^2,), "slot": (n_time,), "distance": (w,),
     "detour": (distance buckets x detour buckets,)}`` (source and dest the same array with shared endpoints);
     ``detour`` from :func:`detours`; the end and distance histograms released on ``block``-wide blocks and
-    spread evenly over them."""
-    eps_h = eps_prior / n_histograms(endpoints)
+    spread over them: evenly, or with ``refine`` as one more histogram, of both ends pooled on the fine cells,
+    spreads them inside each block (:func:`within`)."""
+    eps_h = eps_prior / n_histograms(endpoints, refine)
     cells = np.arange(w * w)
     of_cell, n_blocks = coarse_of(cells, w, block), coarse_width(w, block) ** 2
+    fine = probabilities(histogram((source, dest), w * w, eps_h, noise, k)) if refine else None
 
     def ends(*values):
         blocks = tuple(coarse_of(v, w, block) for v in values)
-        return spread(probabilities(histogram(blocks if len(blocks) > 1 else blocks[0], n_blocks, eps_h, noise, k)),
-                      of_cell)
+        p = probabilities(histogram(blocks if len(blocks) > 1 else blocks[0], n_blocks, eps_h, noise, k))
+        return spread(p, of_cell) if fine is None else within(p, fine, of_cell)
 
     out = {}
     if endpoints == "shared":
