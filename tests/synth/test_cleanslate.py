@@ -208,6 +208,13 @@ def test_refine_spreads_blocks_by_the_fine_end_histogram(monkeypatch):
                         detours(t.source, t.dest, np.diff(t.offsets), 8, 1, 12), 12, block=2, refine=True)
     assert [size for size, _ in eps_seen][:2] == [64, 16] and all(e == pytest.approx(0.2) for _, e in eps_seen)
     assert out["source"].sum() == pytest.approx(1.0)
+    # 1 x 1 blocks: the fine release and the block release estimate one histogram; the mean of the two is used
+    one = release_prior(t.source, t.dest, t.slot, 8, 24, 1.0, NoiseSource(2), 1, "shared",
+                        detours(t.source, t.dest, np.diff(t.offsets), 8, 1, 12), 12, block=1, refine=True)
+    again = NoiseSource(2)
+    first = prior_mod.probabilities(prior_mod.histogram((t.source, t.dest), 64, 0.2, again))
+    second = prior_mod.probabilities(prior_mod.histogram((t.source, t.dest), 64, 0.2, again))
+    assert np.allclose(one["source"], (first + second) / 2) and not np.allclose(first, second)
 
 
 def test_detours_are_drawn_given_the_distance_bucket():

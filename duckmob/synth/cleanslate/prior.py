@@ -35,7 +35,8 @@ histogram is mostly noise. ``block`` (:func:`prior_block`) is public (``prior_ce
 ``1 / SIGNAL`` of the noise scale ``k / eps_h``.
 With ``refine`` (a public choice; by default on grids wider than 64 cells, where blocks are likely) one more
 histogram, of both ends pooled on the fine cells (each trajectory 1/2 to each end's cell), shares each block's
-probability among its cells instead (:func:`within`); it is the fifth (sixth, with separate ends) histogram.
+probability among its cells instead (:func:`within`); it is the fifth (sixth, with separate ends) histogram. With
+1 x 1 blocks and shared ends the two are releases of one histogram, and their mean is used.
 
 Sensitivity, by construction: adding or removing one trajectory moves each histogram by at most 1 in L1 (its
 windows' masses are non-negative and sum to 1); a user of at most k trajectories by at most k. Each histogram gets
@@ -213,6 +214,8 @@ def release_prior(source, dest, slot, w: int, n_time: int, eps_prior: float, noi
     def ends(*values):
         blocks = tuple(coarse_of(v, w, block) for v in values)
         p = probabilities(histogram(blocks if len(blocks) > 1 else blocks[0], n_blocks, eps_h, noise, k))
+        if fine is not None and block == 1 and len(values) == 2:
+            return (p + fine) / 2    # two independent releases of one pooled histogram: their mean (post-processing)
         return spread(p, of_cell) if fine is None else within(p, fine, of_cell)
 
     out = {}
