@@ -147,6 +147,8 @@ class CleanSlateConfig(Config):
 # Nats per hop of the shortest-path router: far above any path's summed -log p, so the fewest hops come first and
 # the probabilities only choose among the shortest paths.
 SHORTEST = 1e6
+# Waypoints a trip's detour may take (public).
+MAX_WAYPOINTS = 3
 
 
 def chain_waypoints(source, dest, detour, p_mid, w: int, r: int, rng) -> list[np.ndarray]:
@@ -181,10 +183,6 @@ def chained_paths(router: "Router", source, dest, slot, stops: list[np.ndarray],
         path = leg if path is None else through(*path, *leg, go, cap)
         cur = np.where(go, m, cur)
     return path
-
-
-# Waypoints a trip's detour may take (public).
-MAX_WAYPOINTS = 3
 
 
 def _hrnet_accounting():
