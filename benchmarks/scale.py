@@ -16,8 +16,8 @@ Cases: ``privtrace-old`` (the synthesize macro over a TEMP view: the whole table
 the macro over a view: counted out of core), ``transitions-old`` / ``transitions-new`` / ``transitions-sql`` (the
 same three for mob_transitions and stream.transitions), ``hrnet-prep-old`` / ``hrnet-prep-new`` (HRNet's data
 preparation, stay points to training arrays, without training: the table in memory / batch by batch), and the
-same for clean-slate (cell visits to trips) and PateGail (the fixes its episodes read, to episodes). eps 1, seed 1, the default PrivTrace parameters, bbox of
-HRNet's Beijing box.
+same for clean-slate (cell visits to trips) and PateGail (the fixes its episodes read, to episodes). eps 1,
+seed 1, the default PrivTrace parameters, bbox of HRNet's Beijing box.
 Delete DIR afterwards (``--clean`` does it).
 """
 
@@ -35,8 +35,8 @@ import time
 SOURCE = "/work/shared/data/geolife_beijing.parquet"
 BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
 CASES = ["privtrace-old", "privtrace-new", "count-old", "count-new", "count-sql", "transitions-old",
-         "transitions-new", "transitions-sql", "hrnet-prep-old", "hrnet-prep-new", "cleanslate-prep-old", "cleanslate-prep-new",
-         "pategail-prep-old", "pategail-prep-new"]
+         "transitions-new", "transitions-sql", "hrnet-prep-old", "hrnet-prep-new", "cleanslate-prep-old",
+         "cleanslate-prep-new", "pategail-prep-old", "pategail-prep-new"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -68,17 +68,12 @@ class Batches:
         whatever order they finish in). ``REDUCE_THREADS`` batches at a time (NumPy releases the GIL in its
         heavy loops); at most that many batches in memory."""
         total: dict[str, np.ndarray] | None = None
-
-        def add(part):
-            nonlocal total
+        for part in in_threads(fn, self):
             if total is None:
                 total = {k: np.asarray(v, dtype=np.int64).copy() for k, v in part.items()}
             else:
                 for k, v in part.items():
                     total[k] += np.asarray(v, dtype=np.int64)
-
-        for part in in_threads(fn, self):
-            add(part)
         if total is None:
             total = {k: np.asarray(v, dtype=np.int64) for k, v in fn(Trajectories.empty()).items()}
         return total

@@ -309,7 +309,7 @@ class CleanSlate(Synthesizer):
         k = int(contribution_bound)
         eps_count, eps_prior = eps_split(eps, cfg.count_share, cfg.prior_share)
         n_noisy, units_noisy = noisy_unit_counts(tr.user_id, eps_count, noise, k)
-        # (2) the prior: three noisy histograms, each trajectory adding 1 to one bin of each (module docstring)
+        # (2) the prior: H noisy histograms, each trajectory adding mass 1 to each (module docstring)
         detour = detours(tr.source, tr.dest, np.diff(tr.offsets), cfg.w, cfg.r, cfg.max_path)
         block = prior_block(cfg.w, n_noisy, eps_prior, k, cfg.prior_endpoints, cfg.prior_cells, cfg.prior_refine)
         hist = release_prior(tr.source, tr.dest, tr.slot, cfg.w, cfg.n_time, eps_prior, noise, k,
