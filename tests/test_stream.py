@@ -160,28 +160,16 @@ def test_hrnet_fit_on_batches_equals_in_memory(con, output):
     the batches, give the in-memory model bit for bit under a seed (the weights and every released table)."""
     import torch
 
-    from duckmob.privacy.noise import NoiseSource
-    from duckmob.sql.synth import points_query
     from duckmob.synth.hrnet import HRNet
-    from duckmob.trajectories import from_points
 
-    query = points_query("t", "traj_col := 'traj_id'", "trajectory")
-    whole, _ = from_points(con.sql(query).to_arrow_table(), bbox=BBOX, outside="drop", time_required=True,
-                           private=True)
     params = dict(w=8, epochs=1, pretrain_iterations=20, max_len=6, progress=False, device="cpu", output=output)
-    a = HRNet(BBOX, **params).fit(whole, 4.0, 1e-5, NoiseSource(3))
-    source = stream.Source(con, query, bucket_points=1500)
-    batches = source.batches(bbox=BBOX, time_required=True, privacy_unit="trajectory", k=None,
-                             rng=lambda: np.random.default_rng(0))
-    assert sum(1 for _ in batches) > 5
-    b = HRNet(BBOX, **params).fit(batches, 4.0, 1e-5, NoiseSource(3))
-    source.close()
+    a, b = _fit_both(con, HRNet(BBOX, **params), 4.0)
     assert a.state.keys() == b.state.keys() and all(torch.equal(a.state[k], b.state[k]) for k in a.state)
     assert a.extra.keys() == b.extra.keys() and all(np.array_equal(a.extra[k], b.extra[k]) for k in a.extra)
     assert (a.extra["fine_steps"].sum() > 0) == (output == "points")   # the step histogram: released for points
 
 
-def _fit_both(con, synth, eps, *, bucket_points=1500):
+def _fit_both(con, synth, eps):
     """``synth`` fitted on the in-memory trajectories and on the same trajectories out of core (many buckets),
     both under one seed."""
     from duckmob.privacy.noise import NoiseSource
@@ -192,7 +180,7 @@ def _fit_both(con, synth, eps, *, bucket_points=1500):
     whole, _ = from_points(con.sql(query).to_arrow_table(), bbox=BBOX, outside="drop", time_required=True,
                            private=True)
     a = synth.fit(whole, eps, 1e-5, NoiseSource(3))
-    source = stream.Source(con, query, bucket_points=bucket_points)
+    source = stream.Source(con, query, bucket_points=1500)
     batches = source.batches(bbox=BBOX, time_required=True, privacy_unit="trajectory", k=None,
                              rng=lambda: np.random.default_rng(0))
     assert sum(1 for _ in batches) > 5
