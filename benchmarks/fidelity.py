@@ -99,7 +99,8 @@ def cap(limit: int | None, neural_limit: int | None) -> int | None:
     return min((v for v in (limit, neural_limit) if v is not None), default=None)
 
 
-def run(methods: list[str], seeds: list[int], eps: float, limit: int | None, neural_limit: int | None) -> dict:
+def run(methods: list[str], seeds: list[int], eps: float, limit: int | None, neural_limit: int | None,
+        params: dict | None = None) -> dict:
     import duckmob
     from duckmob.evaluate import evaluate, load_side, table_points
 
@@ -123,13 +124,13 @@ def run(methods: list[str], seeds: list[int], eps: float, limit: int | None, neu
         for seed in seeds:
             t1 = time.perf_counter()
             if method == "privtrace-oracle":
-                synth = oracle_sample(reals[table_name].traj, eps, seed)
+                synth = oracle_sample(reals[table_name].traj, eps, seed, params)
             else:
                 name, _, output = method.partition("-")      # hrnet-points: HRNet with output := 'points'
                 synth = duckmob.synthesize(con, table_name, eps=eps, method=name, bbox=BOX, n=sizes[table_name],
                                            seed=seed, outside="drop",
                                            **({} if name == "privtrace" else {"delta": DELTA}),
-                                           **({"output": output} if output else {}))
+                                           **({"output": output} if output else {}), **(params or {}))
             fit_s = time.perf_counter() - t1
             t2 = time.perf_counter()
             rows = evaluate(reals[table_name], synth, BOX, families=FAMILIES)
@@ -140,11 +141,12 @@ def run(methods: list[str], seeds: list[int], eps: float, limit: int | None, neu
                   + ", ".join(f"{short} {fmt(metrics.get(m))}" for short, m in COLUMNS[:6]), flush=True)
     con.close()
     return dict(setting=dict(data=DATA, bbox=BOX, eps=eps, delta_neural=DELTA, seeds=seeds, limit=limit,
-                             neural_limit=neural_limit, families=FAMILIES, code=code_version()),
+                             neural_limit=neural_limit, params=params or {}, families=FAMILIES,
+                             code=code_version()),
                 runs=runs, mean=means(runs))
 
 
-def oracle_sample(real, eps: float, seed: int):
+def oracle_sample(real, eps: float, seed: int, params: dict | None = None):
     """NOT private, a diagnostic: PrivTrace fitted at ``eps`` (seeded, outside the ledger), its fine placement
     applied to the REAL trajectories' state sequences instead of its random walks. Against the privtrace row it
     splits the error into the coarse model's (the walks) and the fine stage's (placement under noise)."""
@@ -153,7 +155,7 @@ def oracle_sample(real, eps: float, seed: int):
     from duckmob.synth.privtrace import PrivTrace
     from duckmob.synth.privtrace.states import state_sequences
 
-    model = PrivTrace(BOX).fit(real, eps, 0.0, NoiseSource(seed))
+    model = PrivTrace(BOX, **(params or {})).fit(real, eps, 0.0, NoiseSource(seed))
     off, states, _ = state_sequences(model.grid, real.offsets, real.lat, real.lon)
     lengths, lat, lon = model.placement().points(off, states, np.random.default_rng(seed),
                                                  int(model.config["max_points"]))
@@ -227,6 +229,8 @@ def main() -> None:
     parser.add_argument("--neural-limit", type=int, default=1000,
                         help="at most this many for hrnet and baseline (DP-SGD: minutes per fit at 1,000 on 2 cores); "
                              "0 = no cap")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="a method parameter for every fit (repeatable), e.g. --param fine_w=64")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     parser.add_argument("--before", default=None, help="a saved JSON to print first and compare with")
     parser.add_argument("--show", default=None, help="print a saved JSON's table and exit")
@@ -241,7 +245,14 @@ def main() -> None:
     bad = sorted(set(methods) - known)
     if bad:
         parser.error(f"unknown methods {bad}: use {', '.join(sorted(known))}")
-    result = run(methods, [int(s) for s in args.seeds.split(",")], args.eps, args.limit, args.neural_limit or None)
+    params = {}
+    for item in args.param:
+        name, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--param {item!r}: write NAME=VALUE")
+        params[name.strip()] = json.loads(value) if value.strip()[:1] in "-0123456789[{tn" else value
+    result = run(methods, [int(s) for s in args.seeds.split(",")], args.eps, args.limit, args.neural_limit or None,
+                 params)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
