@@ -35,10 +35,13 @@ Sampling (post-processing of the released model, :class:`Placement`):
    of every coarse move used at once). The last leg runs inside the last cell, from where the route arrived to
    an anchor drawn by density (one Dijkstra per anchor number), so trajectories end where trips end, not at the
    border nearest the previous cell (GeoLife, eps 1: median diameter 3.4 km without it, 3.8 km with it, real
-   4.4 km); a one-cell trajectory is that leg between two anchors of its cell.
+   4.4 km); a one-cell trajectory is that leg between two anchors of its cell. Two consecutive coarse cells
+   that are not neighbours (HRNet's stays) are first joined by the cells on the straight line between them
+   (:meth:`Placement.bridge`), so the route follows the released streets the whole way.
 3. *Spacing*: points are laid along the route (each route vertex jittered uniformly inside its fine cell) at
    distances drawn from the released step histogram (uniform in log inside a bin), so there are about as many
    points per trajectory, as far apart, as in the real sampling; a trajectory gets at least its two end points.
+   With little mass in noise scales the histogram is released on blocks of public bins (:func:`step_block`).
 
 ``output := 'cells'`` (or ``fine_share := 0``) keeps the method's cell-level output and spends nothing here.
 """
@@ -67,6 +70,8 @@ PARTS = {"density": 0.8, "steps": 0.2}
 # Public bins of the distance between consecutive fixes (metres): [0, 1) then log-spaced up to 50 km; longer
 # steps fall in the last bin.
 STEP_EDGES_M = np.concatenate([[0.0], np.geomspace(1.0, 50_000.0, 48)])
+# Blocks of the released step histogram: about STEP_BLOCKS_C sqrt(mass / noise scale) of them (step_block).
+STEP_BLOCKS_C = 2.0
 EARTH_M_PER_DEG = 111_195.0
 # Floor of a fine cell's probability in the route costs, relative to the mean cell (so routes may cross cells
 # the release left empty, at a high cost).
@@ -195,7 +200,8 @@ def release(data, bbox, eps: float, config: PlacementConfig, noise, k: int = 1,
     ``data``: :class:`Trajectories` or :class:`duckmob.stream.Batches` (the statistics summed batch by batch)."""
     w = fine_width(bbox, config, n_noisy, eps, k, at_least)
     sc = scales(eps, config, k)
-    return release_statistics(as_batches(data).reduce(lambda d: statistics(d, bbox, w, sc)), w, sc, noise)
+    return release_statistics(as_batches(data).reduce(lambda d: statistics(d, bbox, w, sc)), w, sc, noise,
+                              n_noisy)
 
 
 def statistics(data: Trajectories, bbox, w: int, sc: dict[str, float]) -> dict[str, np.ndarray]:
@@ -210,8 +216,11 @@ def statistics(data: Trajectories, bbox, w: int, sc: dict[str, float]) -> dict[s
     return out
 
 
-def release_statistics(sums: dict[str, np.ndarray], w: int, sc: dict[str, float], noise) -> "FineStats":
-    """The noise of the two parts on their exact statistics (:func:`statistics`), then post-processing."""
+def release_statistics(sums: dict[str, np.ndarray], w: int, sc: dict[str, float], noise,
+                       n_noisy: float | None = None) -> "FineStats":
+    """The noise of the two parts on their exact statistics (:func:`statistics`), then post-processing.
+    ``n_noisy`` (a DP count; None: the noisy step histogram's own total) sets the step histogram's blocks
+    (:func:`step_block`)."""
     density = release_sums(sums["fine_density"], sc["density"], noise)
     if "steps" not in sc:     # output 'stays': the density alone
         return FineStats(w=w, density=adaptive_density(density, w, sc["density"]).astype(np.float32),
@@ -219,13 +228,33 @@ def release_statistics(sums: dict[str, np.ndarray], w: int, sc: dict[str, float]
     steps = release_sums(sums["fine_steps"], sc["steps"], noise)
     from duckmob.synth.privtrace.walk import truncate_tail   # (privtrace imports this module)
 
-    # post-processing: the long tail past where the histogram falls to the noise is zeroed (noise there would
-    # make kilometre steps), and so is the short head before it rises above the noise (noise there, weighted by
-    # nothing but its count, would make centimetre steps: ten times too many points on 1,000 trajectories at
-    # HRNet's share), then NormCut
-    steps = truncate_tail(truncate_tail(steps, sc["steps"])[::-1], sc["steps"])[::-1]
+    # post-processing: summed over blocks of public bins (step_block), the long tail past where the histogram
+    # falls to the noise is zeroed (noise there would make kilometre steps), and so is the short head before it
+    # rises above the noise (noise there, weighted by nothing but its count, would make centimetre steps: ten
+    # times too many points on 1,000 trajectories at HRNet's share), then NormCut, then each block's mass is
+    # spread evenly over its bins (uniform in log over the block)
+    m = step_block(float(n_noisy) if n_noisy is not None else float(steps.sum()), sc["steps"])
+    n_bins = len(steps)
+    padded = np.zeros(-(-n_bins // m) * m)
+    padded[:n_bins] = steps
+    blocks, bscale = padded.reshape(-1, m).sum(axis=1), sc["steps"] * math.sqrt(m)   # the block sums' spread
+    blocks = truncate_tail(truncate_tail(blocks, bscale)[::-1], bscale)[::-1]
+    blocks = normcut(blocks[None, :], axis=-1)[0]
     return FineStats(w=w, density=adaptive_density(density, w, sc["density"]).astype(np.float32),
-                     steps=normcut(steps[None, :], axis=-1)[0])
+                     steps=np.repeat(blocks / m, m)[:n_bins])
+
+
+def step_block(n_noisy: float, scale: float) -> int:
+    """Public step bins per block of the released step histogram: ``ceil(bins / B)`` with
+    ``B = STEP_BLOCKS_C sqrt(n~ / scale)`` blocks (``n~ / scale = n~ eps_steps / k``: the histogram's mass in
+    noise scales; a function of a DP count and public parameters). A block of m bins holds m bins' mass under
+    noise of spread sqrt(m) scales, so few trajectories or a small share get wide blocks. 1,000 GeoLife
+    trajectories at eps 0.02 (HRNet's share at eps 1), 8 noise draws: single bins gave a median mean step of 18 m
+    (real 110 m; JSD 0.48 with the exact histogram), blocks of 4-6 bins 160-270 m (JSD 0.13-0.16). Large tables
+    keep every bin (PrivTrace on 16,739 trajectories at eps 1: B = 52 >= 48 bins)."""
+    n_bins = len(STEP_EDGES_M) - 1
+    blocks = STEP_BLOCKS_C * math.sqrt(max(float(n_noisy), 1.0) / scale)
+    return int(min(max(math.ceil(n_bins / max(blocks, 1.0)), 1), n_bins))
 
 
 def adaptive_density(noisy: np.ndarray, w: int, scale: float, tau: float = 2.0, levels: int = 4) -> np.ndarray:
@@ -503,16 +532,94 @@ class Placement:
         lengths = np.bincount(owner, minlength=len(coarse))
         return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), np.concatenate(pieces)[order]
 
+    def _neighbours(self) -> np.ndarray:
+        """Sorted keys ``a * n_coarse + b`` of the coarse cells a != b that hold 8-neighbouring fine cells (a route
+        between them stays on their fine cells)."""
+        if getattr(self, "_neighbour_keys", None) is None:
+            w = self.w
+            r, c = np.divmod(np.arange(w * w), w)
+            keys = []
+            for dr, dc in _DELTAS:
+                rr, cc = r + dr, c + dc
+                ok = (rr >= 0) & (rr < w) & (cc >= 0) & (cc < w)
+                a, b = self.coarse[ok], self.coarse[(rr * w + cc)[ok]]
+                keys.append((a * self.n_coarse + b)[a != b])
+            self._neighbour_keys = np.unique(np.concatenate(keys))
+        return self._neighbour_keys
+
+    def bridge(self, offsets: np.ndarray, coarse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Coarse sequences whose consecutive cells can all be routed: between two consecutive cells that are
+        not neighbours (HRNet's stays are often far apart), the cells met by the straight line between their
+        fine cells' centroids (the integer line walk on the fine grid, privtrace.states) are inserted, so the
+        route follows the released streets the whole way instead of jumping. ``(offsets, coarse, into)``:
+        ``into[j]`` is the index, in its original sequence, of the original cell that cell j leads to (itself,
+        or the next original cell for an inserted one). Post-processing; vectorised over moves."""
+        from duckmob.synth.privtrace.states import state_sequences, uniform_grid
+
+        offsets = np.asarray(offsets, dtype=np.int64)
+        coarse = np.asarray(coarse, dtype=np.int64)
+        n, nc = len(offsets) - 1, self.n_coarse
+        owner = np.repeat(np.arange(n), np.diff(offsets))
+        local = np.arange(len(coarse)) - offsets[owner]
+        i = np.flatnonzero(owner[1:] == owner[:-1]) if len(coarse) else np.zeros(0, np.int64)
+        a, b = coarse[i], coarse[i + 1]
+        size = np.diff(self.cell_offsets)
+        keys = a * nc + b
+        nb = self._neighbours()
+        pos = np.searchsorted(nb, keys)
+        near = (a == b) | ((pos < len(nb)) & (nb[np.minimum(pos, max(len(nb) - 1, 0))] == keys) if len(nb)
+                           else a == b)
+        far = ~near & (size[a] > 0) & (size[b] > 0)
+        if not far.any():
+            return offsets, coarse, local
+        moves, move_of = np.unique(keys[far], return_inverse=True)
+        ma, mb = np.divmod(moves, nc)
+        # the centroid of each coarse cell's fine cells (degrees)
+        r, c = np.divmod(np.arange(self.w * self.w), self.w)
+        cnt = np.maximum(size, 1)
+        box = self.bbox
+        cent_lat = box.min_lat + (np.bincount(self.coarse, r + 0.5, nc) / cnt) * (box.max_lat - box.min_lat) / self.w
+        cent_lon = box.min_lon + (np.bincount(self.coarse, c + 0.5, nc) / cnt) * (box.max_lon - box.min_lon) / self.w
+        ends = np.stack([ma, mb], axis=1).reshape(-1)
+        w_off, w_cells, w_owner = state_sequences(uniform_grid(box, self.w), np.arange(0, 2 * len(moves) + 1, 2),
+                                                  cent_lat[ends], cent_lon[ends])
+        chain = self.coarse[w_cells]
+        keep = np.ones(len(chain), dtype=bool)
+        keep[1:] = (chain[1:] != chain[:-1]) | (w_owner[1:] != w_owner[:-1])
+        chain, w_owner = chain[keep], w_owner[keep]
+        # the inner cells: the walk's coarse cells less A at its start and B at its end
+        first = np.concatenate([[True], w_owner[1:] != w_owner[:-1]])
+        last = np.concatenate([w_owner[1:] != w_owner[:-1], [True]])
+        inner = ~((first & (chain == ma[w_owner])) | (last & (chain == mb[w_owner])))
+        chain, w_owner = chain[inner], w_owner[inner]
+        n_inner = np.bincount(w_owner, minlength=len(moves))
+        inner_start = np.concatenate([[0], np.cumsum(n_inner)[:-1]]).astype(np.int64)
+        # splice: original cell p is followed by the inner cells of its move when that move is far
+        at = i[far]
+        extra = n_inner[move_of]
+        counts = np.ones(len(coarse), dtype=np.int64)
+        counts[at] += extra
+        csum = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        out = np.empty(int(csum[-1]), dtype=np.int64)
+        into = np.empty(int(csum[-1]), dtype=np.int64)
+        out[csum[:-1]] = coarse
+        into[csum[:-1]] = local
+        dest = ragged_gather(csum[at] + 1, extra)
+        out[dest] = chain[ragged_gather(inner_start[move_of], extra)]
+        into[dest] = np.repeat(local[at] + 1, extra)
+        return csum[offsets], out, into
+
     def fine_paths(self, offsets: np.ndarray, coarse: np.ndarray, rng: np.random.Generator, with_pos: bool = False):
         """Fine-cell paths of coarse cell sequences ``(offsets, coarse)``: ``(offsets, cells)``.
 
         Every move's routes come from one :meth:`route_table`; then a loop over the position in the sequence
         (integer lookups vectorised over trajectories) chains them: each route starts at the anchor where the
         previous one ended; the last leg (:meth:`leg_paths`) ends at an anchor of the last cell drawn by
-        density, another than the start for a one-cell sequence. ``with_pos``: also each fine cell's piece, an
-        int64 array: 0 the start, j the route into the sequence's j-th coarse cell, L the last leg."""
-        offsets = np.asarray(offsets, dtype=np.int64)
-        coarse = np.asarray(coarse, dtype=np.int64)
+        density, another than the start for a one-cell sequence. Non-neighbouring consecutive cells are joined
+        first (:meth:`bridge`). ``with_pos``: also each fine cell's piece, an int64 array: 0 the start, j the
+        route into the sequence's j-th coarse cell (the bridge before it included), L the last leg."""
+        n_orig = np.diff(np.asarray(offsets, dtype=np.int64))
+        offsets, coarse, into = self.bridge(offsets, coarse)
         n = len(offsets) - 1
         L = np.diff(offsets)
         if n == 0:
@@ -545,7 +652,7 @@ class Placement:
             # the routes' cells, start cell dropped (it ends the previous piece)
             pieces_cells.append(r_cells[ragged_gather(r_off[route] + 1, r_len - 1)])
             pieces_owner.append(np.repeat(owner_pt[i], r_len - 1))
-            pieces_pos.append(np.repeat(step_pos + 1.0, r_len - 1))
+            pieces_pos.append(np.repeat(into[i + 1].astype(np.float64), r_len - 1))
         # the last leg, inside the last cell: from where the chain arrived (L > 1; the start for L = 1) to an
         # anchor drawn by density (another one for L = 1), so a trajectory ends where trips end rather than at
         # the border of its last cell nearest the previous one
@@ -558,7 +665,7 @@ class Placement:
             l_len = np.diff(l_off)
             pieces_cells.append(l_cells[ragged_gather(l_off[:-1] + 1, l_len - 1)])
             pieces_owner.append(np.repeat(leg, l_len - 1))
-            pieces_pos.append(np.repeat(L[leg].astype(np.float64), l_len - 1))
+            pieces_pos.append(np.repeat(n_orig[leg].astype(np.float64), l_len - 1))
         owner = np.concatenate(pieces_owner)
         pos = np.concatenate(pieces_pos)
         order = np.lexsort((pos, owner))   # stable within a piece

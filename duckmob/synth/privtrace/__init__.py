@@ -224,7 +224,7 @@ class PrivTrace(Synthesizer):
         info.update(K=K, states=m, alive_states=int(alive.sum()), depth=grid.depth, edges=support.n_edges,
                     second_order_states=int(use2.sum()))
         # fine placement (placement.py): the fine density and the step histogram, eps * fine_share
-        fine = placement.release_statistics(sums, fine_w, fine_sc, noise) if cfg.placing else None
+        fine = placement.release_statistics(sums, fine_w, fine_sc, noise, n_noisy) if cfg.placing else None
         return PrivTraceModel(grid=grid, alive=alive, fine=fine, density=np.maximum(noisy2, 0.0),
                               first=first_n.astype(np.float32), second=second_n.astype(np.float32), start=p_start,
                               use2=use2,
