@@ -336,6 +336,7 @@ class Placement:
         self.coarse = np.asarray(coarse_of_fine, dtype=np.int64)
         self.n_coarse = int(n_coarse)
         self.route_draws = int(route_draws)
+        self._neighbour_keys = None          # lazily: the coarse neighbour pairs (_neighbours)
         w = self.w
         d = np.maximum(np.asarray(stats.density, dtype=np.float64), 0.0)
         total = d.sum()
@@ -345,8 +346,8 @@ class Placement:
         # weights and drops zero ones: + 1e-3 per step)
         q = self.p + floor
         self.cost = np.log(q.max() / q) + 1e-3
-        # fine cells grouped by coarse cell, densest first; ties (cells of one evenly spread block) in a fixed scrambled order, so
-        # anchors do not crowd into a block's corner
+        # fine cells grouped by coarse cell, densest first; ties (cells of one evenly spread block) in a fixed
+        # scrambled order, so anchors do not crowd into a block's corner
         scramble = (np.arange(w * w, dtype=np.uint64) * np.uint64(2654435761)) % np.uint64(1 << 32)
         order = np.lexsort((scramble, -self.p, self.coarse))
         self.cell_order = order
@@ -545,7 +546,7 @@ class Placement:
     def _neighbours(self) -> np.ndarray:
         """Sorted keys ``a * n_coarse + b`` of the coarse cells a != b that hold 8-neighbouring fine cells (a route
         between them stays on their fine cells)."""
-        if getattr(self, "_neighbour_keys", None) is None:
+        if self._neighbour_keys is None:
             w = self.w
             r, c = np.divmod(np.arange(w * w), w)
             keys = []
@@ -576,9 +577,10 @@ class Placement:
         size = np.diff(self.cell_offsets)
         keys = a * nc + b
         nb = self._neighbours()
-        pos = np.searchsorted(nb, keys)
-        near = (a == b) | ((pos < len(nb)) & (nb[np.minimum(pos, max(len(nb) - 1, 0))] == keys) if len(nb)
-                           else a == b)
+        near = a == b
+        if len(nb):
+            pos = np.minimum(np.searchsorted(nb, keys), len(nb) - 1)
+            near |= nb[pos] == keys
         far = ~near & (size[a] > 0) & (size[b] > 0)
         if not far.any():
             return offsets, coarse, local
@@ -721,8 +723,8 @@ class Placement:
         s_owner = np.repeat(np.arange(n), want)
         b = np.minimum(np.searchsorted(cdf, rng.random(len(s_owner)), side="right"), len(lo) - 1)
         t = rng.random(len(s_owner))
-        step = np.where(lo[b] > 0, np.exp(np.log(np.maximum(lo[b], 1e-12)) + t * np.log(hi[b] / np.maximum(lo[b], 1e-12))),
-                        hi[b] * t)
+        lo_b = np.maximum(lo[b], 1e-12)
+        step = np.where(lo[b] > 0, np.exp(np.log(lo_b) + t * np.log(hi[b] / lo_b)), hi[b] * t)
         s_first = np.concatenate([[0], np.cumsum(want)])[:-1]
         csum = np.cumsum(step)
         dist = csum - np.repeat(csum[s_first] - step[s_first], want)   # distance of each draw along its route
