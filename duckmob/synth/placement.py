@@ -106,6 +106,9 @@ class PlacementConfig(Config):
     output: str = param("points", str, choices=("points", "cells"),
                         doc="'points': routed, spaced points; 'cells': one uniform point per coarse cell")
     max_points: int = param(5000, int, low=2, high=MAX_POINTS, doc="cap on points per synthetic trajectory")
+    step_m: float | None = param(None, float, low=0, low_open=True,
+                                 doc="public spacing of consecutive points (metres), e.g. the devices' sampling "
+                                     "interval times a typical speed; null: learned privately (the step histogram)")
 
     @property
     def placing(self) -> bool:
@@ -142,8 +145,9 @@ def fine_width(bbox, config: PlacementConfig, n_noisy: float | None = None, eps:
 
 def parts(config: PlacementConfig) -> dict[str, float]:
     """The parts released and their fractions of the share: both (:data:`PARTS`), or the density alone (all of
-    the share) for output 'stays', which places one point per visited cell and needs no spacing."""
-    return {"density": 1.0} if config.output == "stays" else PARTS
+    the share) for output 'stays', which places one point per visited cell and needs no spacing, and with a
+    public ``step_m``, which spaces points without the step histogram."""
+    return {"density": 1.0} if config.output == "stays" or config.step_m is not None else PARTS
 
 
 def privacy_events(eps: float, config: PlacementConfig, k: int = 1) -> list:
@@ -206,15 +210,17 @@ def release(data, bbox, eps: float, config: PlacementConfig, noise, k: int = 1,
     ``data``: :class:`Trajectories` or :class:`duckmob.stream.Batches` (the statistics summed batch by batch)."""
     w = fine_width(bbox, config, n_noisy, eps, k, at_least)
     sc = scales(eps, config, k)
-    return release_statistics(as_batches(data).reduce(lambda d: statistics(d, bbox, w, sc)), w, sc, noise,
+    walk = config.output != "stays"
+    return release_statistics(as_batches(data).reduce(lambda d: statistics(d, bbox, w, sc, walk)), w, sc, noise,
                               n_noisy)
 
 
-def statistics(data: Trajectories, bbox, w: int, sc: dict[str, float]) -> dict[str, np.ndarray]:
-    """The EXACT statistics of the two parts (never release them): whole noise-grid steps per fine cell and per
-    step bin (``counting.normalised_sums``). Integers: the sums over batches of whole trajectories add up to the
-    sums over all of them (``duckmob.stream``)."""
-    cells, owner, n_cells = fine_cells(data, bbox, w, walk="steps" in sc)   # no steps: output 'stays'
+def statistics(data: Trajectories, bbox, w: int, sc: dict[str, float], walk: bool = True) -> dict[str, np.ndarray]:
+    """The EXACT statistics of the parts in ``sc`` (never release them): whole noise-grid steps per fine cell and
+    per step bin (``counting.normalised_sums``). Integers: the sums over batches of whole trajectories add up to
+    the sums over all of them (``duckmob.stream``). ``walk``: the density of the cells the fixes' line walk
+    passes (False: of the fixes' own cells, output 'stays'; :func:`fine_cells`)."""
+    cells, owner, n_cells = fine_cells(data, bbox, w, walk=walk)
     out = {"fine_density": normalised_sums(cells, owner, n_cells, w * w, sc["density"])}
     if "steps" in sc:
         b, step_owner, n_steps = step_bins(data, bbox)
@@ -228,7 +234,7 @@ def release_statistics(sums: dict[str, np.ndarray], w: int, sc: dict[str, float]
     ``n_noisy`` (a DP count; None: the noisy step histogram's own total) sets the step histogram's blocks
     (:func:`step_block`)."""
     density = release_sums(sums["fine_density"], sc["density"], noise)
-    if "steps" not in sc:     # output 'stays': the density alone
+    if "steps" not in sc:     # output 'stays', or a public step_m: the density alone
         return FineStats(w=w, density=adaptive_density(density, w, sc["density"]).astype(np.float32),
                          steps=np.zeros(len(STEP_EDGES_M) - 1))
     steps = release_sums(sums["fine_steps"], sc["steps"], noise)
@@ -331,11 +337,12 @@ class Placement:
     number. Everything here is post-processing of released statistics and public parameters."""
 
     def __init__(self, stats: FineStats, bbox, coarse_of_fine: np.ndarray, n_coarse: int, anchors: int = 8,
-                 route_draws: int = 4):
+                 route_draws: int = 4, step_m: float | None = None):
         self.stats, self.bbox, self.w = stats, BBox.of(bbox), stats.w
         self.coarse = np.asarray(coarse_of_fine, dtype=np.int64)
         self.n_coarse = int(n_coarse)
         self.route_draws = int(route_draws)
+        self.step_m = None if step_m is None else float(step_m)   # public spacing (else the released steps)
         self._neighbour_keys = None          # lazily: the coarse neighbour pairs (_neighbours)
         w = self.w
         d = np.maximum(np.asarray(stats.density, dtype=np.float64), 0.0)
@@ -709,22 +716,33 @@ class Placement:
         along = np.concatenate([[0.0], np.cumsum(seg)])          # synthetic data only: no privacy concern
         route_start = along[f_off[:-1]]
         route_len = along[f_off[1:] - 1] - route_start
-        # steps from the released histogram (uniform in log inside a bin); enough draws per trajectory to cover
-        # its route, capped at max_points
+        # steps from the released histogram (uniform in log inside a bin), or the public step_m; enough draws per
+        # trajectory to cover its route, capped at max_points
         probs = np.asarray(self.stats.steps, dtype=np.float64)
         if probs.sum() <= 0:
             probs = np.ones_like(probs)
         cdf = np.cumsum(probs) / probs.sum()
         lo, hi = STEP_EDGES_M[:-1], STEP_EDGES_M[1:]
-        mean_step = max(float(np.diff(np.concatenate([[0.0], cdf])) @ np.where(lo > 0, np.sqrt(lo * hi), hi / 2)),
-                        1e-3)
+        if self.step_m is not None:
+            mean_step = self.step_m
+        else:
+            mid = np.where(lo > 0, np.sqrt(lo * hi), hi / 2)
+            mean_step = max(float(np.diff(np.concatenate([[0.0], cdf])) @ mid), 1e-3)
         expect = route_len / mean_step
         want = np.minimum(np.ceil(expect * 1.2 + 3 * np.sqrt(expect)).astype(np.int64) + 4, max_points - 2)
         s_owner = np.repeat(np.arange(n), want)
-        b = np.minimum(np.searchsorted(cdf, rng.random(len(s_owner)), side="right"), len(lo) - 1)
-        t = rng.random(len(s_owner))
-        lo_b = np.maximum(lo[b], 1e-12)
-        step = np.where(lo[b] > 0, np.exp(np.log(lo_b) + t * np.log(hi[b] / lo_b)), hi[b] * t)
+        if self.step_m is not None:
+            step = np.full(len(s_owner), self.step_m)
+        else:
+            b = np.minimum(np.searchsorted(cdf, rng.random(len(s_owner)), side="right"), len(lo) - 1)
+            t = rng.random(len(s_owner))
+            lo_b = np.maximum(lo[b], 1e-12)
+            step = np.where(lo[b] > 0, np.exp(np.log(lo_b) + t * np.log(hi[b] / lo_b)), hi[b] * t)
+        # a route longer than max_points draws cover: its steps stretched to reach the end (evenly spaced, not a
+        # jump from the last draw to the end)
+        cover = np.bincount(s_owner, weights=step, minlength=n)
+        stretch = np.where(cover < route_len, route_len / np.maximum(cover, 1e-300), 1.0)
+        step = step * stretch[s_owner]
         s_first = np.concatenate([[0], np.cumsum(want)])[:-1]
         csum = np.cumsum(step)
         dist = csum - np.repeat(csum[s_first] - step[s_first], want)   # distance of each draw along its route

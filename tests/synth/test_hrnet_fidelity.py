@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from duckmob import staypoints
-from duckmob.grid import cell_of
+from duckmob.grid import cell_of, haversine_m
 from duckmob.privacy import accounting
 from duckmob.privacy.noise import NoiseSource
 from duckmob.synth import placement
@@ -135,6 +135,23 @@ def test_points_output_routes_through_the_drawn_cells_timed_between_their_slots(
     assert (np.diff(out.ts)[np.diff(out.point_traj()) == 0] >= 0).all()
     again = FittedModel.from_bytes(model.to_bytes()).sample(500, np.random.default_rng(2))
     assert np.array_equal(again.lat, out.lat) and np.array_equal(again.ts, out.ts)
+
+
+def test_points_output_with_a_public_step_m_releases_the_density_alone_and_spaces_by_it():
+    data = toy_trajectories(200)
+    synth = HRNet(BOX, **TINY, output="points", step_m=30.0)
+    assert placement.privacy_events(1.0, synth.cfg) == [accounting.laplace(0.1)]
+    model = synth.fit(data, 4.0, 1e-5, NoiseSource(6))
+    assert model.fine is not None and not model.fine.steps.any()
+    out = model.sample(300, np.random.default_rng(3))
+    assert out.lengths.min() >= 2
+    owner = out.point_traj()
+    same = np.diff(owner) == 0
+    step = haversine_m(out.lat[:-1], out.lon[:-1], out.lat[1:], out.lon[1:])
+    capped = out.lengths[owner[1:]] >= 4999                 # max_points: longer routes are spaced wider, evenly
+    assert step[same & ~capped].max() <= 30.0 * 1.01        # chords along routes of 30 m steps (metric: +1%)
+    if capped.any():
+        assert step[same & capped].max() < 3 * np.median(step[same & capped])    # no jump to the route's end
 
 
 def test_points_output_starts_and_ends_in_the_network_cells_on_little_data(monkeypatch):

@@ -12,6 +12,7 @@ from duckmob.privacy.noise import NoiseSource
 from duckmob.synth import placement
 from duckmob.synth.placement import STEP_EDGES_M, FineStats, Placement, PlacementConfig
 from duckmob.synth.privtrace import PrivTrace, PrivTraceModel
+from duckmob.grid import BBox
 from duckmob.trajectories import Trajectories
 
 BOX = [40.0, 116.0, 40.05, 116.06]     # about 4.3 x 5.1 km
@@ -70,7 +71,7 @@ def test_the_release_is_the_shared_mechanism_with_the_declared_scales():
 
 
 def test_privtrace_event_composes_its_parts_and_the_fine_stage_to_eps():
-    for params in ({}, {"output": "cells"}, {"fine_share": 0.5}):
+    for params in ({}, {"output": "cells"}, {"fine_share": 0.5}, {"step_m": 20.0}):
         event = PrivTrace(BOX, **params).privacy_event(1.0, 0.0)
         assert accounting.epsilon(event, 0.0) == pytest.approx(1.0, rel=1e-9)
     assert placement.privacy_events(1.0, PlacementConfig(output="cells")) == []
@@ -271,3 +272,26 @@ def test_a_small_step_budget_releases_a_blocked_histogram_near_the_real_spacing(
     assert placement.step_block(n, scale) == 1
     single = median_mean_step()
     assert not real / 2 <= single <= real * 2, single
+
+
+def test_a_public_step_m_spends_the_whole_share_on_the_density_and_spaces_points_by_it():
+    """With the public spacing ``step_m`` the step histogram is not released: one Laplace event at the fine
+    share's eps, the density at that scale, no steps in the model; points lie step_m apart along their routes."""
+    cfg = PlacementConfig(step_m=50.0)
+    assert placement.scales(1.0, cfg, 2) == pytest.approx({"density": 2 / 0.2})
+    events = placement.privacy_events(1.0, cfg)
+    assert len(events) == 1 and accounting.epsilon(events[0], 0.0) == pytest.approx(0.2)
+    data = _random_walks(300, seed=4)
+    model = PrivTrace(BOX, K=3, step_m=50.0).fit(data, 5.0, 0.0, NoiseSource(3))
+    assert model.fine is not None and not model.fine.steps.any()
+    out = model.sample(200, np.random.default_rng(1))
+    assert (out.lengths >= 2).all()
+    x, y = placement._local_xy(BBox.of(BOX), out.lat, out.lon)
+    owner = np.repeat(np.arange(out.n_trajectories), out.lengths)
+    inner = owner[1:] == owner[:-1]
+    d = np.hypot(np.diff(x), np.diff(y))[inner]
+    # a chord is never longer than the 50 m along the route (the last step of each trajectory is shorter), and
+    # straight stretches make most chords nearly 50 m
+    assert d.max() <= 50.0 + 1e-6 and np.mean(d > 40.0) > 0.5
+    again = PrivTraceModel.from_bytes(model.to_bytes())
+    assert again.config["step_m"] == 50.0

@@ -427,7 +427,8 @@ class FittedModel(Model):
             fine_w = self.fine.w
             self._placement = placement.Placement(
                 self.fine, bbox, placement.coarse_of_fine(fine_w, bbox, lambda la, lo: cell_of(la, lo, bbox, w)),
-                w * w, int(self.config.get("anchors", 8)), int(self.config.get("route_draws", 1)))
+                w * w, int(self.config.get("anchors", 8)), int(self.config.get("route_draws", 1)),
+                self.config.get("step_m"))
         return self._placement
 
     def sample(self, n: int, rng: np.random.Generator, device=None) -> Trajectories:

@@ -326,7 +326,8 @@ class PrivTraceModel(Model):
             w = self.fine.w
             self._placement = placement.Placement(
                 self.fine, self.grid.bbox, placement.coarse_of_fine(w, self.grid.bbox, self.grid.state_of),
-                self.grid.m, int(self.config["anchors"]), int(self.config.get("route_draws", 1)))
+                self.grid.m, int(self.config["anchors"]), int(self.config.get("route_draws", 1)),
+                self.config.get("step_m"))
         return self._placement
 
     def describe(self) -> dict[str, Any]:
