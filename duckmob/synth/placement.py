@@ -42,6 +42,8 @@ Sampling (post-processing of the released model, :class:`Placement`):
    distances drawn from the released step histogram (uniform in log inside a bin), so there are about as many
    points per trajectory, as far apart, as in the real sampling; a trajectory gets at least its two end points.
    With little mass in noise scales the histogram is released on blocks of public bins (:func:`step_block`).
+   A public ``step_m`` (metres) replaces the histogram: points every ``step_m`` along the route, and the density
+   gets the whole share. A route longer than ``max_points`` draws cover has its steps stretched evenly.
 
 ``output := 'cells'`` (or ``fine_share := 0``) keeps the method's cell-level output and spends nothing here.
 """
