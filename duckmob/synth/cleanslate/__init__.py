@@ -160,7 +160,6 @@ def chain_waypoints(source, dest, detour, p_mid, w: int, r: int, rng) -> list[np
     prev, missing = np.asarray(source, dtype=np.int64).copy(), np.asarray(detour, dtype=np.int64).copy()
     stops: list[np.ndarray] = []
     for j in range(MAX_WAYPOINTS):
-        # an even share of what is missing (rounded up): a long detour as a few moderate turns, not one far loop
         m = waypoints(prev, dest, -(-missing // (MAX_WAYPOINTS - j)), p_mid, w, r, rng)
         has = m >= 0
         if not has.any():
