@@ -1,0 +1,138 @@
+"""The counting releases: ``mob_noisy_count`` and ``mob_transitions``."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from duckmob import validators
+from duckmob.errors import DuckmobError
+from duckmob.privacy import accounting
+from duckmob.privacy.noise import check_scale
+from duckmob.release.protocol import Release, Request, run
+from duckmob.release.registry import Database
+
+
+def _needs_users(source: str, user_col: str | None, what: str, instead: str) -> None:
+    """Refuse, before anything is reserved, a release that needs user ids from a table without a user column.
+    Which columns a table has is public schema, not data, so saying so releases nothing."""
+    if user_col is None:
+        raise DuckmobError(f"'{source}' has no user_id column (nor one named with user_col := ...), so {what}: "
+                           f"name its user column with user_col := '...', or {instead}")
+
+
+def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajectory", max_trajectories_per_user=None,
+                what="trajectories", user_col: str | None = "user_id",
+                load: Callable[[], tuple[np.ndarray, np.ndarray]]) -> float:
+    """An eps-DP count of the trajectories or users of ``source`` (``mob_noisy_count``).
+
+    ``load()`` returns ``(traj_id, user_id)`` per trajectory (user -1 when unknown), or the exact number of items
+    counted where the data lives (an int: ``duckmob.stream.noisy_count``). ``user_col`` names the
+    table's user column, None when it has none: counting users, or the user unit, is then refused before anything
+    is reserved (it would count no one and release noise around 0). Privacy map: one trajectory
+    changes the trajectory count by 1; under the user unit at most k trajectories per user are counted (sensitivity
+    k); one trajectory or user changes the user count by at most 1. Laplace(sensitivity / eps), accounted as
+    ``accounting.laplace(eps)``.
+    """
+    from duckmob.privacy import counting
+    from duckmob.privacy.noise import NoiseSource
+
+    if what not in ("trajectories", "users"):
+        raise DuckmobError(f"what must be 'trajectories' or 'users'; got {what!r}")
+    unit, k = validators.privacy_unit(privacy_unit, max_trajectories_per_user, needs_bound=what == "trajectories")
+    source = validators.source_name(source)
+    if what == "users":
+        _needs_users(source, user_col, "its users cannot be counted", "count trajectories with what := 'trajectories'")
+    elif unit == "user":
+        _needs_users(source, user_col, "privacy_unit := 'user' cannot tell whose each trajectory is",
+                     "use privacy_unit := 'trajectory'")
+    eps = validators.epsilon(eps)
+    sensitivity = k if what == "trajectories" else 1
+    check_scale(sensitivity / eps)
+    noise = NoiseSource(validators.seed(seed))
+    event = accounting.laplace(eps)
+
+    def compute(release: Release) -> float:
+        loaded = release.read(load)
+        if isinstance(loaded, (int, np.integer)):   # counted where the data lives (duckmob.stream.noisy_count)
+            return counting.noisy_count(int(loaded), eps, noise, sensitivity)
+        _traj, users = loaded
+        if what == "users":
+            # users without an id are not counted; one trajectory (or user) adds at most one user
+            n_items = int(np.unique(users[users >= 0]).size)
+        elif unit == "user":
+            keep = counting.bound_contributions(users, k, noise.generator())
+            n_items = int(keep.sum())
+        else:
+            n_items = len(users)
+        return counting.noisy_count(n_items, eps, noise, sensitivity)
+
+    params = {"eps": eps, "what": what, "sensitivity": sensitivity,
+              "max_trajectories_per_user": k if unit == "user" and what == "trajectories" else None}
+    value, _ = run(db, Request(source=source, mechanism=f"count({what})",
+                               privacy_unit=unit, params=params, seeded=noise.seeded, plan=lambda p: event), compute)
+    return value
+
+
+def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, privacy_unit="trajectory",
+                max_trajectories_per_user=None, max_length=None, support=None, w=None, user_col: str | None = "user_id",
+                load: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]):
+    """eps-DP length-normalised transition counts of a table of cell sequences (``mob_transitions``).
+
+    ``load()`` returns ``(offsets, cells, user_id)``, or a callable yielding such batches (read out of core:
+    ``duckmob.stream.transitions``; the same release); ``user_col`` is as in :func:`noisy_count` (the user unit
+    on a table without a user column is refused before anything is reserved). The mechanism and its privacy map are
+    ``duckmob.privacy.counting.noisy_transition_counts`` (dense) / ``..._sparse`` (support 'neighbours'):
+    Laplace(k / eps) on every entry of a data-independent support, accounted as ``accounting.laplace(eps)``.
+    Returns ``(states (n, order + 1), counts)`` of the entries left positive by NormCut.
+    """
+    from duckmob.privacy import counting
+    from duckmob.privacy.noise import NoiseSource
+
+    example = f"FROM mob_transitions('{source}', eps := 0.5, n_states := 1024)"
+    unit, k = validators.privacy_unit(privacy_unit, max_trajectories_per_user)
+    source = validators.source_name(source)
+    if unit == "user":
+        _needs_users(source, user_col, "privacy_unit := 'user' cannot tell whose each sequence is",
+                     "use privacy_unit := 'trajectory'")
+    eps = validators.epsilon(eps)
+    if n_states is None:
+        raise DuckmobError(f"n_states is required (public: w * w for a w x w grid), e.g. {example}")
+    n_states = validators.count("n_states", n_states, maximum=1 << 40)
+    order = 1 if order is None else order
+    if order not in (1, 2):
+        raise DuckmobError(f"markov_order must be 1 or 2; got {order!r}")
+    if max_length is not None:
+        max_length = validators.count("max_length", max_length)
+    check_scale(k / eps)
+    if support not in (None, "full", "neighbours"):
+        raise DuckmobError(f"support must be NULL, 'full' or 'neighbours'; got {support!r}")
+    if support == "neighbours" and (w is None or validators.count("w", w) ** 2 != n_states):
+        raise DuckmobError(f"support := 'neighbours' needs the grid width w with w * w = n_states ({n_states}); "
+                           f"got w = {w!r}")
+    if support != "neighbours" and (n_states + 2) ** (order + 1) > counting.MAX_DENSE:
+        raise DuckmobError(f"a dense order-{order} table over {n_states} states is too large: use fewer states, "
+                           "support := 'neighbours' (with w), or markov_order := 1")
+    noise = NoiseSource(validators.seed(seed))
+    event = accounting.laplace(eps)
+
+    def compute(release: Release):
+        loaded = release.read(load)
+        # a callable yields (offsets, cells, user_id) batches read out of core (duckmob.stream.transitions)
+        batches = loaded if callable(loaded) else (lambda: iter([loaded]))
+        args = dict(privacy_unit=unit, max_trajectories_per_user=k if unit == "user" else None,
+                    max_length=max_length, support=support, w=w)
+        if support == "neighbours":
+            return counting.noisy_transition_counts_sparse_batches(batches, n_states, order, eps, noise, **args)
+        counts = counting.noisy_transition_counts_batches(batches, n_states, order, eps, noise,
+                                                          dtype=np.float64 if order == 1 else np.float32, **args)
+        nz = np.nonzero(counts)
+        return np.stack(nz, axis=1), counts[nz].astype(np.float64)
+
+    params = {"order": order, "eps": eps, "n_states": n_states, "max_length": max_length,
+              "max_trajectories_per_user": k if unit == "user" else None, "support": support, "w": w,
+              "normcut": True}
+    result, _ = run(db, Request(source=source, mechanism=f"transition_counts(order={order})",
+                                privacy_unit=unit, params=params, seeded=noise.seeded, plan=lambda p: event), compute)
+    return result

@@ -1,0 +1,145 @@
+"""Fitting a method on a source: one release of the source's budget (``synthesize``, ``mob_fit``), and sampling a
+fitted model (free post-processing)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+from duckmob import stream, validators
+from duckmob.errors import DuckmobError
+from duckmob.release.protocol import Release, Request, _claim_name, run
+from duckmob.release.registry import Database
+from duckmob.privacy import ledger
+
+
+@dataclass(frozen=True)
+class FitRequest:
+    """The validated public arguments of a fit (synthesize or mob_fit)."""
+
+    source: str
+    eps: float
+    delta: float
+    method: str
+    synthesizer: Any
+    privacy_unit: str
+    k: int
+    params: dict
+    seed: int | None
+    name: str | None = None
+    n: int | None = None
+
+
+def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, privacy_unit="trajectory",
+                max_trajectories_per_user=None, params=None, outside="drop", seed=None, name=None,
+                n=None) -> FitRequest:
+    """Validate every public argument of a fit (before anything is reserved or read)."""
+    from duckmob import synth
+
+    source = validators.source_name(source)
+    cls = synth.get(method)
+    params = synth.parse_params(params)
+    synthesizer = cls(bbox, **params)
+    unit, k = validators.privacy_unit(privacy_unit, max_trajectories_per_user)
+    validators.outside(outside)
+    return FitRequest(source=source, eps=validators.epsilon(eps),
+                      delta=validators.delta_value(delta, cls.default_delta), method=cls.method,
+                      synthesizer=synthesizer, privacy_unit=unit, k=k, params=params,
+                      seed=validators.seed(seed), name=None if name is None else validators.model_name(name),
+                      n=validators.n_trajectories(n))
+
+
+def fit(db: Database, request: FitRequest, load_points: Callable[[], pa.Table]):
+    """Fit ``request.method`` on the points ``load_points()`` returns: one release of the source's budget.
+
+    ``load_points()`` returns an Arrow table of points (in memory), or a :class:`duckmob.stream.PointSource` that
+    the release reads out of core, bucket by bucket, after the reservation (the same model under the same seed).
+
+    Returns ``(model, ledger id, noise source)``. The points are cleaned privately (invalid points, points
+    outside the bbox and short trajectories dropped, per trajectory, silently); with the user unit each user
+    keeps at most k trajectories, chosen at random.
+    """
+    from duckmob.privacy.counting import bound_contributions
+    from duckmob.privacy.noise import NoiseSource
+    from duckmob.trajectories import from_points
+
+    r = request
+    synthesizer, noise = r.synthesizer, NoiseSource(r.seed)
+    recorded = {"method": r.method, "max_trajectories_per_user": r.k, **r.params,
+                **({"model": r.name} if r.name else {})}
+
+    def compute(release: Release):
+        points = release.read(load_points)
+        if isinstance(points, stream.PointSource):   # out of core: DuckDB buckets, Spark partitions
+            return _fit_batches(release, r, points, noise)
+        data, _ = from_points(points, bbox=synthesizer.bbox, outside="drop", time_required=synthesizer.needs_time,
+                              private=True)
+        if r.privacy_unit == "user":
+            keep = bound_contributions(data.user_id, r.k, noise.generator())
+            data = data.take(np.asarray(keep, dtype=bool))
+        return synthesizer.fit(data, r.eps, r.delta, noise, contribution_bound=r.k, release=release)
+
+    req = Request(source=r.source, mechanism=r.method, privacy_unit=r.privacy_unit, params=recorded,
+                  seeded=noise.seeded,
+                  plan=lambda p: synthesizer.privacy_event(r.eps, r.delta, contribution_bound=r.k, prior=p))
+    if r.name is None:
+        model, ledger_id = run(db, req, compute)
+        return model, ledger_id, noise
+    _claim_name(db, r.name)   # before anything is reserved; a second fit of the same name is refused here
+    try:
+        model, ledger_id = run(db, req, compute)
+        _store(db, r, model, ledger_id)
+    finally:   # stored, or nothing stored: the name is no longer being fitted
+        db.pending_names.discard(r.name)
+    return model, ledger_id, noise
+
+
+def _fit_batches(release: Release, r: FitRequest, source, noise):
+    """The fit of :func:`fit` on a :class:`duckmob.stream.PointSource`: the same cleaning and contribution
+    bounding, batch by batch (``stream.clean``; Spark partitions in ``duckmob.spark``), then the method's fit on
+    the batches (a method that does not stream gets them concatenated). The same model as the in-memory path
+    under the same seed (tests/test_stream.py)."""
+    synthesizer = r.synthesizer
+    batches = None
+    try:
+        batches = source.batches(bbox=synthesizer.bbox, time_required=synthesizer.needs_time,
+                                 privacy_unit=r.privacy_unit, k=r.k, rng=noise.generator)
+        release.check_interrupt()
+        if synthesizer.streams:
+            return synthesizer.fit(batches, r.eps, r.delta, noise, contribution_bound=r.k, release=release)
+        data = batches.trajectories()
+        batches.close()          # the temporary files are not needed during a long (neural) fit
+        source.close()
+        return synthesizer.fit(data, r.eps, r.delta, noise, contribution_bound=r.k, release=release)
+    finally:
+        if batches is not None:
+            batches.close()
+        source.close()
+
+
+def _store(db: Database, r: FitRequest, model, ledger_id: int) -> None:
+    """Save a fitted model bound to its ledger row (the row records the model's checksum)."""
+    from duckmob.synth import store
+
+    blob = model.to_bytes()
+    described = {**model.describe(), "privacy_unit": r.privacy_unit, "max_trajectories_per_user": r.k,
+                 "seeded": r.seed is not None}
+    digest = store.checksum(r.name, r.method, r.source, described, blob, ledger_id)
+    with db.lock:
+        with db.connection() as cur:
+            ledger.update(cur, ledger_id, params={"model_checksum": digest}, verified=db.verified)
+            store.save(cur, r.name, r.method, r.source, described, r.eps, r.delta, blob, ledger_id=ledger_id,
+                       checksum=digest)
+
+
+def sample(model, n: int | None, rng: np.random.Generator):
+    """``n`` trajectories from a fitted model (None: the model's noisy trajectory count): free post-processing."""
+    if n is None:
+        n = model.default_n
+        if n is None or n < 1:
+            raise DuckmobError("this model has no default size (its noisy trajectory count is below 1): pass "
+                               "n := number of trajectories")
+    return model.sample(validators.n_trajectories(n), rng)
