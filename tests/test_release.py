@@ -303,7 +303,7 @@ def test_ctrl_c_stops_a_fit_records_the_spend_and_stores_no_model(con):
     thread = threading.Thread(target=fit)
     thread.start()
     deadline = time.time() + 60
-    while time.time() < deadline and not any(db.active for db in release._DATABASES.values()):
+    while time.time() < deadline and not any(db.active for db in release.registry._DATABASES.values()):
         time.sleep(0.05)
     time.sleep(1.0)
     pressed = time.perf_counter()
@@ -336,7 +336,7 @@ def test_a_refused_fit_does_not_free_the_name_another_fit_holds(con):
     _trips(con)
     con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
     db = release.database(con)
-    release._claim_name(db, "m")   # another fit of 'm' is in progress
+    release.protocol._claim_name(db, "m")   # another fit of 'm' is in progress
     with pytest.raises(duckdb.Error, match="being fitted"):
         con.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {SQL_BOX}, {SMALL})").fetchall()
     assert "m" in db.pending_names and _statuses(con) == []
