@@ -10,11 +10,11 @@ subprocess; wall time is the release alone (the table is a view over the Parquet
 user + system time over the release (all threads: on a machine shared with other work it is the steadier
 figure), peak RSS the process's VmHWM (DuckDB's buffers included).
 
-Cases: ``privtrace-old`` (the synthesize macro over a TEMP view: the whole table gathered as lists),
-``privtrace-new`` (over a view: read out of core by the release, duckmob.stream), ``count-old`` / ``count-new`` /
-``count-sql`` (the mob_noisy_count macro over a TEMP view: its pairs gathered as one list / stream.noisy_count /
+Cases: ``privtrace-old`` (the synthesize macro over a TEMP table: the whole table gathered as lists),
+``privtrace-new`` (over a view: read out of core by the release, duckmob.source), ``count-old`` / ``count-new`` /
+``count-sql`` (the mob_noisy_count macro over a TEMP table: its pairs gathered as one list / duckmob.noisy_count /
 the macro over a view: counted out of core), ``transitions-old`` / ``transitions-new`` / ``transitions-sql`` (the
-same three for mob_transitions and stream.transitions), ``hrnet-prep-old`` / ``hrnet-prep-new`` (HRNet's data
+same three for mob_transitions and duckmob.transitions), ``hrnet-prep-old`` / ``hrnet-prep-new`` (HRNet's data
 preparation, stay points to training arrays, without training: the table in memory / batch by batch), and the
 same for clean-slate (cell visits to trips) and PateGail (the fixes its episodes read, to episodes). eps 1,
 seed 1, the default PrivTrace parameters, bbox of HRNet's Beijing box.
@@ -72,15 +72,16 @@ def child(case: str, points: str, cells: str) -> dict:
 
     sys.path.insert(0, ROOT)
     import duckmob
-    from duckmob import stream
 
     con = duckdb.connect()
     duckmob.register(con)
-    temp = "TEMP " if case.endswith("-old") else ""
-    con.execute(f"CREATE {temp}VIEW trips AS FROM '{points}'")
+    # -old: a TEMP table, which the macros gather as lists (a TEMP view is refused from SQL: what it reads cannot be
+    # seen from a UDF); otherwise a view over the Parquet file, read out of core
+    kind = "TEMP TABLE" if case.endswith("-old") else "VIEW"
+    con.execute(f"CREATE {kind} trips AS FROM '{points}'")
     names = ["trips"]
     if case.startswith("transitions"):
-        con.execute(f"CREATE {temp}VIEW seqs AS FROM '{cells}'")
+        con.execute(f"CREATE {kind} seqs AS FROM '{cells}'")
         names.append("seqs")
     for name in names:
         con.execute(f"FROM mob_set_budget('{name}', eps := 100, delta := 1e-5)").fetchall()
@@ -93,14 +94,14 @@ def child(case: str, points: str, cells: str) -> dict:
     elif case in ("count-old", "count-sql"):   # the macro over a TEMP view (lists) / a view (out of core)
         out = con.sql("FROM mob_noisy_count('trips', eps := 1.0, seed := 1)").fetchall()[0][0]
     elif case == "count-new":
-        out = stream.noisy_count(con, "trips", eps=1.0, seed=1)
+        out = duckmob.noisy_count(con, "trips", eps=1.0, seed=1)
     elif case in ("transitions-old", "transitions-sql"):
         out = con.sql("SELECT count(*) FROM mob_transitions('seqs', eps := 1.0, n_states := 1024, w := 32, "
                       "support := 'neighbours', markov_order := 2, seed := 1)").fetchall()[0][0]
     elif "-prep-" in case:
         out = prep(con, case.split("-")[0], case.endswith("-new"))
     else:
-        out = int((stream.transitions(con, "seqs", order=2, eps=1.0, n_states=1024, w=32, support="neighbours",
+        out = int((duckmob.transitions(con, "seqs", order=2, eps=1.0, n_states=1024, w=32, support="neighbours",
                                       seed=1)[1] > 0).sum())
     wall = time.perf_counter() - start
     use = resource.getrusage(resource.RUSAGE_SELF)
@@ -112,14 +113,14 @@ def child(case: str, points: str, cells: str) -> dict:
 
 def prep(con, method: str, out_of_core: bool) -> int:
     """A method's data preparation (no training), default parameters; out of core, each batch reduced by the
-    method's own per-trajectory reduction (duckmob.stream, what mob_fit does on a committed table), else the whole
+    method's own per-trajectory reduction (duckmob.source, what mob_fit does on a committed table), else the whole
     table in memory first. HRNet: stay points, cell sequences and training arrays (32 x 32, 5 slots, 16 cells);
     clean-slate: cell visits and trips (16 x 16); PateGail: the fixes its episodes read and the episodes. Returns
     the number of training rows."""
     import numpy as np
 
-    from duckmob import stream
-    from duckmob.sql.synth import points_query
+    from duckmob.source.schema import Mapping
+    from duckmob.source.table import TableSource, prepare
     from duckmob.trajectories import from_points
 
     if method == "hrnet":
@@ -145,9 +146,9 @@ def prep(con, method: str, out_of_core: bool) -> int:
         reduce = lambda d: mdp.episode_fixes(d, cfg.n_slots, cfg.max_steps)  # noqa: E731
         build = lambda d: mdp.episodes(d, BBOX, cfg.w, cfg.n_slots, cfg.max_steps,  # noqa: E731
                                        np.arange(d.n_trajectories)).n
-    query = points_query("trips", "traj_col := 'traj_id'", "trajectory")
+    query = prepare(con, "trips", Mapping(), home="memory").select
     if out_of_core:
-        source = stream.Source(con, query)
+        source = TableSource(con, query)
         batches = source.batches(bbox=BBOX, time_required=True, privacy_unit="trajectory", k=None,
                                  rng=lambda: np.random.default_rng(0))
         reduced = batches.gather(reduce)

@@ -37,7 +37,7 @@ import traceback
 
 import duckdb
 
-import duckmob
+from duckmob import api
 from duckmob.errors import one_line
 
 HELP = """\
@@ -123,7 +123,7 @@ class Shell:
                 # in a terminal, first erase what is on the line: DuckDB's unfinished progress bar, the ^C echo
                 self.err.write(("\r\033[K" if self.err.isatty() else "") + INTERRUPTED + "\n")
                 return False
-            except (duckdb.Error, duckmob.DuckmobError, ValueError) as exc:
+            except (duckdb.Error, api.DuckmobError, ValueError) as exc:
                 return self._fail(exc, stmt.query)
             if self.timer and self.out.isatty():
                 self.err.write(f"({time.perf_counter() - t0:.3f} s)\n")
@@ -268,7 +268,7 @@ class Shell:
                 pass
         except ImportError:
             readline, history = None, None
-        self.out.write(f"duckmob {duckmob.__version__} (DuckDB {duckdb.__version__}). "
+        self.out.write(f"duckmob {api.__version__} (DuckDB {duckdb.__version__}). "
                        "End statements with ';'. .help for help.\n")
         buffer: list[str] = []
         try:
@@ -337,7 +337,7 @@ def write_result(rel, path: str) -> None:
     elif path.endswith(".csv"):
         rel.write_csv(path, header=True)
     else:
-        raise duckmob.DuckmobError(f"cannot write {path!r}: name a .parquet or .csv file")
+        raise api.DuckmobError(f"cannot write {path!r}: name a .parquet or .csv file")
 
 
 def _code_tokens(text: str) -> list[tuple[int, object]]:
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv[1:])
         try:
             demo.run(save=args.save, png=args.png)
-        except (duckmob.DuckmobError, duckdb.Error) as exc:
+        except (api.DuckmobError, duckdb.Error) as exc:
             sys.stderr.write(f"Error: {one_line(exc)}\n")
             return 1
         return 0
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the prompt even when standard input is not a terminal (a pipe from another program)")
     args = parser.parse_args(argv)
     try:
-        con = duckmob.connect(args.database)
+        con = api.connect(args.database)
     except duckdb.Error as exc:
         sys.stderr.write(f"Error: cannot open {args.database}: {one_line(exc)}\n")
         return 1

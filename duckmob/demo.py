@@ -15,7 +15,7 @@ from importlib import resources
 
 import duckdb
 
-import duckmob
+from duckmob import api
 from duckmob.errors import DuckmobError
 
 # Beijing's box as declared in the data's README: a public parameter, not computed from the data.
@@ -52,7 +52,7 @@ def run(out=print, save: str = DEFAULT_SAVE, png: str = DEFAULT_PNG) -> None:
     ``save`` is replaced if an earlier demo wrote it; any other existing file there is refused."""
     t0 = time.perf_counter()
     _clear(save)
-    con = duckmob.connect(save)
+    con = api.connect(save)
     try:
         con.execute("SET enable_progress_bar = false")  # the demo prints its own lines
         load_sample(con)
@@ -60,7 +60,7 @@ def run(out=print, save: str = DEFAULT_SAVE, png: str = DEFAULT_PNG) -> None:
         bbox = f"[{', '.join(map(str, HRNET_BBOX))}]"
         n_traj, n_pts, n_users = con.execute(
             "SELECT count(DISTINCT traj_id), count(*), count(DISTINCT user_id) FROM trips").fetchone()
-        out(f"duckmob {duckmob.__version__} demo on the shipped GeoLife sample")
+        out(f"duckmob {api.__version__} demo on the shipped GeoLife sample")
         out(f"  input        {n_traj:,} trajectories, {n_pts:,} GPS fixes, {n_users} users")
         checks = dict(con.execute(f"SELECT \"check\", count FROM mob_check('trips', bbox := {bbox})").fetchall())
         out(f"  cleaning     {checks['points outside bbox']:,} fixes outside HRNet's box {HRNET_BBOX} dropped, "

@@ -2,13 +2,13 @@
 
 Nothing here is a second implementation. The release core (:func:`duckmob.release.fit`) runs on the driver with
 its ledger in a DuckDB file; what it reads is a :class:`SparkSource`, whose :class:`SparkBatches` give a method
-the same two things the out-of-core DuckDB path gives (``duckmob.stream``):
+the same two things the out-of-core DuckDB path gives (:mod:`duckmob.source`):
 
 * the cleaned trajectories: the DataFrame is hash-partitioned by traj_id (every partition holds whole
   trajectories) and each partition goes through ``from_points(private=True)`` in ``mapInArrow``; cleaned
-  partitions are cached in the per-trajectory Arrow form of ``stream.to_lists``. Under the user unit, only the
+  partitions are cached in the per-trajectory Arrow form of ``batches.to_lists``. Under the user unit, only the
   (traj_id, user_id) pairs of the kept trajectories reach the driver (16 bytes a trajectory), where
-  ``stream.bound_keys`` draws the bounding exactly as the in-memory path does;
+  ``batches.bound_keys`` draws the bounding exactly as the in-memory path does;
 * ``gather(fn)``: a method's per-trajectory reduction (HRNet's stay points, clean-slate's cell visits, PateGail's
   slot fixes) runs on each partition; only its output is collected, in the in-memory order;
 * ``reduce(fn)``: the method's own per-batch statistics function (for PrivTrace, ``PrivTrace._statistics``:
@@ -28,7 +28,11 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from duckmob import release, stream
+from duckmob import release
+from duckmob.source import PointSource
+from duckmob.source import batches as stream
+from duckmob.source.schema import Mapping, check_points
+from duckmob.errors import DuckmobError
 from duckmob.trajectories import Trajectories, from_points
 
 _SUMS_SCHEMA = "name string, sums binary"
@@ -38,18 +42,52 @@ _LISTS32 = pa.schema([("traj_id", pa.int64()), ("user_id", pa.int64()), ("ts", p
                       ("lat", pa.list_(pa.float64())), ("lon", pa.list_(pa.float64()))])
 
 
-def _points(df, traj_col, ts_col, lat_col, lon_col, user_col, privacy_unit):
-    """mob_points' columns from a DataFrame (user ids only under the user unit, as the macros gather them)."""
+# Spark's simple type names as DuckDB spells them, for the schema check shared by every input path
+_SPARK_TYPES = {"tinyint": "TINYINT", "smallint": "SMALLINT", "int": "INTEGER", "bigint": "BIGINT",
+                "float": "FLOAT", "double": "DOUBLE", "timestamp": "TIMESTAMP", "timestamp_ntz": "TIMESTAMP",
+                "date": "DATE", "void": "NULL"}
+
+
+def _duckdb_type(spark_type: str) -> str:
+    if spark_type.startswith("decimal"):   # scale 0: Spark's integers beyond bigint (try_cast makes those NULL)
+        return "HUGEINT" if spark_type.replace(" ", "").endswith(",0)") else "DECIMAL"
+    return _SPARK_TYPES.get(spark_type, spark_type.upper())
+
+
+def _columns(df, m: Mapping) -> dict[str, str | None]:
+    """The DataFrame's own column names for the contract's columns (case-insensitive; None for a missing user
+    column); a missing required column is refused naming the mapping parameter (schema, not data)."""
+    from duckmob.source.schema import resolve_columns
+
+    return resolve_columns(list(df.columns), m, what=("traj_id", "user_id", "ts", "lat", "lon"))
+
+
+def check(df, m: Mapping) -> bool:
+    """The schema check of :mod:`duckmob.source.schema` on the DataFrame's schema (no row is read); returns whether
+    it has a user column."""
+    names = _columns(df, m)
+    kinds = dict(df.dtypes)
+    return check_points({col: _duckdb_type(kinds[src]) if src is not None else None for col, src in names.items()}, m)
+
+
+def _points(df, m: Mapping):
+    """The contract's columns from a DataFrame, every value converted with try_cast (NULL when it cannot be: the
+    cleaning drops that point; an ANSI cast would quote the value in its error). The user column whenever the
+    DataFrame has one: a trajectory is the pair (user_id, traj_id) under both units."""
     from pyspark.sql import functions as F
 
-    user = F.col(user_col).cast("long") if privacy_unit == "user" and user_col in df.columns else \
-        F.lit(None).cast("long")
+    names = _columns(df, m)
+
+    def cast(col: str, kind: str):
+        return F.expr(f"try_cast(`{names[col].replace('`', '``')}` AS {kind})")
+
+    user = cast("user_id", "bigint") if names["user_id"] is not None else F.lit(None).cast("long")
     # a zone-less timestamp passes as it is (DuckDB's TIMESTAMP); one with the session's zone as epoch µs (UTC), so
     # no clock change can reorder a trajectory's points
-    kind = dict(df.dtypes).get(ts_col)
-    ts = F.unix_micros(F.col(ts_col)) if kind == "timestamp" else F.col(ts_col)
-    return df.select(F.col(traj_col).cast("long").alias("traj_id"), user.alias("user_id"), ts.alias("ts"),
-                     F.col(lat_col).cast("double").alias("lat"), F.col(lon_col).cast("double").alias("lon"))
+    kind = dict(df.dtypes).get(names["ts"])
+    ts = F.unix_micros(F.col(names["ts"])) if kind == "timestamp" else cast("ts", "timestamp_ntz")
+    return df.select(cast("traj_id", "bigint").alias("traj_id"), user.alias("user_id"), ts.alias("ts"),
+                     cast("lat", "double").alias("lat"), cast("lon", "double").alias("lon"))
 
 
 def _cleaner(bbox, time_required: bool):
@@ -110,14 +148,16 @@ class SparkBatches(stream.Batches):
         self.cleaned.unpersist()
 
 
-class SparkSource(stream.PointSource):
+class SparkSource(PointSource):
     """A Spark DataFrame of points read by the release core, after its reservation, in ``partitions`` hash
     partitions of traj_id (default: four per core of the session)."""
 
     def __init__(self, df, *, partitions: int | None = None, traj_col="traj_id", ts_col="ts", lat_col="lat",
                  lon_col="lon", user_col="user_id"):
         self.df, self.partitions = df, partitions
-        self.columns = (traj_col, ts_col, lat_col, lon_col, user_col)
+        self.mapping = Mapping.of(traj_col=traj_col, ts_col=ts_col, lat_col=lat_col, lon_col=lon_col,
+                                  user_col=user_col)
+        self.has_user = check(df, self.mapping)   # the schema, before any reservation
         self._batches = None
 
     def batches(self, *, bbox, time_required, privacy_unit, k, rng) -> SparkBatches:
@@ -125,7 +165,7 @@ class SparkSource(stream.PointSource):
 
         spark = self.df.sparkSession
         n = self.partitions or 4 * spark.sparkContext.defaultParallelism
-        points = _points(self.df, *self.columns, privacy_unit).repartition(n, "traj_id")
+        points = _points(self.df, self.mapping).repartition(n, "traj_id")
         cleaned = points.mapInArrow(_cleaner(bbox, time_required), _LISTS_DDL).persist(
             StorageLevel.MEMORY_AND_DISK)
         ids = cleaned.select("traj_id", "user_id").toArrow()
@@ -183,7 +223,11 @@ def synthesize(df, *, source: str, ledger: str, eps, method: str = "privtrace", 
                                 params={**synth.parse_params(params), **method_params}, seed=seed, n=n)
         src = SparkSource(df, partitions=partitions, traj_col=traj_col, ts_col=ts_col, lat_col=lat_col,
                           lon_col=lon_col, user_col=user_col)
-        model, _, noise = release.fit(db, r, lambda: src)
+        if r.privacy_unit == "user" and not src.has_user:
+            raise DuckmobError(f"the DataFrame has no {user_col} column, so privacy_unit := 'user' cannot tell whose "
+                               "each trajectory is: name its user column with user_col=..., or use "
+                               "privacy_unit='trajectory'")
+        model, _, noise = release.fit(db, r, src)
         out = rows(release.sample(model, r.n, noise.generator()))
     finally:
         con.close()

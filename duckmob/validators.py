@@ -12,8 +12,15 @@ from duckmob.errors import DuckmobError
 
 PRIVACY_UNITS = ("trajectory", "user")
 OUTSIDE = ("drop", "fail")
+# Largest eps of one release: above it the guarantee means nothing and the noise grid cannot honour it.
+MAX_EPSILON = 100.0
 # Largest n a synthesize / mob_sample call may ask for (rows are materialised in memory; ask again for more).
 MAX_N = 50_000_000
+# Largest delta a budget or a release may have. delta is the chance that the guarantee fails outright (a release
+# may then expose someone entirely), so it must be far below 1 / the number of people in the table: 1e-3 already
+# suits only tables of well over a thousand people. A larger one would also let a raise of delta buy eps (after
+# eps 1 spent at delta 0, a raise to delta 0.5 left room for 14 more releases of eps 0.5).
+MAX_DELTA = 1e-3
 
 
 def _float(value) -> float:
@@ -34,28 +41,26 @@ def positive(name: str, value, hint: str = "") -> float:
 
 
 def epsilon(value) -> float:
-    """A release's eps: positive, finite and at most ``accounting.MAX_EPSILON`` (above it the guarantee means
-    nothing and the noise grid cannot honour it)."""
-    from duckmob.privacy import accounting
-
+    """A release's eps: positive, finite and at most :data:`MAX_EPSILON` (above it the guarantee means nothing and
+    the noise grid cannot honour it)."""
     v = _float(value)
     if value is None or not (math.isfinite(v) and v > 0):
         raise DuckmobError(f"eps must be a positive number, got {value!r}: pass e.g. eps := 1.0")
-    bound = getattr(accounting, "MAX_EPSILON", 100.0)
-    if v > bound:
-        raise DuckmobError(f"eps = {v:g} is above duckmob's limit of {bound:g} for one release (such a release "
+    if v > MAX_EPSILON:
+        raise DuckmobError(f"eps = {v:g} is above duckmob's limit of {MAX_EPSILON:g} for one release (such a release "
                            "has no meaningful privacy): use a smaller eps")
     return v
 
 
 def delta_value(value, default: float | None = None) -> float:
-    """A delta in [0, 1) (``default`` when None and a default is given)."""
+    """A budget's or a release's delta in [0, :data:`MAX_DELTA`] (``default`` when None and a default is given)."""
     if value is None and default is not None:
         return float(default)
     v = _float(value)
-    if not 0 <= v < 1:
-        raise DuckmobError(f"delta must be in [0, 1) (typically 1e-5, below 1 / number of trajectories); "
-                           f"got {value!r}")
+    if not 0 <= v <= MAX_DELTA:
+        raise DuckmobError(f"delta must be in [0, {MAX_DELTA:g}], got {value!r}: delta is the chance that the privacy "
+                           "guarantee fails outright, so it must be far below 1 / the number of people in the table "
+                           "(typically 1e-5 or less; 0 for a pure-eps method)")
     return v
 
 
@@ -135,4 +140,4 @@ def outside(value) -> str:
 
 
 __all__ = ["positive", "epsilon", "delta_value", "count", "n_trajectories", "seed", "source_name", "model_name",
-           "privacy_unit", "outside", "PRIVACY_UNITS", "MAX_N"]
+           "privacy_unit", "outside", "PRIVACY_UNITS", "MAX_N", "MAX_EPSILON", "MAX_DELTA"]

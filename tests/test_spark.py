@@ -4,6 +4,7 @@ pyspark comes with the [test] extra (duckmob[spark]); skipped when it or Java is
 module, 300 trajectories: under a minute, mostly Spark's start and its first job."""
 
 import shutil
+import sys
 
 import duckdb
 import numpy as np
@@ -15,7 +16,8 @@ if shutil.which("java") is None:
     pytest.skip("Spark needs Java", allow_module_level=True)
 
 import duckmob  # noqa: E402
-from duckmob import spark as dspark, stream  # noqa: E402
+from duckmob import spark as dspark  # noqa: E402
+from duckmob.source import batches as source_batches, table as stream  # noqa: E402
 from duckmob.sql.synth import synthesize_table  # noqa: E402
 from duckmob.synth import placement  # noqa: E402
 from duckmob.synth.privtrace.markov import density_sums  # noqa: E402
@@ -41,6 +43,8 @@ def data(tmp_path_factory):
                .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.adaptive.enabled", "false")
                .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+               # local workers run this interpreter (the venv's), not whatever python3 is first on PATH
+               .config("spark.pyspark.python", sys.executable)
                .getOrCreate())
     yield folder, path, session
     session.stop()
@@ -71,7 +75,7 @@ def test_spark_and_duckdb_reduce_to_the_same_tables(data):
     con = duckdb.connect()
     query = f"SELECT traj_id::BIGINT AS traj_id, user_id::BIGINT AS user_id, ts, lat, lon, NULL::BIGINT AS seq " \
             f"FROM '{path}'"
-    source = stream.Source(con, query, bucket_points=3000)
+    source = stream.TableSource(con, query, bucket_points=3000)
     ddb = source.batches(bbox=BBOX, time_required=False, privacy_unit="user", k=3,
                          rng=lambda: np.random.default_rng(1))
     want = ddb.reduce(_statistics_fn())
@@ -116,7 +120,7 @@ def test_spark_synthesize_equals_duckdb(data, monkeypatch):
         raise AssertionError("points were collected to the driver")
 
     record(dspark.SparkBatches, "spark")
-    record(stream.Batches, "duckdb")
+    record(source_batches.Batches, "duckdb")
     monkeypatch.setattr(dspark.SparkBatches, "__iter__", collected)
     monkeypatch.setattr(stream, "BUCKET_POINTS", 3000)
     ledger = str(folder / "ledger.duckdb")
@@ -145,3 +149,43 @@ def test_spark_synthesize_equals_duckdb(data, monkeypatch):
     rows = led.sql(spend).fetchall()
     led.close()
     assert rows == want_spend and len(rows) == 1 and rows[0][-1] == "spent"
+
+
+@pytest.mark.parametrize("column,value", [("lat", "'39.9xyz'"), ("traj_id", "'secret-4242'")])
+def test_spark_wrong_types_are_refused_for_free_naming_no_value(data, column, value):
+    """A string column where a number belongs: refused on the DataFrame's schema before anything is reserved,
+    naming the column and its type only, with the same answer for an empty DataFrame."""
+    folder, path, session = data
+    ledger = str(folder / f"ledger_{column}.duckdb")
+    dspark.set_budget(ledger, "bad", 10.0, 1e-5)
+    df = session.read.parquet(path).selectExpr("*", f"{value} AS __bad").drop(column).withColumnRenamed("__bad", column)
+    answers = []
+    for frame in (df, df.limit(0)):
+        with pytest.raises(duckmob.DuckmobError) as err:
+            dspark.synthesize(frame, source="bad", ledger=ledger, eps=1.0, bbox=BBOX)
+        message = str(err.value)
+        assert "has type" in message and "xyz" not in message and "secret" not in message
+        answers.append(message)
+    assert answers[0] == answers[1]
+    led = duckdb.connect(ledger)
+    assert led.sql("SELECT count(*) FROM duckmob_ledger").fetchall() == [(0,)]
+    led.close()
+
+
+def test_spark_try_cast_drops_unconvertible_values_and_keys_by_user(data):
+    """Values Spark cannot convert (a double id beyond BIGINT) become NULL and their points are dropped, quietly;
+    two users' trajectories that share a traj_id stay two trajectories, as on DuckDB."""
+    folder, path, session = data
+    ledger = str(folder / "ledger_cast.duckdb")
+    dspark.set_budget(ledger, "odd", 10.0, 1e-5)
+    df = session.read.parquet(path).selectExpr(
+        "CASE WHEN traj_id % 5 = 0 THEN 1e30 ELSE traj_id % 7 END AS traj_id", "user_id", "ts", "lat", "lon")
+    src = dspark.SparkSource(df.selectExpr("CAST(traj_id AS DECIMAL(38, 0)) AS traj_id", "user_id", "ts", "lat",
+                                           "lon"), partitions=2)
+    batches = src.batches(bbox=BBOX, time_required=False, privacy_unit="trajectory", k=1,
+                          rng=lambda: np.random.default_rng(0))
+    data_ = batches.trajectories()
+    src.close()
+    pairs = set(zip(data_.user_id.tolist(), data_.traj_id.tolist()))
+    assert len(pairs) == data_.n_trajectories > len({t for _, t in pairs})   # traj_ids shared by several users
+    assert set(data_.traj_id.tolist()) <= set(range(7))                      # the 1e30 ids were dropped

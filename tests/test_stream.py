@@ -1,4 +1,4 @@
-"""Out-of-core releases (duckmob.stream): the same release as the in-memory path, bit for bit, under a fixed seed,
+"""Out-of-core releases (duckmob.source): the same release as the in-memory path, bit for bit, under a fixed seed,
 on a table split across many batches, for both privacy units."""
 
 import duckdb
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import duckmob
-from duckmob import stream
+from duckmob.source import table as stream
+from duckmob.source.schema import Mapping
 from duckmob.sql.synth import synthesize_table
 from duckmob.synth import store
 
@@ -46,9 +47,9 @@ def _model_arrays(con, name):
 @pytest.mark.parametrize("unit", ["trajectory", "user"])
 def test_privtrace_model_out_of_core_equals_in_memory(con, small_batches, unit):
     spy = []
-    clean = stream.clean
-    stream_clean = lambda *a, **k: spy.append(1) or clean(*a, **k)   # noqa: E731
-    stream.clean = stream_clean
+    read = stream.read_points
+    spied = lambda *a, **k: spy.append(1) or read(*a, **k)   # noqa: E731
+    stream.read_points = spied
     try:
         opts = f"eps := 20.0, bbox := {BBOX}, seed := 11, privacy_unit := '{unit}', " \
                f"max_trajectories_per_user := {50 if unit == 'user' else 'NULL'}"
@@ -57,7 +58,7 @@ def test_privtrace_model_out_of_core_equals_in_memory(con, small_batches, unit):
         con.execute(f"FROM mob_fit('t', 'out_of_core_{unit}', {opts})").fetchall()
         assert spy                                       # a committed table: read by the release, in buckets
     finally:
-        stream.clean = clean
+        stream.read_points = read
     a, b = _model_arrays(con, f"in_memory_{unit}"), _model_arrays(con, f"out_of_core_{unit}")
     assert a.keys() == b.keys()
     for key in a:
@@ -67,7 +68,7 @@ def test_privtrace_model_out_of_core_equals_in_memory(con, small_batches, unit):
 
 def test_bucketing_keeps_whole_trajectories(con):
     n = con.sql("SELECT count(*) FROM t").fetchall()[0][0]
-    query = "SELECT traj_id, user_id, ts, lat, lon, seq FROM mob_points('t')"
+    query = _points_query(con, "t")
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
@@ -91,7 +92,7 @@ def test_synthesize_python_api_many_buckets(con, small_batches, unit):
 @pytest.mark.parametrize("order,support", [(1, None), (2, None), (2, "neighbours")])
 def test_transitions_out_of_core_equal(con, small_batches, unit, order, support):
     k = 3 if unit == "user" else None
-    states, values = stream.transitions(con, "s", order=order, eps=1.0, n_states=64, seed=9, privacy_unit=unit,
+    states, values = duckmob.transitions(con, "s", order=order, eps=1.0, n_states=64, seed=9, privacy_unit=unit,
                                         max_trajectories_per_user=k, support=support, w=8 if support else None)
     got = sorted((None if order == 1 else int(s[0]), int(s[-2]), int(s[-1]), float(v))
                  for s, v in zip(states, values) if v > 0)
@@ -107,7 +108,7 @@ def test_transitions_out_of_core_equal(con, small_batches, unit, order, support)
                                        ("trajectory", "users")])
 def test_noisy_count_out_of_core_equal(con, unit, what):
     k = 2 if unit == "user" else None
-    got = stream.noisy_count(con, "t", eps=1.0, seed=4, privacy_unit=unit, max_trajectories_per_user=k, what=what)
+    got = duckmob.noisy_count(con, "t", eps=1.0, seed=4, privacy_unit=unit, max_trajectories_per_user=k, what=what)
     want = con.sql(f"FROM mob_noisy_count('mem', eps := 1.0, seed := 4, privacy_unit := '{unit}', "
                    f"max_trajectories_per_user := {k or 'NULL'}, what := '{what}')").fetchall()[0][0]
     assert got == want
@@ -137,15 +138,14 @@ def test_concatenated_batches_are_the_in_memory_trajectories(con, unit):
     """What a method that does not stream (HRNet, the baseline) gets: the in-memory path's trajectories, in its
     order, whatever the buckets."""
     from duckmob.privacy.counting import bound_contributions
-    from duckmob.sql.synth import points_query
     from duckmob.trajectories import from_points
 
-    query = points_query("t", "traj_col := 'traj_id'", unit)
+    query = _points_query(con, "t")
     whole, _ = from_points(con.sql(query).to_arrow_table(), bbox=BBOX, outside="drop", time_required=True,
                            private=True)
     if unit == "user":
         whole = whole.take(bound_contributions(whole.user_id, 5, np.random.default_rng(2)))
-    source = stream.Source(con, query, bucket_points=1500)
+    source = stream.TableSource(con, query, bucket_points=1500)
     got = source.batches(bbox=BBOX, time_required=True, privacy_unit=unit, k=5,
                          rng=lambda: np.random.default_rng(2)).trajectories()
     source.close()
@@ -173,14 +173,13 @@ def _fit_both(con, synth, eps):
     """``synth`` fitted on the in-memory trajectories and on the same trajectories out of core (many buckets),
     both under one seed."""
     from duckmob.privacy.noise import NoiseSource
-    from duckmob.sql.synth import points_query
     from duckmob.trajectories import from_points
 
-    query = points_query("t", "traj_col := 'traj_id'", "trajectory")
+    query = _points_query(con, "t")
     whole, _ = from_points(con.sql(query).to_arrow_table(), bbox=BBOX, outside="drop", time_required=True,
                            private=True)
     a = synth.fit(whole, eps, 1e-5, NoiseSource(3))
-    source = stream.Source(con, query, bucket_points=1500)
+    source = stream.TableSource(con, query, bucket_points=1500)
     batches = source.batches(bbox=BBOX, time_required=True, privacy_unit="trajectory", k=None,
                              rng=lambda: np.random.default_rng(0))
     assert sum(1 for _ in batches) > 5
@@ -224,12 +223,11 @@ def test_pategail_fit_on_batches_equals_in_memory(con):
 
 def test_reductions_read_what_the_methods_read(con):
     """The per-trajectory reductions keep what trips / episodes read, and drop most fixes."""
-    from duckmob.sql.synth import points_query
     from duckmob.synth.cleanslate.trips import trips, visits
     from duckmob.synth.pategail import mdp
     from duckmob.trajectories import from_points
 
-    whole, _ = from_points(con.sql(points_query("t", "traj_col := 'traj_id'", "trajectory")).to_arrow_table(),
+    whole, _ = from_points(con.sql(_points_query(con, "t")).to_arrow_table(),
                            bbox=BBOX, outside="drop", time_required=True, private=True)
     few = visits(whole, BBOX, 16)
     assert few.n_trajectories == whole.n_trajectories and few.n_points < whole.n_points / 5
@@ -241,3 +239,8 @@ def test_reductions_read_what_the_methods_read(con):
     for x, y in zip(mdp.episodes(fixes, BBOX, 16, 48, 24, dev).__dict__.values(),
                     mdp.episodes(whole, BBOX, 16, 48, 24, dev).__dict__.values()):
         assert np.array_equal(x, y)
+
+
+def _points_query(con, table):
+    """The checked SELECT every release reads (TRY_CAST, the user column under both units)."""
+    return stream.prepare(con, table, Mapping(), home="memory").select

@@ -47,15 +47,15 @@ import dp_accounting
 from dp_accounting import pld
 
 from duckmob.errors import DuckmobError
-from duckmob.privacy.checks import positive
+from duckmob.validators import MAX_EPSILON, positive
 
 KINDS = ("laplace", "gaussian", "dp_sgd", "compose")
 
-# Largest epsilon of one Laplace event. Past it the guarantee is meaningless (an observer's odds may move by
-# e^100 = 3e43) and the noise grid cannot honour it for realistic counts: the noise scale is sensitivity / eps and
-# its grid step 2^-20 of that, and ``NoiseSource.add_laplace`` keeps values exact only up to 2^51 grid steps, so at
-# eps 100 (sensitivity 1) counts up to about 2e7 stay exact, at eps 1000 only up to about 2e6.
-MAX_EPSILON = 100.0
+# MAX_EPSILON (from duckmob.validators) is the largest epsilon of one Laplace event. Past it the guarantee is
+# meaningless (an observer's odds may move by e^100 = 3e43) and the noise grid cannot honour it for realistic
+# counts: the noise scale is sensitivity / eps and its grid step 2^-20 of that, and ``NoiseSource.add_laplace`` keeps
+# values exact only up to 2^51 grid steps, so at eps 100 (sensitivity 1) counts up to about 2e7 stay exact, at eps
+# 1000 only up to about 2e6.
 
 # When the PLD accountant is used for the Laplace part of a composition (see the module docstring). Its cost grows
 # with the support of the composed PLD (2 eps / 1e-4 points per Laplace event, about 0.05 s per unit of eps to

@@ -56,7 +56,7 @@ import numpy as np
 
 from duckmob.errors import DuckmobError
 from duckmob.grid import parent, quadtree_depth
-from duckmob.privacy.checks import positive
+from duckmob.validators import positive
 from duckmob.privacy.noise import NoiseSource, granularity
 from duckmob.privacy.normcut import normcut
 
@@ -303,7 +303,7 @@ def normalised_sums(index, owner, n_windows, entries, scale: float) -> np.ndarra
     steps, one per support entry (same arguments, no noise). NEVER release these: they are exact.
 
     Being integers, the sums of disjoint sets of trajectories add up exactly, so a table computed in batches of
-    whole trajectories (``duckmob.stream``, ``duckmob.spark``) and summed equals the one computed at once, bit for
+    whole trajectories (``duckmob.source``, ``duckmob.spark``) and summed equals the one computed at once, bit for
     bit; :func:`release_sums` then adds the noise once."""
     index = np.asarray(index, dtype=np.int64)
     owner = np.asarray(owner, dtype=np.int64)

@@ -57,7 +57,7 @@ import math
 import numpy as np
 
 from duckmob.errors import DuckmobError
-from duckmob.privacy.checks import positive
+from duckmob.validators import positive
 
 # Bits of the grid below the scale: g = 2^(floor(log2 b) - BITS), t = b / g in [2^BITS, 2^(BITS+1)).
 BITS = 20

@@ -28,7 +28,7 @@ database file, so a per-process lock is a per-database lock.
 """
 
 from duckmob.release.counting import noisy_count, transitions
-from duckmob.release.fit import FitRequest, fit, fit_request, sample
+from duckmob.release.fitting import FitRequest, fit, fit_request, sample
 from duckmob.release.interrupts import Interrupted, install_interrupt_handler, interrupt_all
 from duckmob.release.protocol import Release, Request, read_ledger, run, set_budget
 from duckmob.release.registry import Database, database

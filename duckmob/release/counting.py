@@ -8,7 +8,8 @@ import numpy as np
 
 from duckmob import validators
 from duckmob.errors import DuckmobError
-from duckmob.privacy import accounting
+from duckmob.privacy import accounting, counting
+from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.noise import check_scale
 from duckmob.release.protocol import Release, Request, run
 from duckmob.release.registry import Database
@@ -24,20 +25,17 @@ def _needs_users(source: str, user_col: str | None, what: str, instead: str) -> 
 
 def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajectory", max_trajectories_per_user=None,
                 what="trajectories", user_col: str | None = "user_id",
-                load: Callable[[], tuple[np.ndarray, np.ndarray]]) -> float:
+                count: Callable[[str, str, int], int]) -> float:
     """An eps-DP count of the trajectories or users of ``source`` (``mob_noisy_count``).
 
-    ``load()`` returns ``(traj_id, user_id)`` per trajectory (user -1 when unknown), or the exact number of items
-    counted where the data lives (an int: ``duckmob.stream.noisy_count``). ``user_col`` names the
-    table's user column, None when it has none: counting users, or the user unit, is then refused before anything
-    is reserved (it would count no one and release noise around 0). Privacy map: one trajectory
-    changes the trajectory count by 1; under the user unit at most k trajectories per user are counted (sensitivity
-    k); one trajectory or user changes the user count by at most 1. Laplace(sensitivity / eps), accounted as
-    ``accounting.laplace(eps)``.
+    ``count(what, unit, k)`` returns the exact number of items, counted where the data lives after the
+    reservation (``duckmob.source.table.count_query`` in DuckDB, ``pair_count`` in memory): distinct (user_id,
+    traj_id) pairs; under the user unit at most k per user; or distinct users. ``user_col`` names the table's user
+    column, None when it has none: counting users, or the user unit, is then refused before anything is reserved
+    (it would count no one and release noise around 0). Privacy map: one trajectory changes the trajectory count by
+    1; under the user unit at most k trajectories per user are counted (sensitivity k); one trajectory or user
+    changes the user count by at most 1. Laplace(sensitivity / eps), accounted as ``accounting.laplace(eps)``.
     """
-    from duckmob.privacy import counting
-    from duckmob.privacy.noise import NoiseSource
-
     if what not in ("trajectories", "users"):
         raise DuckmobError(f"what must be 'trajectories' or 'users'; got {what!r}")
     unit, k = validators.privacy_unit(privacy_unit, max_trajectories_per_user, needs_bound=what == "trajectories")
@@ -54,18 +52,7 @@ def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajector
     event = accounting.laplace(eps)
 
     def compute(release: Release) -> float:
-        loaded = release.read(load)
-        if isinstance(loaded, (int, np.integer)):   # counted where the data lives (duckmob.stream.noisy_count)
-            return counting.noisy_count(int(loaded), eps, noise, sensitivity)
-        _traj, users = loaded
-        if what == "users":
-            # users without an id are not counted; one trajectory (or user) adds at most one user
-            n_items = int(np.unique(users[users >= 0]).size)
-        elif unit == "user":
-            keep = counting.bound_contributions(users, k, noise.generator())
-            n_items = int(keep.sum())
-        else:
-            n_items = len(users)
+        n_items = release.read(lambda: int(count(what, unit, k)))
         return counting.noisy_count(n_items, eps, noise, sensitivity)
 
     params = {"eps": eps, "what": what, "sensitivity": sensitivity,
@@ -87,9 +74,6 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
     Laplace(k / eps) on every entry of a data-independent support, accounted as ``accounting.laplace(eps)``.
     Returns ``(states (n, order + 1), counts)`` of the entries left positive by NormCut.
     """
-    from duckmob.privacy import counting
-    from duckmob.privacy.noise import NoiseSource
-
     example = f"FROM mob_transitions('{source}', eps := 0.5, n_states := 1024)"
     unit, k = validators.privacy_unit(privacy_unit, max_trajectories_per_user)
     source = validators.source_name(source)

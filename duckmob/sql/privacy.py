@@ -3,21 +3,24 @@
 Hidden UDFs behind the macros in privacy.sql; they only decode arguments and encode rows. Every release goes
 through the release core (:mod:`duckmob.release`), which writes the ledger on its own connection (never the
 calling one). Anything that writes the ledger or draws noise is registered with ``side_effects=True``.
-``_mob_noisy_count`` / ``_mob_transitions`` get the rows gathered as one list (temp tables, CTEs);
+``_mob_noisy_count`` / ``_mob_transitions`` get the rows of a temporary table gathered as one list;
 ``_mob_noisy_count_source`` / ``_mob_transitions_source`` get a committed table's name and read it out of core on
-a cursor of the core's connection, after the reservation (:mod:`duckmob.stream`): the same release.
+a cursor of the core's connection, after the reservation (:mod:`duckmob.release.tables`): the same release.
 """
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from duckmob import release, stream, validators
+from duckmob import release, validators
 from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
+from duckmob.release import tables
+from duckmob.source.schema import Mapping, check_ids, quote
 from duckmob.sql import Udf, one_row, points, scalar
 
 _BUDGET_ROW = "STRUCT(source VARCHAR, eps DOUBLE, delta DOUBLE, spent DOUBLE, remaining DOUBLE)[]"
@@ -47,29 +50,6 @@ def setup(con) -> None:
             raise
 
 
-def _sequences(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(offsets, cells, user_id) of a list of (traj_id, user_id, cells) structs; NULL users -> -1. A sequence
-    holding a NULL cell is dropped whole (a per-trajectory transformation: nothing is refused on the data)."""
-    seqs = points(rows)
-    if seqs is None or len(seqs) == 0 or seqs.null_count == len(seqs):
-        return np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    seqs = seqs.filter(pc.is_valid(seqs))
-    lists = seqs.field("cells")
-    flat_valid = pc.is_valid(pc.list_flatten(lists.fill_null([]) if lists.null_count else lists))
-    lengths = np.nan_to_num(pc.list_value_length(lists).to_numpy(zero_copy_only=False)).astype(np.int64)
-    owner = np.repeat(np.arange(len(lengths)), lengths)
-    bad = np.bincount(owner[~flat_valid.to_numpy(zero_copy_only=False)], minlength=len(lengths)) > 0
-    seqs = seqs.filter(pa.array(~bad))
-    order = np.argsort(seqs.field("traj_id").fill_null(-1).to_numpy(zero_copy_only=False), kind="stable")
-    seqs = seqs.take(pa.array(order))
-    lists = seqs.field("cells")
-    lengths = np.nan_to_num(pc.list_value_length(lists).to_numpy(zero_copy_only=False)).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    cells = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
-    user_id = np.asarray(seqs.field("user_id").fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
-    return offsets, cells, user_id
-
-
 def _transition_rows(states: np.ndarray, values: np.ndarray) -> pa.ListArray:
     """mob_transitions' rows from ``release.transitions``' (states, counts): zeros after NormCut are omitted (the
     whole table is released; they are known zeros); prev_state is NULL for the first order."""
@@ -81,29 +61,70 @@ def _transition_rows(states: np.ndarray, values: np.ndarray) -> pa.ListArray:
                              "to_state": pa.array(states[:, -1], pa.int64()), "count": pa.array(values)}))
 
 
-def unshadowed(source, shadowed) -> str:
-    """The name of a table read out of core; refused (before anything is reserved: it is about the catalog) when
-    a temporary table or view of the caller's connection has that name and would hide it."""
-    name = scalar(source)
-    if scalar(shadowed):
-        raise DuckmobError(f"a temporary table or view named '{name}' hides the table of the same name that "
-                           "duckmob would read: rename one of them")
-    return name
+CALLER_TYPE = "STRUCT(relation VARCHAR, database VARCHAR, schema VARCHAR, temp_tables VARCHAR[], temp_views VARCHAR[])"
+_COUNT_ARGS = "STRUCT(eps DOUBLE, seed BIGINT, privacy_unit VARCHAR, k BIGINT, what VARCHAR)"
+_TRANSITION_ARGS = ("STRUCT(\"order\" BIGINT, eps DOUBLE, n_states BIGINT, seed BIGINT, privacy_unit VARCHAR, k BIGINT, "
+                    "max_length BIGINT, support VARCHAR, w BIGINT)")
+
+
+def caller(arg) -> dict:
+    """The caller's facts (``_mob_caller`` in privacy.sql): relation, database, schema, temporary tables and views;
+    the relation checked to be a name or a query (a non-empty string)."""
+    facts = dict(scalar(arg))
+    facts["relation"] = validators.source_name(facts.get("relation"))
+    return facts
+
+
+def core_cursor(db, facts: dict):
+    """A cursor of the release core's connection that resolves names as the caller does (its database and schema):
+    it sees committed tables and views, not the caller's temporary objects (checked by the caller's facts)."""
+    cur = db.cursor()
+    try:
+        cur.execute(f"USE {quote(facts['database'])}.{quote(facts['schema'])}")
+    except Exception:
+        cur.close()
+        raise
+    return cur
+
+
+def readable(db, facts: dict) -> bool:
+    """Whether the core's cursor can plan ``facts['relation']`` (a committed table or view, or a query over them):
+    folded once when the statement is planned, so the other branch of a macro is never scanned."""
+    try:
+        with closing(core_cursor(db, facts)) as cur:
+            cur.execute(f"SELECT * FROM {facts['relation']} LIMIT 0")
+    except Exception:   # temp tables, CTEs, anything else: the gathered branch (which reports what is wrong)
+        return False
+    return True
+
+
+def shadow_checked(facts: dict) -> str:
+    """The relation, refused (before anything is reserved) when it mentions one of the caller's temporary tables or
+    views while the release reads it on the core's connection, where that name means another object."""
+    tables.check_shadowing(facts["relation"], list(facts.get("temp_tables") or []) +
+                           list(facts.get("temp_views") or []))
+    return facts["relation"]
+
+
+def mapping(arg) -> Mapping:
+    return Mapping.of(**{k: v for k, v in dict(scalar(arg)).items()})
 
 
 def udfs(db) -> list[Udf]:
-    def set_budget(source, eps, delta, exists):
-        source, eps, delta = scalar(source), scalar(eps), scalar(delta)
+    def set_budget(facts, eps, delta):
+        facts, eps, delta = caller(facts), scalar(eps), scalar(delta)
+        source = facts["relation"]
         if eps is None or delta is None:
             raise DuckmobError(f"mob_set_budget needs both eps and delta, e.g. FROM mob_set_budget('{source}', "
                                "eps := 4, delta := 1e-5)")
         eps, delta = validators.positive("eps", eps), validators.delta_value(delta)   # public arguments first
-        # a first declaration names a table or view that exists; a declared budget can still be changed after
-        # its table is dropped (its ledger stays)
-        if not scalar(exists) and release.read_ledger(db, lambda cur: ledger.budget(cur, source)) is None:
-            raise DuckmobError(f"no such table or view: '{source}' (SHOW TABLES lists them); mob_set_budget "
-                               "declares the budget of the table that releases will read")
-        row = release.set_budget(db, source, eps, delta)
+        if readable(db, facts):
+            shadow_checked(facts)
+            with closing(core_cursor(db, facts)) as cur:
+                row = tables.set_budget(db, cur, source, eps, delta)
+        else:
+            with db.connection() as cur:
+                row = tables.set_budget(db, cur, source, eps, delta, temp_tables=facts.get("temp_tables"))
         return one_row(pa.table({k: [row[k]] for k in ("source", "eps", "delta", "spent", "remaining")}))
 
     def listing(read, schema):
@@ -111,64 +132,68 @@ def udfs(db) -> list[Udf]:
             return one_row(pa.Table.from_pylist(release.read_ledger(db, read), schema=schema))
         return udf
 
-    def transitions(rows, source, order, eps, n_states, seed, privacy_unit, max_per_user, max_length, support, w,
-                    user_col):
-        return _transition_rows(*release.transitions(
-            db, source=scalar(source), order=scalar(order), eps=scalar(eps), n_states=scalar(n_states),
-            seed=scalar(seed), privacy_unit=scalar(privacy_unit), max_trajectories_per_user=scalar(max_per_user),
-            max_length=scalar(max_length), support=scalar(support), w=scalar(w), user_col=scalar(user_col),
-            load=lambda: _sequences(rows)))
+    def _transition_request(args) -> dict:
+        a = dict(scalar(args))
+        return dict(order=a["order"], eps=a["eps"], n_states=a["n_states"], seed=a["seed"],
+                    privacy_unit=a["privacy_unit"], max_trajectories_per_user=a["k"], max_length=a["max_length"],
+                    support=a["support"], w=a["w"])
 
-    def transitions_source(source, traj_col, user_col, cells_col, shadowed, order, eps, n_states, seed, privacy_unit,
-                           max_per_user, max_length, support, w, user):
-        """mob_transitions of a table the core's connection reads out of core (duckmob.stream)."""
-        name = unshadowed(source, shadowed)
-        with db.connection() as cur:
-            return _transition_rows(*stream.transitions_release(
-                db, cur, name, order=scalar(order), eps=scalar(eps), n_states=scalar(n_states), seed=scalar(seed),
-                privacy_unit=scalar(privacy_unit), max_trajectories_per_user=scalar(max_per_user),
-                max_length=scalar(max_length), support=scalar(support), w=scalar(w), traj_col=scalar(traj_col),
-                user_col=scalar(user_col), cells_col=scalar(cells_col), user=scalar(user)))
+    def _count_request(args) -> dict:
+        a = dict(scalar(args))
+        return dict(eps=a["eps"], seed=a["seed"], privacy_unit=a["privacy_unit"], max_trajectories_per_user=a["k"],
+                    what=a["what"] or "trajectories")
 
-    def noisy_count(rows, source, eps, seed, privacy_unit, max_per_user, what, user_col):
-        def load():
-            pairs = points(rows)
-            if pairs is None or len(pairs) == pairs.null_count:
-                return np.zeros(0, np.int64), np.zeros(0, np.int64)
-            pairs = pairs.filter(pc.is_valid(pairs))
-            return (np.asarray(pairs.field("traj_id").fill_null(-1).to_numpy(zero_copy_only=False), np.int64),
-                    np.asarray(pairs.field("user_id").fill_null(-1).to_numpy(zero_copy_only=False), np.int64))
+    def transitions(rows, facts, types, cols, args):
+        facts, m = caller(facts), mapping(cols)
+        has_user = check_ids(dict(zip(("traj_id", "user_id", "cells"), scalar(types))), m)
+        return _transition_rows(*tables.transitions_gathered(
+            db, facts["relation"], facts.get("temp_tables"), has_user, m, lambda: points(rows),
+            **_transition_request(args)))
 
-        value = release.noisy_count(db, source=scalar(source), eps=scalar(eps), seed=scalar(seed),
-                                    privacy_unit=scalar(privacy_unit), max_trajectories_per_user=scalar(max_per_user),
-                                    what=scalar(what) or "trajectories", user_col=scalar(user_col), load=load)
+    def transitions_source(facts, cols, args):
+        """mob_transitions of a relation the core's connection reads out of core."""
+        facts = caller(facts)
+        relation = shadow_checked(facts)
+        with closing(core_cursor(db, facts)) as cur:
+            return _transition_rows(*tables.transitions(db, cur, relation, mapping=mapping(cols), caller_checked=True,
+                                                        **_transition_request(args)))
+
+    def noisy_count(rows, facts, types, cols, args):
+        facts, m = caller(facts), mapping(cols)
+        has_user = check_ids(dict(zip(("traj_id", "user_id"), scalar(types)[:2])), m)
+        value = tables.noisy_count_gathered(db, facts["relation"], facts.get("temp_tables"), has_user, m,
+                                            lambda: tables.gathered_pairs(points(rows)), **_count_request(args))
         return one_row(pa.table({"count": [value]}))
 
-    def noisy_count_source(source, traj_col, user_col, shadowed, eps, seed, privacy_unit, max_per_user, what, user):
-        """mob_noisy_count of a table the core's connection reads: DuckDB counts, an integer reaches Python."""
-        name = unshadowed(source, shadowed)
-        with db.connection() as cur:
-            value = stream.count_release(db, cur, name, eps=scalar(eps), seed=scalar(seed),
-                                         privacy_unit=scalar(privacy_unit),
-                                         max_trajectories_per_user=scalar(max_per_user),
-                                         what=scalar(what) or "trajectories", traj_col=scalar(traj_col),
-                                         user_col=scalar(user_col), user=scalar(user))
+    def noisy_count_source(facts, cols, args):
+        """mob_noisy_count of a relation the core's connection reads: DuckDB counts, an integer reaches Python."""
+        facts = caller(facts)
+        relation = shadow_checked(facts)
+        with closing(core_cursor(db, facts)) as cur:
+            value = tables.noisy_count(db, cur, relation, mapping=mapping(cols), caller_checked=True,
+                                       **_count_request(args))
         return one_row(pa.table({"count": [value]}))
 
+    def out_of_core(relation, database, schema):
+        facts = {"relation": scalar(relation), "database": scalar(database), "schema": scalar(schema)}
+        if not isinstance(facts["relation"], str) or not facts["relation"].strip():
+            return pa.array([False] * len(relation))
+        return pa.array([readable(db, facts)] * len(relation))
+
+    ids = "STRUCT(traj_col VARCHAR, user_col VARCHAR)"
+    seq_cols = "STRUCT(traj_col VARCHAR, user_col VARCHAR, cells_col VARCHAR)"
     return [
-        Udf("_mob_transitions", transitions,
-            [_SEQS_TYPE, "VARCHAR", "BIGINT", "DOUBLE", "BIGINT", "BIGINT", "VARCHAR", "BIGINT", "BIGINT", "VARCHAR",
-             "BIGINT", "VARCHAR"], _TRANSITION_ROW, side_effects=True, special_nulls=True),
+        Udf("_mob_transitions", transitions, [_SEQS_TYPE, CALLER_TYPE, "VARCHAR[]", seq_cols, _TRANSITION_ARGS],
+            _TRANSITION_ROW, side_effects=True, special_nulls=True),
         Udf("_mob_noisy_count", noisy_count,
-            ["STRUCT(traj_id BIGINT, user_id BIGINT)[]", "VARCHAR", "DOUBLE", "BIGINT", "VARCHAR", "BIGINT",
-             "VARCHAR", "VARCHAR"], "STRUCT(count DOUBLE)[]", side_effects=True, special_nulls=True),
-        Udf("_mob_transitions_source", transitions_source,
-            ["VARCHAR"] * 4 + ["BOOLEAN", "BIGINT", "DOUBLE", "BIGINT", "BIGINT", "VARCHAR", "BIGINT", "BIGINT",
-                               "VARCHAR", "BIGINT", "VARCHAR"], _TRANSITION_ROW, side_effects=True, special_nulls=True),
-        Udf("_mob_noisy_count_source", noisy_count_source,
-            ["VARCHAR"] * 3 + ["BOOLEAN", "DOUBLE", "BIGINT", "VARCHAR", "BIGINT", "VARCHAR", "VARCHAR"],
+            ["STRUCT(traj_id BIGINT, user_id BIGINT)[]", CALLER_TYPE, "VARCHAR[]", ids, _COUNT_ARGS],
             "STRUCT(count DOUBLE)[]", side_effects=True, special_nulls=True),
-        Udf("_mob_set_budget", set_budget, ["VARCHAR", "DOUBLE", "DOUBLE", "BOOLEAN"], _BUDGET_ROW, side_effects=True,
+        Udf("_mob_transitions_source", transitions_source, [CALLER_TYPE, seq_cols, _TRANSITION_ARGS], _TRANSITION_ROW,
+            side_effects=True, special_nulls=True),
+        Udf("_mob_noisy_count_source", noisy_count_source, [CALLER_TYPE, ids, _COUNT_ARGS],
+            "STRUCT(count DOUBLE)[]", side_effects=True, special_nulls=True),
+        Udf("_mob_out_of_core", out_of_core, ["VARCHAR"] * 3, "BOOLEAN", special_nulls=True),
+        Udf("_mob_set_budget", set_budget, [CALLER_TYPE, "DOUBLE", "DOUBLE"], _BUDGET_ROW, side_effects=True,
             special_nulls=True),
         Udf("_mob_budgets", listing(ledger.budgets, _BUDGETS_SCHEMA), ["BOOLEAN"], _struct(_BUDGETS_SCHEMA),
             side_effects=True),

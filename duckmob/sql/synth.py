@@ -19,11 +19,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from duckmob import release, stream, synth, validators
+from duckmob import release, synth, validators
 from duckmob.errors import DuckmobError
 from duckmob.privacy.noise import NoiseSource
+from duckmob.release import tables
+from duckmob.source.schema import Mapping, check_points
 from duckmob.sql import Udf, one_row, scalar
-from duckmob.sql.privacy import unshadowed
+from duckmob.sql.privacy import CALLER_TYPE, caller, core_cursor, mapping, shadow_checked
 from duckmob.synth import store
 from duckmob.trajectories import NO_TIME, Trajectories
 
@@ -54,11 +56,12 @@ def _values(arg) -> pa.Array | None:
 
 
 def _lazy_points(traj, user, ts, lat, lon, seq):
-    """The points from the column lists the macros pass (aligned lists, one per column), as an Arrow table.
+    """The points from the column lists the macros pass (aligned lists, one per column, values TRY_CAST), as a
+    callable giving an Arrow table (called when the release reads them).
 
     One primitive list per column costs DuckDB about half the memory of one list of structs (measured at
-    15M points: +1.4 GB against +2.6 GB). ``user`` is NULL unless the privacy unit is a user; ``seq`` holds
-    only the rows without a timestamp (all of them for a table without time, else none).
+    15M points: +1.4 GB against +2.6 GB). ``user`` is all NULL when the table has no user column; ``seq`` holds
+    only the rows without a timestamp (all of them for a table without time, else it is not used).
     """
     def load():
         traj_v = _values(traj)
@@ -67,7 +70,7 @@ def _lazy_points(traj, user, ts, lat, lon, seq):
                              "lat": pa.array([], pa.float64()), "lon": pa.array([], pa.float64())})
         cols = {"traj_id": traj_v, "ts": _values(ts), "lat": _values(lat), "lon": _values(lon)}
         user_v = _values(user)
-        if user_v is not None:
+        if user_v is not None and user_v.null_count < len(user_v):
             cols["user_id"] = user_v
         seq_v = _values(seq)
         if seq_v is not None and len(seq_v) == len(traj_v):
@@ -107,22 +110,55 @@ def _summary(name, method, source, eps, delta, model) -> pa.Table:
                      "delta": [float(delta)], "params": [store.to_json(model.describe())]})
 
 
-def _request(source, eps, delta, method, bbox, unit, k, params, outside, seed, name=None, n=None):
-    """The release core's validated fit request from the UDF's arguments (constant columns of one row)."""
-    return release.fit_request(source=scalar(source), eps=scalar(eps), delta=scalar(delta), method=scalar(method),
-                               bbox=scalar(bbox), privacy_unit=scalar(unit), max_trajectories_per_user=scalar(k),
-                               params=scalar(params), outside=scalar(outside), seed=scalar(seed),
-                               name=None if name is None else scalar(name), n=None if n is None else scalar(n))
+ARGS_TYPE = ("STRUCT(eps DOUBLE, delta DOUBLE, method VARCHAR, bbox DOUBLE[], privacy_unit VARCHAR, k BIGINT, "
+             "params VARCHAR, outside VARCHAR, seed BIGINT, n BIGINT, name VARCHAR)")
+MAPPING_TYPE = "STRUCT(traj_col VARCHAR, ts_col VARCHAR, lat_col VARCHAR, lon_col VARCHAR, user_col VARCHAR)"
+
+
+def _request(args) -> dict:
+    """The public arguments of a fit from the macros' STRUCT (``_mob_fit_args``), named as ``fit_request``'s."""
+    a = dict(scalar(args))
+    return dict(eps=a["eps"], delta=a["delta"], method=a["method"], bbox=a["bbox"], privacy_unit=a["privacy_unit"],
+                max_trajectories_per_user=a["k"], params=a["params"], outside=a["outside"], seed=a["seed"],
+                n=a["n"], name=a["name"])
+
+
+def _named(request: dict) -> dict:
+    if request["name"] is None:
+        raise DuckmobError("a model needs a name: FROM mob_fit('trips', 'my_model', eps := 1.0, ...)")
+    return request
 
 
 def udfs(db) -> list[Udf]:
-    def _fit(traj, user, ts, lat, lon, seq, source, name, eps, delta, method, bbox, unit, k, params, outside,
-             seed):
-        if scalar(name) is None:
-            raise DuckmobError("a model needs a name: FROM mob_fit('trips', 'my_model', eps := 1.0, ...)")
-        r = _request(source, eps, delta, method, bbox, unit, k, params, outside, seed, name=name)
-        model, _, _ = release.fit(db, r, _lazy_points(traj, user, ts, lat, lon, seq))
+    def fit_gathered(traj, user, ts, lat, lon, seq, facts, types, cols, request):
+        facts, m = caller(facts), mapping(cols)
+        has_user = check_points(dict(zip(("traj_id", "user_id", "ts", "lat", "lon"), scalar(types))), m)
+        return tables.fit_gathered(db, facts["relation"], facts.get("temp_tables"), has_user,
+                                   _lazy_points(traj, user, ts, lat, lon, seq), **request)
+
+    def fit_source(facts, cols, request):
+        """A relation read out of core on a cursor of the core's connection (it resolves names as the caller does
+        but sees committed tables and views only: the macros send temporary tables through the gathered path)."""
+        facts = caller(facts)
+        relation = shadow_checked(facts)
+        return tables.fit(db, core_cursor(db, facts), relation, mapping=mapping(cols), owned=True,
+                          caller_checked=True, **request)
+
+    def _fit(traj, user, ts, lat, lon, seq, facts, types, cols, args):
+        model, _, _, r = fit_gathered(traj, user, ts, lat, lon, seq, facts, types, cols, _named(_request(args)))
         return one_row(_summary(r.name, r.method, r.source, r.eps, r.delta, model))
+
+    def _synthesize(traj, user, ts, lat, lon, seq, facts, types, cols, args):
+        model, _, noise, r = fit_gathered(traj, user, ts, lat, lon, seq, facts, types, cols, _request(args))
+        return one_row(rows(release.sample(model, r.n, noise.generator())))
+
+    def _fit_source(facts, cols, args):
+        model, _, _, r = fit_source(facts, cols, _named(_request(args)))
+        return one_row(_summary(r.name, r.method, r.source, r.eps, r.delta, model))
+
+    def _synthesize_source(facts, cols, args):
+        model, _, noise, r = fit_source(facts, cols, _request(args))
+        return one_row(rows(release.sample(model, r.n, noise.generator())))
 
     def _sample(name, n, seed):
         name = validators.model_name(scalar(name))
@@ -130,68 +166,17 @@ def udfs(db) -> list[Udf]:
         _method, model = release.read_ledger(db, lambda cur: store.load(cur, name))
         return one_row(rows(release.sample(model, n, NoiseSource(seed).generator())))
 
-    def _synthesize(traj, user, ts, lat, lon, seq, source, eps, delta, method, bbox, unit, k, params, outside,
-                    n, seed):
-        r = _request(source, eps, delta, method, bbox, unit, k, params, outside, seed, n=n)
-        model, _, noise = release.fit(db, r, _lazy_points(traj, user, ts, lat, lon, seq))
-        return one_row(rows(release.sample(model, r.n, noise.generator())))
-
-    def _source(source, traj_col, ts_col, lat_col, lon_col, user_col, shadowed, unit):
-        """The source read out of core on a cursor of the core's connection (it sees committed tables and views,
-        not the caller's temp tables or CTEs: the macros send those through the in-memory path)."""
-        name = unshadowed(source, shadowed)   # schema, not data: said before anything is reserved
-        mapping = _mapping(*(scalar(c) for c in (traj_col, ts_col, lat_col, lon_col, user_col)))
-        query = points_query(name, mapping, validators.privacy_unit(scalar(unit), 1)[0])
-        from duckmob.sql import register
-
-        def load():
-            return stream.Source(register(db.cursor()), query, owned=True)
-        return load
-
-    def _fit_source(source, traj_col, ts_col, lat_col, lon_col, user_col, shadowed, name, eps, delta, method, bbox,
-                    unit, k, params, outside, seed):
-        if scalar(name) is None:
-            raise DuckmobError("a model needs a name: FROM mob_fit('trips', 'my_model', eps := 1.0, ...)")
-        r = _request(source, eps, delta, method, bbox, unit, k, params, outside, seed, name=name)
-        load = _source(source, traj_col, ts_col, lat_col, lon_col, user_col, shadowed, unit)
-        model, _, _ = release.fit(db, r, load)
-        return one_row(_summary(r.name, r.method, r.source, r.eps, r.delta, model))
-
-    def _synthesize_source(source, traj_col, ts_col, lat_col, lon_col, user_col, shadowed, eps, delta, method, bbox,
-                           unit, k, params, outside, n, seed):
-        r = _request(source, eps, delta, method, bbox, unit, k, params, outside, seed, n=n)
-        load = _source(source, traj_col, ts_col, lat_col, lon_col, user_col, shadowed, unit)
-        model, _, noise = release.fit(db, r, load)
-        return one_row(rows(release.sample(model, r.n, noise.generator())))
-
-    def _out_of_core(source):
-        """True when the core's own cursor can read ``source`` (a committed table or view, or a query over them):
-        folded once when the statement is planned, so the other branch of the macro is never scanned."""
-        name = scalar(source)
-        if not isinstance(name, str):
-            return pa.array([False])
-        try:
-            with db.connection() as cur:
-                cur.execute(f"SELECT * FROM {name} LIMIT 0")
-        except Exception:   # temp tables, CTEs, anything else: the in-memory path (which reports what is wrong)
-            return pa.array([False])
-        return pa.array([True])
-
-    common = ["DOUBLE", "DOUBLE", "VARCHAR", "DOUBLE[]", "VARCHAR", "BIGINT", "VARCHAR", "VARCHAR"]
-    mapping = ["VARCHAR"] * 6 + ["BOOLEAN"]
     columns = ["BIGINT[]", "BIGINT[]", "TIMESTAMP[]", "DOUBLE[]", "DOUBLE[]", "BIGINT[]"]
+    gathered = columns + [CALLER_TYPE, "VARCHAR[]", MAPPING_TYPE, ARGS_TYPE]
     return [
-        Udf("_mob_fit", _fit, columns + ["VARCHAR", "VARCHAR"] + common + ["BIGINT"], FIT_TYPE,
-            side_effects=True, special_nulls=True),
+        Udf("_mob_fit", _fit, gathered, FIT_TYPE, side_effects=True, special_nulls=True),
         Udf("_mob_sample", _sample, ["VARCHAR", "BIGINT", "BIGINT"], ROWS_TYPE, side_effects=True,
             special_nulls=True),
-        Udf("_mob_synthesize", _synthesize, columns + ["VARCHAR"] + common + ["BIGINT", "BIGINT"], ROWS_TYPE,
+        Udf("_mob_synthesize", _synthesize, gathered, ROWS_TYPE, side_effects=True, special_nulls=True),
+        Udf("_mob_fit_source", _fit_source, [CALLER_TYPE, MAPPING_TYPE, ARGS_TYPE], FIT_TYPE, side_effects=True,
+            special_nulls=True),
+        Udf("_mob_synthesize_source", _synthesize_source, [CALLER_TYPE, MAPPING_TYPE, ARGS_TYPE], ROWS_TYPE,
             side_effects=True, special_nulls=True),
-        Udf("_mob_fit_source", _fit_source, mapping + ["VARCHAR"] + common + ["BIGINT"], FIT_TYPE,
-            side_effects=True, special_nulls=True),
-        Udf("_mob_synthesize_source", _synthesize_source, mapping + common + ["BIGINT", "BIGINT"], ROWS_TYPE,
-            side_effects=True, special_nulls=True),
-        Udf("_mob_out_of_core", _out_of_core, ["VARCHAR"], "BOOLEAN", special_nulls=True),
     ]
 
 
@@ -203,42 +188,24 @@ def setup(con) -> None:
         con.execute(store._DDL.replace("CREATE TABLE", "CREATE TEMP TABLE"))
 
 
-def _literal(text: str) -> str:
-    return "'" + str(text).replace("'", "''") + "'"
-
-
-def _mapping(traj_col, ts_col, lat_col, lon_col, user_col) -> str:
-    """mob_points' column mapping as SQL named arguments."""
-    return ", ".join(f"{k} := {_literal(v)}" for k, v in (("traj_col", traj_col), ("ts_col", ts_col),
-                                                          ("lat_col", lat_col), ("lon_col", lon_col),
-                                                          ("user_col", user_col)))
-
-
-def points_query(table: str, mapping: str, privacy_unit: str) -> str:
-    """The points a fit reads (mob_points' columns), user ids only under the user unit (as the macros' lists)."""
-    user = "user_id" if privacy_unit == "user" else "NULL::BIGINT AS user_id"
-    return f"SELECT traj_id, {user}, ts, lat, lon, seq FROM mob_points({_literal(table)}, {mapping})"
-
-
 def synthesize_table(con, table: str, eps, method: str = "privtrace", *, delta=None, bbox=None, n=None, seed=None,
                      privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None,
                      outside: str = "drop", traj_col: str = "traj_id", ts_col: str = "ts", lat_col: str = "lat",
                      lon_col: str = "lon", user_col: str = "user_id", **method_params) -> pa.Table:
-    """Python twin of ``FROM synthesize(...)``: fit + sample, one spend of ``table``'s budget; a pyarrow Table.
+    """Python twin of ``FROM synthesize(...)``: fit + sample, one spend of the budget of every base table ``table``
+    reads; a pyarrow Table.
 
-    The ledger is written on the release core's own connection: a ROLLBACK of ``con``'s transaction does not
-    undo the spend."""
+    ``table`` is resolved and read on ``con`` (which sees its temporary tables and views), out of core, after the
+    reservation. The ledger is written on the release core's own connection: a ROLLBACK of ``con``'s transaction
+    does not undo the spend."""
     from duckmob.sql import register
 
     register(con)
     db = release.database(con)
-    r = release.fit_request(source=table, eps=eps, delta=delta, method=method, bbox=bbox, privacy_unit=privacy_unit,
-                            max_trajectories_per_user=max_trajectories_per_user,
-                            params={**synth.parse_params(params), **method_params}, outside=outside, seed=seed, n=n)
-    mapping = _mapping(traj_col, ts_col, lat_col, lon_col, user_col)
-
-    # read out of core by the release, after its reservation, on the caller's connection (which sees its temp
-    # tables and CTE-free views): the same model as reading it whole (duckmob.stream)
-    source = stream.Source(con, points_query(table, mapping, r.privacy_unit))
-    model, _, noise = release.fit(db, r, lambda: source)
+    model, _, noise, r = tables.fit(
+        db, con, validators.source_name(table),
+        mapping=Mapping.of(traj_col=traj_col, ts_col=ts_col, lat_col=lat_col, lon_col=lon_col, user_col=user_col),
+        eps=eps, delta=delta, method=method, bbox=bbox, privacy_unit=privacy_unit,
+        max_trajectories_per_user=max_trajectories_per_user, params={**synth.parse_params(params), **method_params},
+        outside=outside, seed=seed, n=n)
     return rows(release.sample(model, r.n, noise.generator()))

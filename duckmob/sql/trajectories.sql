@@ -62,6 +62,25 @@ CREATE OR REPLACE TEMP MACRO mob_time_slot(ts, n_slots) AS
          ELSE ((epoch_us(ts::TIMESTAMP) % 86400000000 + 86400000000) % 86400000000) * n_slots::BIGINT // 86400000000
     END;
 
+-- The user's columns under the contract's names (traj_id, ts, lat, lon, user_id, seq), values as they are (NULL
+-- user_id / seq when the table has no such column). `tbl` may name a table, a view, a CTE or a parenthesised query.
+CREATE OR REPLACE TEMP MACRO _mob_raw_points(tbl, traj_col, ts_col, lat_col, lon_col, user_col, seq_col := 'seq')
+AS TABLE
+SELECT __mob_traj_id AS traj_id, __mob_ts AS ts, __mob_lat AS lat, __mob_lon AS lon, __mob_user_id AS user_id,
+       __mob_seq AS seq
+-- internal aliases that no input column shares, so a missing column is reported as not found
+FROM query('SELECT ' || traj_col || ' AS __mob_traj_id, ' || ts_col || ' AS __mob_ts, ' || lat_col ||
+           ' AS __mob_lat, ' || lon_col || ' AS __mob_lon, coalesce(*COLUMNS(''^(' || user_col ||
+           '|__mob_no_user)$'')) AS __mob_user_id, coalesce(*COLUMNS(''^(' || seq_col ||
+           '|__mob_no_seq)$'')) AS __mob_seq ' ||
+           'FROM (SELECT *, NULL AS __mob_no_user, NULL AS __mob_no_seq FROM ' || tbl || ')');
+
+-- The column types of a points table, as typeof spells them, for the schema check of duckmob/source/schema.py
+-- (inside an aggregate: the same on an empty table, and never a value).
+CREATE OR REPLACE TEMP MACRO _mob_point_types(traj_id, user_id, ts, lat, lon) AS
+    [typeof(any_value(traj_id)), typeof(any_value(user_id)), typeof(any_value(ts)), typeof(any_value(lat)),
+     typeof(any_value(lon))];
+
 -- The trajectory contract: maps the user's column names to traj_id, user_id, ts, lat, lon (and seq, used to
 -- order points of a table without time) and checks their types, failing with a message that says the fix.
 -- `tbl` may name a table, a view, a CTE or a parenthesised query. The input is only read.
@@ -72,35 +91,28 @@ SELECT
                                       'UINTEGER', 'UBIGINT', 'HUGEINT')
          THEN error('duckmob: trajectory id column ' || traj_col || ' has type ' || typeof(traj_id) ||
                     ', not an integer: number the trajectories, e.g. dense_rank() OVER (ORDER BY ' || traj_col || '), or name another column with traj_col := ...')
-         ELSE traj_id::BIGINT END AS traj_id,
+         ELSE TRY_CAST(traj_id AS BIGINT) END AS traj_id,
     CASE WHEN typeof(user_id) NOT IN ('NULL', '"NULL"', 'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'UTINYINT',
                                       'USMALLINT', 'UINTEGER', 'UBIGINT', 'HUGEINT')
          THEN error('duckmob: user id column ' || user_col || ' has type ' || typeof(user_id) ||
                     ', not an integer: number the users, e.g. dense_rank() OVER (ORDER BY ' || user_col || ')')
-         ELSE user_id::BIGINT END AS user_id,
+         ELSE TRY_CAST(user_id AS BIGINT) END AS user_id,
     CASE WHEN typeof(ts) NOT IN ('NULL', '"NULL"', 'TIMESTAMP', 'TIMESTAMP_S', 'TIMESTAMP_MS', 'TIMESTAMP_NS', 'DATE')
          THEN error('duckmob: time column ' || ts_col || ' has type ' || typeof(ts) ||
                     ', not TIMESTAMP: cast it, e.g. ' || ts_col || '::TIMESTAMP or to_timestamp(' || ts_col || ') for epoch seconds, or name another column with ts_col := ...')
-         ELSE ts::TIMESTAMP END AS ts,
+         ELSE TRY_CAST(ts AS TIMESTAMP) END AS ts,
     CASE WHEN typeof(lat) NOT IN ('DOUBLE', 'FLOAT', 'DECIMAL', 'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT')
               AND NOT starts_with(typeof(lat), 'DECIMAL')
          THEN error('duckmob: latitude column ' || lat_col || ' has type ' || typeof(lat) ||
                     ', not a number: cast it with ' || lat_col || '::DOUBLE (WGS 84 degrees)')
-         ELSE lat::DOUBLE END AS lat,
+         ELSE TRY_CAST(lat AS DOUBLE) END AS lat,
     CASE WHEN typeof(lon) NOT IN ('DOUBLE', 'FLOAT', 'DECIMAL', 'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT')
               AND NOT starts_with(typeof(lon), 'DECIMAL')
          THEN error('duckmob: longitude column ' || lon_col || ' has type ' || typeof(lon) ||
                     ', not a number: cast it with ' || lon_col || '::DOUBLE (WGS 84 degrees)')
-         ELSE lon::DOUBLE END AS lon,
+         ELSE TRY_CAST(lon AS DOUBLE) END AS lon,
     TRY_CAST(seq AS BIGINT) AS seq
-FROM (SELECT __mob_traj_id AS traj_id, __mob_ts AS ts, __mob_lat AS lat, __mob_lon AS lon,
-             __mob_user_id AS user_id, __mob_seq AS seq
-      -- internal aliases that no input column shares, so a missing column is reported as not found
-      FROM query('SELECT ' || traj_col || ' AS __mob_traj_id, ' || ts_col || ' AS __mob_ts, ' || lat_col ||
-                 ' AS __mob_lat, ' || lon_col || ' AS __mob_lon, coalesce(*COLUMNS(''^(' || user_col ||
-                 '|__mob_no_user)$'')) AS __mob_user_id, coalesce(*COLUMNS(''^(' || seq_col ||
-                 '|__mob_no_seq)$'')) AS __mob_seq ' ||
-                 'FROM (SELECT *, NULL AS __mob_no_user, NULL AS __mob_no_seq FROM ' || tbl || ')'));
+FROM _mob_raw_points(tbl, traj_col, ts_col, lat_col, lon_col, user_col, seq_col);
 
 -- Stay points (Li et al. 2008; HRNet §5.1.2): one row per stay (traj_id, seq from 0, arrive_ts, leave_ts, lat, lon).
 CREATE OR REPLACE TEMP MACRO mob_staypoints(tbl, radius_m := 200, min_minutes := 30, traj_col := 'traj_id',

@@ -63,7 +63,7 @@ from duckmob.privacy import accounting
 from duckmob.privacy.counting import normalised_sums, release_sums
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
-from duckmob.stream import as_batches
+from duckmob.source.batches import as_batches
 from duckmob.synth.config import Config, param
 from duckmob.trajectories import Trajectories, ragged_gather
 
@@ -209,7 +209,7 @@ def step_bins(data: Trajectories, bbox) -> tuple[np.ndarray, np.ndarray, np.ndar
 def release(data, bbox, eps: float, config: PlacementConfig, noise, k: int = 1,
             n_noisy: float | None = None, at_least: int | None = None) -> "FineStats":
     """The fine stage's two releases (module docstring): eps * fine_share in total, k trajectories per unit.
-    ``data``: :class:`Trajectories` or :class:`duckmob.stream.Batches` (the statistics summed batch by batch)."""
+    ``data``: :class:`Trajectories` or :class:`duckmob.source.batches.Batches` (the statistics summed batch by batch)."""
     w = fine_width(bbox, config, n_noisy, eps, k, at_least)
     sc = scales(eps, config, k)
     walk = config.output != "stays"
@@ -220,7 +220,7 @@ def release(data, bbox, eps: float, config: PlacementConfig, noise, k: int = 1,
 def statistics(data: Trajectories, bbox, w: int, sc: dict[str, float], walk: bool = True) -> dict[str, np.ndarray]:
     """The EXACT statistics of the parts in ``sc`` (never release them): whole noise-grid steps per fine cell and
     per step bin (``counting.normalised_sums``). Integers: the sums over batches of whole trajectories add up to
-    the sums over all of them (``duckmob.stream``). ``walk``: the density of the cells the fixes' line walk
+    the sums over all of them (``duckmob.source``). ``walk``: the density of the cells the fixes' line walk
     passes (False: of the fixes' own cells, output 'stays'; :func:`fine_cells`)."""
     cells, owner, n_cells = fine_cells(data, bbox, w, walk=walk)
     out = {"fine_density": normalised_sums(cells, owner, n_cells, w * w, sc["density"])}

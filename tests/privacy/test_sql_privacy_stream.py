@@ -1,4 +1,4 @@
-"""mob_noisy_count and mob_transitions read committed tables out of core (duckmob.stream): the same release as the
+"""mob_noisy_count and mob_transitions read committed tables out of core (duckmob.release.tables): the same release as the
 in-memory list path bit for bit under a seed, both privacy units, with only bounded data reaching Python."""
 
 import duckdb
@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import duckmob
-from duckmob import release, stream
-from duckmob.sql import privacy as sql_privacy
+from duckmob.errors import DuckmobError
+from duckmob.release import tables
+from duckmob.source import table as stream
 
 SAMPLE = "duckmob/data/geolife_sample.parquet"
 BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
@@ -39,23 +40,20 @@ def con():
 
 @pytest.fixture
 def loaded(monkeypatch):
-    """What each release's load() returned, by kind: 'count' (an integer counted by DuckDB), 'batches' (a
-    callable reading record batches) or 'lists' (the rows gathered by the macro)."""
+    """How each release read its rows, by kind: 'count' (an integer counted by DuckDB), 'batches' (record batches
+    read by the release) or 'lists' (the rows gathered by the macro)."""
     seen = []
 
-    def spy(fn):
+    def spy(fn, kind):
         def wrapped(*args, **kw):
-            load = kw["load"]
-
-            def recorded():
-                value = load()
-                seen.append("count" if isinstance(value, int) else "batches" if callable(value) else "lists")
-                return value
-            return fn(*args, **{**kw, "load": recorded})
+            seen.append(kind)
+            return fn(*args, **kw)
         return wrapped
 
-    monkeypatch.setattr(release, "noisy_count", spy(release.noisy_count))
-    monkeypatch.setattr(release, "transitions", spy(release.transitions))
+    monkeypatch.setattr(tables, "count_query", spy(tables.count_query, "count"))
+    monkeypatch.setattr(tables, "pair_count", spy(tables.pair_count, "lists"))
+    monkeypatch.setattr(tables, "read_sequences", spy(tables.read_sequences, "batches"))
+    monkeypatch.setattr(tables, "sequence_arrays", spy(tables.sequence_arrays, "lists"))
     return seen
 
 
@@ -91,7 +89,7 @@ def test_transitions_out_of_core_equal_the_list_path(con, loaded, monkeypatch, t
            f"max_trajectories_per_user := {k or 'NULL'}, max_length := 30{sup}"
     got = _one(con, f"FROM mob_transitions('{table}', {args}) ORDER BY ALL")
     want = _one(con, f"FROM mob_transitions('{table}_mem', {args}) ORDER BY ALL")
-    assert loaded == ["batches", "lists"]
+    assert loaded[-1] == "lists" and set(loaded[:-1]) == {"batches"}   # read twice under the user unit
     assert got == want
     assert len(got) > (50 if table == "s" else 3)
 
@@ -100,19 +98,20 @@ def test_only_batches_of_whole_sequences_reach_python(con, monkeypatch, loaded):
     """The committed table's sequences arrive SEQUENCE_ROWS at a time (twice under the user unit: the ids for the
     bounding, then the windows); the list path hands over all of them in one call."""
     sizes = []
-    decode = sql_privacy._sequences
+    decode = stream.sequence_arrays
 
     def spy(rows):
         out = decode(rows)
         sizes.append(len(out[0]) - 1)
         return out
 
-    monkeypatch.setattr(sql_privacy, "_sequences", spy)
+    monkeypatch.setattr(stream, "sequence_arrays", spy)
+    monkeypatch.setattr(tables, "sequence_arrays", spy)
     monkeypatch.setattr(stream, "SEQUENCE_ROWS", 16)
     n = _one(con, "SELECT count(*) FROM s")[0][0]
     args = "eps := 1.0, n_states := 64, seed := 2, privacy_unit := 'user', max_trajectories_per_user := 3"
     out = _one(con, f"FROM mob_transitions('s', {args}) ORDER BY ALL")
-    assert loaded == ["batches"]
+    assert set(loaded) == {"batches"}
     assert max(sizes) <= 16 and sum(sizes) == 2 * n and len(sizes) >= 2 * (n // 16)
     sizes.clear()
     assert _one(con, f"FROM mob_transitions('s_mem', {args}) ORDER BY ALL") == out
@@ -134,19 +133,21 @@ def test_a_temp_table_hiding_the_committed_one_is_refused_for_free(con):
         other.close()
 
 
-def test_a_table_made_in_the_open_transaction_takes_the_list_path(con, loaded):
-    """The core's connection sees committed tables only: a table made inside the caller's transaction is not
-    visible to it, so the macro gathers it as lists (the release is the same)."""
+def test_a_table_made_in_the_open_transaction_is_refused_for_free(con, loaded):
+    """The core's connection sees committed tables only: a table made inside the caller's transaction cannot be
+    resolved to its base tables from SQL, so its release is refused before anything is reserved (say COMMIT)."""
     other = duckdb.connect()
     try:
         duckmob.register(other)
+        other.execute("CREATE TABLE z AS SELECT 1 AS traj_id")
+        other.execute("FROM mob_set_budget('z', eps := 10, delta := 0)").fetchall()
         other.execute("BEGIN")
         other.execute("CREATE TABLE y AS SELECT range AS traj_id, range % 3 AS user_id FROM range(40)")
-        other.execute("FROM mob_set_budget('y', eps := 10, delta := 0)").fetchall()
-        value = other.sql("FROM mob_noisy_count('y', eps := 1, seed := 3)").fetchall()[0][0]
+        with pytest.raises(duckdb.Error, match="not committed yet"):
+            other.sql("FROM mob_noisy_count('y', eps := 1, seed := 3)").fetchall()
         other.execute("COMMIT")
-        assert loaded == ["lists"]
-        assert abs(value - 40) < 30
+        assert loaded == []
+        assert other.sql("FROM mob_ledger()").fetchall() == []
     finally:
         other.close()
 
@@ -154,13 +155,13 @@ def test_a_table_made_in_the_open_transaction_takes_the_list_path(con, loaded):
 def test_python_api_checks_the_types_as_the_macros(con):
     con.execute("CREATE TABLE bad AS SELECT 'a' AS traj_id, 1 AS user_id, [0] AS cells")
     con.execute("FROM mob_set_budget('bad', eps := 10, delta := 0)").fetchall()
-    with pytest.raises(duckdb.Error, match="trajectory id column traj_id has type VARCHAR, not an integer"):
-        stream.noisy_count(con, "bad", eps=1.0)
-    with pytest.raises(duckdb.Error, match="trajectory id column traj_id has type VARCHAR"):
-        stream.transitions(con, "bad", eps=1.0, n_states=4)
+    with pytest.raises(DuckmobError, match="trajectory id column traj_id has type VARCHAR, not an integer"):
+        duckmob.noisy_count(con, "bad", eps=1.0)
+    with pytest.raises(DuckmobError, match="trajectory id column traj_id has type VARCHAR"):
+        duckmob.transitions(con, "bad", eps=1.0, n_states=4)
     assert con.sql("SELECT count(*) FROM mob_ledger() WHERE source = 'bad'").fetchall() == [(0,)]
     # the Python API reads the caller's connection: a temp table is read out of core there too, the same release
-    got = stream.noisy_count(con, "e_mem", eps=1.0, seed=8, privacy_unit="User", max_trajectories_per_user=1)
+    got = duckmob.noisy_count(con, "e_mem", eps=1.0, seed=8, privacy_unit="User", max_trajectories_per_user=1)
     assert got == _one(con, "FROM mob_noisy_count('e_mem', eps := 1.0, seed := 8, privacy_unit := 'User', "
                             "max_trajectories_per_user := 1)")[0][0]
     assert np.isfinite(got)

@@ -139,6 +139,9 @@ def test_bad_inputs_give_clear_errors(db):
                                           "privacy_unit := 'family')")
     db.execute(f"FROM mob_fit('trips', 'ok', eps := 1.0, bbox := {BOX})").fetchall()
     assert "n must be an integer of at least 1" in _err(db, "FROM mob_sample('ok', n := 0)")
+    with pytest.raises(DuckmobError, match="elsewhere does not exist"):   # refused before any budget is looked at
+        duckmob.synthesize(db, "elsewhere", eps=1.0, bbox=[0, 0, 1, 1])
+    db.execute("CREATE TABLE elsewhere AS FROM trips LIMIT 10")
     with pytest.raises(BudgetError):
         duckmob.synthesize(db, "elsewhere", eps=1.0, bbox=[0, 0, 1, 1])
 

@@ -71,7 +71,7 @@ from duckmob.errors import BudgetError, DuckmobError
 from duckmob.grid import cell_center, haversine_m
 from duckmob.privacy import accounting
 from duckmob.privacy.counting import noisy_unit_counts
-from duckmob.stream import as_batches
+from duckmob.source.batches import as_batches
 from duckmob.synth import dpsgd
 from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
 from duckmob.synth.cleanslate.initialiser import Initialiser, categorical, sample_endpoints
@@ -250,7 +250,7 @@ class CleanSlate(Synthesizer):
 
     method = "cleanslate"
     default_delta: ClassVar[float] = 1e-5
-    streams: ClassVar[bool] = True   # fit takes duckmob.stream.Batches: each batch reduced to its cell visits
+    streams: ClassVar[bool] = True   # fit takes duckmob.source.batches.Batches: each batch reduced to its cell visits
 
     def __init__(self, bbox, **params):
         cfg = CleanSlateConfig.parse(params)

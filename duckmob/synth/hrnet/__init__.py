@@ -64,7 +64,7 @@ from duckmob.privacy.accounting import calibrate_noise_multiplier
 from duckmob.privacy.counting import count_shares, normalised_release, noisy_unit_counts
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
-from duckmob.stream import as_batches
+from duckmob.source.batches import as_batches
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.synth.hrnet.generate import (DECODES, one_cell_twice, sample_sequences, slot_times, to_trajectories,
                                          zorder_to_grid)
@@ -171,7 +171,7 @@ class _Base(Synthesizer):
     method: ClassVar[str]
     uses_pretraining: ClassVar[bool]
     default_delta: ClassVar[float] = 1e-5
-    streams = True     # fit takes duckmob.stream.Batches: stay points batch by batch, the fine stage summed
+    streams = True     # fit takes duckmob.source.batches.Batches: stay points batch by batch, the fine stage summed
 
     def __init__(self, bbox, **params):
         config = HRNetConfig.parse(params, batch_factor=self.default_batch_factor, lr_final=self.default_lr_final)
@@ -278,7 +278,7 @@ class _Base(Synthesizer):
         t0 = time.perf_counter()
         device = torch_device(cfg.device, self.method)
         rng = noise.generator()
-        # Trajectories, or batches read out of core (duckmob.stream): stay points per batch of whole trajectories,
+        # Trajectories, or batches read out of core (duckmob.source): stay points per batch of whole trajectories,
         # gathered in the in-memory order, so memory follows the stays (a few per trajectory), not the fixes
         src = as_batches(data)
         stays = src.gather(self.stays)

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from duckmob.errors import DuckmobError
-from duckmob.stream import as_batches
+from duckmob.source.batches import as_batches
 from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.dpsgd import torch_generator
 from duckmob.privacy import accounting
@@ -122,7 +122,7 @@ class PateGail(Synthesizer):
     method = "pategail"
     default_delta = 1e-5
     needs_time = True
-    streams = True     # fit takes duckmob.stream.Batches: each batch reduced to the fixes its episodes read
+    streams = True     # fit takes duckmob.source.batches.Batches: each batch reduced to the fixes its episodes read
 
     def __init__(self, bbox, **params):
         self.cfg = PateGailConfig.parse(params)

@@ -58,7 +58,7 @@ import numpy as np
 
 from duckmob.errors import DuckmobError
 from duckmob.privacy.counting import noisy_count, normalised_sums, release_sums
-from duckmob.stream import as_batches
+from duckmob.source.batches import as_batches
 from duckmob.synth.base import Model, Synthesizer, trajectories_from_cells
 from duckmob.synth import placement
 from duckmob.synth.config import param
@@ -138,7 +138,7 @@ class PrivTrace(Synthesizer):
     method = "privtrace"
     default_delta = 0.0
     needs_time = False       # points are ordered by time when there is time, else by seq
-    streams = True           # fit takes duckmob.stream.Batches: statistics summed batch by batch
+    streams = True           # fit takes duckmob.source.batches.Batches: statistics summed batch by batch
 
     def __init__(self, bbox, **params):
         self.config = PrivTraceConfig.parse(params)
@@ -166,7 +166,7 @@ class PrivTrace(Synthesizer):
             release=None) -> "PrivTraceModel":
         """Fit PrivTrace under eps-DP (delta unused) on trajectories inside ``self.bbox``; see the module doc.
 
-        ``data``: :class:`~duckmob.trajectories.Trajectories`, or :class:`duckmob.stream.Batches` of whole
+        ``data``: :class:`~duckmob.trajectories.Trajectories`, or :class:`duckmob.source.batches.Batches` of whole
         trajectories (out of core): every table is an exact sum over the batches, so both give the same model."""
         # the release core reserved exactly privacy_event(eps, delta, k); zero trajectories is a valid input
         self.privacy_event(eps, delta, contribution_bound=contribution_bound)
@@ -175,7 +175,7 @@ class PrivTrace(Synthesizer):
         own = self._own_eps(eps)
         scale = {part: k / (own * f) for part, f in fr.items()}
 
-        src = as_batches(data)   # Trajectories, or batches read out of core (duckmob.stream): the same release
+        src = as_batches(data)   # Trajectories, or batches read out of core (duckmob.source): the same release
         # count: N + Lap(k / eps_count); one trajectory changes N by 1, a privacy unit by at most k
         n_noisy = noisy_count(src.n_trajectories, own * fr["count"], noise, sensitivity=k)
         K = cfg.K if cfg.K is not None else int(np.clip(round(np.sqrt(max(n_noisy, 1.0) / cfg.c)), 2, cfg.K_max))

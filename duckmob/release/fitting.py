@@ -4,16 +4,17 @@ fitted model (free post-processing)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from duckmob import stream, validators
+from duckmob import validators
 from duckmob.errors import DuckmobError
 from duckmob.release.protocol import Release, Request, _claim_name, run
 from duckmob.release.registry import Database
 from duckmob.privacy import ledger
+from duckmob.privacy.noise import NoiseSource
+from duckmob.source import PointSource
 
 
 @dataclass(frozen=True)
@@ -52,71 +53,45 @@ def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, priva
                       n=validators.n_trajectories(n))
 
 
-def fit(db: Database, request: FitRequest, load_points: Callable[[], pa.Table]):
-    """Fit ``request.method`` on the points ``load_points()`` returns: one release of the source's budget.
+def fit(db: Database, request: FitRequest, source: PointSource):
+    """Fit ``request.method`` on ``source``: one release of the budget of ``request.source`` (the ledger's name of
+    the base tables the source reads, :mod:`duckmob.source.lineage`).
 
-    ``load_points()`` returns an Arrow table of points (in memory), or a :class:`duckmob.stream.PointSource` that
-    the release reads out of core, bucket by bucket, after the reservation (the same model under the same seed).
-
-    Returns ``(model, ledger id, noise source)``. The points are cleaned privately (invalid points, points
-    outside the bbox and short trajectories dropped, per trajectory, silently); with the user unit each user
-    keeps at most k trajectories, chosen at random.
+    ``source`` (:mod:`duckmob.source`: points in memory, a DuckDB relation read out of core, a Spark DataFrame) was
+    checked on its schema before this call; it is read after the reservation, cleaned privately (invalid points,
+    points outside the bbox and short trajectories dropped, per trajectory, silently) and, under the user unit,
+    bounded to at most k trajectories per user, chosen at random. The same model under the same seed whichever
+    backend reads it (tests/test_stream.py). Returns ``(model, ledger id, noise source)``; ``source`` is closed.
     """
-    from duckmob.privacy.counting import bound_contributions
-    from duckmob.privacy.noise import NoiseSource
-    from duckmob.trajectories import from_points
-
     r = request
     synthesizer, noise = r.synthesizer, NoiseSource(r.seed)
     recorded = {"method": r.method, "max_trajectories_per_user": r.k, **r.params,
                 **({"model": r.name} if r.name else {})}
 
     def compute(release: Release):
-        points = release.read(load_points)
-        if isinstance(points, stream.PointSource):   # out of core: DuckDB buckets, Spark partitions
-            return _fit_batches(release, r, points, noise)
-        data, _ = from_points(points, bbox=synthesizer.bbox, outside="drop", time_required=synthesizer.needs_time,
-                              private=True)
-        if r.privacy_unit == "user":
-            keep = bound_contributions(data.user_id, r.k, noise.generator())
-            data = data.take(np.asarray(keep, dtype=bool))
-        return synthesizer.fit(data, r.eps, r.delta, noise, contribution_bound=r.k, release=release)
+        batches = release.read(lambda: source.batches(bbox=synthesizer.bbox, time_required=synthesizer.needs_time,
+                                                      privacy_unit=r.privacy_unit, k=r.k, rng=noise.generator))
+        try:
+            release.check_interrupt()
+            return synthesizer.fit(batches, r.eps, r.delta, noise, contribution_bound=r.k, release=release)
+        finally:
+            batches.close()
 
     req = Request(source=r.source, mechanism=r.method, privacy_unit=r.privacy_unit, params=recorded,
                   seeded=noise.seeded,
                   plan=lambda p: synthesizer.privacy_event(r.eps, r.delta, contribution_bound=r.k, prior=p))
-    if r.name is None:
-        model, ledger_id = run(db, req, compute)
+    try:
+        if r.name is None:
+            model, ledger_id = run(db, req, compute)
+            return model, ledger_id, noise
+        _claim_name(db, r.name)   # before anything is reserved; a second fit of the same name is refused here
+        try:
+            model, ledger_id = run(db, req, compute)
+            _store(db, r, model, ledger_id)
+        finally:   # stored, or nothing stored: the name is no longer being fitted
+            db.pending_names.discard(r.name)
         return model, ledger_id, noise
-    _claim_name(db, r.name)   # before anything is reserved; a second fit of the same name is refused here
-    try:
-        model, ledger_id = run(db, req, compute)
-        _store(db, r, model, ledger_id)
-    finally:   # stored, or nothing stored: the name is no longer being fitted
-        db.pending_names.discard(r.name)
-    return model, ledger_id, noise
-
-
-def _fit_batches(release: Release, r: FitRequest, source, noise):
-    """The fit of :func:`fit` on a :class:`duckmob.stream.PointSource`: the same cleaning and contribution
-    bounding, batch by batch (``stream.clean``; Spark partitions in ``duckmob.spark``), then the method's fit on
-    the batches (a method that does not stream gets them concatenated). The same model as the in-memory path
-    under the same seed (tests/test_stream.py)."""
-    synthesizer = r.synthesizer
-    batches = None
-    try:
-        batches = source.batches(bbox=synthesizer.bbox, time_required=synthesizer.needs_time,
-                                 privacy_unit=r.privacy_unit, k=r.k, rng=noise.generator)
-        release.check_interrupt()
-        if synthesizer.streams:
-            return synthesizer.fit(batches, r.eps, r.delta, noise, contribution_bound=r.k, release=release)
-        data = batches.trajectories()
-        batches.close()          # the temporary files are not needed during a long (neural) fit
-        source.close()
-        return synthesizer.fit(data, r.eps, r.delta, noise, contribution_bound=r.k, release=release)
     finally:
-        if batches is not None:
-            batches.close()
         source.close()
 
 

@@ -1,0 +1,90 @@
+"""The public Python API (re-exported by :mod:`duckmob`): :func:`connect`, :func:`register`, :func:`synthesize`,
+:func:`evaluate`, :func:`noisy_count`, :func:`transitions`. Entry points (the shell, the demo, notebooks) import it
+from here, so nothing imports the package root."""
+
+from __future__ import annotations
+
+import atexit
+
+import duckdb
+
+from duckmob.errors import BudgetError, DuckmobError
+from duckmob.sql import register
+
+__version__ = "0.1.0"
+
+
+def connect(database: str = ":memory:", **kwargs) -> duckdb.DuckDBPyConnection:
+    """Open a DuckDB connection with every duckmob function registered.
+
+    The connection is closed at interpreter exit if the caller has not closed it (an open one makes DuckDB's
+    bindings print "leaked instances" warnings); closing it twice is harmless.
+    """
+    con = duckdb.connect(database, **kwargs)
+    atexit.register(con.close)
+    return register(con)
+
+
+def evaluate(con: duckdb.DuckDBPyConnection, real: str, synth: str, **options):
+    """Compare table ``synth`` with table ``real`` on ``con``: the rows of ``FROM mob_evaluate(...)`` as a pyarrow
+    Table (metric, value, lower_is_better, source, description); ``bbox=[...]`` is required, other options as
+    in :class:`duckmob.evaluate.common.Options`. NOT differentially private (it reads the real table exactly).
+
+    (Once the ``duckmob.evaluate`` package is imported, ``duckmob.evaluate`` names that package, which is
+    callable the same way.)"""
+    from duckmob.evaluate import evaluate_connection
+
+    return evaluate_connection(con, real, synth, **options)
+
+
+def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: str = "privtrace", **params):
+    """Fit ``method`` on ``table`` under (eps, delta)-DP (one spend of its budget) and sample a synthetic table.
+
+    The Python twin of ``FROM synthesize('table', eps := ..., method := ..., bbox := [...], ...)``: the same
+    keyword parameters (``bbox``, ``delta``, ``n``, ``seed``, ``privacy_unit``, ``max_trajectories_per_user``,
+    ``outside``, the column mapping ``traj_col`` ... ``user_col``, ``params``) plus method hyper-parameters as
+    keywords (e.g. ``K=8``). Returns a pyarrow Table (traj_id, seq, lat, lon, ts), already materialised, so
+    reading it again spends nothing.
+    """
+    from duckmob.sql.synth import synthesize_table
+
+    return synthesize_table(con, table, eps, method, **params)
+
+
+def noisy_count(con: duckdb.DuckDBPyConnection, table: str, *, eps, seed=None, privacy_unit: str = "trajectory",
+                max_trajectories_per_user=None, what: str = "trajectories", traj_col: str = "traj_id",
+                user_col: str = "user_id") -> float:
+    """The Python twin of ``FROM mob_noisy_count('table', eps := ...)``: an eps-DP count of the trajectories (or
+    users) of ``table``, counted by DuckDB on ``con`` (which sees its temporary tables) after the reservation; one
+    spend of the budget of every base table ``table`` reads."""
+    from duckmob import release
+    from duckmob.release import tables
+    from duckmob.source.schema import Mapping
+
+    register(con)
+    return tables.noisy_count(release.database(con), con, table, mapping=Mapping.of(traj_col=traj_col,
+                                                                                    user_col=user_col),
+                              eps=eps, seed=seed, privacy_unit=privacy_unit,
+                              max_trajectories_per_user=max_trajectories_per_user, what=what)
+
+
+def transitions(con: duckdb.DuckDBPyConnection, table: str, *, order=1, eps, n_states, seed=None,
+                privacy_unit: str = "trajectory", max_trajectories_per_user=None, max_length=None, support=None,
+                w=None, traj_col: str = "traj_id", user_col: str = "user_id", cells_col: str = "cells"):
+    """The Python twin of ``FROM mob_transitions('table', ...)``: eps-DP length-normalised transition counts of a
+    table of cell sequences read on ``con`` in record batches; ``(states (n, order + 1), counts)`` of the entries
+    left positive by NormCut."""
+    from duckmob import release
+    from duckmob.release import tables
+    from duckmob.source.schema import Mapping
+
+    register(con)
+    return tables.transitions(release.database(con), con, table,
+                              mapping=Mapping.of(traj_col=traj_col, user_col=user_col, cells_col=cells_col),
+                              order=order, eps=eps, n_states=n_states, seed=seed, privacy_unit=privacy_unit,
+                              max_trajectories_per_user=max_trajectories_per_user, max_length=max_length,
+                              support=support, w=w)
+
+
+__all__ = ["connect", "register", "evaluate", "synthesize", "noisy_count", "transitions", "DuckmobError",
+           "BudgetError", "__version__"]

@@ -1,0 +1,187 @@
+"""Releases of DuckDB relations: the one assembly that SQL and the Python API call.
+
+Every function here first does what needs no row, before anything is reserved: the caller's catalog is checked
+for shadowing temporary objects, the relation's lineage and column types are read from its plan and schema
+(:func:`duckmob.source.table.prepare`), and the public arguments are validated. Only then does the release core
+reserve the budget of every base table the relation reads, and read the rows (TRY_CAST: a value that cannot be
+converted drops its point). ``con`` is the connection the relation is resolved and read on: the caller's own (the
+Python API: it sees its temporary tables) or a cursor of the release core's connection set to the caller's
+database and schema (SQL: a UDF cannot use the calling connection).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.compute as pc
+
+from duckmob.errors import DuckmobError
+from duckmob.release import counting, fitting
+from duckmob.privacy import ledger
+from duckmob.release.protocol import read_ledger, set_budget as declare
+from duckmob.release.registry import Database
+from duckmob.source import ArrowSource, lineage
+from duckmob.source.schema import Mapping
+from duckmob.source.table import (Prepared, TableSource, count_query, pair_count, prepare, read_sequences,
+                                  sequence_arrays)
+
+
+def home(db: Database) -> str:
+    """The database whose ledger the release core keeps (its own connection's default database)."""
+    with db.connection() as cur:
+        return lineage.home(cur)
+
+
+def check_shadowing(relation: str, temporary: list[str] | None) -> None:
+    """Refuse (before anything is reserved) a relation that mentions one of the caller's temporary tables or
+    views while it is read on another connection, where that name means another object."""
+    name = lineage.shadowing(relation, temporary)
+    if name is not None:
+        raise DuckmobError(f"duckmob: a temporary table or view named '{name}' hides the table or view of that name "
+                           f"that {relation} reads: rename the temporary one (or drop it), then release again")
+
+
+def _temporary(con) -> list[str]:
+    return [r[0] for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE temporary UNION ALL "
+        "SELECT view_name FROM duckdb_views() WHERE temporary AND NOT internal").fetchall()]
+
+
+def _committed_shadowed(con, relation: str) -> None:
+    """The Python API's shadowing check on the caller's connection: a temporary object that the relation mentions
+    and that has the name of a committed one."""
+    names = {n.lower() for n in _temporary(con)}
+    committed = {r[0].lower() for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE NOT temporary UNION ALL "
+        "SELECT view_name FROM duckdb_views() WHERE NOT temporary AND NOT internal").fetchall()}
+    check_shadowing(relation, sorted(names & committed))
+
+
+def _needs_user_column(prepared: Prepared, unit: str, relation: str) -> None:
+    if unit == "user" and not prepared.has_user:
+        raise DuckmobError(f"'{relation}' has no user_id column (nor one named with user_col := ...), so "
+                           "privacy_unit := 'user' cannot tell whose each trajectory is: name its user column with "
+                           "user_col := '...', or use privacy_unit := 'trajectory'")
+
+
+def fit(db: Database, con, relation: str, *, mapping: Mapping, owned: bool = False, caller_checked: bool = False,
+        **request):
+    """Fit a method on ``relation`` read on ``con`` (one release): ``(model, ledger id, noise, FitRequest)``.
+    ``request``: the public arguments of :func:`duckmob.release.fit_request` (without ``source``). ``owned``: close
+    ``con`` after. ``caller_checked``: the caller's catalog was checked for shadowing already (SQL)."""
+    try:
+        if not caller_checked:
+            _committed_shadowed(con, relation)
+        prepared = prepare(con, relation, mapping, home=home(db), shape="points")
+        r = fitting.fit_request(source=prepared.lineage.source, **request)
+        _needs_user_column(prepared, r.privacy_unit, relation)
+    except BaseException:
+        if owned:
+            con.close()
+        raise
+    model, ledger_id, noise = fitting.fit(db, r, TableSource(con, prepared.select, owned=owned))
+    return model, ledger_id, noise, r
+
+
+def fit_gathered(db: Database, relation: str, temp_tables: list[str] | None, has_user: bool, points, **request):
+    """Fit a method on rows a SQL macro gathered from the caller's temporary table ``relation`` (checked on its
+    schema already: ``has_user``), ``points()`` giving them as an Arrow table. A relation that is no temporary table
+    (a CTE, a temporary view: what it reads cannot be seen from here) is refused before anything is reserved."""
+    source = gathered_key(relation, temp_tables)
+    r = fitting.fit_request(source=source, **request)
+    if r.privacy_unit == "user" and not has_user:
+        _needs_user_column(Prepared(lineage.Lineage(relation, (source,)), False, ""), "user", relation)
+    model, ledger_id, noise = fitting.fit(db, r, ArrowSource(points))
+    return model, ledger_id, noise, r
+
+
+def gathered_key(relation: str, temp_tables: list[str] | None) -> str:
+    """The budget key of rows a macro gathered on the caller's connection: its temporary table's, or a refusal."""
+    key = lineage.temp_table_key(str(relation), temp_tables)
+    if key is None:
+        raise DuckmobError(f"duckmob: {relation} is a CTE, a temporary view, a query over temporary tables or a "
+                           "table not committed yet: duckmob cannot see from SQL which tables it reads, so it cannot "
+                           "charge their budgets (COMMIT a new table first). "
+                           "Release from a table, a committed view or a parenthesised query over them, from a "
+                           "temporary table by its name, or call duckmob.synthesize(con, ...) from Python, which "
+                           "reads through your own connection")
+    return key
+
+
+def noisy_count(db: Database, con, relation: str, *, mapping: Mapping, caller_checked: bool = False,
+                **request) -> float:
+    """``mob_noisy_count`` of ``relation`` on ``con``: DuckDB counts after the reservation; an integer reaches
+    Python. ``request``: eps, seed, privacy_unit, max_trajectories_per_user, what."""
+    if not caller_checked:
+        _committed_shadowed(con, relation)
+    prepared = prepare(con, relation, mapping, home=home(db), shape="ids")
+
+    def count(what: str, unit: str, k: int) -> int:
+        return int(con.sql(count_query(prepared.select, what=what, privacy_unit=unit, k=k)).fetchall()[0][0])
+
+    return counting.noisy_count(db, source=prepared.lineage.source, user_col=mapping.user_col if prepared.has_user
+                                else None, count=count, **request)
+
+
+def noisy_count_gathered(db: Database, relation: str, temp_tables, has_user: bool, mapping: Mapping, pairs,
+                         **request) -> float:
+    """``mob_noisy_count`` of rows gathered from the caller's temporary table; ``pairs()`` gives (traj_id,
+    user_id) arrays (-1: NULL)."""
+    def count(what: str, unit: str, k: int) -> int:
+        traj, user = pairs()
+        return pair_count(traj, user, what=what, privacy_unit=unit, k=k)
+
+    return counting.noisy_count(db, source=gathered_key(relation, temp_tables),
+                                user_col=mapping.user_col if has_user else None, count=count, **request)
+
+
+def transitions(db: Database, con, relation: str, *, mapping: Mapping, caller_checked: bool = False, **request):
+    """``mob_transitions`` of ``relation`` on ``con``, read after the reservation in record batches of whole
+    sequences: ``(states, counts)`` as :func:`duckmob.release.transitions`."""
+    if not caller_checked:
+        _committed_shadowed(con, relation)
+    prepared = prepare(con, relation, mapping, home=home(db), shape="sequences")
+    unit = str(request.get("privacy_unit") or "trajectory").strip().lower()
+    return counting.transitions(db, source=prepared.lineage.source,
+                                user_col=mapping.user_col if prepared.has_user else None,
+                                load=lambda: (lambda: read_sequences(con, prepared.select, unit)), **request)
+
+
+def transitions_gathered(db: Database, relation: str, temp_tables, has_user: bool, mapping: Mapping, rows,
+                         **request):
+    """``mob_transitions`` of rows gathered from the caller's temporary table (``rows()``: a StructArray)."""
+    return counting.transitions(db, source=gathered_key(relation, temp_tables),
+                                user_col=mapping.user_col if has_user else None,
+                                load=lambda: sequence_arrays(rows()), **request)
+
+
+def set_budget(db: Database, con, relation: str, eps, delta, *, temp_tables=None) -> dict:
+    """Declare or raise the budget of the base table ``relation`` names (any spelling), resolved on ``con``. A view
+    or query over several tables is refused (declare each table's); a name that no longer resolves keeps the
+    budget already declared under it (a dropped table's ledger stays)."""
+    key = lineage.temp_table_key(str(relation), temp_tables)
+    if key is None:
+        try:
+            found = lineage.resolve(con, relation, home(db))
+        except lineage.Unplannable:
+            if read_ledger(db, lambda cur: ledger.budget(cur, relation)) is None:
+                raise DuckmobError(f"no such table or view: '{relation}' (SHOW TABLES lists them); mob_set_budget "
+                                   "declares the budget of the table that releases will read") from None
+            found = lineage.Lineage(relation, (relation,))
+        if len(found.keys) != 1:
+            raise DuckmobError(f"duckmob: {relation} reads several tables ({', '.join(found.keys)}): a budget belongs "
+                               "to one table; declare each one's with mob_set_budget('<table>', ...)")
+        key = found.keys[0]
+    return declare(db, key, eps, delta)
+
+
+def gathered_pairs(rows):
+    """(traj_id, user_id) arrays of gathered pair rows (NULL -> -1)."""
+    if rows is None or len(rows) == rows.null_count:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    rows = rows.filter(pc.is_valid(rows))
+    return (np.asarray(rows.field("traj_id").fill_null(-1).to_numpy(zero_copy_only=False), np.int64),
+            np.asarray(rows.field("user_id").fill_null(-1).to_numpy(zero_copy_only=False), np.int64))
+
+
+__all__ = ["fit", "fit_gathered", "noisy_count", "noisy_count_gathered", "transitions", "transitions_gathered",
+           "set_budget", "check_shadowing", "gathered_key", "home", "gathered_pairs"]

@@ -1,0 +1,235 @@
+"""Whose budget a release draws on: the base tables a relation reads, as DuckDB's own plan names them.
+
+The budget belongs to the data, not to a name: ``'trips'``, ``'TRIPS'``, ``'main.trips'``, ``'"trips"'``, a view
+over ``trips`` and ``'(SELECT * FROM trips WHERE ...)'`` all read the base table ``trips``, so they all draw on its
+budget. DuckDB's planner resolves names, views, CTEs and subqueries; ``EXPLAIN`` (which reads no row) lists the
+tables its scans read. A release draws on the budget of every base table it reads and is refused when one has none.
+
+A budget key names a base table of the database that holds the ledger: ``trips`` (schema main), ``other.trips``
+(another schema), ``temp.trips`` (a temporary table of the caller's connection). A table of another attached
+database is refused: its budget and ledger live in that database's file. A relation that reads files or table
+functions (a view over ``read_parquet``) has no base table: a named view over them is its own budget key (the view
+is the data's name there); a query that reads them without such a view is refused. These are facts about the
+catalog and the plan, never about a value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import duckdb
+
+from duckmob.errors import DuckmobError
+from duckmob.source.schema import quote
+
+# plan leaves that read no data of their own: their rows come from elsewhere in the same plan, or from nothing
+_NO_DATA = {"DUMMY_SCAN", "EMPTY_RESULT", "CTE_SCAN", "DELIM_SCAN", "CHUNK_SCAN", "RECURSIVE_CTE_SCAN",
+            "RECURSIVE_RECURRING_CTE_SCAN", "COLUMN_DATA_SCAN_REFERENCE"}
+_SIMPLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Unplannable(DuckmobError):
+    """The relation cannot be planned: a name that does not exist, a column or syntax error."""
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """What a release of ``relation`` reads: the budget keys of its base tables, in order."""
+
+    relation: str
+    keys: tuple[str, ...]
+
+    @property
+    def source(self) -> str:
+        """The ledger's source text: the keys joined (one key: the table's name)."""
+        return join_keys(self.keys)
+
+
+def split_name(text: str) -> list[str]:
+    """The parts of a dotted, possibly quoted identifier (``memory."My S".t`` -> ['memory', 'My S', 't'])."""
+    parts, cur, quoted, i = [], [], False, 0
+    while i < len(text):
+        ch = text[i]
+        if quoted:
+            if ch == '"' and text[i + 1:i + 2] == '"':
+                cur.append('"')
+                i += 1
+            elif ch == '"':
+                quoted = False
+            else:
+                cur.append(ch)
+        elif ch == '"':
+            quoted = True
+        elif ch == ".":
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    parts.append("".join(cur))
+    return parts
+
+
+def _part(name: str) -> str:
+    return name if _SIMPLE.match(name) else quote(name)
+
+
+def key(catalog: str, schema: str, table: str, home: str) -> str:
+    """The budget key of ``catalog.schema.table`` in the database ``home`` (the one whose ledger is used)."""
+    if catalog == "temp":
+        return f"temp.{_part(table)}" if schema == "main" else f"temp.{_part(schema)}.{_part(table)}"
+    if catalog != home:
+        raise DuckmobError(f"duckmob: the table {catalog}.{schema}.{table} lives in the attached database "
+                           f"'{catalog}', whose privacy budget and ledger are kept in that database's own file, not in "
+                           f"'{home}' where duckmob keeps this connection's ledger: open that file with "
+                           "duckmob.connect('...') (or duckmob.register a connection whose database it is) and "
+                           "release from there")
+    return _part(table) if schema == "main" else f"{_part(schema)}.{_part(table)}"
+
+
+def join_keys(keys) -> str:
+    """The ledger's source text of a release that reads ``keys`` (sorted, comma-separated)."""
+    return ", ".join(sorted(set(keys)))
+
+
+def keys_of(source: str) -> list[str]:
+    """The keys of a ledger source text (:func:`join_keys`); a quoted key may hold ', '."""
+    out, cur, quoted = [], [], False
+    i = 0
+    while i < len(source):
+        ch = source[i]
+        if ch == '"':
+            quoted = not quoted
+        if not quoted and source.startswith(", ", i):
+            out.append("".join(cur))
+            cur = []
+            i += 2
+            continue
+        cur.append(ch)
+        i += 1
+    out.append("".join(cur))
+    return out
+
+
+def _walk(node, tables: list, others: list) -> None:
+    info = node.get("extra_info") or {}
+    table = info.get("Table") if isinstance(info, dict) else None
+    children = node.get("children") or []
+    if table:
+        tables.append(table)
+    elif not children and node.get("name") not in _NO_DATA:
+        others.append(node.get("name"))
+    for child in children:
+        _walk(child, tables, others)
+
+
+def _plan(con, relation: str) -> tuple[list[str], list[str]]:
+    try:
+        rows = con.execute(f"EXPLAIN (FORMAT JSON) SELECT * FROM {relation}").fetchall()
+    except duckdb.Error as exc:
+        raise Unplannable(f"duckmob: cannot read {relation}: {_schema_message(exc)}") from None
+    tables, others = [], []
+    for row in rows:
+        plan = row[-1]
+        for node in json.loads(plan) if isinstance(plan, str) else plan:
+            _walk(node, tables, others)
+    return tables, others
+
+
+def _schema_message(exc: Exception) -> str:
+    """DuckDB's message for a relation it cannot plan: binding and catalog errors name objects and columns only
+    (planning reads no row)."""
+    return str(exc).split("\n")[0]
+
+
+def _named_object(con, relation: str) -> tuple[str, str, str] | None:
+    """(catalog, schema, name) of the table or view ``relation`` names, as this connection resolves it, or None
+    for a query."""
+    text = relation.strip()
+    if text.startswith("("):
+        return None
+    parts = split_name(text)
+    if not all(parts):
+        return None
+    db, schema = con.execute("SELECT current_database(), current_schema()").fetchall()[0]
+    rows = con.execute(
+        "SELECT database_name, schema_name, name, temporary FROM (SELECT database_name, schema_name, table_name AS "
+        "name, temporary FROM duckdb_tables() UNION ALL SELECT database_name, schema_name, view_name, temporary "
+        "FROM duckdb_views() WHERE NOT internal)").fetchall()
+    low = [p.lower() for p in parts]
+    for c, s, n, temporary in sorted(rows, key=lambda r: not r[3]):   # temporary objects shadow the others
+        full = [c.lower(), s.lower(), n.lower()]
+        if (len(low) == 1 and low == full[2:] and (temporary or (c == db and s == schema))) or \
+                (len(low) == 2 and (low == full[1:] and (temporary or c == db) or low == [full[0], full[2]]
+                                    and s == "main")) or \
+                (len(low) == 3 and low == full):
+            return c, s, n
+    return None
+
+
+def resolve(con, relation: str, home: str) -> Lineage:
+    """The :class:`Lineage` of ``relation`` (a table or view name in any spelling, or a parenthesised query) as the
+    connection ``con`` sees it, for a ledger kept in database ``home``. Refuses (before any row is read) a relation
+    that cannot be planned, one that reads another attached database's tables, and one that reads neither a base
+    table nor a named view over files."""
+    tables, others = _plan(con, relation)
+    keys = [key(*_three(t, con), home) for t in tables]
+    if others:
+        named = _named_object(con, relation)
+        if named is None:
+            raise DuckmobError(f"duckmob: {relation} reads files or table functions ({', '.join(sorted(set(others)))}),"
+                               " not tables, so no budget can follow it: create a view or a table over them "
+                               "(CREATE VIEW trips AS FROM read_parquet('...')), declare its budget with "
+                               "mob_set_budget, and release from it")
+        keys.append(key(*named, home))
+    if not keys:
+        raise DuckmobError(f"duckmob: {relation} reads no table: release from the table that holds the trajectories")
+    return Lineage(relation, tuple(sorted(set(keys))))
+
+
+def _three(full: str, con) -> tuple[str, str, str]:
+    parts = split_name(full)
+    if len(parts) == 3:
+        return parts[0], parts[1], parts[2]
+    db, schema = con.execute("SELECT current_database(), current_schema()").fetchall()[0]
+    return (db, parts[0], parts[1]) if len(parts) == 2 else (db, schema, parts[0])
+
+
+def home(con) -> str:
+    """The database whose ledger ``con`` (the release core's own connection) keeps."""
+    return con.execute("SELECT current_database()").fetchall()[0][0]
+
+
+
+_TOKEN = re.compile(r'"(?:[^"]|"")*"|[A-Za-z_][A-Za-z0-9_$]*')
+
+
+def identifiers(relation: str) -> set[str]:
+    """The identifiers ``relation`` mentions, unquoted and lower-cased (a superset of the objects it reads)."""
+    return {t[1:-1].replace('""', '"').lower() if t.startswith('"') else t.lower() for t in _TOKEN.findall(relation)}
+
+
+def shadowing(relation: str, temporary: list[str] | None) -> str | None:
+    """The first of the caller's temporary tables or views (``temporary``, their names) that ``relation``
+    mentions, or None: a release that reads ``relation`` on another connection would read something else under
+    that name than the caller sees, so it is refused. A fact about the catalog, not the data."""
+    mentioned = identifiers(relation)
+    return next((name for name in temporary or [] if name.lower() in mentioned), None)
+
+
+def temp_table_key(relation: str, temp_tables: list[str] | None) -> str | None:
+    """The budget key of the caller's temporary table that ``relation`` names (``tt``, ``temp.tt``,
+    ``temp.main.tt``, quoted or not, in any case), or None when it names none."""
+    parts = [p.lower() for p in split_name(relation.strip())]
+    if len(parts) == 3 and parts[:2] == ["temp", "main"] or len(parts) == 2 and parts[0] == "temp":
+        parts = parts[-1:]
+    if len(parts) != 1:
+        return None
+    found = next((t for t in temp_tables or [] if t.lower() == parts[0]), None)
+    return None if found is None else f"temp.{_part(found)}"
+
+
+__all__ = ["Lineage", "Unplannable", "resolve", "key", "join_keys", "keys_of", "split_name", "home", "identifiers", "shadowing",
+           "temp_table_key"]

@@ -1,0 +1,235 @@
+"""Reading a DuckDB table, view or query out of core: checked points routed to buckets of whole trajectories, and
+the per-trajectory rows the counting releases read.
+
+:func:`prepare` does everything that needs no row, before a release reserves any budget: the lineage (whose
+budget it draws on, :mod:`duckmob.source.lineage`), the columns and their types (``DESCRIBE``, zero rows, checked
+by :mod:`duckmob.source.schema`) and the SELECT that converts every value with TRY_CAST. After the reservation,
+:class:`TableSource` reads that SELECT in record batches: one scan routes the points to ``hash(traj_id)`` buckets
+(the number of buckets follows the row count; it only sets how the work is cut, and nothing of it is released),
+cleaned by :func:`duckmob.source.batches.clean`. Buckets beyond the first go to Arrow IPC files in a temporary
+folder (``tempfile``: set TMPDIR to put them elsewhere), deleted when the release ends.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from duckmob.source import PointSource
+from duckmob.source.batches import Batches, clean
+from duckmob.source.lineage import Lineage, resolve
+from duckmob.source.schema import Mapping, check_ids, check_points, resolve_columns, select_sql
+
+# Points per bucket: bounds the memory of cleaning and of a method's per-batch statistics (about 100-200 bytes a
+# point at the peak of a PrivTrace pass).
+BUCKET_POINTS = 1 << 21
+# Rows per record batch read from DuckDB while routing points to buckets.
+READ_ROWS = 1 << 20
+SEQUENCE_ROWS = 1 << 13   # cell sequences per batch of mob_transitions (~1-2 M cells)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A relation checked for a release, before any row is read: its lineage, whether it has a user column, and
+    the SELECT (TRY_CAST) the release reads after its reservation."""
+
+    lineage: Lineage
+    has_user: bool
+    select: str
+
+
+def prepare(con, relation: str, mapping: Mapping, *, home: str, shape: str = "points") -> Prepared:
+    """Check ``relation`` on ``con`` for a release whose ledger is kept in database ``home`` (schema and plan only:
+    no row is read). ``shape``: 'points' (a points table), 'ids' (one row per trajectory: traj_id, user_id) or
+    'sequences' (traj_id, user_id, cells)."""
+    lineage = resolve(con, relation, home)
+    described = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
+    columns = [r[0] for r in described]
+    what = {"points": ("traj_id", "user_id", "ts", "lat", "lon", "seq"), "ids": ("traj_id", "user_id"),
+            "sequences": ("traj_id", "user_id", "cells")}[shape]
+    names = resolve_columns(columns, mapping, what=what)
+    by_name = {r[0]: str(r[1]) for r in described}
+    types = {col: (by_name[src] if src is not None else None) for col, src in names.items()}
+    has_user = check_points(types, mapping) if shape == "points" else check_ids(types, mapping)
+    return Prepared(lineage, has_user, select_sql(relation, names))
+
+
+def n_buckets(n_points: int, bucket_points: int = BUCKET_POINTS) -> int:
+    """Buckets for ``n_points`` points: about ``bucket_points`` each (a public tuning, not a statistic)."""
+    return max(1, math.ceil(n_points / bucket_points))
+
+
+def route(reader: pa.RecordBatchReader, n: int, folder: str | None) -> Iterator[pa.Table]:
+    """Points routed to ``n`` buckets by their ``_bucket`` column (dropped), each bucket in table order; with one
+    bucket the reader is read whole, otherwise each bucket goes to an IPC file in ``folder`` and is yielded (then
+    deleted) one at a time."""
+    if n == 1:
+        yield reader.read_all().drop_columns(["_bucket"])
+        return
+    schema = pa.schema([f for f in reader.schema if f.name != "_bucket"])
+    paths = [os.path.join(folder, f"raw-{i}.arrow") for i in range(n)]
+    sinks = [pa.OSFile(p, "wb") for p in paths]
+    writers = [pa.ipc.new_file(s, schema) for s in sinks]
+    try:
+        for batch in reader:
+            b = batch.column("_bucket").to_numpy(zero_copy_only=False).astype(np.int64)
+            order = np.argsort(b, kind="stable")       # stable: each bucket keeps table order
+            counts = np.bincount(b, minlength=n)
+            routed = batch.drop_columns(["_bucket"]).take(pa.array(order))
+            start = 0
+            for i in np.flatnonzero(counts):
+                writers[i].write_batch(routed.slice(start, int(counts[i])))
+                start += int(counts[i])
+    finally:
+        for w, s in zip(writers, sinks):
+            w.close()
+            s.close()
+    for p in paths:
+        with pa.OSFile(p, "rb") as source:
+            table = pa.ipc.open_file(source).read_all()
+        os.remove(p)
+        yield table
+
+
+def read_points(cur, query: str, *, bucket_points: int = BUCKET_POINTS,
+                folder: str | None = None) -> Iterator[pa.Table]:
+    """Point tables of whole trajectories from ``query`` (the contract's columns traj_id, user_id, ts, lat, lon,
+    seq: :func:`prepare`), read by DuckDB on the cursor ``cur`` in record batches: one scan routes the points to
+    ``hash(traj_id)`` buckets of about ``bucket_points`` points each (the number of buckets follows the row count;
+    it only sets how the work is cut, and nothing of it is released). ``seq`` is kept only when no row has a
+    timestamp, as the in-memory path does (otherwise timeless trajectories keep table order)."""
+    n_rows, n_ts = cur.sql(f"SELECT count(*), count(ts) FROM ({query})").fetchall()[0]
+    n = n_buckets(int(n_rows), bucket_points)
+    if n > 1 and folder is None:
+        raise ValueError("several buckets need a folder")
+    seq = ", seq" if n_ts == 0 and n_rows else ""
+    reader = cur.sql(f"SELECT traj_id, user_id, ts, lat, lon{seq}, (hash(traj_id) % {n})::BIGINT AS _bucket "
+                     f"FROM ({query})").to_arrow_reader(batch_size=READ_ROWS)
+    yield from route(reader, n, folder)
+
+
+class TableSource(PointSource):
+    """A checked relation read out of core by the release core after its reservation (``Release.read``):
+    :meth:`batches` reads and cleans the points (:func:`read_points`, :func:`duckmob.source.batches.clean`) and
+    bounds contributions. Holds the temporary folder until :meth:`close`.
+
+    ``con`` is the connection the SELECT runs on (the caller's, or a cursor the release opened: ``owned`` ones are
+    closed after); ``select`` gives the contract's columns (:func:`prepare`)."""
+
+    def __init__(self, con, select: str, *, owned: bool = False, bucket_points: int | None = None):
+        self.con, self.query, self.owned, self.bucket_points = con, select, owned, bucket_points
+        self.folder: str | None = None
+
+    def batches(self, *, bbox, time_required, privacy_unit, k, rng) -> Batches:
+        return clean(self.open(), bbox=bbox, time_required=time_required, privacy_unit=privacy_unit, k=k, rng=rng,
+                     folder=self.folder)
+
+    def open(self) -> Iterator[pa.Table]:
+        self.folder = tempfile.mkdtemp(prefix="duckmob-")
+        _FOLDERS.add(self.folder)
+        return read_points(self.con, self.query, bucket_points=self.bucket_points or BUCKET_POINTS,
+                           folder=self.folder)
+
+    def close(self) -> None:
+        if self.owned and self.con is not None:
+            try:
+                self.con.close()
+            except Exception:
+                pass
+            self.con = None
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            _FOLDERS.discard(self.folder)
+            self.folder = None
+
+
+# Temporary folders of releases in progress, removed at interpreter exit too (a killed process leaves its own).
+_FOLDERS: set[str] = set()
+
+
+@atexit.register
+def _remove_folders() -> None:
+    for folder in list(_FOLDERS):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+
+
+# -- the per-trajectory rows of the counting releases -------------------------------------------------------------
+
+def count_query(select: str, *, what: str, privacy_unit: str, k: int) -> str:
+    """The exact count mob_noisy_count noises, as one DuckDB aggregate over ``select`` (:func:`prepare`, shape
+    'ids': values already TRY_CAST), equal to what :func:`pair_count` counts in memory: the distinct (traj_id,
+    user_id) pairs with a traj_id (a NULL user is -1, no user); 'users': distinct user ids >= 0; the user unit: per
+    user id >= 0, min(trajectories, k), which is how many ``counting.bound_contributions`` keeps whichever it keeps.
+    ``what``, ``privacy_unit`` and ``k`` are the release's validated public arguments."""
+    pairs = (f"SELECT DISTINCT traj_id, coalesce(user_id, -1) AS user_id FROM ({select}) "
+             f"WHERE traj_id IS NOT NULL")
+    if what == "users":
+        return f"SELECT count(DISTINCT user_id) FILTER (WHERE user_id >= 0) FROM ({pairs})"
+    if privacy_unit == "user":
+        return (f"SELECT coalesce(sum(least(n, {int(k)})), 0)::BIGINT FROM "
+                f"(SELECT user_id, count(*) AS n FROM ({pairs}) WHERE user_id >= 0 GROUP BY user_id)")
+    return f"SELECT count(*) FROM ({pairs})"
+
+
+def pair_count(traj_id: np.ndarray, user_id: np.ndarray, *, what: str, privacy_unit: str, k: int) -> int:
+    """:func:`count_query` on pairs in memory (``traj_id`` -1 or below: no id, not counted; ``user_id`` -1: no
+    user)."""
+    ok = traj_id >= 0
+    pairs = np.unique(np.stack([traj_id[ok], user_id[ok]], axis=1), axis=0) if ok.any() else np.zeros((0, 2), int)
+    users = pairs[:, 1]
+    if what == "users":
+        return int(np.unique(users[users >= 0]).size)
+    if privacy_unit == "user":
+        _, n = np.unique(users[users >= 0], return_counts=True)
+        return int(np.minimum(n, k).sum())
+    return int(len(pairs))
+
+
+def sequences_query(select: str, privacy_unit: str) -> str:
+    """The cell sequences of ``select`` (:func:`prepare`, shape 'sequences'). Under the user unit they come in the
+    order :func:`sequence_arrays` gives them in memory, by traj_id with NULL as -1 (only the user unit's random
+    choice depends on the order, the sums do not); ties (one traj_id on two rows) in DuckDB's order."""
+    return f"SELECT * FROM ({select}) ORDER BY coalesce(traj_id, -1)" if privacy_unit == "user" else select
+
+
+def sequence_arrays(seqs: pa.StructArray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, cells, user_id) of (traj_id, user_id, cells) rows; NULL users -> -1. A sequence holding a NULL cell
+    is dropped whole (a per-trajectory transformation: nothing is refused on the data)."""
+    if seqs is None or len(seqs) == 0 or seqs.null_count == len(seqs):
+        return np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    seqs = seqs.filter(pc.is_valid(seqs))
+    lists = seqs.field("cells")
+    flat_valid = pc.is_valid(pc.list_flatten(lists.fill_null([]) if lists.null_count else lists))
+    lengths = np.nan_to_num(pc.list_value_length(lists).to_numpy(zero_copy_only=False)).astype(np.int64)
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    bad = np.bincount(owner[~flat_valid.to_numpy(zero_copy_only=False)], minlength=len(lengths)) > 0
+    seqs = seqs.filter(pa.array(~bad))
+    order = np.argsort(seqs.field("traj_id").fill_null(-1).to_numpy(zero_copy_only=False), kind="stable")
+    seqs = seqs.take(pa.array(order))
+    lists = seqs.field("cells")
+    lengths = np.nan_to_num(pc.list_value_length(lists).to_numpy(zero_copy_only=False)).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    cells = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+    user_id = np.asarray(seqs.field("user_id").fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return offsets, cells, user_id
+
+
+def read_sequences(cur, select: str, privacy_unit: str) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(offsets, cells, user_id) batches of ``SEQUENCE_ROWS`` whole sequences of ``select``, read on ``cur``."""
+    for rb in cur.sql(sequences_query(select, privacy_unit)).to_arrow_reader(batch_size=SEQUENCE_ROWS):
+        yield sequence_arrays(pa.StructArray.from_arrays(rb.columns, names=rb.schema.names))
+
+
+__all__ = ["Prepared", "prepare", "TableSource", "read_points", "route", "n_buckets", "count_query", "pair_count",
+           "sequences_query", "sequence_arrays", "read_sequences", "BUCKET_POINTS", "READ_ROWS", "SEQUENCE_ROWS"]
