@@ -605,6 +605,12 @@ def noisy_unit_counts(user_id, eps_count: float, noise: NoiseSource, k: int = 1)
     return noisy_count(n, eps_traj, noise, sensitivity=k), noisy_count(len(users), eps_users, noise)
 
 
+def count_record(eps: float, sensitivity: int = 1) -> dict:
+    """What a model keeps of the noisy trajectory count it was sized by (public: the count's eps, its sensitivity
+    and its Laplace scale), so that a sample can tell when that count is mostly noise (post-processing)."""
+    return {"count_eps": float(eps), "count_k": int(sensitivity), "count_scale": float(sensitivity) / float(eps)}
+
+
 def noisy_count(n_items: int, eps: float, noise: NoiseSource, sensitivity: int = 1) -> float:
     """An eps-DP count: ``n_items + Laplace(sensitivity / eps)`` on the noise grid (float, may be negative).
 

@@ -3,6 +3,7 @@ fitted model (free post-processing)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,11 +111,34 @@ def _store(db: Database, r: FitRequest, model, ledger_id: int) -> None:
                        checksum=digest)
 
 
+# A Laplace count lies within ln(20) of its scales of the true count with probability 95%.
+LAPLACE_95 = math.log(20)
+
+
+def default_size(model) -> int:
+    """The number of trajectories a sample draws when no n is given: the model's noisy trajectory count.
+
+    Refused when that count is mostly noise, which its released value and public Laplace scale tell alone
+    (post-processing, free): below twice its 95% margin, where a relative error of 50% or more is to be expected.
+    Sizing an output from such a count gave tables many times the real one (30 trajectories at eps 1 gave 119;
+    the user unit with k = 50 at eps 0.3 gave 28,951 from 1,999)."""
+    count = model.size_count
+    if count is not None:
+        margin = count["scale"] * LAPLACE_95
+        if count["value"] < 2 * margin:
+            unit = f" under the user unit (k = {count['k']})" if count["k"] > 1 else ""
+            raise DuckmobError(
+                f"the trajectory count released at eps {count['eps']:.3g} is {count['value']:,} ± {margin:,.0f} (95%):"
+                f" mostly noise, so it cannot size the output. This table is too small for this eps{unit}: pass "
+                "n := <number of trajectories> (a public choice), or raise eps. (A release's spend stands; to sample "
+                "again without spending, fit once with mob_fit and draw with mob_sample('name', n := ...).)")
+    n = model.default_n
+    if n is None or n < 1:
+        raise DuckmobError("this model has no default size (its noisy trajectory count is below 1): pass "
+                           "n := number of trajectories")
+    return n
+
+
 def sample(model, n: int | None, rng: np.random.Generator):
-    """``n`` trajectories from a fitted model (None: the model's noisy trajectory count): free post-processing."""
-    if n is None:
-        n = model.default_n
-        if n is None or n < 1:
-            raise DuckmobError("this model has no default size (its noisy trajectory count is below 1): pass "
-                               "n := number of trajectories")
-    return model.sample(validators.n_trajectories(n), rng)
+    """``n`` trajectories from a fitted model (None: :func:`default_size`): free post-processing."""
+    return model.sample(validators.n_trajectories(default_size(model) if n is None else n), rng)

@@ -30,6 +30,16 @@ class Model(ABC):
         """How many trajectories ``sample`` draws when the caller gives no n (a noisy count), or None."""
         return None
 
+    @property
+    def size_count(self) -> dict | None:
+        """The noisy trajectory count behind :attr:`default_n` with its public eps, sensitivity and Laplace scale
+        (``count_eps``, ``count_k``, ``count_scale``, recorded at fit by ``counting.count_record``), or None (a
+        model stored before they were recorded, or one without a default size)."""
+        info = getattr(self, "info", None) or {}
+        if self.default_n is None or "count_scale" not in info:
+            return None
+        return {"value": self.default_n, "eps": info["count_eps"], "k": info["count_k"], "scale": info["count_scale"]}
+
     @abstractmethod
     def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
         """Draw ``n`` synthetic trajectories (traj_id 0..n-1; ts = NO_TIME where time is not modelled)."""

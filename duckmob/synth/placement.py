@@ -254,12 +254,29 @@ def release_statistics(sums: dict[str, np.ndarray], w: int, sc: dict[str, float]
     padded[:n_bins] = steps
     blocks, bscale = padded.reshape(-1, m).sum(axis=1), sc["steps"] * math.sqrt(m)   # the block sums' spread
     tau = STEP_TAU if m > 1 else 1.0
+    if steps_mostly_noise(blocks, n_noisy, bscale):
+        # no spacing can be read from noise: steps all zero, and the sampler spaces points one fine cell apart
+        # (a public length); the highest noisy block gave centimetre steps (5,000 points a trajectory) on 30
+        # trajectories at eps 1
+        return FineStats(w=w, density=adaptive_density(density, w, sc["density"]).astype(np.float32),
+                         steps=np.zeros(n_bins))
     kept = truncate_tail(truncate_tail(blocks, bscale, tau)[::-1], bscale, tau)[::-1]
     if not (kept > 0).any():       # nothing above the noise: the highest block alone, not every bin evenly
         kept = (np.arange(len(blocks)) == np.argmax(blocks)).astype(np.float64)
     blocks = normcut(kept[None, :], axis=-1)[0]
     return FineStats(w=w, density=adaptive_density(density, w, sc["density"]).astype(np.float32),
                      steps=np.repeat(blocks / m, m)[:n_bins])
+
+
+def steps_mostly_noise(blocks: np.ndarray, n_noisy: float | None, block_scale: float) -> bool:
+    """Whether the released step histogram (summed over its blocks) is mostly noise, told from released values and
+    the public noise scale alone (post-processing): the mass it describes -- its positive blocks' sum, and at most
+    the DP trajectory count ``n_noisy`` (one unit of mass a trajectory) -- is below the 95% margin of one block's
+    noise (``block_scale`` ln 20), so that even all of it in one block could be that block's noise."""
+    mass = float(np.clip(blocks, 0, None).sum())
+    if n_noisy is not None:
+        mass = min(mass, float(n_noisy))
+    return mass < block_scale * math.log(20)
 
 
 def step_block(n_noisy: float, scale: float) -> int:
@@ -694,6 +711,13 @@ class Placement:
         out = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), np.concatenate(pieces_cells)[order]
         return out + ((pos[order].astype(np.int64),) if with_pos else ())
 
+    def cell_m(self) -> float:
+        """The side of a fine cell in metres (the mean of its two sides): the spacing of points when the released
+        step histogram was mostly noise (:func:`steps_mostly_noise`)."""
+        box = self.bbox
+        x, y = _local_xy(box, np.array([box.min_lat, box.max_lat]), np.array([box.min_lon, box.max_lon]))
+        return float((abs(x[1] - x[0]) + abs(y[1] - y[0])) / (2 * self.w))
+
     def points(self, offsets: np.ndarray, coarse: np.ndarray, rng: np.random.Generator,
                max_points: int = 5000, times: np.ndarray | None = None):
         """Synthetic points for coarse cell sequences: ``(lengths, lat, lon)`` (see the module docstring).
@@ -721,20 +745,21 @@ class Placement:
         # steps from the released histogram (uniform in log inside a bin), or the public step_m; enough draws per
         # trajectory to cover its route, capped at max_points
         probs = np.asarray(self.stats.steps, dtype=np.float64)
+        step_m = self.step_m if self.step_m is not None or probs.sum() > 0 else self.cell_m()
         if probs.sum() <= 0:
             probs = np.ones_like(probs)
         cdf = np.cumsum(probs) / probs.sum()
         lo, hi = STEP_EDGES_M[:-1], STEP_EDGES_M[1:]
-        if self.step_m is not None:
-            mean_step = self.step_m
+        if step_m is not None:
+            mean_step = step_m
         else:
             mid = np.where(lo > 0, np.sqrt(lo * hi), hi / 2)
             mean_step = max(float(np.diff(np.concatenate([[0.0], cdf])) @ mid), 1e-3)
         expect = route_len / mean_step
         want = np.minimum(np.ceil(expect * 1.2 + 3 * np.sqrt(expect)).astype(np.int64) + 4, max_points - 2)
         s_owner = np.repeat(np.arange(n), want)
-        if self.step_m is not None:
-            step = np.full(len(s_owner), self.step_m)
+        if step_m is not None:
+            step = np.full(len(s_owner), step_m)
         else:
             b = np.minimum(np.searchsorted(cdf, rng.random(len(s_owner)), side="right"), len(lo) - 1)
             t = rng.random(len(s_owner))

@@ -70,7 +70,7 @@ import torch
 from duckmob.errors import BudgetError, DuckmobError
 from duckmob.grid import cell_center, haversine_m
 from duckmob.privacy import accounting
-from duckmob.privacy.counting import noisy_unit_counts
+from duckmob.privacy.counting import count_record, count_shares, noisy_unit_counts
 from duckmob.source.batches import as_batches
 from duckmob.synth import dpsgd
 from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
@@ -362,6 +362,7 @@ class CleanSlate(Synthesizer):
         event = plan["event"]
         info = dict(method=self.method, eps=eps, delta=delta, epsilon_accounted=accounting.epsilon(event, delta),
                     n_noisy=n_noisy, units_noisy=units_noisy, eps_count=eps_count, eps_prior=eps_prior,
+                    **count_record(count_shares(eps_count, k)[0], k),
                     prior_block=block, sample_rate=plan["sample_rate"], expected_batch=batch, steps_ti=plan["steps_ti"],
                     steps_tpg=plan["steps_tpg"], noise_multiplier_ti=plan["sigma_ti"],
                     noise_multiplier_tpg=plan["sigma_tpg"], has_time=data.has_time, seeded=bool(noise.seeded),

@@ -61,7 +61,7 @@ from duckmob.synth.config import param
 from duckmob.synth.placement import PlacementConfig
 from duckmob.privacy import accounting
 from duckmob.privacy.accounting import calibrate_noise_multiplier
-from duckmob.privacy.counting import count_shares, normalised_release, noisy_unit_counts
+from duckmob.privacy.counting import count_record, count_shares, normalised_release, noisy_unit_counts
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
 from duckmob.source.batches import as_batches
@@ -334,6 +334,7 @@ class _Base(Synthesizer):
         info = dict(method=self.method, eps=eps, delta=delta,
                     epsilon_accounted=accounting.epsilon(event, delta), n_noisy=n_noisy,
                     units_noisy=units_noisy, eps_count=plan["eps_count"], eps_lengths=plan["eps_len"],
+                    **count_record(count_shares(plan["eps_count"], k)[0], k),
                     eps_fine=plan["eps_fine"], eps_pretrain=plan["eps_pre"],
                     sample_rate=plan["sample_rate"],
                     steps=plan["steps"], noise_multiplier=plan["noise_multiplier"], expected_batch=plan["batch"],

@@ -52,7 +52,7 @@ from duckmob.source.batches import as_batches
 from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.dpsgd import torch_generator
 from duckmob.privacy import accounting
-from duckmob.privacy.counting import noisy_count, normalised_release
+from duckmob.privacy.counting import count_record, noisy_count, normalised_release
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
 from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
@@ -250,7 +250,7 @@ class PateGail(Synthesizer):
         info = dict(eps=eps, delta=delta, epsilon_accounted=accounting.epsilon(event, delta),
                     n_devices_noisy=round(float(n_dev_noisy), 1), n_noisy=round(float(n_traj_noisy), 1),
                     sigma_round=sigma, eps_start=plan["eps_start"], eps_counts=plan["counts"],
-                    contribution_bound=k, seeded=bool(noise.seeded))
+                    contribution_bound=k, seeded=bool(noise.seeded), **count_record(plan["counts"][0], k))
         model = PateGailModel(self.bbox.as_list(), cfg.as_dict(), {n: v for n, v in start.items()},
                               {n: v.detach().cpu() for n, v in policy.state_dict().items()}, event.to_json(), info)
         model.timings = {"fit_s": time.perf_counter() - t0}

@@ -57,7 +57,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from duckmob.errors import DuckmobError
-from duckmob.privacy.counting import noisy_count, normalised_sums, release_sums
+from duckmob.privacy.counting import count_record, noisy_count, normalised_sums, release_sums
 from duckmob.source.batches import as_batches
 from duckmob.synth.base import Model, Synthesizer, trajectories_from_cells
 from duckmob.synth import placement
@@ -221,6 +221,7 @@ class PrivTrace(Synthesizer):
         p_start, info = trip_distribution(start_n * alive, first_n[:, support.end] * alive, n_noisy,
                                           support.offsets, support.dst,
                                           decay=cfg.trip_decay)
+        info.update(count_record(own * fr["count"], k))
         info.update(K=K, states=m, alive_states=int(alive.sum()), depth=grid.depth, edges=support.n_edges,
                     second_order_states=int(use2.sum()))
         # fine placement (placement.py): the fine density and the step histogram, eps * fine_share
