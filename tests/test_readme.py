@@ -13,7 +13,12 @@ docs/sql.md: the blocks marked runnable, in order, on one in-memory connection h
     ```
 
 (GitHub highlights it as SQL all the same). Unmarked blocks are examples too, not run here: those that take
-minutes (an HRNet fit) or read files the package does not ship.
+minutes (an HRNet fit) or read files the package does not ship; a result quoted in one of them must say
+"(illustration".
+
+Quoted results cannot go stale: the comment lines that end a runnable block (``-- 1897 | 7794 | 0``) are the rows
+its last statement returns, each checked against what it returns now (cells separated by ``|``; a cell ending in
+``...`` is a prefix; text after three spaces is a note).
 
 A failure names the file, the block's first line number, and the statement that broke.
 """
@@ -49,11 +54,36 @@ def blocks(path: Path, runnable_only: bool = False) -> list[tuple[str, int, str]
 
 
 def run_sql(con, code: str, where: str) -> None:
+    rows = None
     for stmt in con.extract_statements(code):
         try:
-            con.execute(stmt.query).fetchall()
+            rows = con.execute(stmt.query).fetchall()
         except Exception as exc:  # noqa: BLE001 -- reported with the block and statement
             pytest.fail(f"{where}: {' '.join(stmt.query.split())[:200]!r} failed: {exc}", pytrace=False)
+    quoted = quoted_rows(code)
+    if quoted:
+        got = [["NULL" if v is None else str(v) for v in row] for row in (rows or [])]
+        ok = len(got) >= len(quoted) and all(
+            len(q) == len(g) and all(c == v or (c.endswith("...") and v.startswith(c[:-3])) for c, v in zip(q, g))
+            for q, g in zip(quoted, got))
+        if not ok:
+            shown = "\n".join("-- " + " | ".join(g) for g in got[:len(quoted) + 2])
+            pytest.fail(f"{where}: the quoted result is stale; the block now returns:\n{shown}", pytrace=False)
+
+
+def quoted_rows(code: str) -> list[list[str]]:
+    """The result rows quoted by the comment lines that end a block (see the module docstring)."""
+    lines = code.rstrip("\n").split("\n")
+    tail = []
+    for line in reversed(lines):
+        if not line.startswith("--"):
+            break
+        tail.append(line[2:].strip())
+    rows = []
+    for line in reversed(tail):
+        line = re.split(r"(?<=[^\s|])\s{3,}(?=[^\s|])", line)[0]   # a note after three spaces (not a column)
+        rows.append([c.strip() for c in line.split("|")])
+    return rows if any("|" in line for line in tail) else []
 
 
 def run_python(code: str, where: str, cwd: Path) -> None:
@@ -101,6 +131,22 @@ def test_sql_reference_runnable_blocks(tmp_path, monkeypatch):
                 run_python(code, where, tmp_path)
     finally:
         con.close()
+
+
+def test_quoted_results_in_blocks_that_do_not_run_are_marked_illustrations():
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for lang, line, code in blocks(path):
+            if lang == "sql" and quoted_rows(code) and (line, code) not in [
+                    (ln, c) for _, ln, c in blocks(path, runnable_only=True)]:
+                assert "(illustration" in code, f"{path.name}, the block at line {line}: a quoted result not checked"
+
+
+def test_a_stale_quoted_result_is_named():
+    con = duckmob.connect()
+    run_sql(con, "SELECT 1 AS a, 'x' AS b;\n-- 1 | x   (a note)\n", "doc.md, block 1")
+    with pytest.raises(pytest.fail.Exception, match="stale; the block now returns:\n-- 2 \\| x"):
+        run_sql(con, "SELECT 2 AS a, 'x' AS b;\n-- 1 | x\n", "doc.md, block 2")
+    con.close()
 
 
 def test_a_broken_block_is_named(tmp_path):
