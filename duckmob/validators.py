@@ -43,8 +43,10 @@ def positive(name: str, value, hint: str = "") -> float:
 def epsilon(value) -> float:
     """A release's eps: positive, finite and at most :data:`MAX_EPSILON` (above it the guarantee means nothing and
     the noise grid cannot honour it)."""
+    if value is None:
+        raise DuckmobError("eps is required (the privacy budget this release spends): pass e.g. eps := 1.0")
     v = _float(value)
-    if value is None or not (math.isfinite(v) and v > 0):
+    if not (math.isfinite(v) and v > 0):
         raise DuckmobError(f"eps must be a positive number, got {value!r}: pass e.g. eps := 1.0")
     if v > MAX_EPSILON:
         raise DuckmobError(f"eps = {v:g} is above duckmob's limit of {MAX_EPSILON:g} for one release (such a release "

@@ -64,7 +64,7 @@ def test_second_order_and_options(seqs):
 def test_argument_errors_say_the_fix(seqs):
     seqs.sql("FROM mob_set_budget('seqs', eps := 10, delta := 1e-6)").fetchall()
     assert "n_states" in refused(seqs, "FROM mob_transitions('seqs', eps := 1)")
-    assert "eps must be a positive number" in refused(seqs, "FROM mob_transitions('seqs', n_states := 4)")
+    assert "eps is required" in refused(seqs, "FROM mob_transitions('seqs', n_states := 4)")
     assert "max_trajectories_per_user" in refused(
         seqs, "FROM mob_transitions('seqs', eps := 1, n_states := 4, privacy_unit := 'user')")
     assert "markov_order must be 1 or 2" in refused(seqs, "FROM mob_transitions('seqs', markov_order := 3, "
