@@ -43,6 +43,25 @@ def progress_enabled() -> bool:
     return sys.stderr.isatty() and not os.environ.get("CI")
 
 
+class _Lines:
+    """Progress as one stderr line per tenth of the steps, where no terminal shows a bar (a log, a notebook's
+    stream, CI): a long fit says it is alive. Only step counts, which follow from public parameters."""
+
+    def __init__(self, desc: str, steps: int):
+        self.desc, self.steps, self.done, self.next = desc, max(int(steps), 1), 0, 1
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if self.done * 10 >= self.next * self.steps:
+            self.next = self.done * 10 // self.steps + 1
+            sys.stderr.write(f"duckmob: {self.desc}: {self.done * 100 // self.steps}% ({self.done:,}/{self.steps:,} "
+                             "steps)\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        pass
+
+
 def torch_generator(rng: np.random.Generator, device: torch.device) -> torch.Generator:
     """A torch generator seeded from ``rng`` (itself derived from the NoiseSource)."""
     g = torch.Generator(device=device)
@@ -127,7 +146,9 @@ def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool]
     show = progress_enabled() if progress is None else progress
     from tqdm import tqdm
 
-    bar = tqdm(total=steps, desc=desc, unit="step", disable=not show, leave=False)
+    # a bar in a terminal; lines elsewhere unless progress was turned off
+    bar = tqdm(total=steps, desc=desc, unit="step", leave=False) if show else \
+        _Lines(desc, steps) if progress is None else tqdm(total=steps, disable=True)
     start = epoch_start = time.perf_counter()
     average = [p.detach().clone() for p in params] if ema > 0 else None
     try:

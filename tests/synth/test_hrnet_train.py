@@ -114,3 +114,16 @@ def test_without_a_check_training_runs_all_steps(optimizer_steps):
     assert train(None, steps=3).steps == 3
     pretrain(None, iterations=2)
     assert len(optimizer_steps) == 5
+
+
+def test_without_a_terminal_a_fit_says_it_is_alive_in_ten_lines(capsys):
+    """Off a terminal (a log, CI, a notebook's stream) the DP-SGD loop writes one line per tenth of its steps,
+    step counts only; with progress=False nothing."""
+    from duckmob.synth.dpsgd import _Lines
+
+    lines = _Lines("HRNet DP-SGD", 37)
+    for _ in range(37):
+        lines.update(1)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 10 and err[0] == "duckmob: HRNet DP-SGD: 10% (4/37 steps)"
+    assert err[-1] == "duckmob: HRNet DP-SGD: 100% (37/37 steps)"
