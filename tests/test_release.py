@@ -283,10 +283,20 @@ def test_a_cursor_needs_register_and_is_told_so(con):
     cur.close()
 
 
-def test_ctrl_c_stops_a_fit_records_the_spend_and_stores_no_model(con):
+def test_ctrl_c_stops_a_fit_records_the_spend_and_stores_no_model(con, monkeypatch):
     _trips(con, n=200)
     con.sql("FROM mob_set_budget('trips', eps := 10.0, delta := 1e-5)").fetchall()
     outcome = {}
+    # Ctrl-C during training, once the reservation is settled to the run planned with the noisy count (Ctrl-C
+    # while settling cuts it to the count noise drawn: tests/test_release_concurrency.py)
+    settled, settle = threading.Event(), release.Release.settle
+
+    def settle_and_say_so(self, *args, **kwargs):
+        result = settle(self, *args, **kwargs)
+        settled.set()
+        return result
+
+    monkeypatch.setattr(release.Release, "settle", settle_and_say_so)
 
     def fit():
         cur = duckmob.register(con.cursor())
@@ -302,9 +312,7 @@ def test_ctrl_c_stops_a_fit_records_the_spend_and_stores_no_model(con):
 
     thread = threading.Thread(target=fit)
     thread.start()
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(db.active for db in release.registry._DATABASES.values()):
-        time.sleep(0.05)
+    assert settled.wait(60)   # training has begun
     time.sleep(1.0)
     pressed = time.perf_counter()
     release.interrupt_all()
@@ -403,10 +411,11 @@ def test_dropping_every_ledger_object_is_detected_by_the_process_that_saw_the_bu
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda db, load: release.noisy_count(db, source="trips", eps=0.5, what="users", user_col=None, load=load),
+    (lambda db, load: release.noisy_count(db, source="trips", eps=0.5, what="users", user_col=None,
+                                          count=lambda *_: load()),
      "its users cannot be counted: name its user column with user_col := '...', or count trajectories"),
     (lambda db, load: release.noisy_count(db, source="trips", eps=0.5, privacy_unit="user",
-                                          max_trajectories_per_user=2, user_col=None, load=load),
+                                          max_trajectories_per_user=2, user_col=None, count=lambda *_: load()),
      "privacy_unit := 'user' cannot tell whose each trajectory is"),
     (lambda db, load: release.transitions(db, source="trips", eps=0.5, n_states=4, privacy_unit="user",
                                           max_trajectories_per_user=2, user_col=None, load=load),

@@ -1,5 +1,5 @@
-"""The release protocol: validate, reserve (under the database's lock, on the core's own connection), read,
-compute, finish. See :mod:`duckmob.release` for the order and what happens on failure."""
+"""The release protocol: validate, plan (outside the database's lock), reserve (under it, on the core's own
+connection), read, compute, finish. See :mod:`duckmob.release` for the order and what happens on failure."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import duckdb
 from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
 from duckmob.privacy.accounting import Event
-from duckmob.release.interrupts import Interrupted
+from duckmob.release import interrupts
 from duckmob.release.registry import Database
 
 T = TypeVar("T")
+P = TypeVar("P")
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,9 @@ class Request:
     """A release to make: the public facts recorded in the ledger and the planned spend.
 
     ``plan(prior)`` returns the event to reserve given the source's :class:`~duckmob.privacy.ledger.Prior`
-    (a method that spends a fixed event ignores it); it runs under the lock, before any data is read.
+    (a method that spends a fixed event ignores it). It runs before any data is read, outside the database's lock
+    (a calibration may take tens of seconds), so it must be a pure function of public parameters and the prior:
+    it is run again when other releases changed the prior meanwhile and its event no longer fits.
     """
 
     source: str
@@ -42,6 +45,7 @@ class Release:
     source: str
     ledger_id: int
     event: Event
+    since: int   # interrupts.presses() when the release started: a Ctrl-C after that stops it
     was_read: bool = False
     interrupted: threading.Event = field(default_factory=threading.Event)
 
@@ -52,51 +56,95 @@ class Release:
         return load()
 
     def check_interrupt(self) -> None:
-        """Raise :class:`Interrupted` if Ctrl-C was pressed (long loops call this once a step)."""
-        if self.interrupted.is_set():
-            raise Interrupted("interrupted (Ctrl-C): the release stopped; the budget it reserved stays spent, "
-                              "since the data had been read, and nothing was stored")
+        """Raise :class:`~duckmob.release.interrupts.Interrupted` if Ctrl-C was pressed since the release started
+        (long loops call this once a step)."""
+        if self.interrupted.is_set() or interrupts.presses() != self.since:
+            raise interrupts.stopped(self.was_read)
 
     def settle(self, plan: Callable[[ledger.Prior], tuple[Event, T]], drawn: Event) -> T:
-        """Re-plan the spend after reading data: ``plan(prior)`` -> ``(event, result)`` runs under the lock
-        against every other release as it is now; ``event`` replaces the reservation if it fits, and
-        ``result`` is returned. Otherwise (or if ``plan`` raises) the reservation is cut to ``drawn`` -- the
-        part of it this release has already drawn noise for, which must be part of the reserved event -- and
-        the error (a BudgetError when it does not fit) propagates.
+        """Re-plan the spend after reading data: ``plan(prior)`` -> ``(event, result)`` runs outside the lock
+        against every other release as it is then (and again if they changed so that ``event`` no longer fits);
+        under the lock, ``event`` replaces the reservation if it fits, and ``result`` is returned. Otherwise (or
+        if ``plan`` raises, or Ctrl-C was pressed) the reservation is cut to ``drawn`` -- the part of it this
+        release has already drawn noise for, which must be part of the reserved event -- and the error (a
+        BudgetError when it does not fit) propagates.
         """
-        with self.db.lock:
-            with self.db.connection() as cur:
-                p = ledger.prior(cur, self.source, exclude=self.ledger_id, verified=self.db.verified)
-                try:
-                    event, result = plan(p)
-                    ledger.check(p, event)
-                except BaseException:
-                    self._set_event(cur, drawn)
-                    raise
-                self._set_event(cur, event)
-                return result
+        written = False
+
+        def replace(p: ledger.Prior, planned: tuple[Event, T]) -> T:
+            nonlocal written
+            event, result = planned
+            ledger.check(p, event)
+            written = True
+            self._set_event(cur, event)
+            return result
+
+        with self.db.connection() as cur:
+            try:
+                return _planned(self.db, cur, self.source, plan, lambda planned: planned[0], replace,
+                                exclude=self.ledger_id, check=self.check_interrupt)
+            except ledger.LedgerTampered:
+                raise   # nothing is written to a ledger found edited
+            except BaseException:
+                if not written:
+                    with self.db.lock:
+                        self._set_event(cur, drawn)
+                raise
 
     def _set_event(self, cur, event: Event) -> None:
         ledger.update(cur, self.ledger_id, event=event, verified=self.db.verified)
         self.event = event
 
 
-def _reserve(db: Database, request: Request) -> Release:
-    with db.lock, db.connection() as cur:
+def _planned(db: Database, cur, source: str, plan: Callable[[ledger.Prior], P], event_of: Callable[[P], Event],
+             then: Callable[[ledger.Prior, P], T], *, exclude: int | None = None,
+             check: Callable[[], None]) -> T:
+    """``then(prior, planned)`` under the database's lock, with ``planned = plan(prior')`` computed without it.
+
+    The lock is held only to read the ledger (``prior'``) and, later, to re-read it and write: planning (a DP-SGD
+    noise calibration takes tens of seconds at a large eps) does not hold up other releases. If the budget or
+    another release changed meanwhile and the planned event (``event_of(planned)``) no longer fits, the plan is
+    made again against the ledger as it is now; an event that still fits is kept (``then`` checks it against the
+    ``prior`` it is given, the current one). A new plan follows only a change that left less room (more spent, a
+    lower budget), so the loop ends once the others stop taking room: with an event that fits, or a refusal.
+    ``check()`` (Ctrl-C) runs before each plan and under the lock after it."""
+    with db.lock:
+        p = ledger.prior(cur, source, exclude=exclude, verified=db.verified)
+    while True:
+        check()
+        planned = plan(p)
+        with db.lock:
+            check()
+            now = ledger.prior(cur, source, exclude=exclude, verified=db.verified)
+            if now == p or now.fits(event_of(planned)):
+                return then(now, planned)
+        p = now
+
+
+def _reserve(db: Database, request: Request, since: int) -> Release:
+    """Plan ``request`` (outside the lock) and reserve its event (under it); refused (Interrupted, nothing
+    reserved) if Ctrl-C was pressed since ``since``."""
+    def not_interrupted() -> None:
+        if interrupts.presses() != since:
+            raise interrupts.stopped(was_read=False)
+
+    def reserve(p: ledger.Prior, event: Event) -> tuple[Event, int]:
+        ledger.check(p, event)
+        return event, ledger.reserve(cur, p, event, mechanism=request.mechanism, privacy_unit=request.privacy_unit,
+                                     params=request.params, seeded=request.seeded, verified=db.verified)
+
+    with db.connection() as cur:
         try:
-            ledger.ensure_tables(cur, db.verified)   # a look at the catalog until the tables are found once
-            p = ledger.prior(cur, request.source, verified=db.verified)
-            event = request.plan(p)
-            ledger.check(p, event)
-            ledger_id = ledger.reserve(cur, p, event, mechanism=request.mechanism,
-                                       privacy_unit=request.privacy_unit, params=request.params,
-                                       seeded=request.seeded, verified=db.verified)
+            with db.lock:
+                ledger.ensure_tables(cur, db.verified)   # a look at the catalog until the tables are found once
+            event, ledger_id = _planned(db, cur, request.source, request.plan, lambda event: event, reserve,
+                                        check=not_interrupted)
         except duckdb.Error as exc:
             if "read-only" in str(exc) or "read only" in str(exc):
                 raise DuckmobError("the database is opened read-only: a release must be recorded in its "
                                    "privacy ledger; open it writable") from None
             raise
-    release = Release(db, request.source, ledger_id, event)
+    release = Release(db, request.source, ledger_id, event, since)
     db.active.add(release)
     return release
 
@@ -124,8 +172,10 @@ def _finish(release: Release, status: str, params: dict | None = None) -> None:
 
 def run(db: Database, request: Request, compute: Callable[[Release], T]) -> tuple[T, int]:
     """Make one release: reserve, ``compute(release)`` (which reads the data through ``release.read``),
-    finish. Returns ``(result, ledger id)``; see the module docstring for what happens on failure."""
-    release = _reserve(db, request)
+    finish. Returns ``(result, ledger id)``; see the module docstring for what happens on failure. Ctrl-C from
+    the moment ``run`` is called until the data is read cancels the release: nothing reserved, or the reservation
+    marked ``cancelled``."""
+    release = _reserve(db, request, interrupts.presses())
     try:
         result = compute(release)
     except BaseException:

@@ -1,13 +1,25 @@
 """The database registry: one :class:`Database` per DuckDB database in this process (the release core's own
 connection, the release lock, the releases in progress, the model names being fitted, what was last verified of the
-ledger)."""
+ledger).
+
+A database file is known by its identity (device and inode), not by the path it was opened under. DuckDB itself
+opens one instance for every path that resolves to the same name (a symlink, a relative path, ``./``), so those
+share one :class:`Database`; but a hard link (or a bind mount) gives a second, independent instance of the same
+file, which does not see the first one's writes, and whichever checkpoints last overwrites the other's (measured
+with DuckDB 2.0: a ledger row reserved through one path is gone from the file). A shared lock cannot make that
+safe, so registering duckmob on a second instance of a file this process already has open is refused. The lock,
+the releases in progress and the model names being fitted are kept per file all the same: a :class:`Database`
+whose connection was closed and one opened on the same file afterwards share them.
+"""
 
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 import duckdb
@@ -23,15 +35,16 @@ class Database:
     """duckmob's state for one DuckDB database instance: the core's own connection, the release lock, the
     releases in progress (for Ctrl-C), the model names being fitted, and what this process last verified of the
     ledger (:class:`~duckmob.privacy.ledger.Verified`: each release re-checks it with one aggregate query and
-    hashes only the rows added since; read and written under the lock)."""
+    hashes only the rows added since; read and written under the lock). The lock, the releases in progress and
+    the model names are those of the database file (:class:`_File`); an in-memory database has its own."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self.token = uuid.uuid4().hex
         self.path, self.read_only = _location(con)
+        self.file = _identity(self.path)
         self.con = self._connect(con)
-        self.lock = threading.RLock()
-        self.active: set[Release] = set()
-        self.pending_names: set[str] = set()
+        shared = _File() if self.file is None else _FILES.setdefault(self.file, _File())
+        self.lock, self.active, self.pending_names = shared.lock, shared.active, shared.pending_names
         self.verified = ledger.Verified()
 
     def _connect(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
@@ -60,6 +73,14 @@ class Database:
             raise DuckmobError("the connection duckmob was registered on is closed: run duckmob.register(con) "
                                "on an open connection") from None
 
+    def is_open(self) -> bool:
+        """Whether the core's connection is still open (closing the connection it was registered on closes it)."""
+        try:
+            self.con.cursor().close()
+        except duckdb.Error:
+            return False
+        return True
+
     def close(self) -> None:
         try:
             self.con.close()
@@ -67,9 +88,22 @@ class Database:
             pass
 
 
+@dataclass
+class _File:
+    """What every :class:`Database` of one database file shares: the release lock, the releases in progress and
+    the model names being fitted."""
+
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    active: set[Release] = field(default_factory=set)
+    pending_names: set[str] = field(default_factory=set)
+
+
 # The databases this process has registered duckmob on, by token. DuckDB registers Python functions per database
 # instance, so this mapping is process state by nature; it is only read through ``_mob_instance()``.
 _DATABASES: dict[str, Database] = {}
+# Per database file (device, inode): what its Databases share, and the Database last registered on it.
+_FILES: dict[tuple[int, int], _File] = {}
+_OPEN: dict[tuple[int, int], Database] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
@@ -80,9 +114,24 @@ def _location(con: duckdb.DuckDBPyConnection) -> tuple[str | None, bool]:
     return (row[0][0] or None, bool(row[0][1])) if row else (None, False)
 
 
+def _identity(path: str | None) -> tuple[int, int] | None:
+    """(device, inode) of the database file at ``path``; None for an in-memory database or a path that is not a
+    local file."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def database(con: duckdb.DuckDBPyConnection, create: Callable[[Database], None] | None = None) -> Database:
     """The :class:`Database` of ``con``'s database; with ``create``, made (and ``create(db)`` run: registering
-    the UDFs on ``db.con``) when it does not exist yet. Thread-safe: one caller creates, the others wait."""
+    the UDFs on ``db.con``) when it does not exist yet. Thread-safe: one caller creates, the others wait.
+
+    Refused (DuckmobError) when ``con`` is a second DuckDB instance of a file that a registered, open instance
+    already holds under another path (a hard link): see the module docstring."""
     found = _lookup(con)
     if found is not None or create is None:
         if found is None:
@@ -93,9 +142,18 @@ def database(con: duckdb.DuckDBPyConnection, create: Callable[[Database], None] 
         if found is not None:
             return found
         db = Database(con)
+        other = _OPEN.get(db.file) if db.file is not None else None
+        if other is not None and other.is_open():
+            db.close()
+            raise DuckmobError(f"'{db.path}' is the database file this process already has open as "
+                               f"'{other.path}' (a hard link or another mount of it): DuckDB would hold two copies "
+                               "of it that overwrite each other's writes, the privacy ledger included. Open it "
+                               f"through '{other.path}', or close the connections to that path first")
         create(db)
         db.con.create_function("_mob_instance", lambda: db.token, [], "VARCHAR", side_effects=False)
         _DATABASES[db.token] = db
+        if db.file is not None:
+            _OPEN[db.file] = db
         return db
 
 
