@@ -21,8 +21,13 @@ def connect(database: str = ":memory:", **kwargs) -> duckdb.DuckDBPyConnection:
     bindings print "leaked instances" warnings); closing it twice is harmless.
     """
     con = duckdb.connect(database, **kwargs)
+    try:
+        register(con)
+    except BaseException:   # e.g. a second path (a hard link) to a file another registered instance holds
+        con.close()
+        raise
     atexit.register(con.close)
-    return register(con)
+    return con
 
 
 def evaluate(con: duckdb.DuckDBPyConnection, real: str, synth: str, **options):

@@ -68,11 +68,21 @@ def _refuse(role: str, column: str, param: str, kind: str, t: str, fix: str) -> 
                         f"with {param} := ...")
 
 
+def _missing(col: str, name: str, param: str) -> DuckmobError:
+    return DuckmobError(f"duckmob: the table has no column {name} for {col} (nor a typed one): name yours with "
+                        f"{param} := '...'")
+
+
 def check_points(types: dict[str, str | None], m: Mapping) -> bool:
     """Refuse a points table whose column types break the contract (``types``: contract column -> DuckDB type
-    name as ``typeof`` spells it, None or a NULL type for an optional column that is missing). Returns whether the
-    table has a user column. The schema only: nothing here looks at a value."""
+    name as ``typeof`` spells it, None or a NULL type for a column that is missing: refused for traj_id, lat and
+    lon, which must exist). Returns whether the table has a user column. The schema only: nothing here looks at a
+    value."""
     t = types
+    for col, name, param in (("traj_id", m.traj_col, "traj_col"), ("lat", m.lat_col, "lat_col"),
+                             ("lon", m.lon_col, "lon_col")):
+        if t.get(col) is None or t[col] in NULL_TYPES:
+            raise _missing(col, name, param)
     if not _is_integer(t["traj_id"]):
         raise _refuse("trajectory id", m.traj_col, "traj_col", "an integer", t["traj_id"],
                       f"number the trajectories, e.g. dense_rank() OVER (ORDER BY {m.traj_col})")
@@ -99,6 +109,10 @@ def _check_user(t: str | None, m: Mapping) -> bool:
 def check_ids(types: dict[str, str | None], m: Mapping) -> bool:
     """Refuse a table of trajectories (one row each: traj_id, user_id and, when ``types`` has it, cells) whose id or
     cell types break the contract; returns whether it has a user column. The schema only."""
+    if types.get("traj_id") is None or types["traj_id"] in NULL_TYPES:
+        raise _missing("traj_id", m.traj_col, "traj_col")
+    if types.get("cells") in NULL_TYPES:
+        raise _missing("cells", m.cells_col, "cells_col")
     if not _is_integer(types["traj_id"]):
         raise _refuse("trajectory id", m.traj_col, "traj_col", "an integer", types["traj_id"],
                       f"number the trajectories, e.g. dense_rank() OVER (ORDER BY {m.traj_col})")

@@ -39,10 +39,10 @@ CREATE OR REPLACE TEMP MACRO _mob_id_types(traj_id, user_id, cells) AS
     [typeof(any_value(traj_id)), typeof(any_value(user_id)), typeof(any_value(cells))];
 
 CREATE OR REPLACE TEMP MACRO _mob_raw_ids(tbl, traj_col, user_col, cells_col) AS TABLE
-FROM query('SELECT ' || traj_col || ' AS traj_id, ' ||
-           'coalesce(*COLUMNS(''^(' || user_col || '|__mob_no_user)$'')) AS user_id, ' ||
-           coalesce(cells_col, 'NULL::BIGINT[]') || ' AS cells FROM (SELECT *, NULL AS __mob_no_user FROM ' || tbl ||
-           ')');
+FROM query('SELECT ' || _mob_column_sql(traj_col, 'traj_id') || ', ' || _mob_column_sql(user_col, 'user_id') ||
+           ', ' || CASE WHEN cells_col IS NULL THEN 'NULL::BIGINT[] AS cells'
+                        ELSE _mob_column_sql(cells_col, 'cells') END ||
+           ' FROM (SELECT *, NULL AS __mob_none FROM ' || tbl || ')');
 
 -- eps-DP length-normalised transition counts (PrivTrace §4.3, App. B.2) of a table of cell sequences
 -- (traj_id, user_id, cells BIGINT[]: the output of mob_cell_sequences), noised on the whole data-independent

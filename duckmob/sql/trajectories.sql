@@ -62,18 +62,22 @@ CREATE OR REPLACE TEMP MACRO mob_time_slot(ts, n_slots) AS
          ELSE ((epoch_us(ts::TIMESTAMP) % 86400000000 + 86400000000) % 86400000000) * n_slots::BIGINT // 86400000000
     END;
 
+-- The user's column `name` (any case) of a relation, or NULL when it has none (typeof '"NULL"': the private paths
+-- then say which mapping to set, from the schema alone). Inside query(): the select item for one column.
+CREATE OR REPLACE TEMP MACRO _mob_column_sql(name, alias) AS
+    'coalesce(*COLUMNS(''(?i)^(' || regexp_escape(name) || '|__mob_none)$'')) AS ' || alias;
+
 -- The user's columns under the contract's names (traj_id, ts, lat, lon, user_id, seq), values as they are (NULL
--- user_id / seq when the table has no such column). `tbl` may name a table, a view, a CTE or a parenthesised query.
+-- for a column the table does not have; the time column must exist, NULL-typed for a table without time). `tbl`
+-- may name a table, a view, a CTE or a parenthesised query.
 CREATE OR REPLACE TEMP MACRO _mob_raw_points(tbl, traj_col, ts_col, lat_col, lon_col, user_col, seq_col := 'seq')
 AS TABLE
 SELECT __mob_traj_id AS traj_id, __mob_ts AS ts, __mob_lat AS lat, __mob_lon AS lon, __mob_user_id AS user_id,
        __mob_seq AS seq
--- internal aliases that no input column shares, so a missing column is reported as not found
-FROM query('SELECT ' || traj_col || ' AS __mob_traj_id, ' || ts_col || ' AS __mob_ts, ' || lat_col ||
-           ' AS __mob_lat, ' || lon_col || ' AS __mob_lon, coalesce(*COLUMNS(''^(' || user_col ||
-           '|__mob_no_user)$'')) AS __mob_user_id, coalesce(*COLUMNS(''^(' || seq_col ||
-           '|__mob_no_seq)$'')) AS __mob_seq ' ||
-           'FROM (SELECT *, NULL AS __mob_no_user, NULL AS __mob_no_seq FROM ' || tbl || ')');
+FROM query('SELECT ' || _mob_column_sql(traj_col, '__mob_traj_id') || ', ' ||
+           ts_col || ' AS __mob_ts, ' || _mob_column_sql(lat_col, '__mob_lat') || ', ' ||
+           _mob_column_sql(lon_col, '__mob_lon') || ', ' || _mob_column_sql(user_col, '__mob_user_id') || ', ' ||
+           _mob_column_sql(seq_col, '__mob_seq') || ' FROM (SELECT *, NULL AS __mob_none FROM ' || tbl || ')');
 
 -- The column types of a points table, as typeof spells them, for the schema check of duckmob/source/schema.py
 -- (inside an aggregate: the same on an empty table, and never a value).
