@@ -2,9 +2,11 @@
 sample, declares the extras, and once installed in a fresh virtual environment its ``duckmob demo`` runs.
 
 Offline and fast (about 10 s): the wheel is built with the setuptools already installed (``--no-build-isolation``,
-``--no-index``), and the environment borrows the installed dependencies (``--system-site-packages``; duckmob itself
-with ``--no-deps``), so nothing is downloaded. The build runs in a copy of the tree, so no build/ or egg-info is
-left in the repository.
+``--no-index``), and the new environment borrows the dependencies of the environment pytest runs in (duckmob itself
+with ``--no-deps``), so nothing is downloaded. It borrows them through a ``.pth`` file naming this interpreter's
+site-packages, not ``--system-site-packages``: that flag borrows the base interpreter's packages, which in a virtual
+environment are not the ones installed for the tests. The build runs in a copy of the tree, so no build/ or
+egg-info is left in the repository.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -64,9 +67,16 @@ def test_the_wheel_holds_every_module_the_sql_and_the_sample(wheel):
 def test_duckmob_demo_runs_from_the_installed_wheel(wheel):
     tmp, _, path = wheel
     venv = tmp / "venv"
-    r = _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv])
+    r = _run([sys.executable, "-m", "venv", "--without-pip", venv])
     assert r.returncode == 0, r.stderr
     python = venv / "bin" / "python"
+    # the dependencies installed where pytest runs, after the new environment's own site-packages. A path line in a
+    # .pth file adds the folder but not the .pth files inside it, so a development install's editable duckmob
+    # (itself a .pth file there) stays out of sight
+    r = _run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
+    assert r.returncode == 0, r.stderr
+    borrowed = dict.fromkeys(sysconfig.get_path(k) for k in ("purelib", "platlib"))
+    (Path(r.stdout.strip()) / "_duckmob_test_borrowed.pth").write_text("\n".join(borrowed) + "\n")
     # pip installs into the new environment from outside it (--python: no pip of its own to set up), whatever
     # duckmob the borrowed site-packages already has (the editable one of a development install)
     r = _run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
