@@ -12,7 +12,8 @@ Loading the extension
    one-line message (``duckmob: no privacy budget declared for 'trips': run ...``) instead of a traceback; a
    ``%sql`` statement stopped by "interrupt the kernel" (jupysql lets DuckDB's ``RuntimeError('Query interrupted')``,
    ``InterruptException`` or a ``KeyboardInterrupt`` through) prints the shell's one line, ``duckmob.cli.INTERRUPTED``;
-6. at kernel exit, closes the duckmob connection and lets go of it (:func:`_close_connection`).
+6. at kernel exit, lets go of the last error's traceback (:func:`_release_last_error`), then closes the duckmob
+   connection and lets go of it (:func:`_close_connection`).
 
 Why a wrapper around the connection: jupysql runs every statement on a fresh ``connection.cursor()``, and a DuckDB
 cursor is a new connection that does not see the TEMP macros (``synthesize``, ``mob_*``) of its parent. The
@@ -24,7 +25,10 @@ tables.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
+import sys
+import traceback
 import weakref
 
 import duckdb
@@ -156,8 +160,8 @@ def _close_connection(ipython) -> None:
     Why at exit: DuckDB's Python bindings (nanobind) print about 60 lines of ``nanobind: leaked ... instances`` when a
     connection object is still alive as the interpreter finalises. jupysql's own exit hook closes its connections
     but keeps the current one in ``ConnectionManager.current``, a class attribute that lives to the end, and with it
-    our wrapper, the DuckDB connection and the cursors of its result sets. Registered after jupysql's hook and
-    IPython's, so it runs before them (``atexit`` runs last-registered first).
+    our wrapper, the DuckDB connection and the cursors of its result sets. Run by :func:`_at_exit`, registered
+    after jupysql's hook and IPython's, so it runs before them (``atexit`` runs last-registered first).
     """
     from sql.connection import ConnectionManager
 
@@ -170,6 +174,44 @@ def _close_connection(ipython) -> None:
     ipython.user_ns.pop("_duckmob_notebook_connection", None)
 
 
+def _release_last_error(ipython) -> None:
+    """Let go of the tracebacks IPython keeps of the last errors, clearing their frames first (at interpreter exit).
+
+    Why: IPython (9.18) formats every error raised in a cell for its history, a duckmob error too (although the
+    cell shows one line), which leaves its traceback in ``InteractiveTB.tb`` until the next error; a full
+    traceback also leaves it in ``sys.last_traceback``. The frames of a failed release or ``%sql`` statement hold
+    DuckDB connections, cursors and relations in their locals, and the shell lives to the very end of finalisation:
+    DuckDB's bindings then print about 40 lines of ``nanobind: leaked ...``. Dropping IPython's references is what
+    the notebooks in tests/test_jupyter.py need; clearing the frames also frees their objects when something else
+    still holds the exception, and the collection frees, while DuckDB is still loaded, what was left in cycles.
+    """
+    errors = [getattr(sys, "last_value", None), getattr(sys, "last_exc", None),
+              getattr(ipython.last_execution_result, "error_in_exec", None)]
+    tracebacks = [getattr(ipython.InteractiveTB, "tb", None), getattr(sys, "last_traceback", None)]
+    seen = set()
+    while errors:
+        exc = errors.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        tracebacks.append(exc.__traceback__)
+        errors += [exc.__cause__, exc.__context__]
+    for tb in tracebacks:
+        if tb is not None:
+            traceback.clear_frames(tb)
+    ipython.InteractiveTB.tb = None
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
+    gc.collect()
+
+
+def _at_exit(ipython) -> None:
+    """Kernel exit: the last error's frames first (they may hold our connection's cursors), then the connection."""
+    _release_last_error(ipython)
+    _close_connection(ipython)
+
+
 def load_ipython_extension(ipython) -> None:
     """``%load_ext duckmob``: jupysql with telemetry off, a duckmob connection, ``%duckmob`` and one-line errors."""
     os.environ.update(_TELEMETRY_OFF)
@@ -178,8 +220,8 @@ def load_ipython_extension(ipython) -> None:
     if not hasattr(ipython, "_duckmob_previous_exc"):
         _install_error_handler(ipython)
     use(ipython)
-    atexit.unregister(_close_connection)  # once, however often the extension is loaded
-    atexit.register(_close_connection, ipython)
+    atexit.unregister(_at_exit)  # once, however often the extension is loaded
+    atexit.register(_at_exit, ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
@@ -189,4 +231,4 @@ def unload_ipython_extension(ipython) -> None:
         ipython.custom_exceptions, ipython.CustomTB = types, handler
         del ipython._duckmob_previous_exc
     _close_connection(ipython)
-    atexit.unregister(_close_connection)
+    atexit.unregister(_at_exit)
