@@ -127,15 +127,3 @@ def test_bad_seed_is_a_duckmob_error():
     with pytest.raises(DuckmobError, match="seed"):
         NoiseSource(1.5)
 
-
-def test_speed_at_least_ten_million_per_second():
-    import time
-
-    src = NoiseSource(1)
-    src.laplace(1.0, 1_000_000)
-    best = math.inf
-    for _ in range(3):  # best of three: the machine is shared
-        t0 = time.perf_counter()
-        src.laplace(1.0, 5_000_000)
-        best = min(best, time.perf_counter() - t0)
-    assert 5_000_000 / best > 10e6
