@@ -76,13 +76,13 @@ def use(ipython, database: str = ":memory:", con: duckdb.DuckDBPyConnection | No
     A previous connection under that alias is closed first. Returns the DuckDB connection, which is also put in the
     user's namespace as ``duckmob_con``.
     """
-    import duckmob
+    from duckmob import api
     from sql.connection import ConnectionManager
 
     if con is None:
-        con = duckmob.connect(database)
+        con = api.connect(database)
     else:
-        duckmob.register(con)
+        api.register(con)
     previous = ConnectionManager.connections.get(ALIAS)
     if previous is not None:
         ConnectionManager.close_connection_with_descriptor(ALIAS)

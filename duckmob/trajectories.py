@@ -445,6 +445,15 @@ _DROPPED_COORDINATES = ("dropped by private releases and with outside := 'drop';
                         "with outside := 'fail'")
 
 
+def synthetic_table(traj: Trajectories) -> pa.Table:
+    """The synthetic table: traj_id, seq, lat, lon, ts (NULL where the method models no time)."""
+    lengths = traj.lengths
+    seq = np.arange(traj.n_points, dtype=np.int64) - np.repeat(traj.offsets[:-1], lengths)
+    ts = pa.array(traj.ts, pa.int64(), mask=traj.ts == NO_TIME).cast(pa.timestamp("us"))
+    return pa.table({"traj_id": np.repeat(np.asarray(traj.traj_id, dtype=np.int64), lengths), "seq": seq,
+                     "lat": traj.lat, "lon": traj.lon, "ts": ts})
+
+
 def inspect(points: pa.StructArray | pa.Table | None, bbox=None) -> list[dict]:
     """An exact data-quality report for the data owner: one row per check (check, count, action), never raising.
 

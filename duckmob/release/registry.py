@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class Database:
         shared = _File() if self.file is None else _FILES.setdefault(self.file, _File())
         self.lock, self.active, self.pending_names = shared.lock, shared.active, shared.pending_names
         self.verified = ledger.Verified()
+        self.recent = Recent()
 
     def _connect(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         """The core's own connection, which the UDFs are registered on and which must outlive the user's.
@@ -86,6 +88,40 @@ class Database:
             self.con.close()
         except duckdb.Error:
             pass
+
+
+class Recent:
+    """The last few releases made through one database, by their exact request (:mod:`duckmob.release.tables`).
+
+    A DuckDB relation runs its query again every time it is printed or fetched (``con.sql(...)`` is lazy), so one
+    request reached a release twice and was charged twice. The same request (the same base tables, SELECT and
+    public arguments) within ``WINDOW`` seconds of a release gets that release's result again, charged nothing:
+    returning a released result again is post-processing. At most ``SIZE`` requests are kept (a fitted model and
+    its sampling state, or a count: not the output rows)."""
+
+    WINDOW = 600.0
+    SIZE = 8
+
+    def __init__(self) -> None:
+        self._items: dict[str, tuple[float, object]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str):
+        """The result kept for ``key``, or None (never made, or older than the window)."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None or now - hit[0] > self.WINDOW:
+                self._items.pop(key, None)
+                return None
+            return hit[1]
+
+    def put(self, key: str, value) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+            self._items[key] = (time.monotonic(), value)
+            while len(self._items) > self.SIZE:
+                self._items.pop(next(iter(self._items)))
 
 
 @dataclass

@@ -11,7 +11,10 @@ database and schema (SQL: a UDF cannot use the calling connection).
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from duckmob.errors import DuckmobError
@@ -21,6 +24,7 @@ from duckmob.release.protocol import read_ledger, set_budget as declare
 from duckmob.release.registry import Database
 from duckmob.source import ArrowSource, lineage
 from duckmob.source.schema import Mapping
+from duckmob.trajectories import synthetic_table
 from duckmob.source.table import (Prepared, TableSource, count_query, pair_count, prepare, read_sequences,
                                   sequence_arrays)
 
@@ -63,11 +67,9 @@ def _needs_user_column(prepared: Prepared, unit: str, relation: str) -> None:
                            "user_col := '...', or use privacy_unit := 'trajectory'")
 
 
-def fit(db: Database, con, relation: str, *, mapping: Mapping, owned: bool = False, caller_checked: bool = False,
-        **request):
-    """Fit a method on ``relation`` read on ``con`` (one release): ``(model, ledger id, noise, FitRequest)``.
-    ``request``: the public arguments of :func:`duckmob.release.fit_request` (without ``source``). ``owned``: close
-    ``con`` after. ``caller_checked``: the caller's catalog was checked for shadowing already (SQL)."""
+def _prepared_fit(db: Database, con, relation: str, mapping: Mapping, owned: bool, caller_checked: bool,
+                  request: dict) -> tuple[Prepared, fitting.FitRequest]:
+    """The checks of a fit that read no row (see the module docstring); ``con`` is closed on a refusal if owned."""
     try:
         if not caller_checked:
             _committed_shadowed(con, relation)
@@ -78,8 +80,68 @@ def fit(db: Database, con, relation: str, *, mapping: Mapping, owned: bool = Fal
         if owned:
             con.close()
         raise
+    return prepared, r
+
+
+def fit(db: Database, con, relation: str, *, mapping: Mapping, owned: bool = False, caller_checked: bool = False,
+        **request):
+    """Fit a method on ``relation`` read on ``con`` (one release): ``(model, ledger id, noise, FitRequest)``.
+    ``request``: the public arguments of :func:`duckmob.release.fit_request` (without ``source``). ``owned``: close
+    ``con`` after. ``caller_checked``: the caller's catalog was checked for shadowing already (SQL)."""
+    prepared, r = _prepared_fit(db, con, relation, mapping, owned, caller_checked, request)
     model, ledger_id, noise = fitting.fit(db, r, TableSource(con, prepared.select, owned=owned))
     return model, ledger_id, noise, r
+
+
+def synthesize(db: Database, con, relation: str, *, mapping: Mapping, owned: bool = False,
+               caller_checked: bool = False, **request) -> pa.Table:
+    """Fit and sample (``synthesize``): the synthetic table. The same request again within a few minutes (a lazy
+    DuckDB relation printed, then fetched) gets the same table back, charged once (:class:`Recent`)."""
+    prepared, r = _prepared_fit(db, con, relation, mapping, owned, caller_checked, request)
+    key = _key("synthesize", r.source, prepared.select, request)
+    return _synthesized(db, key, r, lambda: TableSource(con, prepared.select, owned=owned),
+                        con.close if owned else None)
+
+
+def synthesize_gathered(db: Database, relation: str, temp_tables: list[str] | None, has_user: bool, points,
+                        **request) -> pa.Table:
+    """:func:`synthesize` of rows a SQL macro gathered from the caller's temporary table (:func:`fit_gathered`)."""
+    source = gathered_key(relation, temp_tables)
+    r = fitting.fit_request(source=source, **request)
+    if r.privacy_unit == "user" and not has_user:
+        _needs_user_column(Prepared(lineage.Lineage(relation, (source,)), False, ""), "user", relation)
+    return _synthesized(db, _key("synthesize", source, "", request), r, lambda: ArrowSource(points), None)
+
+
+def _key(kind: str, source: str, select: str, request: dict) -> str:
+    """A request's identity for :class:`Recent`: what it reads (its base tables and SELECT) and every public
+    argument."""
+    return json.dumps([kind, source, select, request], sort_keys=True, default=str)
+
+
+def _synthesized(db: Database, key: str, r, source, close) -> pa.Table:
+    """Sample the release ``key`` made within the window, or make it (fit with ``source()``) and keep its model and
+    the state of its sampling generator, so that the same request draws the same rows."""
+    hit = db.recent.get(key)
+    if hit is None:
+        model, _, noise = fitting.fit(db, r, source())
+        rng = noise.generator()
+        db.recent.put(key, (model, rng.bit_generator.state))
+    else:
+        if close is not None:
+            close()
+        model, state = hit
+        rng = np.random.Generator(getattr(np.random, state["bit_generator"])())
+        rng.bit_generator.state = state
+    return synthetic_table(fitting.sample(model, r.n, rng))
+
+
+def _remembered(db: Database, key: str, make):
+    hit = db.recent.get(key)
+    if hit is None:
+        hit = make()
+        db.recent.put(key, hit)
+    return hit
 
 
 def fit_gathered(db: Database, relation: str, temp_tables: list[str] | None, has_user: bool, points, **request):
@@ -118,8 +180,10 @@ def noisy_count(db: Database, con, relation: str, *, mapping: Mapping, caller_ch
     def count(what: str, unit: str, k: int) -> int:
         return int(con.sql(count_query(prepared.select, what=what, privacy_unit=unit, k=k)).fetchall()[0][0])
 
-    return counting.noisy_count(db, source=prepared.lineage.source, user_col=mapping.user_col if prepared.has_user
-                                else None, count=count, **request)
+    key = _key("count", prepared.lineage.source, prepared.select, request)
+    return _remembered(db, key, lambda: counting.noisy_count(
+        db, source=prepared.lineage.source, user_col=mapping.user_col if prepared.has_user else None, count=count,
+        **request))
 
 
 def noisy_count_gathered(db: Database, relation: str, temp_tables, has_user: bool, mapping: Mapping, pairs,
@@ -130,8 +194,9 @@ def noisy_count_gathered(db: Database, relation: str, temp_tables, has_user: boo
         traj, user = pairs()
         return pair_count(traj, user, what=what, privacy_unit=unit, k=k)
 
-    return counting.noisy_count(db, source=gathered_key(relation, temp_tables),
-                                user_col=mapping.user_col if has_user else None, count=count, **request)
+    source = gathered_key(relation, temp_tables)
+    return _remembered(db, _key("count", source, "", request), lambda: counting.noisy_count(
+        db, source=source, user_col=mapping.user_col if has_user else None, count=count, **request))
 
 
 def transitions(db: Database, con, relation: str, *, mapping: Mapping, caller_checked: bool = False, **request):
@@ -141,17 +206,20 @@ def transitions(db: Database, con, relation: str, *, mapping: Mapping, caller_ch
         _committed_shadowed(con, relation)
     prepared = prepare(con, relation, mapping, home=home(db), shape="sequences")
     unit = str(request.get("privacy_unit") or "trajectory").strip().lower()
-    return counting.transitions(db, source=prepared.lineage.source,
-                                user_col=mapping.user_col if prepared.has_user else None,
-                                load=lambda: (lambda: read_sequences(con, prepared.select, unit)), **request)
+    return _remembered(db, _key("transitions", prepared.lineage.source, prepared.select, request),
+                       lambda: counting.transitions(db, source=prepared.lineage.source,
+                                                    user_col=mapping.user_col if prepared.has_user else None,
+                                                    load=lambda: (lambda: read_sequences(con, prepared.select, unit)),
+                                                    **request))
 
 
 def transitions_gathered(db: Database, relation: str, temp_tables, has_user: bool, mapping: Mapping, rows,
                          **request):
     """``mob_transitions`` of rows gathered from the caller's temporary table (``rows()``: a StructArray)."""
-    return counting.transitions(db, source=gathered_key(relation, temp_tables),
-                                user_col=mapping.user_col if has_user else None,
-                                load=lambda: sequence_arrays(rows()), **request)
+    source = gathered_key(relation, temp_tables)
+    return _remembered(db, _key("transitions", source, "", request),
+                       lambda: counting.transitions(db, source=source, user_col=mapping.user_col if has_user else None,
+                                                    load=lambda: sequence_arrays(rows()), **request))
 
 
 def set_budget(db: Database, con, relation: str, eps, delta, *, temp_tables=None) -> dict:
@@ -183,5 +251,5 @@ def gathered_pairs(rows):
             np.asarray(rows.field("user_id").fill_null(-1).to_numpy(zero_copy_only=False), np.int64))
 
 
-__all__ = ["fit", "fit_gathered", "noisy_count", "noisy_count_gathered", "transitions", "transitions_gathered",
+__all__ = ["fit", "fit_gathered", "synthesize", "synthesize_gathered", "noisy_count", "noisy_count_gathered", "transitions", "transitions_gathered",
            "set_budget", "check_shadowing", "gathered_key", "home", "gathered_pairs"]

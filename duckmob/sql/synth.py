@@ -27,19 +27,13 @@ from duckmob.source.schema import Mapping, check_points
 from duckmob.sql import Udf, one_row, scalar
 from duckmob.sql.privacy import CALLER_TYPE, caller, core_cursor, mapping, shadow_checked
 from duckmob.synth import store
-from duckmob.trajectories import NO_TIME, Trajectories
+from duckmob.trajectories import synthetic_table
 
 ROWS_TYPE = "STRUCT(traj_id BIGINT, seq BIGINT, lat DOUBLE, lon DOUBLE, ts TIMESTAMP)[]"
 FIT_TYPE = "STRUCT(name VARCHAR, method VARCHAR, source VARCHAR, eps DOUBLE, delta DOUBLE, params VARCHAR)[]"
 
 
-def rows(traj: Trajectories) -> pa.Table:
-    """The synthetic table: traj_id, seq, lat, lon, ts (NULL where the method models no time)."""
-    lengths = traj.lengths
-    seq = np.arange(traj.n_points, dtype=np.int64) - np.repeat(traj.offsets[:-1], lengths)
-    ts = pa.array(traj.ts, pa.int64(), mask=traj.ts == NO_TIME).cast(pa.timestamp("us"))
-    return pa.table({"traj_id": np.repeat(np.asarray(traj.traj_id, dtype=np.int64), lengths), "seq": seq,
-                     "lat": traj.lat, "lon": traj.lon, "ts": ts})
+rows = synthetic_table   # the synthetic table's rows (kept under its old name for callers)
 
 
 def _values(arg) -> pa.Array | None:
@@ -149,16 +143,20 @@ def udfs(db) -> list[Udf]:
         return one_row(_summary(r.name, r.method, r.source, r.eps, r.delta, model))
 
     def _synthesize(traj, user, ts, lat, lon, seq, facts, types, cols, args):
-        model, _, noise, r = fit_gathered(traj, user, ts, lat, lon, seq, facts, types, cols, _request(args))
-        return one_row(rows(release.sample(model, r.n, noise.generator())))
+        facts, m = caller(facts), mapping(cols)
+        has_user = check_points(dict(zip(("traj_id", "user_id", "ts", "lat", "lon"), scalar(types))), m)
+        return one_row(tables.synthesize_gathered(db, facts["relation"], facts.get("temp_tables"), has_user,
+                                                  _lazy_points(traj, user, ts, lat, lon, seq), **_request(args)))
 
     def _fit_source(facts, cols, args):
         model, _, _, r = fit_source(facts, cols, _named(_request(args)))
         return one_row(_summary(r.name, r.method, r.source, r.eps, r.delta, model))
 
     def _synthesize_source(facts, cols, args):
-        model, _, noise, r = fit_source(facts, cols, _request(args))
-        return one_row(rows(release.sample(model, r.n, noise.generator())))
+        facts = caller(facts)
+        relation = shadow_checked(facts)
+        return one_row(tables.synthesize(db, core_cursor(db, facts), relation, mapping=mapping(cols), owned=True,
+                                         caller_checked=True, **_request(args)))
 
     def _sample(name, n, seed):
         name = validators.model_name(scalar(name))
@@ -202,10 +200,9 @@ def synthesize_table(con, table: str, eps, method: str = "privtrace", *, delta=N
 
     register(con)
     db = release.database(con)
-    model, _, noise, r = tables.fit(
+    return tables.synthesize(
         db, con, validators.source_name(table),
         mapping=Mapping.of(traj_col=traj_col, ts_col=ts_col, lat_col=lat_col, lon_col=lon_col, user_col=user_col),
         eps=eps, delta=delta, method=method, bbox=bbox, privacy_unit=privacy_unit,
         max_trajectories_per_user=max_trajectories_per_user, params={**synth.parse_params(params), **method_params},
         outside=outside, seed=seed, n=n)
-    return rows(release.sample(model, r.n, noise.generator()))

@@ -116,7 +116,14 @@ SELECT
                     ', not a number: cast it with ' || lon_col || '::DOUBLE (WGS 84 degrees)')
          ELSE TRY_CAST(lon AS DOUBLE) END AS lon,
     TRY_CAST(seq AS BIGINT) AS seq
-FROM _mob_raw_points(tbl, traj_col, ts_col, lat_col, lon_col, user_col, seq_col);
+-- the columns referenced directly (not _mob_raw_points' stand-ins), so a missing one is reported as not found,
+-- with DuckDB's closest candidates
+FROM (SELECT __mob_traj_id AS traj_id, __mob_ts AS ts, __mob_lat AS lat, __mob_lon AS lon,
+             __mob_user_id AS user_id, __mob_seq AS seq
+      FROM query('SELECT ' || traj_col || ' AS __mob_traj_id, ' || ts_col || ' AS __mob_ts, ' || lat_col ||
+                 ' AS __mob_lat, ' || lon_col || ' AS __mob_lon, ' || _mob_column_sql(user_col, '__mob_user_id') ||
+                 ', ' || _mob_column_sql(seq_col, '__mob_seq') ||
+                 ' FROM (SELECT *, NULL AS __mob_none FROM ' || tbl || ')'));
 
 -- Stay points (Li et al. 2008; HRNet §5.1.2): one row per stay (traj_id, seq from 0, arrive_ts, leave_ts, lat, lon).
 CREATE OR REPLACE TEMP MACRO mob_staypoints(tbl, radius_m := 200, min_minutes := 30, traj_col := 'traj_id',
