@@ -1,4 +1,5 @@
 import io
+import json
 import os
 import re
 import signal
@@ -339,3 +340,162 @@ def test_statement_completion_uses_duckdbs_tokenizer():
     assert cli._complete("SELECT 1;") and cli._complete("SELECT 1; -- it's done") and cli._complete("-- only")
     assert not cli._complete("SELECT ';") and not cli._complete("SELECT 1") and not cli._complete("SELECT 'a;")
     assert cli._complete("SELECT $$ a; $$;") and not cli._complete("SELECT 1 /* ; */")
+
+
+def test_version_names_duckmob_and_duckdb():
+    r = run(["--version"])
+    assert r.returncode == 0 and r.stdout.strip() == f"duckmob {cli.api.__version__} (DuckDB {duckdb.__version__})"
+
+
+def test_several_c_and_f_run_in_the_order_given_and_stop_at_a_failure(tmp_path):
+    f = tmp_path / "q.sql"
+    f.write_text("SELECT 'second' AS s;")
+    r = run(["-c", "SELECT 'first' AS s", "-f", str(f), "-c", "SELECT 'third' AS s"])
+    assert r.returncode == 0, r.stderr
+    assert 0 < r.stdout.index("first") < r.stdout.index("second") < r.stdout.index("third")
+    r = run(["-c", "SELECT nope", "-c", "SELECT 'never' AS s"])
+    assert r.returncode == 1 and "never" not in r.stdout and "nope" in r.stderr
+    out = tmp_path / "r.csv"  # -o: the last statement of the last script
+    assert run(["-c", "SELECT 1 AS a", "-c", "SELECT 7 AS x", "-o", str(out)]).returncode == 0
+    assert out.read_text().splitlines() == ["x", "7"]
+
+
+def test_dot_commands_take_a_trailing_semicolon():
+    r = run(["-c", ".maxrows 4;\nSELECT * FROM range(10);\n.mode csv;\nSELECT 1 AS a;\n.timer off ;"])
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert "10 rows (4 shown)" in r.stdout and r.stdout.endswith("a\n1\n")
+    con = duckdb.connect()
+    shell, out, err = shell_on(con)
+    con.execute("CREATE TABLE trips AS SELECT 1 AS traj_id")
+    assert shell.dot(".schema trips;") and shell.dot(".tables;") and shell.dot(".maxwidth 60;")
+    assert shell.maxwidth == 60 and "traj_id" in out.getvalue() and err.getvalue() == ""
+    con.close()
+
+
+def test_modes_print_as_the_duckdb_cli():
+    con = duckdb.connect()
+    shell, out, err = shell_on(con)
+    query = "SELECT 1 AS n, 'x,\"y\"' AS s, NULL AS z, 0.1::DOUBLE AS d UNION ALL SELECT 22, 'b|c', 'w', 2.5;"
+    assert shell.dot(".mode") and out.getvalue() == "current output mode: duckbox\n"
+    for mode, expected in [
+        ("csv", 'n,s,z,d\n1,"x,""y""",,0.1\n22,b|c,w,2.5\n'),
+        ("markdown", '| n   | s     | z    | d   |\n|----:|-------|------|----:|\n'
+                     '|   1 | x,"y" | NULL | 0.1 |\n|  22 | b\\|c  | w    | 2.5 |\n'),
+        ("line", 'n = 1\ns = x,"y"\nz = NULL\nd = 0.1\n\nn = 22\ns = b|c\nz = w\nd = 2.5\n'),
+        ("json", '[{"n":1,"s":"x,\\"y\\"","z":null,"d":0.1},\n{"n":22,"s":"b|c","z":"w","d":2.5}]\n'),
+    ]:
+        clear(out)
+        assert shell.dot(f".mode {mode}") and shell.run_sql(query), err.getvalue()
+        assert out.getvalue() == expected, (mode, out.getvalue())
+    assert json.loads(out.getvalue()) == [{"n": 1, "s": 'x,"y"', "z": None, "d": 0.1},
+                                          {"n": 22, "s": "b|c", "z": "w", "d": 2.5}]
+    clear(out)
+    assert shell.run_sql("SELECT * FROM range(3) WHERE false;") and out.getvalue() == "[]\n"
+    assert not shell.dot(".mode box") and "csv" in err.getvalue() and shell.mode == "json"
+    assert shell.dot(".mode duckbox") and shell.run_sql("SELECT 42 AS x;") and "│" in out.getvalue()
+    con.close()
+
+
+def test_a_large_result_shows_its_first_and_last_rows_and_its_true_count():
+    con = duckdb.connect()
+    shell, out, _ = shell_on(con)
+
+    def shown_rows():
+        return [int(m) for m in re.findall(r"^│\s+(\d+) │$", out.getvalue(), re.M)]
+
+    assert shell.run_sql("FROM range(30000);")  # 15 Arrow batches
+    assert shown_rows() == list(range(50)) + list(range(29950, 30000))
+    assert "30,000 rows (100 shown)" in out.getvalue() and "?" not in out.getvalue()
+    clear(out)
+    assert shell.dot(".maxrows 7") and shell.run_sql("SELECT range AS i FROM range(30001);")  # an odd split
+    assert shown_rows() == [0, 1, 2, 3, 29998, 29999, 30000] and "30,001 rows (7 shown)" in out.getvalue()
+    clear(out)
+    assert shell.dot(".maxrows 1") and shell.run_sql("SELECT range AS i FROM range(5);")
+    assert shown_rows() == [0] and "5 rows (1 shown)" in out.getvalue()
+    clear(out)
+    assert shell.run_sql("SELECT range AS i FROM range(1);") and shown_rows() == [0] and "shown" not in out.getvalue()
+    con.close()
+
+
+def test_an_error_while_a_result_streams_is_one_line_and_the_connection_stays_usable():
+    con = duckdb.connect()
+    shell, out, err = shell_on(con)
+    bad = "SELECT CAST(CASE WHEN range = 20000 THEN 'a' ELSE '1' END AS INT) AS x FROM range(30000);"
+    assert not shell.run_sql(bad)
+    assert err.getvalue() == "Error: Conversion Error: Could not convert string 'a' to INT32\n"
+    assert shell.run_sql("SELECT 42 AS answer;") and "42" in out.getvalue()
+    con.close()
+
+
+def test_doubles_show_about_4_significant_digits():
+    cases = {0.021534: "0.02153", 1234.5678: "1235", 1234567.0: "1.235e+06", 2.0: "2.0", 1968.0: "1968.0",
+             1e-05: "1e-05", 3.14159265: "3.142", 999.96: "1000", 123456.7: "123457", 0.0: "0.0",
+             float("nan"): "nan", float("-inf"): "-inf"}
+    assert {x: cli.format_double(x) for x in cases} == cases
+    con = duckdb.connect()
+    shell, out, _ = shell_on(con)
+    shell.run_sql("SELECT 0.021534::DOUBLE AS d, 2.5::FLOAT AS f, NULL::DOUBLE AS n, 3.14159::DECIMAL(10, 5) AS e, "
+                  "[1.23456::DOUBLE] AS l;")
+    cells = [c.strip() for c in out.getvalue().splitlines()[4].split("│")[1:-1]]
+    assert cells == ["0.02153", "2.5", "NULL", "3.14159", "[1.23456]"]  # DECIMAL and lists as DuckDB writes them
+    con.close()
+
+
+def test_long_text_is_cut_widest_column_first_and_every_column_stays():
+    con = duckdb.connect()
+    shell, out, _ = shell_on(con)
+    # the shape of mob_ledger(): narrow columns beside two long JSON ones, at the default (pipe) width
+    shell.run_sql("SELECT 1 AS id, now()::TIMESTAMP AS recorded_at, 'trips' AS source, 'privtrace' AS mechanism, "
+                  "0.9974 AS epsilon, 1e-5 AS delta, 'trajectory' AS privacy_unit, repeat('p', 200) AS params, "
+                  "repeat('e', 300) AS event, true AS seeded, 'spent' AS status;")
+    lines = out.getvalue().splitlines()
+    assert max(map(len, lines)) <= cli.PIPE_WIDTH and len(lines[3]) == len(lines[0])
+    for name in ("mechanism", "epsilon", "source", "status", "seeded"):
+        assert f" {name} " in lines[1]
+    row = lines[4]
+    assert "privtrace" in row and "0.9974" in row and "pppp…" in row and "eeee…" in row
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert len(cells) == 11 and abs(len(cells[7]) - len(cells[8])) <= 1  # the two widest cut to one width
+    clear(out)
+    # too many columns for even 5 characters each: middle ones are left out, a "…" column in their place
+    shell.dot(".maxwidth 40")
+    shell.run_sql("SELECT " + ", ".join(f"{i} AS column_{i}" for i in range(20)) + ";")
+    lines = out.getvalue().splitlines()
+    assert max(map(len, lines)) <= 40 and "… │" in lines[1] and "20 columns (" in out.getvalue()
+    assert "colu…" in lines[1]
+    con.close()
+
+
+def test_wide_characters_keep_the_table_aligned():
+    con = duckdb.connect()
+    shell, out, _ = shell_on(con)
+    shell.dot(".maxwidth 30")
+    shell.run_sql("SELECT '北京市海淀区中关村大街' AS place, 1 AS n UNION ALL SELECT 'x', 2;")
+    lines = out.getvalue().splitlines()[:6]
+    assert len({cli.text_width(line) for line in lines}) == 1 and cli.text_width(lines[0]) <= 30, lines
+    assert "…" in lines[4]
+    con.close()
+
+
+HEAVY = ("torch", "scipy", "pandas", "matplotlib", "dp_accounting", "duckmob.evaluate", "duckmob.release")
+
+
+def test_start_up_imports_no_torch_nor_the_release_core():
+    code = "import duckmob.cli, sys; print('torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "False", r.stderr
+    code = (f"import sys; from duckmob import cli; status = cli.main(['-c', 'SELECT 1']); "
+            f"print(status, sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip().splitlines()[-1] == "0 []", r.stdout + r.stderr
+
+
+def test_duckmob_functions_are_registered_when_a_statement_needs_them(tmp_path):
+    db = str(tmp_path / "v.duckdb")
+    cell = "mob_cell(40.0, 116.3, [39.4, 115.4, 41.1, 117.6], 32)"
+    r = run([db, "-c", f"SELECT 1 AS plain; CREATE VIEW v AS SELECT {cell} AS cell;"])
+    assert r.returncode == 0, r.stderr
+    r = run([db, "-c", "FROM v"])  # no duckmob name in the statement: the catalog error registers, then it reruns
+    assert r.returncode == 0 and str(11 * 32 + 13) in r.stdout, r.stderr
+    r = run([db, "-c", "FROM nope"])
+    assert r.returncode == 1 and r.stderr.startswith("Error: Catalog Error: Table with name nope does not exist")
