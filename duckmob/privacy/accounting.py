@@ -42,12 +42,14 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import dp_accounting
-from dp_accounting import pld
 
 from duckmob.errors import DuckmobError
 from duckmob.validators import MAX_EPSILON, positive
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 KINDS = ("laplace", "gaussian", "dp_sgd", "compose")
 
@@ -100,6 +102,8 @@ class Event:
 
     def to_dp_event(self) -> dp_accounting.DpEvent:
         """The dp_accounting DpEvent with the same privacy loss."""
+        import dp_accounting
+
         if self.kind == "laplace":
             return dp_accounting.LaplaceDpEvent(1.0 / self.param("eps"))
         if self.kind == "gaussian":
@@ -210,6 +214,8 @@ def _epsilon(event_json: str, delta: float) -> float:
         return laplace_sum if not rest else math.inf
     if not rest:
         return _pure_laplace_epsilon(laplace_eps, delta)
+    from dp_accounting import pld   # (dp_accounting imports scipy: 1.5 s, paid only when a spend is composed)
+
     accountant = pld.PLDAccountant()
     accountant.compose(compose(rest).to_dp_event())
     bounds = [laplace_sum + float(accountant.get_epsilon(delta))]
@@ -248,12 +254,16 @@ def _pld_is_cheap(eps: list[float]) -> bool:
 
 def _laplace_dp_event(eps: list[float]) -> dp_accounting.DpEvent:
     """Laplace events of these epsilons, identical ones as one self-composition (same PLD to ~1e-10, far faster)."""
+    import dp_accounting
+
     groups = [dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(1.0 / e), k) if k > 1
               else dp_accounting.LaplaceDpEvent(1.0 / e) for e, k in Counter(eps).items()]
     return groups[0] if len(groups) == 1 else dp_accounting.ComposedDpEvent(groups)
 
 
 def _pld(event: dp_accounting.DpEvent, delta: float) -> float:
+    from dp_accounting import pld
+
     accountant = pld.PLDAccountant()
     accountant.compose(event)
     return float(accountant.get_epsilon(delta))
