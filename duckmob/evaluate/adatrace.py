@@ -35,15 +35,14 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
     co, cs = circle_counts([real.routes(opts.query_w), synth.routes(opts.query_w)], real.bbox, opts.query_w,
                            circles)
     out.append(Metric("adatrace_query_avre", are(co, scale * cs, phi), True, SOURCE,
-                      f"average relative error of {opts.adatrace_queries} circular range queries (radius "
-                      f"{radius:.0f} m) counting trajectories whose route passes the circle; sanity bound {phi:g}"))
+                      f"ARE of trajectories passing {opts.adatrace_queries} circles of radius {radius:.0f} m; "
+                      f"phi {phi:g}"))
 
     cw = opts.adatrace_coverage_w
     cov_o = real.routes(cw).getnnz(axis=0)
     cov_s = synth.routes(cw).getnnz(axis=0)
     out.append(Metric("adatrace_location_kendall_tau", kendall_tau(cov_o, cov_s), False, SOURCE,
-                      f"Kendall tau-b between the numbers of trajectories passing each of the {cw}x{cw} cells "
-                      "(1 = same ranking of places)"))
+                      f"Kendall tau-b of trajectories passing each {cw}x{cw} cell (1: same ranking of places)"))
 
     aw, k = opts.adatrace_w, opts.adatrace_top_k
     ko, cnt_o = pattern_counts(real.cells(aw), 2, 8, per_trajectory=False)
@@ -52,14 +51,13 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
     hit = len(np.intersect1d(top_o, top_s))
     f1 = 2 * hit / (len(top_o) + len(top_s)) if len(top_o) + len(top_s) else float("nan")
     out.append(Metric("adatrace_pattern_f1", f1, False, SOURCE,
-                      f"F1 between the top-{k} frequent patterns (2-8 consecutive {aw}x{aw} cells, by occurrences) "
-                      "of each table; 1 is best"))
+                      f"F1 of the two tables' top-{k} patterns of 2-8 {aw}x{aw} cells, by occurrences; 1 is best"))
 
     out.append(Metric("adatrace_trip_jsd", jsd(trip_distribution(real, aw), trip_distribution(synth, aw)), True,
-                      SOURCE, f"trip error: JSD of the (start cell, end cell) distribution on a {aw}x{aw} grid, nats"))
+                      SOURCE, f"trip error: JSD of (start cell, end cell) on a {aw}x{aw} grid, nats"))
     b = opts.adatrace_bins
     out.append(Metric("adatrace_length_jsd", jsd(*shared_histograms(real.length_m, synth.length_m, b)), True,
-                      SOURCE, f"length error: JSD of travel distance (metres), {b} bins on [0, real max], nats"))
+                      SOURCE, f"length error: JSD of travel distance (metres), {b} bins to the real max, nats"))
     out.append(Metric("adatrace_diameter_jsd", jsd(*shared_histograms(real.diameter_m, synth.diameter_m, b)),
-                      True, SOURCE, f"diameter error: JSD of diameter (metres), {b} bins on [0, real max], nats"))
+                      True, SOURCE, f"diameter error: JSD of diameter (metres), {b} bins to the real max, nats"))
     return out

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 
 from duckmob.errors import DuckmobError
 from duckmob.grid import EARTH_RADIUS_M, BBox, cell_of, cell_center, haversine_m
-from duckmob.trajectories import NO_TIME, Trajectories
+from duckmob.trajectories import NO_TIME, Trajectories, ragged_gather
 
 LN2 = float(np.log(2.0))
 DAY_US = 86_400_000_000
@@ -39,18 +39,23 @@ def rng(seed: int | None) -> np.random.Generator:
 
 @dataclass(frozen=True)
 class Metric:
-    """One output row of mob_evaluate."""
+    """One output row of mob_evaluate. ``reference`` is the same metric between the two halves of the real
+    table (:func:`reference_half`); None where it is not computed (mob_audit, mob_downstream)."""
 
     metric: str
     value: float | None
     lower_is_better: bool | None
     source: str
     description: str
+    reference: float | None = None
 
     def as_dict(self) -> dict:
-        value = None if self.value is None or not np.isfinite(self.value) else float(self.value)
-        return {"metric": self.metric, "value": value, "lower_is_better": self.lower_is_better,
-                "source": self.source, "description": self.description}
+        return {"metric": self.metric, "value": _finite(self.value), "reference": _finite(self.reference),
+                "lower_is_better": self.lower_is_better, "source": self.source, "description": self.description}
+
+
+def _finite(x) -> float | None:
+    return None if x is None or not np.isfinite(x) else float(x)
 
 
 FAMILIES = ("hrnet", "privtrace", "pategail", "lestyan", "adatrace", "fine")
@@ -90,6 +95,7 @@ class Options:
     fine_point_w: int = 200           # fine: point density grid
     fine_traj_w: int = 100            # fine: trajectory density grid
     step_bins: int = 50               # fine: log-spaced consecutive-step bins from 1 m to the bbox diagonal
+    reference: bool = True            # also every metric between the two real halves (about 1.2x the time)
 
     @classmethod
     def of(cls, **given) -> "Options":
@@ -121,11 +127,34 @@ class Options:
             v = getattr(opts, name)
             if not (np.isfinite(v) and v > 0):
                 raise DuckmobError(f"option {name} must be a positive number, got {v!r}")
+        if not isinstance(opts.reference, (bool, np.bool_)):
+            raise DuckmobError(f"option reference must be true or false, got {opts.reference!r}")
         lo, hi = opts.radius_range if len(opts.radius_range) == 2 else (0, -1)
         if not (0 < lo <= hi):
             raise DuckmobError(f"radius_range must be [low, high] fractions with 0 < low <= high, got "
                                f"{opts.radius_range!r}")
         return opts
+
+
+# ------------------------------------------------------------------------------------ real-vs-real reference
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser (Steele, Lea & Flood 2014): a fixed bijection of 64-bit integers whose top bit is
+    close to a fair coin even for consecutive ids."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def reference_half(user_id, traj_id) -> np.ndarray:
+    """The half (0 or 1) of the real table each trajectory ``(user_id, traj_id)`` falls in, for the reference:
+    the top bit of ``mix(mix(user_id) xor traj_id)`` (:func:`_mix64`). A fixed function of the key alone: the
+    same split on every run and machine, no randomness, nothing read from the data but the key; about half of
+    the trajectories fall in each half. ``user_id`` -1 is "no user" (:mod:`duckmob.trajectories`)."""
+    u = np.asarray(user_id, dtype=np.int64).view(np.uint64)
+    t = np.asarray(traj_id, dtype=np.int64).view(np.uint64)
+    return (_mix64(_mix64(u) ^ t) >> np.uint64(63)).astype(np.int8)
 
 
 # ----------------------------------------------------------------------------------------------- divergences
@@ -277,6 +306,41 @@ class Side:
     def n(self) -> int:
         return self.traj.n_trajectories
 
+    # Quantities computed for each trajectory from its own points alone: a subset of trajectories has the
+    # subset of them, bit for bit, so take() carries them over instead of computing them again.
+    _PER_TRAJECTORY = ("length_m", "diameter_m", "gyration_m", "od_m")
+
+    def take(self, rows: np.ndarray, name: str) -> "Side":
+        """The trajectories ``rows`` (increasing indices) as a Side of their own, on the same bbox. What this side
+        has already computed per trajectory (lengths, diameters, steps, cell sequences, visits, routes) is
+        sliced over rather than recomputed; the result is identical either way."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if np.any(np.diff(rows) <= 0):
+            raise ValueError("Side.take needs increasing trajectory indices")
+        child = Side(self.traj.take(rows), self.bbox, name)
+        done = self.__dict__
+        for key in self._PER_TRAJECTORY:
+            if key in done:
+                child.__dict__[key] = done[key][rows]
+        if "step_m" in done:
+            renumber = np.full(self.n, -1, dtype=np.int64)
+            renumber[rows] = np.arange(len(rows))
+            kept = renumber[self.step_owner] >= 0
+            child.__dict__["step_m"] = self.step_m[kept]
+            child.__dict__["step_owner"] = renumber[self.step_owner[kept]]
+        for w, m in self._visits.items():
+            child._visits[w] = m[rows]
+        for w, m in self._routes.items():
+            child._routes[w] = m[rows]
+        shift = child.traj.offsets[:-1] - self.traj.offsets[:-1][rows]  # where each kept trajectory's points moved
+        for w, cs in self._cells.items():
+            lengths = cs.lengths[rows]
+            idx = ragged_gather(cs.offsets[:-1][rows], lengths)
+            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            child._cells[w] = CellSeq(w, offsets, cs.cells[idx], cs.ts[idx],
+                                      cs.first_point[idx] + np.repeat(shift, lengths))
+        return child
+
     @property
     def has_time(self) -> bool:
         return self.traj.has_time
@@ -382,6 +446,13 @@ class Side:
             c = np.clip(np.floor(cols), 0, w - 1).astype(np.int64)
             self._routes[w] = binary_matrix(own, r * w + c, self.n, w * w)
         return self._routes[w]
+
+
+def reference_sides(real: Side) -> tuple[Side, Side]:
+    """The real table's two halves by :func:`reference_half`: half 0 plays the real table, half 1 the synthetic
+    one, on the same bbox. Either may be empty (a real table of one trajectory)."""
+    half = reference_half(real.traj.user_id, real.traj.traj_id)
+    return real.take(np.flatnonzero(half == 0), "real half 0"), real.take(np.flatnonzero(half == 1), "real half 1")
 
 
 def path_lengths_m(lat: np.ndarray, lon: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -593,6 +664,7 @@ def require_time(*sides: Side) -> str | None:
 
 
 __all__ = ["LN2", "DEFAULT_SEED", "NO_TIME", "Metric", "Side", "CellSeq", "jsd", "bernoulli_jsd", "are",
+           "reference_half", "reference_sides",
            "shared_histograms", "integer_histograms", "Options",
            "path_lengths_m", "diameters_m", "kendall_tau", "pattern_counts", "top_patterns",
            "lookup", "query_counts", "circle_queries", "circle_counts", "bbox_sides_m", "rng",

@@ -99,14 +99,12 @@ def metrics(real: Side, synth: Side, opts: Options, generator=None) -> list[Metr
         Metric("fine_point_density_jsd", jsd(point_density(real, pw), point_density(synth, pw)), True, SOURCE,
                f"JSD of the distribution of all points over a {pw}x{pw} grid on the bbox, nats"),
         Metric("fine_traj_density_jsd", jsd(trajectory_density(real, tw), trajectory_density(synth, tw)), True,
-               SOURCE, f"JSD of the distribution over a {tw}x{tw} grid of (trajectory, cell holding one of its "
-                       "points) pairs, each trajectory once per cell, nats"),
+               SOURCE, f"JSD of trajectories per cell of a {tw}x{tw} grid (each once per cell), nats"),
         Metric("fine_route_density_jsd", jsd(route_density(real, tw), route_density(synth, tw)), True, SOURCE,
-               f"JSD of the distribution over a {tw}x{tw} grid of (trajectory, cell its route passes) pairs, "
-               "consecutive points joined by straight segments, each trajectory once per cell, nats"),
+               f"JSD of trajectory routes per cell of a {tw}x{tw} grid (each once per cell), nats"),
         Metric("fine_step_jsd", jsd(step_histogram(real, edges), step_histogram(synth, edges)), True, STEP_SOURCE,
-               f"JSD of the metres between consecutive points of a trajectory, bins [0, 1 m) and {b} log-spaced "
-               f"from 1 m to the bbox diagonal ({edges[-1]:.0f} m), nats"),
+               f"JSD of metres between consecutive points: [0, 1 m) and {b} log-spaced bins to "
+               f"{edges[-1]:.0f} m, nats"),
     ]
     share_o, share_s = one_point_share(real), one_point_share(synth)
     out.append(Metric("fine_one_point_share_real", share_o, None, SOURCE,

@@ -121,29 +121,28 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
     starts = top_start_cells(real, w, opts.top_starts)
     k = len(starts)
     eq = {"waypoint": "Eq. 10", "destination": "Eq. 11", "transition": "Eq. 12", "route": "Eq. 15"}
-    what_is = {
-        "waypoint": "Bernoulli JSD of 'cell is visited' given the start cell, averaged over all cells",
-        "destination": "JSD of the last cell given the start cell",
-        "transition": "JSD of the second cell given the start cell",
-        "route": "Bernoulli JSD of 'cell is on the route (points joined by straight segments)' given the start",
+    what_is = {  # waypoint and route: Bernoulli JSD per cell, averaged over all cells (conditional_jsd)
+        "waypoint": "'cell visited'",
+        "destination": "the last cell",
+        "transition": "the second cell",
+        "route": "'cell on the route'",
     }
     for what in ("waypoint", "destination", "transition", "route"):
         out.append(Metric(f"hrnet_{what}_jsd", conditional_jsd(real, synth, w, starts, what), True,
                           f"{SOURCE} ({eq[what]})",
-                          f"{what_is[what]}; mean over the top {k} real start cells, {w}x{w} grid, nats"))
+                          f"JSD of {what_is[what]} given the start cell; top {k} real starts, {w}x{w} grid, nats"))
 
     dist_o = path_lengths_m(*real.cell_path(w))
     dist_s = path_lengths_m(*synth.cell_path(w))
     out.append(Metric("hrnet_travel_distance_jsd", jsd(*shared_histograms(dist_o, dist_s, opts.bins)), True,
                       f"{SOURCE} (Eq. 13)",
-                      f"JSD of travel distance (metres between consecutive cell centres, {w}x{w} grid), "
-                      f"{opts.bins} bins on [0, real max], nats"))
+                      f"JSD of travel distance via {w}x{w} cell centres (m), {opts.bins} bins to the real max, "
+                      "nats"))
     dia_o = diameters_m(*real.cell_path(w))
     dia_s = diameters_m(*synth.cell_path(w))
     out.append(Metric("hrnet_diameter_jsd", jsd(*shared_histograms(dia_o, dia_s, opts.bins)), True,
                       f"{SOURCE} (Eq. 14)",
-                      f"JSD of diameter (largest metres between two cell centres, {w}x{w} grid), "
-                      f"{opts.bins} bins on [0, real max], nats"))
+                      f"JSD of diameter between {w}x{w} cell centres (m), {opts.bins} bins to the real max, nats"))
 
     why = require_time(real, synth)
     if why:
@@ -154,23 +153,22 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
         used = lo_.sum(axis=1) > 0
         value = float(np.mean(jsd(lo_[used], ls_[used]))) if used.any() else float("nan")
         out.append(Metric("hrnet_density_t_jsd", value, True, SOURCE,
-                          f"JSD of where trajectories are at each of {opts.n_times} instants of the day, mean over "
-                          f"the {int(used.sum())} instants with real trajectories under way, nats"))
+                          f"JSD of where trajectories are at {opts.n_times} instants a day, mean over "
+                          f"{int(used.sum())} with real ones under way, nats"))
 
     phi = opts.phi * real.n
     scale = real.n / synth.n
     sets = random_cell_sets(w * w, opts.n_queries, opts.max_set_fraction, generator)
     value = are(query_counts(real.visits(w), sets), scale * query_counts(synth.visits(w), sets), phi)
     out.append(Metric("hrnet_traj_density_are", value, True, SOURCE,
-                      f"ARE of the number of trajectories visiting {opts.n_queries} random sets of 1-"
-                      f"{max(1, round(opts.max_set_fraction * w * w))} cells; synthetic counts x n_real/n_synth, "
-                      f"phi = {phi:g} ({opts.phi:g} n_real)"))
+                      f"ARE of trajectories visiting {opts.n_queries} random sets of 1-"
+                      f"{max(1, round(opts.max_set_fraction * w * w))} {w}x{w} cells; phi {phi:g}"))
 
     n_max = pattern_max_len(w, 6)
     value, n_top = pattern_are(real.cells(w), synth.cells(w), 3, n_max, True, opts.top_patterns, scale, phi)
     out.append(Metric("hrnet_traj_pattern_are", value, True, SOURCE,
-                      f"ARE of the number of trajectories containing each of the top {n_top} real patterns of "
-                      f"3-{n_max} consecutive cells; synthetic counts x n_real/n_synth, phi = {phi:g}"))
+                      f"ARE of trajectories containing each top-{n_top} real pattern of 3-{n_max} cells; "
+                      f"phi {phi:g}"))
     return out
 
 

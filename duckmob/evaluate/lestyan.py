@@ -57,8 +57,7 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
     out = []
     size_o, size_s = real.cells(w).lengths, synth.cells(w).lengths
     out.append(Metric("lestyan_trip_size_jsd", jsd(*integer_histograms(size_o, size_s)), True, SOURCE,
-                      f"JSD of trip size (number of {w}x{w} cells, consecutive repeats collapsed), all hours "
-                      "pooled, nats"))
+                      f"JSD of trip size ({w}x{w} cells, repeats collapsed), all hours, nats"))
     why = require_time(real, synth)
     ho = hs = None
     if why:
@@ -70,13 +69,13 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
         ms = np.bincount(hs * (cap + 1) + np.minimum(size_s, cap), minlength=24 * (cap + 1)).reshape(24, -1)
         used = mo.sum(axis=1) > 0
         out.append(Metric("lestyan_trip_size_jsd_hourly", float(np.mean(jsd(mo[used], ms[used]))), True, SOURCE,
-                          f"JSD of trip size per start hour, mean over the {int(used.sum())} hours with real "
-                          "trips (an hour without synthetic trips scores ln 2), nats"))
+                          f"JSD of trip size per start hour, mean over {int(used.sum())} real hours (ln 2 where "
+                          "no synthetic trip), nats"))
 
     all_o, all_s = np.arange(real.n), np.arange(synth.n)
     out.append(Metric("lestyan_od_emd_m", od_emd_m(real, synth, w, all_o, all_s, opts.emd_sample, seed), True,
-                      SOURCE, f"Earth Mover's Distance (metres) between source-destination cell pairs, up to "
-                              f"{opts.emd_sample} trips sampled per side, all hours pooled"))
+                      SOURCE, f"EMD (metres) of start-end cell pairs, up to {opts.emd_sample} trips a side, "
+                              "all hours"))
     if why:
         out.append(Metric("lestyan_od_emd_hourly_m", None, True, SOURCE, f"{why}: hourly EMD"))
     else:
@@ -89,8 +88,8 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
                 missing += 1
         value = float(np.mean(values)) if values else float("nan")
         out.append(Metric("lestyan_od_emd_hourly_m", value, True, SOURCE,
-                          f"EMD (metres) of source-destination pairs per start hour, mean over the {len(values)} "
-                          f"hours with trips on both sides ({missing} real hours had no synthetic trip)"))
+                          f"EMD (metres) of start-end pairs per start hour, mean of {len(values)} hours; "
+                          f"{missing} real hours lack synthetic trips"))
 
     k = opts.top_k
     ko, co = pattern_counts(real.cells(w), 2, 5, per_trajectory=True)
@@ -98,6 +97,6 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
     top_o, top_s = ko[top_patterns(ko, co, k)], ks[top_patterns(ks, cs, k)]
     value = len(np.intersect1d(top_o, top_s)) / len(top_o) if len(top_o) else float("nan")
     out.append(Metric("lestyan_pattern_tp_ratio", value, False, SOURCE,
-                      f"share of the top {len(top_o)} real frequent patterns (2-5 consecutive {w}x{w} cells, by "
-                      "trajectories containing them) that are also in the synthetic top list; 1 is best"))
+                      f"share of the top {len(top_o)} real 2-5 cell patterns ({w}x{w}) in the synthetic top {k}; "
+                      "1 is best"))
     return out

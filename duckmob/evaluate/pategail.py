@@ -41,20 +41,17 @@ def metrics(real: Side, synth: Side, opts: Options, generator=None) -> list[Metr
     w, b = opts.w, opts.bins
     out = [
         Metric("pategail_radius_jsd", jsd(*shared_histograms(real.gyration_m, synth.gyration_m, b)), True,
-               SOURCE, f"JSD of the radius of gyration (metres, root mean square distance of a trajectory's points "
-                       f"to their centre), {b} bins on [0, real max], nats"),
+               SOURCE, f"JSD of the radius of gyration (metres), {b} bins to the real max, nats"),
         Metric("pategail_dailyloc_jsd",
                jsd(*integer_histograms(real.visits(w).getnnz(axis=1), synth.visits(w).getnnz(axis=1))), True,
-               SOURCE, f"JSD of the number of distinct {w}x{w} cells each trajectory visits (one bin per count up "
-                       "to the real maximum), nats"),
+               SOURCE, f"JSD of distinct {w}x{w} cells per trajectory (a bin per count), nats"),
         Metric("pategail_distance_jsd", jsd(*shared_histograms(real.step_m, synth.step_m, b)), True, SOURCE,
-               f"JSD of the distance between consecutive records (metres), {b} bins on [0, real max], nats"),
+               f"JSD of the distance between consecutive points (metres), {b} bins to the real max, nats"),
         Metric("pategail_grank_jsd", jsd(grank_profile(real, w, opts.top_k), grank_profile(synth, w, opts.top_k)),
-               True, SOURCE, f"JSD of the visit shares of the top {opts.top_k} locations ({w}x{w} cells) ranked "
-                             "by visits in each table, nats"),
+               True, SOURCE, f"JSD of the visit shares of each table's top {opts.top_k} {w}x{w} cells, by rank, "
+                             "nats"),
         Metric("pategail_irank_jsd",
                jsd(irank_profile(real, w, opts.irank_k), irank_profile(synth, w, opts.irank_k)), True, SOURCE,
-               f"JSD of the mean per-trajectory visit shares of each trajectory's top {opts.irank_k} locations, "
-               "nats"),
+               f"JSD of the mean visit shares of each trajectory's top {opts.irank_k} cells, by rank, nats"),
     ]
     return out

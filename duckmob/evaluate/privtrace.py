@@ -16,11 +16,9 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
     out = []
     b = opts.bins
     out.append(Metric("privtrace_length_jsd", jsd(*shared_histograms(real.length_m, synth.length_m, b)), True,
-                      SOURCE, f"JSD of trajectory length (sum of metres between consecutive points), {b} bins "
-                              "on [0, real max], nats"))
+                      SOURCE, f"JSD of trajectory length (metres along its points), {b} bins to the real max, nats"))
     out.append(Metric("privtrace_diameter_jsd", jsd(*shared_histograms(real.diameter_m, synth.diameter_m, b)),
-                      True, SOURCE, f"JSD of trajectory diameter (largest metres between two points), {b} bins "
-                                    "on [0, real max], nats"))
+                      True, SOURCE, f"JSD of trajectory diameter (metres), {b} bins to the real max, nats"))
 
     phi = opts.phi * real.n
     scale = real.n / synth.n
@@ -30,13 +28,11 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
     co, cs = circle_counts([real.routes(opts.query_w), synth.routes(opts.query_w)], real.bbox, opts.query_w,
                            circles)
     out.append(Metric("privtrace_density_are", are(co, scale * cs, phi), True, SOURCE,
-                      f"ARE of the number of trajectories passing {opts.n_queries} random circles (radius "
-                      f"{lo * longer:.0f}-{hi * longer:.0f} m; routes on a {opts.query_w}x{opts.query_w} grid); "
-                      f"synthetic counts x n_real/n_synth, phi = {phi:g}"))
+                      f"ARE of trajectories passing {opts.n_queries} random circles of radius "
+                      f"{lo * longer:.0f}-{hi * longer:.0f} m; phi {phi:g}"))
 
     pw = opts.pattern_w
     value, n_top = pattern_are(real.cells(pw), synth.cells(pw), 2, 5, False, opts.top_patterns, scale, phi)
     out.append(Metric("privtrace_pattern_are", value, True, SOURCE,
-                      f"ARE of the occurrences of the top {n_top} real transition patterns of 2-5 cells on a "
-                      f"{pw}x{pw} grid; synthetic counts x n_real/n_synth, phi = {phi:g}"))
+                      f"ARE of occurrences of the top {n_top} real 2-5 cell patterns, {pw}x{pw} grid; phi {phi:g}"))
     return out

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from duckmob.sql import POINTS_TYPE, Udf, one_row, points, scalar
 
-METRIC_ROW = ("STRUCT(metric VARCHAR, value DOUBLE, lower_is_better BOOLEAN, source VARCHAR, "
+METRIC_ROW = ("STRUCT(metric VARCHAR, value DOUBLE, reference DOUBLE, lower_is_better BOOLEAN, source VARCHAR, "
               "description VARCHAR)[]")
 
 

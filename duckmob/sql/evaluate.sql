@@ -8,7 +8,10 @@ CREATE OR REPLACE TEMP MACRO _mob_eval_points(tbl) AS (
     SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
     FROM mob_points(tbl));
 
--- One row per metric: metric, value, lower_is_better, source (paper, section), description (one line).
+-- One row per metric: metric, value, reference, lower_is_better, source (paper, section), description.
+-- reference: the same metric between two halves of the real table, split by a fixed hash of (user_id, traj_id)
+-- (the scale to read value against; also read exactly from the real table: NOT private either). It costs
+-- about a fifth more time; reference := false skips it (NULL column).
 -- families: any of ['hrnet', 'privtrace', 'pategail', 'lestyan', 'adatrace', 'fine'] (NULL = all); w: grid
 -- width; bins: histogram bins; n_queries: random queries; seed: evaluation randomness (NULL = fixed default);
 -- fine_point_w / fine_traj_w / step_bins: the fine family's grids (200, 100) and step bins (50);
@@ -18,13 +21,14 @@ CREATE OR REPLACE TEMP MACRO mob_evaluate(real, synth, bbox := NULL, families :=
                                          top_patterns := NULL, pattern_w := NULL, n_times := NULL,
                                          query_w := NULL, radius_range := NULL, adatrace_radius := NULL,
                                          top_k := NULL, emd_sample := NULL, fine_point_w := NULL,
-                                         fine_traj_w := NULL, step_bins := NULL) AS TABLE
+                                         fine_traj_w := NULL, step_bins := NULL, reference := NULL) AS TABLE
 SELECT unnest(_mob_evaluate(_mob_eval_points(real), _mob_eval_points(synth), bbox,
     json_object('families', families, 'w', w, 'bins', bins, 'n_queries', n_queries, 'seed', seed, 'phi', phi,
                 'top_starts', top_starts, 'top_patterns', top_patterns, 'pattern_w', pattern_w,
                 'n_times', n_times, 'query_w', query_w, 'radius_range', radius_range,
                 'adatrace_radius', adatrace_radius, 'top_k', top_k, 'emd_sample', emd_sample,
-                'fine_point_w', fine_point_w, 'fine_traj_w', fine_traj_w, 'step_bins', step_bins)::VARCHAR),
+                'fine_point_w', fine_point_w, 'fine_traj_w', fine_traj_w, 'step_bins', step_bins,
+                'reference', reference)::VARCHAR),
     recursive := true);
 
 -- Side-by-side heatmaps of how many trajectories pass each cell of a w x w grid (like PrivTrace Fig. 3):
@@ -42,7 +46,7 @@ SELECT unnest(_mob_plot_distributions(_mob_eval_points(real), _mob_eval_points(s
 -- Privacy audit by attacks (PateGail): membership inference (members = real trajectories the synthesizer was
 -- trained on, non_members = real ones it never saw; the attacker scores by distance to the nearest synthetic
 -- trajectory) and uniqueness (highest overlap of each real trajectory with one synthetic trajectory).
--- Same row shape as mob_evaluate. An attack can show a leak, never prove there is none.
+-- Same row shape as mob_evaluate (reference NULL). An attack can show a leak, never prove there is none.
 CREATE OR REPLACE TEMP MACRO mob_audit(members, non_members, synth, bbox := NULL, w := 32, k := 16,
                                       seed := NULL) AS TABLE
 SELECT unnest(_mob_audit(_mob_eval_points(members), _mob_eval_points(non_members), _mob_eval_points(synth),
@@ -52,7 +56,8 @@ SELECT unnest(_mob_audit(_mob_eval_points(members), _mob_eval_points(non_members
 -- trajectories): task := 'next_location' (Acc@1, Acc@5), 'mode' (transport-mode accuracy and macro F1; the
 -- synthetic table needs a mode column, one mode per trajectory, and modes := a Parquet path or table of labels
 -- user_id, start, end, mode joined to the real fixes by user and time) or 'commute' (mean commute distance per
--- destination cell). Same row shape as mob_evaluate, with real-trained references where they apply.
+-- destination cell). Same row shape as mob_evaluate (reference NULL), with real-trained reference rows where
+-- they apply.
 CREATE OR REPLACE TEMP MACRO mob_downstream(real, synth, bbox := NULL, task := 'next_location', w := 32,
                                            modes := NULL, seed := NULL) AS TABLE
 SELECT unnest(_mob_downstream(_mob_eval_points(real), _mob_eval_points(synth),

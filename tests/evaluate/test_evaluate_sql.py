@@ -25,12 +25,13 @@ def con():
 
 def test_mob_evaluate_matches_python(con):
     rows = con.sql(f"FROM mob_evaluate('real', 'synth', bbox := {BBOX}, w := {W}, seed := 3)").to_arrow_table()
-    assert rows.column_names == ["metric", "value", "lower_is_better", "source", "description"]
+    assert rows.column_names == ["metric", "value", "reference", "lower_is_better", "source", "description"]
     expected = evaluate_points(table(city()), table(city(seed=3), with_time=False), BBOX, w=W, seed=3)
     got = rows.to_pylist()
     assert [r["metric"] for r in got] == [r["metric"] for r in expected]
     for a, b in zip(got, expected):
-        assert a["value"] == pytest.approx(b["value"]) if b["value"] is not None else a["value"] is None
+        for col in ("value", "reference"):
+            assert a[col] == pytest.approx(b[col]) if b[col] is not None else a[col] is None
     by = {r["metric"]: r for r in got}
     assert by["hrnet_density_t_jsd"]["value"] is None
     assert "no timestamps" in by["hrnet_density_t_jsd"]["description"]
