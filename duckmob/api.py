@@ -32,7 +32,7 @@ def connect(database: str = ":memory:", **kwargs) -> duckdb.DuckDBPyConnection:
 
 def evaluate(con: duckdb.DuckDBPyConnection, real: str, synth: str, **options):
     """Compare table ``synth`` with table ``real`` on ``con``: the rows of ``FROM mob_evaluate(...)`` as a pyarrow
-    Table (metric, value, lower_is_better, source, description); ``bbox=[...]`` is required, other options as
+    Table (metric, value, reference, lower_is_better, source, description); ``bbox=[...]`` is required, other options as
     in :class:`duckmob.evaluate.common.Options`. NOT differentially private (it reads the real table exactly).
 
     (Once the ``duckmob.evaluate`` package is imported, ``duckmob.evaluate`` names that package, which is
