@@ -133,6 +133,22 @@ def test_sql_reference_runnable_blocks(tmp_path, monkeypatch):
         con.close()
 
 
+def test_choosing_eps_runnable_blocks(tmp_path, monkeypatch):
+    """docs/choosing_eps.md: its runnable blocks in order; a block that creates ``trips`` starts a new database."""
+    monkeypatch.chdir(tmp_path)
+    con = None
+    try:
+        for lang, line, code in blocks(ROOT / "docs" / "choosing_eps.md", runnable_only=True):
+            if con is None or code.lstrip().startswith("CREATE TABLE trips"):
+                if con is not None:
+                    con.close()
+                con = duckmob.connect()
+            run_sql(con, code, f"docs/choosing_eps.md, the {lang} block at line {line}")
+    finally:
+        if con is not None:
+            con.close()
+
+
 def test_quoted_results_in_blocks_that_do_not_run_are_marked_illustrations():
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for lang, line, code in blocks(path):
