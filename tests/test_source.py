@@ -38,21 +38,25 @@ def _spent(con, source):
     return rows[0][0] if rows else 0.0
 
 
-@pytest.fixture
-def fitted(monkeypatch):
-    """The (user_id, traj_id) pairs every method's fit received, in order of the fits."""
-    from duckmob.synth.privtrace import PrivTrace
-
+def _spy_fits(monkeypatch, cls) -> list:
+    """The sorted (user_id, traj_id) pairs every fit of the method ``cls`` receives, in order of the fits."""
     seen = []
-    fit = PrivTrace.fit
+    fit = cls.fit
 
     def spy(self, data, *args, **kw):
         t = as_batches(data).trajectories()
         seen.append(sorted(zip(t.user_id.tolist(), t.traj_id.tolist())))
         return fit(self, data, *args, **kw)
 
-    monkeypatch.setattr(PrivTrace, "fit", spy)
+    monkeypatch.setattr(cls, "fit", spy)
     return seen
+
+
+@pytest.fixture
+def fitted(monkeypatch):
+    from duckmob.synth.privtrace import PrivTrace
+
+    return _spy_fits(monkeypatch, PrivTrace)
 
 
 def test_users_sharing_traj_ids_stay_apart_on_every_path(con, fitted):
@@ -131,16 +135,7 @@ def test_neighbouring_tables_move_each_release_by_its_sensitivity(con, monkeypat
     moves by at most its sensitivity in L1, and the method's fit sees exactly one trajectory fewer."""
     from duckmob import synth
 
-    cls = synth.get(method)
-    seen = []
-    fit = cls.fit
-
-    def spy(self, data, *args, **kw):
-        t = as_batches(data).trajectories()
-        seen.append(set(zip(t.user_id.tolist(), t.traj_id.tolist())))
-        return fit(self, data, *args, **kw)
-
-    monkeypatch.setattr(cls, "fit", spy)
+    seen = _spy_fits(monkeypatch, synth.get(method))
     calls = _record_releases(monkeypatch)
     users = [r[0] for r in con.sql("SELECT DISTINCT user_id FROM shared ORDER BY 1").fetchall()]
     con.execute(f"CREATE TABLE neighbour AS FROM shared WHERE NOT (user_id = {users[1]} AND traj_id = 3)")
@@ -150,7 +145,8 @@ def test_neighbouring_tables_move_each_release_by_its_sensitivity(con, monkeypat
         calls.clear()
         duckmob.synthesize(con, table, eps=2.0, method=method, bbox=BBOX, seed=5, n=3, **METHODS[method])
         runs.append(list(calls))
-    assert seen[0] - seen[1] == {(users[1], 3)} and seen[1] < seen[0]      # one trajectory, not a merged one
+    a, b = set(seen[0]), set(seen[1])
+    assert a - b == {(users[1], 3)} and b < a                               # one trajectory, not a merged one
     compared = 0
     for (name_a, a, sens), (name_b, b, _) in zip(*runs):
         if name_a != name_b or a.shape != b.shape:
