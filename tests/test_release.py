@@ -92,7 +92,7 @@ def test_one_statement_with_two_releases_never_overspends(con):
     con.execute("SET threads = 2")
     with pytest.raises(duckdb.Error, match="exceeded"):
         con.execute(f"SELECT * FROM synthesize('trips', eps := 0.8, bbox := {SQL_BOX}, n := 3) UNION ALL "
-                    f"SELECT * FROM synthesize('trips', eps := 0.8, bbox := {SQL_BOX}, n := 3)").fetchall()
+                    f"SELECT * FROM synthesize('trips', eps := 0.8, bbox := {SQL_BOX}, n := 4)").fetchall()
     assert _spent(con) <= 1.0 + 1e-9
     assert len([s for s in _statuses(con) if s[1] != "cancelled"]) <= 1
 

@@ -70,10 +70,10 @@ def _fit_settling(db, replan) -> tuple:
     return release.run(db, _request(lambda p: RESERVED), compute)
 
 
-def _count(con, eps: float) -> None:
+def _count(con, eps: float, what: str = "trajectories") -> None:
     cur = duckmob.register(con.cursor())
     try:
-        cur.execute(f"FROM mob_noisy_count('trips', eps := {eps})").fetchall()
+        cur.execute(f"FROM mob_noisy_count('trips', eps := {eps}, what := '{what}')").fetchall()
     finally:
         cur.close()
 
@@ -234,13 +234,14 @@ def test_every_path_to_one_file_shares_one_lock_and_one_budget(tmp_path, monkeyp
         cons[1].sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
         start = threading.Barrier(2)
 
-        def count(c):
+        def count(c, what):
             def work():
                 start.wait(WAIT)
-                _count(c, 0.8)
+                _count(c, 0.8, what)
             return work
 
-        runs = [_in_thread(count(c)) for c in (cons[1], cons[2])]   # through the symlink and the relative path
+        # through the symlink and the relative path; two different requests (the same one twice is one release)
+        runs = [_in_thread(count(c, w)) for c, w in ((cons[1], "trajectories"), (cons[2], "users"))]
         for thread, _ in runs:
             thread.join(WAIT)
         outcomes = [o.get("error") for _, o in runs]

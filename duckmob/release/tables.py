@@ -122,7 +122,7 @@ def _key(kind: str, source: str, select: str, request: dict) -> str:
 def _synthesized(db: Database, key: str, r, source, close) -> pa.Table:
     """Sample the release ``key`` made within the window, or make it (fit with ``source()``) and keep its model and
     the state of its sampling generator, so that the same request draws the same rows."""
-    hit = db.recent.get(key)
+    hit = _recent(db, key)
     if hit is None:
         model, _, noise = fitting.fit(db, r, source())
         rng = noise.generator()
@@ -136,8 +136,18 @@ def _synthesized(db: Database, key: str, r, source, close) -> pa.Table:
     return synthetic_table(fitting.sample(model, r.n, rng))
 
 
-def _remembered(db: Database, key: str, make):
+def _recent(db: Database, key: str):
+    """The result kept for ``key`` (:class:`Recent`), served only from a ledger that is still intact (a ledger
+    rewritten since is reported, as any release would report it)."""
     hit = db.recent.get(key)
+    if hit is not None:
+        with db.lock, db.connection() as cur:
+            ledger.verify(cur, db.verified)
+    return hit
+
+
+def _remembered(db: Database, key: str, make):
+    hit = _recent(db, key)
     if hit is None:
         hit = make()
         db.recent.put(key, hit)

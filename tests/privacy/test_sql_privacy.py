@@ -38,7 +38,10 @@ def test_transitions_spend_and_record(seqs):
     rows = seqs.sql(q).fetchall()
     assert all(r[0] is None and r[3] > 0 for r in rows)  # NormCut-ed, zeros omitted, prev_state NULL
     assert {r[1] for r in rows} <= set(range(5)) and {r[2] for r in rows} <= {0, 1, 2, 3, 5}
-    assert rows == seqs.sql(q).fetchall()  # seeded: reproducible
+    assert rows == seqs.sql(q).fetchall()  # the same request again: the same release, charged once
+    assert len(seqs.sql("FROM mob_ledger()").fetchall()) == 1
+    again = seqs.sql(q.replace("'seqs'", "'SEQS'")).fetchall()   # another request (its own SELECT), seeded alike
+    assert again == rows                                          # seeded: reproducible
     led = seqs.sql("SELECT source, mechanism, epsilon, privacy_unit, seeded, event FROM mob_ledger()").fetchall()
     assert len(led) == 2
     assert led[0][:5] == ("seqs", "transition_counts(order=1)", 0.5, "trajectory", True)

@@ -94,8 +94,8 @@ def test_fit_spends_once_and_sampling_is_free(db, spends):
     b = db.sql("FROM mob_sample('m', n := 200, seed := 4)").to_arrow_table()
     c = db.sql("FROM mob_sample('m', n := 300)").to_arrow_table()
     assert a.equals(b) and len(np.unique(np.asarray(c["traj_id"]))) == 300
-    default = db.execute("SELECT count(DISTINCT traj_id) FROM mob_sample('m')").fetchone()[0]
-    assert abs(default - 120) < 40                   # the noisy trajectory count
+    # 120 trajectories at eps 1.5: the count (at eps 0.024, +-125) is mostly noise, so it sizes nothing
+    assert "mostly noise" in _err(db, "FROM mob_sample('m')") and "n := " in _err(db, "FROM mob_sample('m')")
     assert len(spends) == 1
     models = db.execute("SELECT name, method, source, eps, delta, params->>'K' FROM mob_models()").fetchall()
     assert models == [("m", "privtrace", "trips", 1.5, 0.0, "2")]
