@@ -1,5 +1,7 @@
 """Budgets and the ledger (duckmob.privacy.ledger) through duckmob.connect() and the SQL macros."""
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -107,8 +109,10 @@ def test_ledger_persists_in_the_database_file(tmp_path):
                                                                                                     abs=1e-4)
     again.close()
     # duckmob keeps its own connection to the file until this process exits (the UDFs live on it), so a
-    # read-only reopen is tried on a copy, in a fresh process
+    # read-only reopen is tried on a copy (with its head file), in a fresh process
     shutil.copy(path, tmp_path / "copy.duckdb")
+    shutil.copy(ledger.head_file(path), ledger.head_file(str(tmp_path / "copy.duckdb")))
+    head = open(ledger.head_file(path)).read()
     path = str(tmp_path / "copy.duckdb")
     script = f"""
 import duckmob, duckdb
@@ -128,6 +132,9 @@ print("ok")
     out = done.stdout + done.stderr[-2000:]
     assert out.splitlines() == ["[(0.25, 1)]", "duckmob: the database is opened read-only: a release must be "
                                 "recorded in its privacy ledger; open it writable", "ok"]
+    # read, not written: the head file is untouched and none is made for a read-only database
+    assert open(ledger.head_file(path)).read() == head
+    assert not os.path.exists(ledger.head_file(str(tmp_path / "empty.duckdb")))
 
 
 def _reseal(con, ledger_id, event):
@@ -165,7 +172,7 @@ def test_a_resealed_edit_is_seen_by_the_process_that_verified_the_row(con):
     verified = ledger.Verified()
     ledger.verify(con, verified)
     _reseal(con, 2, acc.laplace(0.001))
-    ledger.verify(con)   # a new process cannot tell (the threat model says so)
+    ledger.verify(con)   # a new Verified cannot tell: in memory there is no head file (no other process opens it)
     with pytest.raises(ledger.LedgerTampered, match="ledger row 2 was edited"):
         ledger.verify(con, verified)
     with pytest.raises(ledger.LedgerTampered, match="ledger row 2 was edited"):
@@ -250,3 +257,219 @@ def test_a_deleted_row_replaced_by_a_copy_of_another_is_detected(con):
     for check in (ledger.Verified(), verified):
         with pytest.raises(ledger.LedgerTampered, match="rows were deleted|was edited"):
             ledger.verify(con, check)
+
+
+# -- a ledger rewritten by another process (issue 28, item 4) ------------------------------------------------------
+
+TRIPS = ("CREATE TABLE trips AS SELECT (range % 10)::INTEGER AS user_id, (range // 4)::INTEGER AS traj_id, "
+         "TIMESTAMP '2024-01-01' + INTERVAL (range % 4) MINUTE AS ts, 0.1 + (range % 7) / 10 AS lat, "
+         "0.1 + (range % 5) / 10 AS lon FROM range(200)")
+
+
+def _python(script: str) -> list[str]:
+    """Run ``script`` in a brand-new Python process; its printed lines."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    return done.stdout.splitlines()
+
+
+def _spent_ledger(tmp_path) -> str:
+    """A database file written by one duckmob process: trips, a budget of eps 2 lowered to 1.5 after two
+    releases (eps 0.5 and 0.4: the same request twice would be one release, charged once)."""
+    path = str(tmp_path / "trips.duckdb")
+    _python(f"""
+import duckmob
+c = duckmob.connect({path!r})
+c.execute({TRIPS!r})
+c.sql("FROM mob_set_budget('trips', eps := 2.0, delta := 1e-5)").fetchall()
+c.sql("FROM mob_noisy_count('trips', eps := 0.5)").fetchall()
+c.sql("FROM mob_noisy_count('trips', eps := 0.4)").fetchall()
+c.sql("FROM mob_set_budget('trips', eps := 1.5, delta := 1e-5)").fetchall()
+c.close()
+""")
+    return path
+
+
+# What a user with SQL access (and ledger.py at hand) could run on the database in another process.
+ATTACKS = {
+    "delete rows, recreate the sequence": """
+c.execute("DELETE FROM duckmob_ledger; DROP SEQUENCE duckmob_ledger_id; CREATE SEQUENCE duckmob_ledger_id START 1")
+""",
+    "drop and recreate all four objects": """
+c.execute("DROP TABLE duckmob_ledger; DROP TABLE duckmob_budget; DROP SEQUENCE duckmob_ledger_id; "
+          "DROP SEQUENCE duckmob_budget_seq")
+ledger.ensure_tables(c)
+c.execute("INSERT INTO duckmob_budget VALUES (nextval('duckmob_budget_seq'), 'trips', 2.0, 1e-5, now())")
+""",
+    "drop all four objects": """
+c.execute("DROP TABLE duckmob_ledger; DROP TABLE duckmob_budget; DROP SEQUENCE duckmob_ledger_id; "
+          "DROP SEQUENCE duckmob_budget_seq")
+""",
+    "delete a budget declaration": """
+c.execute("DELETE FROM duckmob_budget WHERE seq = 2")   # the lowering to 1.5: back to eps 2
+""",
+    "edit a budget declaration": """
+c.execute("UPDATE duckmob_budget SET eps = 100 WHERE seq = 2")
+""",
+    "edit a row and recompute its seal": """
+row = ledger.release_row(c, 1)
+row["event"] = accounting.laplace(0.001).to_json()
+c.execute("UPDATE duckmob_ledger SET event = ?, seal = ? WHERE id = 1", [row["event"], ledger._seal(row)])
+""",
+    "insert a budget declaration": """
+c.execute("INSERT INTO duckmob_budget VALUES (nextval('duckmob_budget_seq'), 'trips', 100.0, 1e-5, now())")
+""",
+}
+
+
+def _release(path: str) -> tuple[str, int]:
+    """In a brand-new duckmob process: release a noisy count of trips; (what happened, ledger rows added)."""
+    out = _python(f"""
+import duckdb, duckmob
+c = duckmob.connect({path!r})
+before = c.execute("SELECT count(*) FROM duckmob_ledger").fetchone()[0]
+try:
+    c.execute("FROM mob_noisy_count('trips', eps := 0.1)").fetchall()
+    print("released")
+except duckdb.Error as e:
+    print(duckmob.errors.one_line(e))
+print(c.execute("SELECT count(*) FROM duckmob_ledger").fetchone()[0] - before)
+""")
+    return out[0], int(out[1])
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=list(ATTACKS))
+def test_a_ledger_rewritten_in_another_process_is_refused_by_a_new_process(tmp_path, attack):
+    path = _spent_ledger(tmp_path)
+    _python(f"""
+import duckdb
+from duckmob.privacy import accounting, ledger
+c = duckdb.connect({path!r})   # plain DuckDB, in another process
+{ATTACKS[attack]}
+c.close()
+""")
+    for _ in range(2):   # and again in the next process: the refusal stands
+        said, added = _release(path)
+        assert said.startswith("LedgerTampered: ") and said.endswith("releases are refused until then"), said
+        assert added == 0   # nothing new is spent, not even a cancelled reservation
+
+
+def test_an_untouched_ledger_reopened_in_a_new_process_releases_normally(tmp_path):
+    path = _spent_ledger(tmp_path)
+    assert _release(path) == ("released", 1)
+    assert _release(path) == ("released", 1)
+    with duckdb.connect(path, read_only=True) as c:
+        assert c.execute("SELECT count(*), count(*) FILTER (WHERE status = 'spent') FROM duckmob_ledger"
+                         ).fetchone() == (4, 4)
+        assert c.execute("SELECT comment FROM duckdb_tables() WHERE table_name = 'duckmob_ledger'"
+                         ).fetchone()[0] == ledger.MARK
+    head = json.load(open(ledger.head_file(path)))
+    assert (head["head"]["releases"], head["head"]["budgets"], "pending" in head) == (4, 2, False)
+
+
+def test_a_lost_head_file_is_refused_and_a_copy_needs_its_head_file(tmp_path):
+    path = _spent_ledger(tmp_path)
+    copy = str(tmp_path / "copy.duckdb")
+    shutil.copy(path, copy)
+    said, added = _release(copy)   # copied without its head file
+    assert said.startswith(f"LedgerTampered: the ledger's head file {ledger.head_file(copy)} is missing") and added == 0
+    shutil.copy(ledger.head_file(path), ledger.head_file(copy))
+    assert _release(copy) == ("released", 1)
+    os.remove(ledger.head_file(path))   # deleted
+    said, added = _release(path)
+    assert said.startswith(f"LedgerTampered: the ledger's head file {ledger.head_file(path)} is missing") and added == 0
+
+
+def test_an_older_ledger_without_head_file_gets_one_at_its_next_release(tmp_path):
+    path = _spent_ledger(tmp_path)
+    os.remove(ledger.head_file(path))   # as an older duckmob left it: no head file, no mark
+    with duckdb.connect(path) as c:
+        c.execute("COMMENT ON TABLE duckmob_ledger IS NULL")
+    assert _release(path) == ("released", 1)
+    assert json.load(open(ledger.head_file(path)))["head"]["releases"] == 3
+    with duckdb.connect(path) as c:   # from now on it is checked like any other
+        c.execute("DELETE FROM duckmob_ledger WHERE id = 3; DROP SEQUENCE duckmob_ledger_id; "
+                  "CREATE SEQUENCE duckmob_ledger_id START 3")
+    said, added = _release(path)
+    assert said.startswith("LedgerTampered: the privacy ledger was rewritten outside duckmob") and added == 0
+
+
+@pytest.mark.parametrize("crash", ["before the commit", "after the commit"])
+def test_a_crash_between_the_database_and_its_head_file_is_not_taken_for_tampering(tmp_path, crash):
+    path = _spent_ledger(tmp_path)
+    # the process dies right after the head file records the write as pending (before the statement runs), or
+    # right before it records it as done (the statement committed)
+    _python(f"""
+import os, duckmob
+from duckmob.privacy import ledger
+real = ledger._write_head
+def dying(path, head, pending=None):
+    if pending is None and {crash == "after the commit"}:
+        os._exit(0)
+    real(path, head, pending)
+    if pending is not None and {crash == "before the commit"}:
+        os._exit(0)
+ledger._write_head = dying
+c = duckmob.connect({path!r})
+c.execute("FROM mob_noisy_count('trips', eps := 0.1)").fetchall()
+""")
+    with duckdb.connect(path, read_only=True) as c:
+        rows = c.execute("SELECT count(*) FROM duckmob_ledger").fetchone()[0]
+    assert rows == (2 if crash == "before the commit" else 3)
+    assert _release(path) == ("released", 1)
+
+
+def test_incremental_checks_relink_only_from_the_row_written(con):
+    ledger.set_budget(con, "t", 5.0, 0.0)
+    verified = ledger.Verified()
+    ledger.verify(con, verified)
+    for _ in range(3):
+        p = ledger.prior(con, "t", verified=verified)
+        ledger.reserve(con, p, acc.laplace(0.1), mechanism="test", privacy_unit="trajectory", params={},
+                       seeded=False, verified=verified)
+    ledger.update(con, 2, status="spent", verified=verified)
+    fresh = ledger.Verified()
+    ledger.verify(con, fresh)   # hashes every row: the chain the incremental one kept is the same
+    assert fresh.head() == verified.head() and fresh.links == verified.links
+    assert fresh.head().releases == 3 and fresh.head().budgets == 1
+
+
+# -- delta is bounded (issue 28, item 7) -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("delta", [0.5, 2e-3])
+def test_a_delta_above_one_in_a_thousand_is_refused_for_budgets_and_releases(con, delta):
+    con.execute(TRIPS)
+    con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
+    for sql in (f"FROM mob_set_budget('trips', eps := 2.0, delta := {delta})",
+                f"FROM synthesize('trips', eps := 0.5, delta := {delta}, bbox := [0.0, 0.0, 1.0, 1.0], n := 3)"):
+        with pytest.raises(duckdb.Error) as err:
+            con.sql(sql).fetchall()
+        assert one_line(err.value) == (f"duckmob: delta must be in [0, 0.001], got {delta!r}: delta is the chance "
+                                       "that the privacy guarantee fails outright, so it must be far below 1 / the "
+                                       "number of people in the table (typically 1e-5 or less; 0 for a pure-eps "
+                                       "method)")
+    assert ledger.budget(con, "trips") == (1.0, 0.0)
+    assert con.execute("SELECT count(*) FROM duckmob_ledger").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("delta", [1e-3, 1e-5])
+def test_a_delta_up_to_one_in_a_thousand_is_accepted(con, delta):
+    con.execute(TRIPS)
+    con.sql(f"FROM mob_set_budget('trips', eps := 2.0, delta := {delta})").fetchall()
+    assert ledger.budget(con, "trips") == (2.0, delta)
+    rows = con.sql(f"FROM synthesize('trips', eps := 0.5, delta := {delta}, bbox := [0.0, 0.0, 1.0, 1.0], n := 3, "
+                   "params := {'K': 2, 'max_depth': 0})").fetchall()
+    assert rows and con.execute("SELECT status FROM duckmob_ledger").fetchall() == [("spent",)]
+
+
+def test_a_head_file_beside_a_database_whose_ledger_is_gone_is_refused(tmp_path):
+    path = str(tmp_path / "trips.duckdb")
+    c = duckmob.connect(path)
+    c.execute(TRIPS)
+    c.sql("FROM mob_set_budget('trips', eps := 2.0, delta := 1e-5)").fetchall()
+    c.execute("DROP TABLE duckmob_ledger; DROP TABLE duckmob_budget; DROP SEQUENCE duckmob_ledger_id; "
+              "DROP SEQUENCE duckmob_budget_seq")
+    with pytest.raises(ledger.LedgerTampered, match=r"are gone, but the ledger's head file .*trips\.duckdb\."
+                                                    r"duckmob-ledger records 0 releases and 1 budget declaration:"):
+        ledger.verify(c)   # what knows nothing of this ledger but its head file: a new process
+    c.close()
