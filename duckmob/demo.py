@@ -152,6 +152,8 @@ def _clear(save: str) -> None:
     if mark != [(MARK,)]:
         raise DuckmobError(f"{save} exists and was not written by duckmob demo: name a new file with "
                            f"duckmob demo --save FILE.duckdb")
-    for path in (save, save + ".wal"):
+    from duckmob.privacy.ledger import head_file
+
+    for path in (save, save + ".wal", head_file(save)):   # the ledger's head file goes with its database
         if os.path.exists(path):
             os.remove(path)

@@ -45,7 +45,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 
-from duckmob.errors import DuckmobError
+from duckmob.errors import BudgetError, DuckmobError
 from duckmob.validators import MAX_EPSILON, positive
 
 if TYPE_CHECKING:
@@ -373,6 +373,14 @@ __all__ += ["gaussian_rounds", "calibrate_gaussian_rounds", "MAX_ROUND_SIGMA"]
 
 # -- DP-SGD noise calibration (HRNet, the baseline, clean-slate) ------------------------------------------------
 
+def needs_delta(source: str, eps: float, what: str) -> BudgetError:
+    """The refusal of a release that needs delta > 0 (Gaussian noise, DP-SGD) against a budget with delta 0: no eps
+    is enough there, so it says to declare a positive delta or use a pure-eps method, never to raise eps."""
+    return BudgetError(f"the privacy budget of '{source}' has delta 0, and {what} needs delta > 0: declare a "
+                       f"positive delta, e.g. FROM mob_set_budget('{source}', eps := {eps:g}, delta := 1e-5), or "
+                       "use a pure-eps method (method := 'privtrace')")
+
+
 def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps: float, delta: float,
                                rtol: float = 0.005, prior: tuple | None = None) -> float:
     """Smallest noise multiplier sigma (to ``rtol``) with
@@ -387,11 +395,8 @@ def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps:
     The RDP accountant (fast, never tighter than PLD) brackets sigma first; bisection in log sigma with the PLD
     accountant then needs a handful of evaluations. Raises DuckmobError when even sigma = 1000 does not fit.
     """
-    from duckmob.errors import BudgetError
-    from duckmob.privacy import ledger   # (the ledger composes with this module: imported when used)
-
     if prior is not None and prior.delta == 0:   # DP-SGD needs delta > 0: no eps at delta 0 holds it
-        raise ledger.needs_delta(prior.source, prior.eps, "DP-SGD")
+        raise needs_delta(prior.source, prior.eps, "DP-SGD")
 
     sigma = _calibrate_alone(fixed, sample_rate, steps, eps, delta, rtol)
     if prior is None:

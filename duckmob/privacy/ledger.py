@@ -61,13 +61,14 @@ import math
 import os
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Callable, TypeVar
 
 import duckdb
 
 from duckmob.errors import BudgetError, DuckmobError
 from duckmob.privacy import accounting
-from duckmob.privacy.accounting import Event
+from duckmob.privacy.accounting import Event, needs_delta
 from duckmob.validators import delta_value, positive, source_name
 
 BUDGET = "duckmob_budget"
@@ -97,19 +98,51 @@ class LedgerTampered(BudgetError):
 
 @dataclass(frozen=True)
 class Prior:
-    """What a new release of ``source`` composes with: the budget and every other release not cancelled."""
+    """What a new release of ``source`` composes with: the budget and every other release not cancelled.
+
+    A release that reads several base tables (a join) draws on each one's budget: its ``source`` is their keys
+    joined (:func:`join_keys`), ``parts`` holds the :class:`Prior` of each, and it fits only if it fits every one;
+    ``eps`` and ``events`` are then those of the part with the least left, ``delta`` the smallest."""
 
     source: str
     eps: float
     delta: float
     events: tuple
+    parts: tuple = ()
 
     def spent(self) -> float:
         return accounting.epsilon(accounting.compose(list(self.events)), self.delta)
 
     def fits(self, event: Event) -> bool:
+        if self.parts:
+            return all(p.fits(event) for p in self.parts)
         after = accounting.epsilon(accounting.compose(list(self.events) + [event]), self.delta)
         return after <= self.eps + _SLACK
+
+
+def join_keys(keys) -> str:
+    """The ledger's source text of a release that reads the base tables ``keys`` (sorted, comma-separated; one key:
+    the table's name)."""
+    return ", ".join(sorted(set(keys)))
+
+
+@lru_cache(maxsize=4096)
+def keys_of(source: str) -> tuple[str, ...]:
+    """The base tables of a ledger source text (:func:`join_keys`); a quoted key may hold ', '."""
+    out, cur, quoted, i = [], [], False, 0
+    while i < len(source):
+        ch = source[i]
+        if ch == '"':
+            quoted = not quoted
+        if not quoted and source.startswith(", ", i):
+            out.append("".join(cur))
+            cur = []
+            i += 2
+            continue
+        cur.append(ch)
+        i += 1
+    out.append("".join(cur))
+    return tuple(out)
 
 
 # -- tables ---------------------------------------------------------------------------------------------------
@@ -334,7 +367,7 @@ class Verified:
     def events(self, source: str, exclude: int | None = None) -> tuple:
         """Every verified release of ``source`` that counts (not cancelled), in order, leaving out ``exclude``."""
         return tuple(r.event for i, r in enumerate(self.rows, 1)
-                     if r.source == source and r.status != "cancelled" and i != exclude)
+                     if source in keys_of(r.source) and r.status != "cancelled" and i != exclude)
 
     def budget(self, source: str) -> tuple[float, float] | None:
         """The verified (eps, delta) of ``source``: its declaration with the highest ``seq`` (None if none)."""
@@ -621,9 +654,9 @@ def events(con, source: str, exclude: int | None = None) -> list[Event]:
     source = source_name(source)
     if not has_tables(con):
         return []
-    rows = con.execute(f"SELECT event FROM {LEDGER} WHERE source = ? AND status <> 'cancelled' AND id <> ? "
-                       "ORDER BY id", [source, -1 if exclude is None else int(exclude)]).fetchall()
-    return [Event.from_json(r[0]) for r in rows]
+    rows = con.execute(f"SELECT source, event FROM {LEDGER} WHERE status <> 'cancelled' AND id <> ? ORDER BY id",
+                       [-1 if exclude is None else int(exclude)]).fetchall()
+    return [Event.from_json(e) for s, e in rows if source in keys_of(s)]
 
 
 def spent(con, source: str, delta: float | None = None) -> float:
@@ -640,12 +673,12 @@ def _no_budget(source: str) -> BudgetError:
                        "eps := ..., delta := ...) first")
 
 
-def needs_delta(source: str, eps: float, what: str) -> BudgetError:
-    """The refusal of a release that needs delta > 0 (Gaussian noise, DP-SGD) against a budget with delta 0: no eps
-    is enough there, so it says to declare a positive delta or use a pure-eps method, never to raise eps."""
-    return BudgetError(f"the privacy budget of '{source}' has delta 0, and {what} needs delta > 0: declare a "
-                       f"positive delta, e.g. FROM mob_set_budget('{source}', eps := {eps:g}, delta := 1e-5), or "
-                       "use a pure-eps method (method := 'privtrace')")
+def _up(x: float) -> str:
+    """``x`` rounded up to 3 significant digits (a budget to raise to)."""
+    if not math.isfinite(x) or x <= 0:
+        return f"{x:g}"
+    step = 10 ** (math.floor(math.log10(x)) - 2)
+    return f"{math.ceil(x / step - 1e-9) * step:.3g}"
 
 
 def prior(con, source: str, exclude: int | None = None, verified: Verified | None = None) -> Prior:
@@ -655,6 +688,15 @@ def prior(con, source: str, exclude: int | None = None, verified: Verified | Non
     source = source_name(source)
     verified = Verified() if verified is None else verified
     verify(con, verified)
+    keys = keys_of(source)
+    if len(keys) > 1:   # a release over several base tables: each one's budget (the verification is done)
+        parts = tuple(_prior_of(verified, key, exclude) for key in keys)
+        tight = min(parts, key=lambda p: p.eps - p.spent())
+        return Prior(source, tight.eps, min(p.delta for p in parts), tight.events, parts)
+    return _prior_of(verified, source, exclude)
+
+
+def _prior_of(verified: Verified, source: str, exclude: int | None) -> Prior:
     declared = verified.budget(source) if verified.tables else None
     if declared is None:
         raise _no_budget(source)
@@ -672,17 +714,19 @@ def check(prior_or_con, source_or_event, event: Event | None = None) -> None:
         p = prior(prior_or_con, source_or_event)
     if not isinstance(event, Event):
         raise DuckmobError(f"check takes a privacy event; got {type(event).__name__}")
+    for part in p.parts:   # a release over several tables: refused by the first budget it does not fit
+        check(part, event)
     if p.fits(event):
         return
     before = p.spent()
     after = accounting.epsilon(accounting.compose(list(p.events) + [event]), p.delta)
     if math.isinf(after) and p.delta == 0:
         raise needs_delta(p.source, p.eps, f"this release ({event})")
-    need = "" if math.isinf(after) else f" (total {after:.6g})"
+    own = accounting.epsilon(event, p.delta)
     raise BudgetError(
-        f"privacy budget of '{p.source}' exceeded: eps {before:.6g} of {p.eps:g} spent at delta {p.delta:g}, this "
-        f"release ({event}) needs more{need}; use a smaller eps or raise the budget with "
-        f"FROM mob_set_budget('{p.source}', eps := ..., delta := {p.delta:g})")
+        f"privacy budget of '{p.source}' exceeded: eps {before:.4g} of {p.eps:g} is spent ({max(p.eps - before, 0):.4g} "
+        f"left) and this release needs eps {own:.4g}; use a smaller eps, or raise the budget to at least "
+        f"{_up(after)}: FROM mob_set_budget('{p.source}', eps := {_up(after)}, delta := {p.delta:g})")
 
 
 def budgets(con) -> list[dict]:
@@ -732,7 +776,8 @@ def set_budget(con, source: str, eps: float, delta: float, verified: Verified | 
     used = accounting.epsilon(accounting.compose(list(verified.events(source))), delta)
     if used > eps + _SLACK:
         raise BudgetError(f"cannot set the budget of '{source}' to eps {eps:g} at delta {delta:g}: "
-                          f"eps {used:.6g} is already spent; a budget can only be raised, to at least {used:.6g}")
+                          f"eps {used:.4g} is already spent, and a budget cannot go below what is spent: declare at "
+                          f"least {_up(used)}")
     row = {"seq": int(con.execute(f"SELECT nextval('{BUDGET_SEQ}')").fetchall()[0][0]), "source": source,
            "eps": eps, "delta": delta}
     seal = _budget_seal(row)
@@ -848,4 +893,5 @@ def _jsonable(value):
 
 __all__ = ["ensure_tables", "has_tables", "verify", "Verified", "set_budget", "prior", "check", "reserve", "update",
            "record", "budget", "budgets", "spent", "events", "releases", "release_row", "Prior", "LedgerTampered",
-           "head_file", "Head", "BUDGET", "LEDGER", "STATUSES", "HEAD_SUFFIX", "MARK"]
+           "head_file", "Head", "BUDGET", "LEDGER", "STATUSES", "HEAD_SUFFIX", "MARK", "join_keys", "keys_of",
+           "needs_delta"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import duckdb
 
 from duckmob.errors import DuckmobError
+from duckmob.privacy.ledger import join_keys
 from duckmob.source.schema import quote
 
 # plan leaves that read no data of their own: their rows come from elsewhere in the same plan, or from nothing
@@ -87,30 +88,6 @@ def key(catalog: str, schema: str, table: str, home: str) -> str:
                            "duckmob.connect('...') (or duckmob.register a connection whose database it is) and "
                            "release from there")
     return _part(table) if schema == "main" else f"{_part(schema)}.{_part(table)}"
-
-
-def join_keys(keys) -> str:
-    """The ledger's source text of a release that reads ``keys`` (sorted, comma-separated)."""
-    return ", ".join(sorted(set(keys)))
-
-
-def keys_of(source: str) -> list[str]:
-    """The keys of a ledger source text (:func:`join_keys`); a quoted key may hold ', '."""
-    out, cur, quoted = [], [], False
-    i = 0
-    while i < len(source):
-        ch = source[i]
-        if ch == '"':
-            quoted = not quoted
-        if not quoted and source.startswith(", ", i):
-            out.append("".join(cur))
-            cur = []
-            i += 2
-            continue
-        cur.append(ch)
-        i += 1
-    out.append("".join(cur))
-    return out
 
 
 def _walk(node, tables: list, others: list) -> None:
@@ -231,5 +208,5 @@ def temp_table_key(relation: str, temp_tables: list[str] | None) -> str | None:
     return None if found is None else f"temp.{_part(found)}"
 
 
-__all__ = ["Lineage", "Unplannable", "resolve", "key", "join_keys", "keys_of", "split_name", "home", "identifiers", "shadowing",
+__all__ = ["Lineage", "Unplannable", "resolve", "key", "split_name", "home", "identifiers", "shadowing",
            "temp_table_key"]

@@ -42,7 +42,7 @@ def test_set_budget_spend_and_refuse(con):
     assert (source, eps, delta, releases) == ("trips", 2.0, 1e-5, 2)
     assert spent == pytest.approx(1.2844, abs=1e-3) == ledger.spent(con, "trips")
     assert remaining == pytest.approx(2.0 - spent)
-    with pytest.raises(BudgetError, match=r"privacy budget of 'trips' exceeded: eps 1\.28\d* of 2 spent"):
+    with pytest.raises(BudgetError, match=r"privacy budget of 'trips' exceeded: eps 1\.28\d* of 2 is spent"):
         ledger.check(con, "trips", acc.laplace(1.0))
     ledger.check(con, "trips", acc.laplace(0.7))  # PLD composition: 1.2844 + 0.7 minus a little still fits
     led = con.sql("SELECT id, source, mechanism, privacy_unit, params, event, seeded, epsilon "
@@ -67,7 +67,7 @@ def test_budgets_are_per_source(con):
 def test_lowering_below_spent_refused_raising_recorded(con):
     ledger.set_budget(con, "t", 1.0, 0.0)
     rec(con, "t", acc.laplace(0.6))
-    with pytest.raises(Exception, match="already spent; a budget can only be raised"):
+    with pytest.raises(Exception, match="already spent, and a budget cannot go below what is spent: declare at least"):
         con.sql("FROM mob_set_budget('t', eps := 0.5, delta := 0)").fetchall()
     con.sql("FROM mob_set_budget('t', eps := 0.8, delta := 0)").fetchall()  # lower, still above spent: fine
     con.sql("FROM mob_set_budget('t', eps := 3, delta := 0)").fetchall()

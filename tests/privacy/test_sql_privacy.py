@@ -48,7 +48,9 @@ def test_transitions_spend_and_record(seqs):
     assert acc.Event.from_json(led[0][5]) == acc.laplace(0.5)
     assert ledger.spent(seqs, "seqs") == pytest.approx(1.0)
     msg = refused(seqs, "FROM mob_transitions('seqs', eps := 1.5, n_states := 4)")
-    assert msg.startswith("duckmob: privacy budget of 'seqs' exceeded: eps 1 of 2 spent")
+    assert msg.startswith("duckmob: privacy budget of 'seqs' exceeded: eps 1 of 2 is spent (1 left) and this release "
+                          "needs eps 1.5; use a smaller eps, or raise the budget to at least 2.5: "
+                          "FROM mob_set_budget('seqs', eps := 2.5, delta := 0)")
     assert len(seqs.sql("FROM mob_ledger()").fetchall()) == 2  # a refused release records nothing
 
 
@@ -146,7 +148,7 @@ def test_set_budget_on_a_missing_table_is_refused(seqs):
 def test_a_pure_laplace_release_past_a_delta_zero_budget_is_told_to_raise_eps(seqs):
     seqs.sql("FROM mob_set_budget('seqs', eps := 1, delta := 0)").fetchall()
     msg = refused(seqs, "FROM mob_noisy_count('seqs', eps := 2)")
-    assert "exceeded" in msg and "mob_set_budget('seqs', eps := ..., delta := 0)" in msg  # raising eps works here
+    assert "exceeded" in msg and "mob_set_budget('seqs', eps := 2, delta := 0)" in msg  # raising eps works here
 
 
 def test_a_release_needing_delta_against_a_delta_zero_budget_says_so(con):
