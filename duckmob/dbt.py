@@ -32,6 +32,7 @@ again; the ledger refuses a run that would go past the budget, before reading an
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from typing import Any
 
@@ -64,6 +65,16 @@ class Plugin(BasePlugin):
         return pq.read_table(path)
 
 
+_RAISE = re.compile(r"FROM mob_set_budget\('([^']*)', eps := ([^,]+), delta := ([^)]+)\)")
+
+
+def for_dbt(text: str) -> str:
+    """A budget message's next step said where a dbt user declares the budget: in the project (the
+    ``mob_set_budget`` hook of the model, whose eps is usually a var), not by running SQL by hand."""
+    return _RAISE.sub(lambda m: f"the eps your project passes to mob_set_budget (a pre_hook; in the example project "
+                                f"dbt run --vars '{{budget_eps: {m.group(2)}}}')", text)
+
+
 def _install_error_messages() -> None:
     """Make dbt show duckmob's one-line message for a duckmob error raised in a model or hook.
 
@@ -89,7 +100,7 @@ def _install_error_messages() -> None:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
             text = one_line(cause, sql)   # also names a column missing from a duckmob call's input
             if text.startswith("duckmob: "):
-                raise DbtRuntimeError(text) from cause
+                raise DbtRuntimeError(for_dbt(text)) from cause
             raise
 
     exception_handler._duckmob = True

@@ -134,6 +134,8 @@ def test_overspending_run_fails_with_duckmob_message(project):
     message = [line.strip() for line in failed.message.strip().splitlines()]
     # dbt names the model's source "db"."main"."trips": the budget is the base table's, whatever the spelling
     assert message[-1].startswith("duckmob: privacy budget of 'trips'") and "exceeded" in message[-1]
+    # the next step where a dbt user declares the budget: the project's var, not SQL typed by hand
+    assert "dbt run --vars '{budget_eps: " in message[-1] and "FROM mob_set_budget" not in message[-1]
     assert "Python exception occurred" not in failed.message
     con = duckmob.connect(str(root / "example.duckdb"), read_only=True)
     try:
