@@ -119,7 +119,7 @@ def run(methods: list[str], seeds: list[int], epsilons: list[float], limit: int 
     for name, n_real in sizes.items():
         n_fits = len(seeds) * sum(1 for t in source.values() if t == name)
         con.execute(f"FROM mob_set_budget('{name}', eps := {sum(epsilons) * n_fits + 1}, "
-                    f"delta := {DELTA * n_fits * len(epsilons) * 10})").fetchall()
+                    f"delta := {min(DELTA * n_fits * len(epsilons) * 10, 1e-3)})").fetchall()
         reals[name] = load_side(table_points(con, name), BOX, "real")[0]
         print(f"{name}: {n_real:,} real trajectories ({time.perf_counter() - t0:.0f} s)", flush=True)
     runs = []

@@ -113,7 +113,8 @@ def run(methods: list[str], seeds: list[int], eps: float, limit: int | None, neu
     reals = {}
     for name, n_real in sizes.items():
         n_fits = len(seeds) * sum(1 for t in source.values() if t == name)
-        con.execute(f"FROM mob_set_budget('{name}', eps := {eps * n_fits + 1}, delta := {DELTA * n_fits * 10})"
+        con.execute(f"FROM mob_set_budget('{name}', eps := {eps * n_fits + 1}, "
+                    f"delta := {min(DELTA * n_fits * 10, 1e-3)})"
                     ).fetchall()
         reals[name] = load_side(table_points(con, name), BOX, "real")[0]   # loaded once, derived arrays cached
         print(f"{name}: {n_real:,} real trajectories, {reals[name].traj.n_points:,} fixes inside {BOX} "
