@@ -16,6 +16,9 @@ OUTSIDE = ("drop", "fail")
 MAX_EPSILON = 100.0
 # Largest n a synthesize / mob_sample call may ask for (rows are materialised in memory; ask again for more).
 MAX_N = 50_000_000
+# Most rows (points) one synthetic table may have: sampling stops and refuses past it, whatever n and the points
+# per trajectory (each method's own cap, e.g. max_points) would give, so one query cannot fill the machine's memory.
+MAX_ROWS = 100_000_000
 # Largest delta a budget or a release may have. delta is the chance that the guarantee fails outright (a release
 # may then expose someone entirely), so it must be far below 1 / the number of people in the table: 1e-3 already
 # suits only tables of well over a thousand people. A larger one would also let a raise of delta buy eps (after
@@ -142,4 +145,5 @@ def outside(value) -> str:
 
 
 __all__ = ["positive", "epsilon", "delta_value", "count", "n_trajectories", "seed", "source_name", "model_name",
-           "privacy_unit", "outside", "PRIVACY_UNITS", "MAX_N", "MAX_EPSILON", "MAX_DELTA"]
+           "privacy_unit", "outside", "PRIVACY_UNITS", "MAX_N", "MAX_ROWS", "MAX_EPSILON",
+           "MAX_DELTA"]

@@ -91,3 +91,21 @@ def test_a_step_histogram_that_is_mostly_noise_spaces_points_one_fine_cell_apart
     x, y = placement._local_xy(place.bbox, lat, lon)
     chords = np.hypot(np.diff(x), np.diff(y))
     assert lengths[0] > 20 and chords.max() <= cell * 1.001 and np.median(chords) > 0.9 * cell
+
+
+def test_the_output_as_a_whole_is_capped_and_large_outputs_come_in_parts(con, monkeypatch):
+    """Sampling draws SAMPLE_CHUNK trajectories at a time, numbered on, and refuses past MAX_ROWS rows, naming an
+    n that fits; an output within one part is the model's one call (the same rows as before under a seed)."""
+    from duckmob import release
+    from duckmob.release import fitting
+    from duckmob.synth import store
+
+    con.execute(f"FROM mob_fit('trips', 'cap', eps := 1.0, bbox := {BBOX}, seed := 1)").fetchall()
+    _, model = release.read_ledger(release.database(con), lambda cur: store.load(cur, "cap"))
+    whole = fitting.sample(model, 250, np.random.default_rng(3))
+    assert whole.traj_id.tolist() == list(range(250))
+    monkeypatch.setattr(fitting, "SAMPLE_CHUNK", 100)
+    parts = fitting.sample(model, 250, np.random.default_rng(3))
+    assert sorted(parts.traj_id.tolist()) == list(range(250)) and parts.n_points > 500
+    with pytest.raises(DuckmobError, match=r"more than 2,000 rows .* \(about n := [0-9,]+ fit\)"):
+        fitting.sample(model, 250, np.random.default_rng(3), max_rows=2_000)

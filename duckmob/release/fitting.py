@@ -16,6 +16,8 @@ from duckmob.release.registry import Database
 from duckmob.privacy import ledger
 from duckmob.privacy.noise import NoiseSource
 from duckmob.source import PointSource
+from duckmob.source.batches import concat
+from duckmob.trajectories import Trajectories
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,27 @@ def default_size(model) -> int:
     return n
 
 
-def sample(model, n: int | None, rng: np.random.Generator):
-    """``n`` trajectories from a fitted model (None: :func:`default_size`): free post-processing."""
-    return model.sample(validators.n_trajectories(default_size(model) if n is None else n), rng)
+# Trajectories sampled at a time: an output of at most this many is one call of the model (the same rows as ever
+# under a seed); a larger one is drawn in parts, the rows counted against MAX_ROWS as they come.
+SAMPLE_CHUNK = 100_000
+
+
+def sample(model, n: int | None, rng: np.random.Generator, max_rows: int | None = None):
+    """``n`` trajectories from a fitted model (None: :func:`default_size`): free post-processing. Refused once the
+    rows drawn pass ``max_rows`` (the public :data:`duckmob.validators.MAX_ROWS`), before more memory is taken."""
+    n = validators.n_trajectories(default_size(model) if n is None else n)
+    cap = validators.MAX_ROWS if max_rows is None else max_rows
+    parts, rows = [], 0
+    for start in range(0, n, SAMPLE_CHUNK):
+        part = model.sample(min(SAMPLE_CHUNK, n - start), rng)
+        rows += part.n_points
+        if rows > cap:   # synthetic rows only: how many fit is post-processing of the model
+            fit = max(int(cap * (start + part.n_trajectories) / rows), 1)
+            raise DuckmobError(f"the synthetic table would have more than {cap:,} rows (duckmob's limit on one "
+                               f"output): ask for fewer trajectories (about n := {fit:,} fit), or draw several "
+                               "tables with mob_sample")
+        if start:
+            part = Trajectories(part.offsets, np.asarray(part.traj_id) + start, part.user_id, part.ts, part.lat,
+                                part.lon)
+        parts.append(part)
+    return parts[0] if len(parts) == 1 else concat(parts)
