@@ -107,6 +107,33 @@ def test_ctrl_c_while_planning_cancels_the_release_before_anything_is_reserved(c
     assert _statuses(con) == [(1, "spent")]
 
 
+def test_ctrl_c_during_a_noise_calibration_stops_it_there(con, monkeypatch):
+    """A DP-SGD calibration (seconds of accountant evaluations while planning) checks for Ctrl-C between its
+    evaluations: a press stops it where it is, the release is cancelled and nothing is reserved."""
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 100.0, delta := 1e-5)").fetchall()
+    db = release.database(con)
+    evaluations, finished = [], []
+    epsilon = accounting.epsilon
+
+    def counted(*args, **kw):
+        evaluations.append(1)
+        if len(evaluations) == 3:
+            release.interrupt_all()   # Ctrl-C while the calibration runs (from its own thread: the count is global)
+        return epsilon(*args, **kw)
+
+    def calibrating_plan(p):
+        sigma = accounting.calibrate_noise_multiplier([], 0.01, 3000, 50.0, 1e-5, prior=p)
+        finished.append(sigma)   # never reached: the calibration stops at the press
+        return accounting.dp_sgd(sigma, 0.01, 3000)
+
+    monkeypatch.setattr(accounting, "epsilon", counted)
+    with pytest.raises(release.Interrupted, match="before the data was read: the release was cancelled"):
+        release.run(db, _request(calibrating_plan), _read)
+    assert finished == [] and 3 <= len(evaluations) <= 4
+    assert _statuses(con) == [] and ledger.spent(con, "trips") == 0.0
+
+
 def test_ctrl_c_after_the_reservation_and_before_the_read_cancels_it(con):
     _trips(con)
     con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()

@@ -40,9 +40,11 @@ import json
 import logging
 import math
 from collections import Counter
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 
 from duckmob.errors import BudgetError, DuckmobError
@@ -381,6 +383,28 @@ def needs_delta(source: str, eps: float, what: str) -> BudgetError:
                        "use a pure-eps method (method := 'privtrace')")
 
 
+# What a long calibration calls between two accountant evaluations (it raises to stop it: the release core passes
+# its Ctrl-C check while it plans). A context variable: set by the thread that plans, for that plan only.
+_STOP: ContextVar[Callable[[], None] | None] = ContextVar("duckmob_calibration_stop", default=None)
+
+
+@contextmanager
+def stoppable(check: Callable[[], None]):
+    """Within this block, :func:`calibrate_noise_multiplier` calls ``check()`` before every accountant evaluation
+    (a Ctrl-C while planning then stops the calibration within one evaluation, not at its end)."""
+    token = _STOP.set(check)
+    try:
+        yield
+    finally:
+        _STOP.reset(token)
+
+
+def _stop_point() -> None:
+    check = _STOP.get()
+    if check is not None:
+        check()
+
+
 def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps: float, delta: float,
                                rtol: float = 0.005, prior: tuple | None = None) -> float:
     """Smallest noise multiplier sigma (to ``rtol``) with
@@ -403,6 +427,7 @@ def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps:
         return sigma
 
     def fits(s):
+        _stop_point()
         return prior.fits(compose(fixed + [dp_sgd(s, sample_rate, steps)]))
 
     if fits(sigma):
@@ -431,9 +456,11 @@ def _calibrate_alone(fixed: list, sample_rate: float, steps: int, eps: float, de
         return compose(fixed + [dp_sgd(sigma, sample_rate, steps)])
 
     def pld_eps(sigma):
+        _stop_point()
         return epsilon(run(sigma), delta)
 
     def rdp_eps(sigma):
+        _stop_point()
         acc = rdp.RdpAccountant()
         acc.compose(run(sigma).to_dp_event())
         return acc.get_epsilon(delta)

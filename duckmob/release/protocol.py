@@ -10,7 +10,7 @@ from typing import Any, Callable, TypeVar
 import duckdb
 
 from duckmob.errors import DuckmobError
-from duckmob.privacy import ledger
+from duckmob.privacy import accounting, ledger
 from duckmob.privacy.accounting import Event
 from duckmob.release import interrupts
 from duckmob.release.registry import Database
@@ -107,12 +107,14 @@ def _planned(db: Database, cur, source: str, plan: Callable[[ledger.Prior], P], 
     made again against the ledger as it is now; an event that still fits is kept (``then`` checks it against the
     ``prior`` it is given, the current one). A new plan follows only a change that left less room (more spent, a
     lower budget), so the loop ends once the others stop taking room: with an event that fits, or a refusal.
-    ``check()`` (Ctrl-C) runs before each plan and under the lock after it."""
+    ``check()`` (Ctrl-C) runs before each plan, within a calibration (``accounting.stoppable``) and under the lock
+    after it."""
     with db.lock:
         p = ledger.prior(cur, source, exclude=exclude, verified=db.verified)
     while True:
         check()
-        planned = plan(p)
+        with accounting.stoppable(check):   # a calibration checks for Ctrl-C between its evaluations
+            planned = plan(p)
         with db.lock:
             check()
             now = ledger.prior(cur, source, exclude=exclude, verified=db.verified)
