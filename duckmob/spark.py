@@ -30,13 +30,13 @@ import pyarrow as pa
 
 from duckmob import release
 from duckmob.source import PointSource
-from duckmob.source import batches as stream
+from duckmob.source import batches as source_batches
 from duckmob.source.schema import Mapping, check_points
 from duckmob.errors import DuckmobError
 from duckmob.trajectories import Trajectories, from_points
 
 _SUMS_SCHEMA = "name string, sums binary"
-# stream.to_lists' columns as Spark types (Spark's arrays are Arrow lists with 32-bit offsets)
+# source_batches.to_lists' columns as Spark types (Spark's arrays are Arrow lists with 32-bit offsets)
 _LISTS_DDL = "traj_id long, user_id long, ts array<long>, lat array<double>, lon array<double>"
 _LISTS32 = pa.schema([("traj_id", pa.int64()), ("user_id", pa.int64()), ("ts", pa.list_(pa.int64())),
                       ("lat", pa.list_(pa.float64())), ("lon", pa.list_(pa.float64()))])
@@ -94,7 +94,7 @@ def _cleaner(bbox, time_required: bool):
     def clean(batches):
         table = pa.Table.from_batches(list(batches))
         data, _ = from_points(table, bbox=bbox, outside="drop", time_required=time_required, private=True)
-        yield from stream.to_lists(data).cast(_LISTS32).to_batches()
+        yield from source_batches.to_lists(data).cast(_LISTS32).to_batches()
     return clean
 
 
@@ -107,7 +107,7 @@ def _kept(data: Trajectories, keys) -> Trajectories:
     return data.take(keys[pos] == mine if len(keys) else np.zeros(data.n_trajectories, dtype=bool))
 
 
-class SparkBatches(stream.Batches):
+class SparkBatches(source_batches.Batches):
     """Cleaned trajectories cached in Spark; :meth:`reduce` runs a statistics function on every partition and sums
     the integer tables it returns on the driver."""
 
@@ -118,7 +118,7 @@ class SparkBatches(stream.Batches):
         keys = self.keys
 
         def partition(batches):
-            data = _kept(stream.from_lists(pa.Table.from_batches(list(batches), schema=_LISTS32)), keys)
+            data = _kept(source_batches.from_lists(pa.Table.from_batches(list(batches), schema=_LISTS32)), keys)
             out = fn(data)
             yield pa.RecordBatch.from_pydict({"name": list(out),
                                               "sums": [np.asarray(v, dtype=np.int64).tobytes() for v in out.values()]})
@@ -135,14 +135,14 @@ class SparkBatches(stream.Batches):
         keys = self.keys
 
         def partition(batches):
-            data = _kept(stream.from_lists(pa.Table.from_batches(list(batches), schema=_LISTS32)), keys)
-            yield from stream.to_lists(fn(data)).cast(_LISTS32).to_batches()
+            data = _kept(source_batches.from_lists(pa.Table.from_batches(list(batches), schema=_LISTS32)), keys)
+            yield from source_batches.to_lists(fn(data)).cast(_LISTS32).to_batches()
 
-        return stream.in_order(stream.from_lists(self.cleaned.mapInArrow(partition, _LISTS_DDL).toArrow()))
+        return source_batches.in_order(source_batches.from_lists(self.cleaned.mapInArrow(partition, _LISTS_DDL).toArrow()))
 
     def __iter__(self):
         """Every kept trajectory on the driver, as one batch (what iterating gives: O(points))."""
-        yield _kept(stream.from_lists(self.cleaned.toArrow()), self.keys)
+        yield _kept(source_batches.from_lists(self.cleaned.toArrow()), self.keys)
 
     def close(self) -> None:
         self.cleaned.unpersist()
@@ -174,7 +174,7 @@ class SparkSource(PointSource):
         keys = None
         n_kept = len(traj)
         if privacy_unit == "user":
-            keep = stream.bound_keys(traj, user, k, rng())
+            keep = source_batches.bound_keys(traj, user, k, rng())
             keys = np.sort(np.rec.fromarrays([traj[keep], user[keep]], names="t,u"))
             n_kept = int(keep.sum())
         self._batches = SparkBatches(cleaned, keys, n_kept)

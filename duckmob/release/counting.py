@@ -68,7 +68,7 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
     """eps-DP length-normalised transition counts of a table of cell sequences (``mob_transitions``).
 
     ``load()`` returns ``(offsets, cells, user_id)``, or a callable yielding such batches (read out of core:
-    ``duckmob.stream.transitions``; the same release); ``user_col`` is as in :func:`noisy_count` (the user unit
+    ``duckmob.release.tables.transitions``; the same release); ``user_col`` is as in :func:`noisy_count` (the user unit
     on a table without a user column is refused before anything is reserved). The mechanism and its privacy map are
     ``duckmob.privacy.counting.noisy_transition_counts`` (dense) / ``..._sparse`` (support 'neighbours'):
     Laplace(k / eps) on every entry of a data-independent support, accounted as ``accounting.laplace(eps)``.
@@ -103,7 +103,7 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
 
     def compute(release: Release):
         loaded = release.read(load)
-        # a callable yields (offsets, cells, user_id) batches read out of core (duckmob.stream.transitions)
+        # a callable yields (offsets, cells, user_id) batches read out of core (duckmob.source.table.read_sequences)
         batches = loaded if callable(loaded) else (lambda: iter([loaded]))
         args = dict(privacy_unit=unit, max_trajectories_per_user=k if unit == "user" else None,
                     max_length=max_length, support=support, w=w)

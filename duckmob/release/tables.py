@@ -18,15 +18,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from duckmob.errors import DuckmobError
-from duckmob.release import counting, fitting
 from duckmob.privacy import ledger
+from duckmob.release import counting, fitting
 from duckmob.release.protocol import read_ledger, set_budget as declare
 from duckmob.release.registry import Database
 from duckmob.source import ArrowSource, lineage
 from duckmob.source.schema import Mapping
-from duckmob.trajectories import synthetic_table
 from duckmob.source.table import (Prepared, TableSource, count_query, pair_count, prepare, read_sequences,
                                   sequence_arrays)
+from duckmob.trajectories import synthetic_table
 
 
 def home(db: Database) -> str:
@@ -60,8 +60,8 @@ def _committed_shadowed(con, relation: str) -> None:
     check_shadowing(relation, sorted(names & committed))
 
 
-def _needs_user_column(prepared: Prepared, unit: str, relation: str) -> None:
-    if unit == "user" and not prepared.has_user:
+def _needs_user_column(has_user: bool, unit: str, relation: str) -> None:
+    if unit == "user" and not has_user:
         raise DuckmobError(f"'{relation}' has no user_id column (nor one named with user_col := ...), so "
                            "privacy_unit := 'user' cannot tell whose each trajectory is: name its user column with "
                            "user_col := '...', or use privacy_unit := 'trajectory'")
@@ -75,7 +75,7 @@ def _prepared_fit(db: Database, con, relation: str, mapping: Mapping, owned: boo
             _committed_shadowed(con, relation)
         prepared = prepare(con, relation, mapping, home=home(db), shape="points")
         r = fitting.fit_request(source=prepared.lineage.source, **request)
-        _needs_user_column(prepared, r.privacy_unit, relation)
+        _needs_user_column(prepared.has_user, r.privacy_unit, relation)
     except BaseException:
         if owned:
             con.close()
@@ -106,11 +106,8 @@ def synthesize(db: Database, con, relation: str, *, mapping: Mapping, owned: boo
 def synthesize_gathered(db: Database, relation: str, temp_tables: list[str] | None, has_user: bool, points,
                         **request) -> pa.Table:
     """:func:`synthesize` of rows a SQL macro gathered from the caller's temporary table (:func:`fit_gathered`)."""
-    source = gathered_key(relation, temp_tables)
-    r = fitting.fit_request(source=source, **request)
-    if r.privacy_unit == "user" and not has_user:
-        _needs_user_column(Prepared(lineage.Lineage(relation, (source,)), False, ""), "user", relation)
-    return _synthesized(db, _key("synthesize", source, "", request), r, lambda: ArrowSource(points), None)
+    r = _gathered_fit(relation, temp_tables, has_user, request)
+    return _synthesized(db, _key("synthesize", r.source, "", request), r, lambda: ArrowSource(points), None)
 
 
 def _key(kind: str, source: str, select: str, request: dict) -> str:
@@ -158,12 +155,17 @@ def fit_gathered(db: Database, relation: str, temp_tables: list[str] | None, has
     """Fit a method on rows a SQL macro gathered from the caller's temporary table ``relation`` (checked on its
     schema already: ``has_user``), ``points()`` giving them as an Arrow table. A relation that is no temporary table
     (a CTE, a temporary view: what it reads cannot be seen from here) is refused before anything is reserved."""
-    source = gathered_key(relation, temp_tables)
-    r = fitting.fit_request(source=source, **request)
-    if r.privacy_unit == "user" and not has_user:
-        _needs_user_column(Prepared(lineage.Lineage(relation, (source,)), False, ""), "user", relation)
+    r = _gathered_fit(relation, temp_tables, has_user, request)
     model, ledger_id, noise = fitting.fit(db, r, ArrowSource(points))
     return model, ledger_id, noise, r
+
+
+def _gathered_fit(relation: str, temp_tables: list[str] | None, has_user: bool, request: dict) -> fitting.FitRequest:
+    """The checks of a fit on gathered rows that read no row: their budget key, the public arguments, the user
+    column the user unit needs."""
+    r = fitting.fit_request(source=gathered_key(relation, temp_tables), **request)
+    _needs_user_column(has_user, r.privacy_unit, relation)
+    return r
 
 
 def gathered_key(relation: str, temp_tables: list[str] | None) -> str:
@@ -261,5 +263,6 @@ def gathered_pairs(rows):
             np.asarray(rows.field("user_id").fill_null(-1).to_numpy(zero_copy_only=False), np.int64))
 
 
-__all__ = ["fit", "fit_gathered", "synthesize", "synthesize_gathered", "noisy_count", "noisy_count_gathered", "transitions", "transitions_gathered",
-           "set_budget", "check_shadowing", "gathered_key", "home", "gathered_pairs"]
+__all__ = ["fit", "fit_gathered", "synthesize", "synthesize_gathered", "noisy_count", "noisy_count_gathered",
+           "transitions", "transitions_gathered", "set_budget", "check_shadowing", "gathered_key", "home",
+           "gathered_pairs"]

@@ -64,7 +64,7 @@ def _lazy_points(traj, user, ts, lat, lon, seq):
                              "lat": pa.array([], pa.float64()), "lon": pa.array([], pa.float64())})
         cols = {"traj_id": traj_v, "ts": _values(ts), "lat": _values(lat), "lon": _values(lon)}
         user_v = _values(user)
-        if user_v is not None and user_v.null_count < len(user_v):
+        if user_v is not None:   # all NULL when the table has no user column: no user (-1), as without it
             cols["user_id"] = user_v
         seq_v = _values(seq)
         if seq_v is not None and len(seq_v) == len(traj_v):
@@ -124,39 +124,38 @@ def _named(request: dict) -> dict:
 
 
 def udfs(db) -> list[Udf]:
-    def fit_gathered(traj, user, ts, lat, lon, seq, facts, types, cols, request):
+    def gathered(release_fn, traj, user, ts, lat, lon, seq, facts, types, cols, request):
+        """``release_fn`` (tables.fit_gathered / synthesize_gathered) of a temporary table's gathered rows, their
+        column types checked first (the schema only)."""
         facts, m = caller(facts), mapping(cols)
         has_user = check_points(dict(zip(("traj_id", "user_id", "ts", "lat", "lon"), scalar(types))), m)
-        return tables.fit_gathered(db, facts["relation"], facts.get("temp_tables"), has_user,
-                                   _lazy_points(traj, user, ts, lat, lon, seq), **request)
+        return release_fn(db, facts["relation"], facts.get("temp_tables"), has_user,
+                          _lazy_points(traj, user, ts, lat, lon, seq), **request)
 
-    def fit_source(facts, cols, request):
-        """A relation read out of core on a cursor of the core's connection (it resolves names as the caller does
-        but sees committed tables and views only: the macros send temporary tables through the gathered path)."""
+    def out_of_core(release_fn, facts, cols, request):
+        """``release_fn`` (tables.fit / synthesize) of a relation read out of core on a cursor of the core's
+        connection (it resolves names as the caller does but sees committed tables and views only: the macros send
+        temporary tables through the gathered path)."""
         facts = caller(facts)
         relation = shadow_checked(facts)
-        return tables.fit(db, core_cursor(db, facts), relation, mapping=mapping(cols), owned=True,
+        return release_fn(db, core_cursor(db, facts), relation, mapping=mapping(cols), owned=True,
                           caller_checked=True, **request)
 
     def _fit(traj, user, ts, lat, lon, seq, facts, types, cols, args):
-        model, _, _, r = fit_gathered(traj, user, ts, lat, lon, seq, facts, types, cols, _named(_request(args)))
+        model, _, _, r = gathered(tables.fit_gathered, traj, user, ts, lat, lon, seq, facts, types, cols,
+                                  _named(_request(args)))
         return one_row(_summary(r.name, r.method, r.source, r.eps, r.delta, model))
 
     def _synthesize(traj, user, ts, lat, lon, seq, facts, types, cols, args):
-        facts, m = caller(facts), mapping(cols)
-        has_user = check_points(dict(zip(("traj_id", "user_id", "ts", "lat", "lon"), scalar(types))), m)
-        return one_row(tables.synthesize_gathered(db, facts["relation"], facts.get("temp_tables"), has_user,
-                                                  _lazy_points(traj, user, ts, lat, lon, seq), **_request(args)))
+        return one_row(gathered(tables.synthesize_gathered, traj, user, ts, lat, lon, seq, facts, types, cols,
+                                _request(args)))
 
     def _fit_source(facts, cols, args):
-        model, _, _, r = fit_source(facts, cols, _named(_request(args)))
+        model, _, _, r = out_of_core(tables.fit, facts, cols, _named(_request(args)))
         return one_row(_summary(r.name, r.method, r.source, r.eps, r.delta, model))
 
     def _synthesize_source(facts, cols, args):
-        facts = caller(facts)
-        relation = shadow_checked(facts)
-        return one_row(tables.synthesize(db, core_cursor(db, facts), relation, mapping=mapping(cols), owned=True,
-                                         caller_checked=True, **_request(args)))
+        return one_row(out_of_core(tables.synthesize, facts, cols, _request(args)))
 
     def _sample(name, n, seed):
         name = validators.model_name(scalar(name))
@@ -165,12 +164,12 @@ def udfs(db) -> list[Udf]:
         return one_row(rows(release.sample(model, n, NoiseSource(seed).generator())))
 
     columns = ["BIGINT[]", "BIGINT[]", "TIMESTAMP[]", "DOUBLE[]", "DOUBLE[]", "BIGINT[]"]
-    gathered = columns + [CALLER_TYPE, "VARCHAR[]", MAPPING_TYPE, ARGS_TYPE]
+    gathered_args = columns + [CALLER_TYPE, "VARCHAR[]", MAPPING_TYPE, ARGS_TYPE]
     return [
-        Udf("_mob_fit", _fit, gathered, FIT_TYPE, side_effects=True, special_nulls=True),
+        Udf("_mob_fit", _fit, gathered_args, FIT_TYPE, side_effects=True, special_nulls=True),
         Udf("_mob_sample", _sample, ["VARCHAR", "BIGINT", "BIGINT"], ROWS_TYPE, side_effects=True,
             special_nulls=True),
-        Udf("_mob_synthesize", _synthesize, gathered, ROWS_TYPE, side_effects=True, special_nulls=True),
+        Udf("_mob_synthesize", _synthesize, gathered_args, ROWS_TYPE, side_effects=True, special_nulls=True),
         Udf("_mob_fit_source", _fit_source, [CALLER_TYPE, MAPPING_TYPE, ARGS_TYPE], FIT_TYPE, side_effects=True,
             special_nulls=True),
         Udf("_mob_synthesize_source", _synthesize_source, [CALLER_TYPE, MAPPING_TYPE, ARGS_TYPE], ROWS_TYPE,
