@@ -83,10 +83,7 @@ def check_points(types: dict[str, str | None], m: Mapping) -> bool:
                              ("lon", m.lon_col, "lon_col")):
         if t.get(col) is None or t[col] in NULL_TYPES:
             raise _missing(col, name, param)
-    if not _is_integer(t["traj_id"]):
-        raise _refuse("trajectory id", m.traj_col, "traj_col", "an integer", t["traj_id"],
-                      f"number the trajectories, e.g. dense_rank() OVER (ORDER BY {m.traj_col})")
-    has_user = _check_user(t.get("user_id"), m)
+    has_user = _check_ids(t, m)
     if t.get("ts") not in NULL_TYPES and t.get("ts") is not None and not _is_time(t["ts"]):
         raise _refuse("time", m.ts_col, "ts_col", "TIMESTAMP", t["ts"],
                       f"cast it, e.g. {m.ts_col}::TIMESTAMP, or to_timestamp({m.ts_col}) for epoch seconds")
@@ -97,11 +94,16 @@ def check_points(types: dict[str, str | None], m: Mapping) -> bool:
     return has_user
 
 
-def _check_user(t: str | None, m: Mapping) -> bool:
-    if t is None or t in NULL_TYPES:
+def _check_ids(t: dict[str, str | None], m: Mapping) -> bool:
+    """The trajectory id (present) and the user id (optional) are integers; whether there is a user column."""
+    if not _is_integer(t["traj_id"]):
+        raise _refuse("trajectory id", m.traj_col, "traj_col", "an integer", t["traj_id"],
+                      f"number the trajectories, e.g. dense_rank() OVER (ORDER BY {m.traj_col})")
+    user = t.get("user_id")
+    if user is None or user in NULL_TYPES:
         return False
-    if not _is_integer(t):
-        raise _refuse("user id", m.user_col, "user_col", "an integer", t,
+    if not _is_integer(user):
+        raise _refuse("user id", m.user_col, "user_col", "an integer", user,
                       f"number the users, e.g. dense_rank() OVER (ORDER BY {m.user_col})")
     return True
 
@@ -113,10 +115,7 @@ def check_ids(types: dict[str, str | None], m: Mapping) -> bool:
         raise _missing("traj_id", m.traj_col, "traj_col")
     if types.get("cells") in NULL_TYPES:
         raise _missing("cells", m.cells_col, "cells_col")
-    if not _is_integer(types["traj_id"]):
-        raise _refuse("trajectory id", m.traj_col, "traj_col", "an integer", types["traj_id"],
-                      f"number the trajectories, e.g. dense_rank() OVER (ORDER BY {m.traj_col})")
-    has_user = _check_user(types.get("user_id"), m)
+    has_user = _check_ids(types, m)
     cells = types.get("cells", "BIGINT[]")
     if not (cells.endswith("[]") and _is_integer(cells[:-2])):
         raise DuckmobError(f"duckmob: cells column {m.cells_col} has type {cells}, not a list of integer cell ids "
