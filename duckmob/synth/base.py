@@ -85,7 +85,7 @@ class Synthesizer(ABC):
     model_class: ClassVar[type[Model]]
     default_delta: ClassVar[float] = 1e-5
     needs_time: ClassVar[bool] = True
-    streams: ClassVar[bool] = False     # fit accepts duckmob.source.batches.Batches (out of core) as well as Trajectories
+    streams: ClassVar[bool] = False     # fit accepts source.batches.Batches (out of core) as well as Trajectories
 
     def __init__(self, bbox, **params):
         self.bbox = BBox.of(bbox)

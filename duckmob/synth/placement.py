@@ -209,7 +209,8 @@ def step_bins(data: Trajectories, bbox) -> tuple[np.ndarray, np.ndarray, np.ndar
 def release(data, bbox, eps: float, config: PlacementConfig, noise, k: int = 1,
             n_noisy: float | None = None, at_least: int | None = None) -> "FineStats":
     """The fine stage's two releases (module docstring): eps * fine_share in total, k trajectories per unit.
-    ``data``: :class:`Trajectories` or :class:`duckmob.source.batches.Batches` (the statistics summed batch by batch)."""
+    ``data``: :class:`Trajectories` or :class:`duckmob.source.batches.Batches` (the statistics summed batch by
+    batch)."""
     w = fine_width(bbox, config, n_noisy, eps, k, at_least)
     sc = scales(eps, config, k)
     walk = config.output != "stays"
