@@ -160,7 +160,7 @@ class SparkSource(PointSource):
         self.has_user = check(df, self.mapping)   # the schema, before any reservation
         self._batches = None
 
-    def batches(self, *, bbox, time_required, privacy_unit, k, rng) -> SparkBatches:
+    def batches(self, *, bbox, time_required, unit, rng) -> SparkBatches:
         from pyspark import StorageLevel
 
         spark = self.df.sparkSession
@@ -173,8 +173,8 @@ class SparkSource(PointSource):
         user = ids.column("user_id").to_numpy()
         keys = None
         n_kept = len(traj)
-        if privacy_unit == "user":
-            keep = source_batches.bound_keys(traj, user, k, rng())
+        if unit.is_user:
+            keep = source_batches.bound_keys(traj, user, unit.max_trajectories_per_user, rng())
             keys = np.sort(np.rec.fromarrays([traj[keep], user[keep]], names="t,u"))
             n_kept = int(keep.sum())
         self._batches = SparkBatches(cleaned, keys, n_kept)
@@ -223,7 +223,7 @@ def synthesize(df, *, source: str, ledger: str, eps, method: str = "privtrace", 
                                 params={**synth.parse_params(params), **method_params}, seed=seed, n=n)
         src = SparkSource(df, partitions=partitions, traj_col=traj_col, ts_col=ts_col, lat_col=lat_col,
                           lon_col=lon_col, user_col=user_col)
-        if r.privacy_unit == "user" and not src.has_user:
+        if r.unit.is_user and not src.has_user:
             raise DuckmobError(f"the DataFrame has no {user_col} column, so privacy_unit := 'user' cannot tell whose "
                                "each trajectory is: name its user column with user_col=..., or use "
                                "privacy_unit='trajectory'")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 
 from duckmob.errors import DuckmobError
+from duckmob.privacy.unit import PrivacyUnit
 
-PRIVACY_UNITS = ("trajectory", "user")
+PRIVACY_UNITS = PrivacyUnit.KINDS
 OUTSIDE = ("drop", "fail")
 # Largest eps of one release: above it the guarantee means nothing and the noise grid cannot honour it.
 MAX_EPSILON = 100.0
@@ -69,6 +70,16 @@ def delta_value(value, default: float | None = None) -> float:
     return v
 
 
+def release_delta(value, *, default: float, needs_delta: bool, method: str, mechanism: str = "") -> float:
+    """A release's delta (``default`` when None): in [0, :data:`MAX_DELTA`], and above 0 for a method that
+    declares ``needs_delta`` (``mechanism`` says why, e.g. 'trains with DP-SGD')."""
+    v = delta_value(value, default)
+    if needs_delta and v <= 0:
+        why = f" {mechanism} and" if mechanism else ""
+        raise DuckmobError(f"{method}{why} needs 0 < delta <= {MAX_DELTA:g} (e.g. delta := 1e-5), got {value!r}")
+    return v
+
+
 def count(name: str, value, *, minimum: int = 1, maximum: int | None = None, example: str = "") -> int:
     """An integer in [minimum, maximum]."""
     v = _float(value)
@@ -111,9 +122,11 @@ def model_name(value) -> str:
     return value
 
 
-def privacy_unit(unit, k, needs_bound: bool = True) -> tuple[str, int]:
-    """``(unit, k)``: 'trajectory' with k = 1, or 'user' with the public bound k = max_trajectories_per_user
-    (required unless ``needs_bound`` is False, e.g. for a count of users, whose sensitivity is 1 anyway)."""
+def privacy_unit(unit, max_trajectories_per_user, needs_bound: bool = True) -> PrivacyUnit:
+    """The :class:`~duckmob.privacy.unit.PrivacyUnit` the caller asked for: 'trajectory' (bound 1), or 'user' with
+    the public bound ``max_trajectories_per_user`` (required unless ``needs_bound`` is False, e.g. for a count of
+    users, whose sensitivity is 1 anyway)."""
+    k = max_trajectories_per_user
     name = str(unit if unit is not None else "trajectory").strip().lower()
     if name not in PRIVACY_UNITS:
         raise DuckmobError(f"privacy_unit := '{unit}' is not an option: use 'trajectory' (one trajectory is "
@@ -122,13 +135,13 @@ def privacy_unit(unit, k, needs_bound: bool = True) -> tuple[str, int]:
         if k is not None and _float(k) != 1:
             raise DuckmobError("max_trajectories_per_user only applies with privacy_unit := 'user': drop it, or "
                                "add privacy_unit := 'user'")
-        return name, 1
+        return PrivacyUnit.trajectory()
     if k is None:
         if not needs_bound:
-            return name, 1
+            return PrivacyUnit.user(1)
         raise DuckmobError("privacy_unit := 'user' needs a contribution bound: pass max_trajectories_per_user := k "
                            "(a user's trajectories beyond k are dropped at random; noise grows with k)")
-    return name, count("max_trajectories_per_user", k, maximum=10_000)
+    return PrivacyUnit.user(count("max_trajectories_per_user", k, maximum=10_000))
 
 
 def outside(value) -> str:
@@ -144,6 +157,6 @@ def outside(value) -> str:
     return v
 
 
-__all__ = ["positive", "epsilon", "delta_value", "count", "n_trajectories", "seed", "source_name", "model_name",
+__all__ = ["positive", "epsilon", "delta_value", "release_delta", "count", "n_trajectories", "seed", "source_name", "model_name",
            "privacy_unit", "outside", "PRIVACY_UNITS", "MAX_N", "MAX_ROWS", "MAX_EPSILON",
            "MAX_DELTA"]

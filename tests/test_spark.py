@@ -17,6 +17,7 @@ if shutil.which("java") is None:
 
 import duckmob  # noqa: E402
 from duckmob import spark as dspark  # noqa: E402
+from duckmob.privacy.unit import PrivacyUnit  # noqa: E402
 from duckmob.source import batches as source_batches, table as stream  # noqa: E402
 from duckmob.sql.synth import synthesize_table  # noqa: E402
 from duckmob.synth import placement  # noqa: E402
@@ -76,7 +77,7 @@ def test_spark_and_duckdb_reduce_to_the_same_tables(data):
     query = f"SELECT traj_id::BIGINT AS traj_id, user_id::BIGINT AS user_id, ts, lat, lon, NULL::BIGINT AS seq " \
             f"FROM '{path}'"
     source = stream.TableSource(con, query, bucket_points=3000)
-    ddb = source.batches(bbox=BBOX, time_required=False, privacy_unit="user", k=3,
+    ddb = source.batches(bbox=BBOX, time_required=False, unit=PrivacyUnit.user(3),
                          rng=lambda: np.random.default_rng(1))
     want = ddb.reduce(_statistics_fn())
     want_visits = ddb.gather(_visits_fn())
@@ -85,7 +86,7 @@ def test_spark_and_duckdb_reduce_to_the_same_tables(data):
     source.close()
     con.close()
     src = dspark.SparkSource(session.read.parquet(path), partitions=3)
-    sb = src.batches(bbox=BBOX, time_required=False, privacy_unit="user", k=3, rng=lambda: np.random.default_rng(1))
+    sb = src.batches(bbox=BBOX, time_required=False, unit=PrivacyUnit.user(3), rng=lambda: np.random.default_rng(1))
     got = sb.reduce(_statistics_fn())
     got_visits = sb.gather(_visits_fn())
     assert sb.n_trajectories == n_ddb > 20
@@ -182,7 +183,7 @@ def test_spark_try_cast_drops_unconvertible_values_and_keys_by_user(data):
         "CASE WHEN traj_id % 5 = 0 THEN 1e30 ELSE traj_id % 7 END AS traj_id", "user_id", "ts", "lat", "lon")
     src = dspark.SparkSource(df.selectExpr("CAST(traj_id AS DECIMAL(38, 0)) AS traj_id", "user_id", "ts", "lat",
                                            "lon"), partitions=2)
-    batches = src.batches(bbox=BBOX, time_required=False, privacy_unit="trajectory", k=1,
+    batches = src.batches(bbox=BBOX, time_required=False, unit=PrivacyUnit(),
                           rng=lambda: np.random.default_rng(0))
     data_ = batches.trajectories()
     src.close()

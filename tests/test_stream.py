@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import duckmob
+from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source import table as stream
 from duckmob.source.schema import Mapping
 from duckmob.sql.synth import synthesize_table
@@ -146,7 +147,7 @@ def test_concatenated_batches_are_the_in_memory_trajectories(con, unit):
     if unit == "user":
         whole = whole.take(bound_contributions(whole.user_id, 5, np.random.default_rng(2)))
     source = stream.TableSource(con, query, bucket_points=1500)
-    got = source.batches(bbox=BBOX, time_required=True, privacy_unit=unit, k=5,
+    got = source.batches(bbox=BBOX, time_required=True, unit=PrivacyUnit(unit, 5 if unit == "user" else 1),
                          rng=lambda: np.random.default_rng(2)).trajectories()
     source.close()
     for name in ("offsets", "traj_id", "user_id", "ts", "lat", "lon"):
@@ -180,7 +181,7 @@ def _fit_both(con, synth, eps):
                            private=True)
     a = synth.fit(whole, eps, 1e-5, NoiseSource(3))
     source = stream.TableSource(con, query, bucket_points=1500)
-    batches = source.batches(bbox=BBOX, time_required=True, privacy_unit="trajectory", k=None,
+    batches = source.batches(bbox=BBOX, time_required=True, unit=PrivacyUnit(),
                              rng=lambda: np.random.default_rng(0))
     assert sum(1 for _ in batches) > 5
     b = synth.fit(batches, eps, 1e-5, NoiseSource(3))

@@ -57,6 +57,7 @@ import numpy as np
 from duckmob.errors import DuckmobError
 from duckmob.grid import parent, quadtree_depth
 from duckmob.validators import positive
+from duckmob.privacy import accounting
 from duckmob.privacy.noise import NoiseSource, granularity
 from duckmob.privacy.normcut import normcut
 
@@ -585,6 +586,11 @@ def count_shares(eps_count: float, k: int) -> list[float]:
     return [eps_count] if k == 1 else [eps_count * k / (k + 1), eps_count / (k + 1)]
 
 
+def count_events(eps_count: float, max_trajectories_per_user: int) -> list:
+    """The accounting events of the noisy counts :func:`noisy_unit_counts` releases (split by :func:`count_shares`)."""
+    return [accounting.laplace(e) for e in count_shares(eps_count, max_trajectories_per_user)]
+
+
 def noisy_unit_counts(user_id, eps_count: float, noise: NoiseSource, k: int = 1) -> tuple[float, float | None]:
     """The noisy number of trajectories, and with k > 1 of users: ``(n_noisy, users_noisy or None)``, spending
     ``eps_count`` in all (split by :func:`count_shares`).
@@ -688,4 +694,4 @@ __all__ = ["normalised_release", "normalised_sums", "release_sums", "transition_
            "noisy_transition_counts_sparse", "support_entries", "noisy_transition_counts_batches",
            "noisy_transition_counts_sparse_batches", "noisy_count", "bound_contributions", "truncate", "windows",
            "first_order_support", "region_transition_counts", "noisy_region_transition_counts", "PRIVACY_UNITS",
-           "MAX_UNITS"]
+           "MAX_UNITS", "count_shares", "count_events", "noisy_unit_counts", "count_record"]

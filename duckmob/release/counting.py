@@ -11,6 +11,7 @@ from duckmob.errors import DuckmobError
 from duckmob.privacy import accounting, counting
 from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.noise import check_scale
+from duckmob.privacy.unit import PrivacyUnit
 from duckmob.release.protocol import Release, Request, run
 from duckmob.release.registry import Database
 
@@ -25,10 +26,10 @@ def _needs_users(source: str, user_col: str | None, what: str, instead: str) -> 
 
 def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajectory", max_trajectories_per_user=None,
                 what="trajectories", user_col: str | None = "user_id",
-                count: Callable[[str, str, int], int]) -> float:
+                count: Callable[[str, PrivacyUnit], int]) -> float:
     """An eps-DP count of the trajectories or users of ``source`` (``mob_noisy_count``).
 
-    ``count(what, unit, k)`` returns the exact number of items, counted where the data lives after the
+    ``count(what, unit)`` returns the exact number of items, counted where the data lives after the
     reservation (``duckmob.source.table.count_query`` in DuckDB, ``pair_count`` in memory): distinct (user_id,
     traj_id) pairs; under the user unit at most k per user; or distinct users. ``user_col`` names the table's user
     column, None when it has none: counting users, or the user unit, is then refused before anything is reserved
@@ -38,11 +39,12 @@ def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajector
     """
     if what not in ("trajectories", "users"):
         raise DuckmobError(f"what must be 'trajectories' or 'users'; got {what!r}")
-    unit, k = validators.privacy_unit(privacy_unit, max_trajectories_per_user, needs_bound=what == "trajectories")
+    unit = validators.privacy_unit(privacy_unit, max_trajectories_per_user, needs_bound=what == "trajectories")
+    k = unit.max_trajectories_per_user
     source = validators.source_name(source)
     if what == "users":
         _needs_users(source, user_col, "its users cannot be counted", "count trajectories with what := 'trajectories'")
-    elif unit == "user":
+    elif unit.is_user:
         _needs_users(source, user_col, "privacy_unit := 'user' cannot tell whose each trajectory is",
                      "use privacy_unit := 'trajectory'")
     eps = validators.epsilon(eps)
@@ -52,13 +54,13 @@ def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajector
     event = accounting.laplace(eps)
 
     def compute(release: Release) -> float:
-        n_items = release.read(lambda: int(count(what, unit, k)))
+        n_items = release.read(lambda: int(count(what, unit)))
         return counting.noisy_count(n_items, eps, noise, sensitivity)
 
     params = {"eps": eps, "what": what, "sensitivity": sensitivity,
-              "max_trajectories_per_user": k if unit == "user" and what == "trajectories" else None}
+              "max_trajectories_per_user": k if unit.is_user and what == "trajectories" else None}
     value, _ = run(db, Request(source=source, mechanism=f"count({what})",
-                               privacy_unit=unit, params=params, seeded=noise.seeded, plan=lambda p: event), compute)
+                               privacy_unit=unit.kind, params=params, seeded=noise.seeded, plan=lambda p: event), compute)
     return value
 
 
@@ -75,9 +77,10 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
     Returns ``(states (n, order + 1), counts)`` of the entries left positive by NormCut.
     """
     example = f"FROM mob_transitions('{source}', eps := 0.5, n_states := 1024)"
-    unit, k = validators.privacy_unit(privacy_unit, max_trajectories_per_user)
+    unit = validators.privacy_unit(privacy_unit, max_trajectories_per_user)
+    k = unit.max_trajectories_per_user
     source = validators.source_name(source)
-    if unit == "user":
+    if unit.is_user:
         _needs_users(source, user_col, "privacy_unit := 'user' cannot tell whose each sequence is",
                      "use privacy_unit := 'trajectory'")
     eps = validators.epsilon(eps)
@@ -105,7 +108,7 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
         loaded = release.read(load)
         # a callable yields (offsets, cells, user_id) batches read out of core (duckmob.source.table.read_sequences)
         batches = loaded if callable(loaded) else (lambda: iter([loaded]))
-        args = dict(privacy_unit=unit, max_trajectories_per_user=k if unit == "user" else None,
+        args = dict(privacy_unit=unit.kind, max_trajectories_per_user=k if unit.is_user else None,
                     max_length=max_length, support=support, w=w)
         if support == "neighbours":
             return counting.noisy_transition_counts_sparse_batches(batches, n_states, order, eps, noise, **args)
@@ -115,8 +118,8 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
         return np.stack(nz, axis=1), counts[nz].astype(np.float64)
 
     params = {"order": order, "eps": eps, "n_states": n_states, "max_length": max_length,
-              "max_trajectories_per_user": k if unit == "user" else None, "support": support, "w": w,
+              "max_trajectories_per_user": k if unit.is_user else None, "support": support, "w": w,
               "normcut": True}
     result, _ = run(db, Request(source=source, mechanism=f"transition_counts(order={order})",
-                                privacy_unit=unit, params=params, seeded=noise.seeded, plan=lambda p: event), compute)
+                                privacy_unit=unit.kind, params=params, seeded=noise.seeded, plan=lambda p: event), compute)
     return result

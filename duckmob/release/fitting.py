@@ -14,9 +14,12 @@ from duckmob.errors import DuckmobError
 from duckmob.release.protocol import Release, Request, _claim_name, run
 from duckmob.release.registry import Database
 from duckmob.privacy import ledger
+from duckmob.privacy.accounting import Event
 from duckmob.privacy.noise import NoiseSource
+from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source import PointSource
 from duckmob.source.batches import concat
+from duckmob.synth.base import Plan
 from duckmob.trajectories import Trajectories
 
 
@@ -29,8 +32,7 @@ class FitRequest:
     delta: float
     method: str
     synthesizer: Any
-    privacy_unit: str
-    k: int
+    unit: PrivacyUnit
     params: dict
     seed: int | None
     name: str | None = None
@@ -47,11 +49,12 @@ def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, priva
     cls = synth.get(method)
     params = synth.parse_params(params)
     synthesizer = cls(bbox, **params)
-    unit, k = validators.privacy_unit(privacy_unit, max_trajectories_per_user)
+    unit = validators.privacy_unit(privacy_unit, max_trajectories_per_user)
     validators.outside(outside)
     return FitRequest(source=source, eps=validators.epsilon(eps),
-                      delta=validators.delta_value(delta, cls.default_delta), method=cls.method,
-                      synthesizer=synthesizer, privacy_unit=unit, k=k, params=params,
+                      delta=validators.release_delta(delta, default=cls.default_delta, needs_delta=cls.needs_delta,
+                                                     method=cls.method, mechanism=cls.mechanism),
+                      method=cls.method, synthesizer=synthesizer, unit=unit, params=params,
                       seed=validators.seed(seed), name=None if name is None else validators.model_name(name),
                       n=validators.n_trajectories(n))
 
@@ -68,28 +71,35 @@ def fit(db: Database, request: FitRequest, source: PointSource):
     """
     r = request
     synthesizer, noise = r.synthesizer, NoiseSource(r.seed)
-    recorded = {"method": r.method, "max_trajectories_per_user": r.k, **r.params,
+    recorded = {"method": r.method, "max_trajectories_per_user": r.unit.max_trajectories_per_user, **r.params,
                 **({"model": r.name} if r.name else {})}
+    plans: list[Plan] = []
+
+    def plan(prior: ledger.Prior) -> Event:
+        # the protocol reserves the event of the last plan it asked for (or reserves nothing), so plans[-1] is the
+        # plan the reservation pays for
+        plans.append(synthesizer.plan(r.eps, r.delta, r.unit, prior))
+        return plans[-1].event
 
     def compute(release: Release):
-        batches = release.read(lambda: source.batches(bbox=synthesizer.bbox, time_required=synthesizer.needs_time,
-                                                      privacy_unit=r.privacy_unit, k=r.k, rng=noise.generator))
+        planned = plans[-1]
+        batches = release.read(lambda: source.batches(bbox=planned.bbox, time_required=planned.needs_time,
+                                                      unit=r.unit, rng=noise.generator))
         try:
             release.check_interrupt()
-            return synthesizer.fit(batches, r.eps, r.delta, noise, contribution_bound=r.k, release=release)
+            return synthesizer.fit(batches, planned, release)
         finally:
             batches.close()
 
-    req = Request(source=r.source, mechanism=r.method, privacy_unit=r.privacy_unit, params=recorded,
-                  seeded=noise.seeded,
-                  plan=lambda p: synthesizer.privacy_event(r.eps, r.delta, contribution_bound=r.k, prior=p))
+    req = Request(source=r.source, mechanism=r.method, privacy_unit=r.unit.kind, params=recorded,
+                  seeded=noise.seeded, plan=plan)
     try:
         if r.name is None:
-            model, ledger_id = run(db, req, compute)
+            model, ledger_id = run(db, req, compute, noise)
             return model, ledger_id, noise
         _claim_name(db, r.name)   # before anything is reserved; a second fit of the same name is refused here
         try:
-            model, ledger_id = run(db, req, compute)
+            model, ledger_id = run(db, req, compute, noise)
             _store(db, r, model, ledger_id)
         finally:   # stored, or nothing stored: the name is no longer being fitted
             db.pending_names.discard(r.name)
@@ -103,7 +113,8 @@ def _store(db: Database, r: FitRequest, model, ledger_id: int) -> None:
     from duckmob.synth import store
 
     blob = model.to_bytes()
-    described = {**model.describe(), "privacy_unit": r.privacy_unit, "max_trajectories_per_user": r.k,
+    described = {**model.describe(), "privacy_unit": r.unit.kind,
+                 "max_trajectories_per_user": r.unit.max_trajectories_per_user,
                  "seeded": r.seed is not None}
     digest = store.checksum(r.name, r.method, r.source, described, blob, ledger_id)
     with db.lock:

@@ -12,6 +12,7 @@ import duckdb
 from duckmob.errors import DuckmobError
 from duckmob.privacy import accounting, ledger
 from duckmob.privacy.accounting import Event
+from duckmob.privacy.noise import NoiseSource
 from duckmob.release import interrupts
 from duckmob.release.registry import Database
 
@@ -46,6 +47,7 @@ class Release:
     ledger_id: int
     event: Event
     since: int   # interrupts.presses() when the release started: a Ctrl-C after that stops it
+    noise: NoiseSource | None = None   # where all of the release's noise comes from
     was_read: bool = False
     interrupted: threading.Event = field(default_factory=threading.Event)
 
@@ -123,7 +125,7 @@ def _planned(db: Database, cur, source: str, plan: Callable[[ledger.Prior], P], 
         p = now
 
 
-def _reserve(db: Database, request: Request, since: int) -> Release:
+def _reserve(db: Database, request: Request, since: int, noise: NoiseSource | None = None) -> Release:
     """Plan ``request`` (outside the lock) and reserve its event (under it); refused (Interrupted, nothing
     reserved) if Ctrl-C was pressed since ``since``."""
     def not_interrupted() -> None:
@@ -146,7 +148,7 @@ def _reserve(db: Database, request: Request, since: int) -> Release:
                 raise DuckmobError("the database is opened read-only: a release must be recorded in its "
                                    "privacy ledger; open it writable") from None
             raise
-    release = Release(db, request.source, ledger_id, event, since)
+    release = Release(db, request.source, ledger_id, event, since, noise)
     db.active.add(release)
     return release
 
@@ -172,12 +174,13 @@ def _finish(release: Release, status: str, params: dict | None = None) -> None:
             ledger.update(cur, release.ledger_id, status=status, params=params, verified=db.verified)
 
 
-def run(db: Database, request: Request, compute: Callable[[Release], T]) -> tuple[T, int]:
+def run(db: Database, request: Request, compute: Callable[[Release], T],
+        noise: NoiseSource | None = None) -> tuple[T, int]:
     """Make one release: reserve, ``compute(release)`` (which reads the data through ``release.read``),
     finish. Returns ``(result, ledger id)``; see the module docstring for what happens on failure. Ctrl-C from
     the moment ``run`` is called until the data is read cancels the release: nothing reserved, or the reservation
     marked ``cancelled``."""
-    release = _reserve(db, request, interrupts.presses())
+    release = _reserve(db, request, interrupts.presses(), noise)
     try:
         result = compute(release)
     except BaseException:

@@ -60,8 +60,8 @@ def _committed_shadowed(con, relation: str) -> None:
     check_shadowing(relation, sorted(names & committed))
 
 
-def _needs_user_column(has_user: bool, unit: str, relation: str) -> None:
-    if unit == "user" and not has_user:
+def _needs_user_column(has_user: bool, unit: PrivacyUnit, relation: str) -> None:
+    if unit.is_user and not has_user:
         raise DuckmobError(f"'{relation}' has no user_id column (nor one named with user_col := ...), so "
                            "privacy_unit := 'user' cannot tell whose each trajectory is: name its user column with "
                            "user_col := '...', or use privacy_unit := 'trajectory'")
@@ -75,7 +75,7 @@ def _prepared_fit(db: Database, con, relation: str, mapping: Mapping, owned: boo
             _committed_shadowed(con, relation)
         prepared = prepare(con, relation, mapping, home=home(db), shape="points")
         r = fitting.fit_request(source=prepared.lineage.source, **request)
-        _needs_user_column(prepared.has_user, r.privacy_unit, relation)
+        _needs_user_column(prepared.has_user, r.unit, relation)
     except BaseException:
         if owned:
             con.close()
@@ -164,7 +164,7 @@ def _gathered_fit(relation: str, temp_tables: list[str] | None, has_user: bool, 
     """The checks of a fit on gathered rows that read no row: their budget key, the public arguments, the user
     column the user unit needs."""
     r = fitting.fit_request(source=gathered_key(relation, temp_tables), **request)
-    _needs_user_column(has_user, r.privacy_unit, relation)
+    _needs_user_column(has_user, r.unit, relation)
     return r
 
 
@@ -189,8 +189,9 @@ def noisy_count(db: Database, con, relation: str, *, mapping: Mapping, caller_ch
         _committed_shadowed(con, relation)
     prepared = prepare(con, relation, mapping, home=home(db), shape="ids")
 
-    def count(what: str, unit: str, k: int) -> int:
-        return int(con.sql(count_query(prepared.select, what=what, privacy_unit=unit, k=k)).fetchall()[0][0])
+    def count(what: str, unit: PrivacyUnit) -> int:
+        return int(con.sql(count_query(prepared.select, what=what, privacy_unit=unit.kind,
+                                       k=unit.max_trajectories_per_user)).fetchall()[0][0])
 
     key = _key("count", prepared.lineage.source, prepared.select, request)
     return _remembered(db, key, lambda: counting.noisy_count(
@@ -202,9 +203,9 @@ def noisy_count_gathered(db: Database, relation: str, temp_tables, has_user: boo
                          **request) -> float:
     """``mob_noisy_count`` of rows gathered from the caller's temporary table; ``pairs()`` gives (traj_id,
     user_id) arrays (-1: NULL)."""
-    def count(what: str, unit: str, k: int) -> int:
+    def count(what: str, unit: PrivacyUnit) -> int:
         traj, user = pairs()
-        return pair_count(traj, user, what=what, privacy_unit=unit, k=k)
+        return pair_count(traj, user, what=what, privacy_unit=unit.kind, k=unit.max_trajectories_per_user)
 
     source = gathered_key(relation, temp_tables)
     return _remembered(db, _key("count", source, "", request), lambda: counting.noisy_count(

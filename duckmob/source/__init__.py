@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
+from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source.batches import Batches, clean
 
 
@@ -31,7 +32,7 @@ class PointSource:
     """Points a release reads after its reservation: :meth:`batches` cleans them and bounds contributions, and
     returns :class:`~duckmob.source.batches.Batches`; :meth:`close` frees what it holds."""
 
-    def batches(self, *, bbox, time_required: bool, privacy_unit: str, k: int | None,
+    def batches(self, *, bbox, time_required: bool, unit: PrivacyUnit,
                 rng: Callable[[], np.random.Generator]) -> Batches:
         raise NotImplementedError
 
@@ -46,9 +47,9 @@ class ArrowSource(PointSource):
     def __init__(self, points: pa.Table | Callable[[], pa.Table]):
         self.points = points
 
-    def batches(self, *, bbox, time_required, privacy_unit, k, rng) -> Batches:
+    def batches(self, *, bbox, time_required, unit, rng) -> Batches:
         table = self.points() if callable(self.points) else self.points
-        return clean(iter([table]), bbox=bbox, time_required=time_required, privacy_unit=privacy_unit, k=k, rng=rng)
+        return clean(iter([table]), bbox=bbox, time_required=time_required, unit=unit, rng=rng)
 
 
 __all__ = ["PointSource", "ArrowSource"]

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from duckmob.privacy.counting import bound_contributions
+from duckmob.privacy.unit import PrivacyUnit
 from duckmob.trajectories import Trajectories, from_points
 
 # batches whose statistics are computed at once by Batches.reduce (threads)
@@ -212,8 +213,8 @@ def bound_keys(traj_id: np.ndarray, user_id: np.ndarray, k: int, rng: np.random.
     return mask
 
 
-def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, privacy_unit: str = "trajectory",
-          k: int | None = None, rng: Callable[[], np.random.Generator] | None = None,
+def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, unit: PrivacyUnit = PrivacyUnit(),
+          rng: Callable[[], np.random.Generator] | None = None,
           folder: str | None = None) -> Cleaned:
     """Clean point buckets (each holding whole trajectories) with ``from_points(private=True)`` and bound
     contributions over all of them: the trajectories the in-memory release path keeps, batch by batch.
@@ -222,11 +223,11 @@ def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, privacy_uni
     cleaning pass, only for the user unit). With ``folder`` every bucket after the first is written there (the
     first too once a second exists) and read back per pass; without it they stay in memory.
     Privacy: a per-trajectory transformation and the same bounding as the in-memory path (at most k trajectories
-    per user, chosen at random), so the sensitivities of the mechanisms downstream are unchanged."""
+    per user, chosen at random: ``unit.max_trajectories_per_user``), so the sensitivities of the mechanisms downstream are unchanged."""
     kept: list = []
     ids: list[tuple[np.ndarray, np.ndarray]] = []
     for data in _cleaned(buckets, bbox, time_required):
-        if privacy_unit == "user":
+        if unit.is_user:
             ids.append((data.traj_id, data.user_id))
         if folder is not None and kept:     # a second bucket: every bucket goes to disk
             if isinstance(kept[0], Trajectories):
@@ -236,10 +237,10 @@ def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, privacy_uni
             kept.append(data)
         del data
     keep: list[np.ndarray | None] = [None] * len(kept)
-    if privacy_unit == "user":
+    if unit.is_user:
         traj = np.concatenate([t for t, _ in ids]) if ids else np.zeros(0, np.int64)
         user = np.concatenate([u for _, u in ids]) if ids else np.zeros(0, np.int64)
-        mask = bound_keys(traj, user, k, rng())
+        mask = bound_keys(traj, user, unit.max_trajectories_per_user, rng())
         cuts = np.cumsum([0] + [len(t) for t, _ in ids])
         keep = [mask[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
     return Cleaned(kept, keep, folder)

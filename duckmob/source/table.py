@@ -129,8 +129,8 @@ class TableSource(PointSource):
         self.con, self.query, self.owned, self.bucket_points = con, select, owned, bucket_points
         self.folder: str | None = None
 
-    def batches(self, *, bbox, time_required, privacy_unit, k, rng) -> Batches:
-        return clean(self.open(), bbox=bbox, time_required=time_required, privacy_unit=privacy_unit, k=k, rng=rng,
+    def batches(self, *, bbox, time_required, unit, rng) -> Batches:
+        return clean(self.open(), bbox=bbox, time_required=time_required, unit=unit, rng=rng,
                      folder=self.folder)
 
     def open(self) -> Iterator[pa.Table]:

@@ -105,7 +105,7 @@ def load(con, name: str):
                            "eps := ..., bbox := [...])")
     method, blob, source, params, ledger_id, stored = row
     _check_binding(con, name, method, source, json.loads(params or "{}"), blob, ledger_id, stored)
-    return method, synth.model_class(method).from_bytes(blob)
+    return method, synth.model_class(method).from_bytes(blob, method)
 
 
 def _check_binding(con, name, method, source, params, blob, ledger_id, stored) -> None:
