@@ -174,17 +174,18 @@ def _fit_both(con, synth, eps):
     """``synth`` fitted on the in-memory trajectories and on the same trajectories out of core (many buckets),
     both under one seed."""
     from duckmob.privacy.noise import NoiseSource
+    from duckmob.synth.base import fit_unrecorded
     from duckmob.trajectories import from_points
 
     query = _points_query(con, "t")
     whole, _ = from_points(con.sql(query).to_arrow_table(), bbox=BBOX, outside="drop", time_required=True,
                            private=True)
-    a = synth.fit(whole, eps, 1e-5, NoiseSource(3))
+    a = fit_unrecorded(synth, whole, eps, 1e-5, NoiseSource(3))
     source = stream.TableSource(con, query, bucket_points=1500)
     batches = source.batches(bbox=BBOX, time_required=True, unit=PrivacyUnit(),
                              rng=lambda: np.random.default_rng(0))
     assert sum(1 for _ in batches) > 5
-    b = synth.fit(batches, eps, 1e-5, NoiseSource(3))
+    b = fit_unrecorded(synth, batches, eps, 1e-5, NoiseSource(3))
     source.close()
     return a, b
 
