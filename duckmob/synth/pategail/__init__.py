@@ -9,7 +9,7 @@ perturbed (eq. 2) and corrected by their variance (eq. 3) (``aggregate.py``).
 
 **Devices.** With ``privacy_unit := 'user'`` each user is one device (holding at most k =
 ``max_trajectories_per_user`` trajectories, bounded by the release core first); with ``'trajectory'`` each
-trajectory is a device. (The release core passes ``contribution_bound = k``: k > 1 groups by user id; k = 1
+trajectory is a device. (k = ``unit.max_trajectories_per_user`` of the plan: k > 1 groups by user id; k = 1
 treats every trajectory as its own device, which under the user unit with k = 1 is the same thing.)
 
 **What fit releases** (one ledger event, composed by the PLD accountant):
@@ -18,6 +18,7 @@ treats every trajectory as its own device, which under the user unit with k = 1 
 part            what                                                            sensitivity  mechanism
 ==============  ==============================================================  ===========  ===========================
 count           devices (k = 1) or (trajectories, devices) (k > 1)              1 / (k, 1)   Laplace, count_share eps
+                                                                                             (halves for k > 1)
 start           start model: histograms of the first cell, the first slot of    1 (L1)       Laplace on every bin,
                 the day and the number of slots; each device's mass 1                        start_share eps
                 spread over its episodes (counting.normalised_release)
@@ -27,10 +28,10 @@ rounds          per round: B reward sums over devices, and the B sums of        
 
 sigma_round is calibrated (``accounting.calibrate_gaussian_rounds``) so that the composition of the count, the
 start model and ``rounds`` Gaussian rounds is (eps, delta)-DP by the PLD accountant. It depends on public
-parameters only, so ``privacy_event`` is exactly what ``fit`` spends. Everything else is post-processing: the
-policy sees generated data and noised rewards only; the start (home = first cell, first slot, length) of every
-synthetic episode is drawn from the released histograms, never copied from a real user; the discriminators (the
-"teachers") are never released.
+parameters only, so the plan's event (:class:`PateGailPlan`) is exactly what ``fit`` spends. Everything else is
+post-processing: the policy sees generated data and noised rewards only; the start (home = first cell, first slot,
+length) of every synthetic episode is drawn from the released histograms, never copied from a real user; the
+discriminators (the "teachers") are never released.
 
 The published system (tsinghua-fib-lab/PateGail) noises each reward query but composes nothing, copies each
 generated episode's start position and home from a real trajectory, and hard-codes CUDA; none of that here.
@@ -39,7 +40,6 @@ generated episode's start position and home from a real trajectory, and hard-cod
 from __future__ import annotations
 
 import io
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -48,15 +48,16 @@ import numpy as np
 import torch
 
 from duckmob.errors import DuckmobError
-from duckmob.source.batches import as_batches
-from duckmob.synth.compute import cpu_threads, device as torch_device
-from duckmob.synth.dpsgd import torch_generator
 from duckmob.privacy import accounting
 from duckmob.privacy.counting import count_record, noisy_count, normalised_release
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
-from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
+from duckmob.privacy.unit import PrivacyUnit
+from duckmob.source.batches import as_batches
+from duckmob.synth.base import Model, Plan, ReleaseContext, Synthesizer, points_in_cells, trajectories_from_cells
+from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.config import Config, param
+from duckmob.synth.dpsgd import torch_generator
 from duckmob.synth.pategail import aggregate, mdp
 from duckmob.synth.pategail.discriminators import Ensemble, sample_own
 from duckmob.synth.pategail.policy import ActorCritic, ppo_update, rollout
@@ -97,8 +98,7 @@ class PateGailConfig(Config):
     base_date: str = param("2008-01-01", str, date=True, doc="public date of the synthetic times")
     device: str | None = param(None, str, doc="torch device of the discriminators; null: CUDA when available")
     threads: int = param(1, int, low=1, high=1024,
-                         doc="torch CPU threads during fit and sample; the tensors are small: on the shared 2-core "
-                             "machine one thread ran a policy step in 0.46 ms, two in 18 ms")
+                         doc="torch CPU threads during fit and sample (the tensors are small: one is fastest)")
 
     def check(self) -> None:
         if self.start_share + self.count_share >= 0.95:
@@ -109,170 +109,35 @@ class PateGailConfig(Config):
                                "released privately); set variance_weight := 0 for eq. 2 alone")
 
 
-def count_events(eps_count: float, k: int) -> list[float]:
-    """Epsilons of the counts: devices (k = 1: devices are trajectories), or (trajectories at sensitivity k,
-    devices at sensitivity 1) for k > 1, half of eps_count each (the device count scales the rewards; the
-    trajectory count is only the default n of sample)."""
-    return [eps_count] if k == 1 else [eps_count / 2, eps_count / 2]
-
-
-class PateGail(Synthesizer):
-    """PateGail with public hyper-parameters (:class:`PateGailConfig`); ``fit`` is one (eps, delta) release."""
-
-    method = "pategail"
-    default_delta = 1e-5
-    needs_time = True
-    streams = True     # fit takes duckmob.source.batches.Batches: each batch reduced to the fixes its episodes read
-
-    def __init__(self, bbox, **params):
-        self.cfg = PateGailConfig.parse(params)
-        super().__init__(bbox, **params)
-
-    # -- accounting ---------------------------------------------------------------------------------------
-    def plan(self, eps: float, delta: float, k: int = 1) -> dict[str, Any]:
-        """The run's privacy parameters from public parameters only (see the module docstring)."""
-        cfg = self.cfg
-        if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
-            raise DuckmobError(f"eps must be a positive number, got {eps!r}")
-        if not 0 < delta < 1:
-            raise DuckmobError(f"pategail releases Gaussian rounds and needs 0 < delta < 1 (e.g. delta := 1e-5), "
-                               f"got {delta}")
-        eps_start, eps_count = cfg.start_share * eps, cfg.count_share * eps
-        check_scale(1.0 / eps_start)
-        counts = count_events(eps_count, k)
-        for e, s in zip(counts, (k, 1)):
-            check_scale(s / e)
-        fixed = [accounting.laplace(eps_start)] + [accounting.laplace(e) for e in counts]
-        sigma = accounting.calibrate_gaussian_rounds(fixed, cfg.rounds, eps, delta)
-        return dict(eps_start=eps_start, counts=counts, sigma_round=sigma,
-                    event=accounting.compose(fixed + [accounting.gaussian_rounds(sigma, cfg.rounds)]))
-
-    def privacy_event(self, eps: float, delta: float, *, contribution_bound: int = 1, prior=None):
-        """The spend of ``fit``: counts + start model (Laplace) + ``rounds`` Gaussian rounds, composed; from public
-        parameters only, so it is exactly what fit spends."""
-        return self.plan(eps, delta, int(contribution_bound))["event"]
-
-    # -- data ------------------------------------------------------------------------------------------------
-    def devices(self, data: Trajectories, k: int) -> np.ndarray:
-        """Device index 0..n-1 of each trajectory: its user (k > 1) or itself (k = 1)."""
-        if k > 1:
-            return np.unique(np.asarray(data.user_id), return_inverse=True)[1].astype(np.int64).reshape(-1)
-        return np.arange(data.n_trajectories, dtype=np.int64)
-
-    def start_model(self, ep: mdp.Episodes, n_devices: int, eps_start: float, noise) -> dict[str, np.ndarray]:
-        """DP histograms of the first cell, the first slot and the number of slots: one normalised release
-        (each device's mass 1 split over its episodes' three windows; L1 sensitivity 1; Laplace(1 / eps_start) on
-        every bin), NormCut, normalised (uniform where nothing is left)."""
-        cfg = self.cfg
-        c = cfg.w * cfg.w
-        sizes = (c, cfg.n_slots, cfg.max_steps)
-        index = np.stack([ep.cells[:, 0], c + ep.first_slot, c + cfg.n_slots + ep.steps - 1], axis=1).reshape(-1)
-        owner = np.repeat(ep.device, 3)
-        n_windows = 3 * np.bincount(ep.device, minlength=n_devices)
-        noisy = normalised_release(index, owner, n_windows, sum(sizes), 1.0 / eps_start, noise)
-        out = {}
-        for name, part in zip(("p_cell", "p_slot", "p_steps"), np.split(noisy, np.cumsum(sizes)[:-1])):
-            p = normcut(part[None, :])[0]
-            out[name] = p / p.sum() if p.sum() > 0 else np.full(len(p), 1.0 / len(p))
-        return out
-
-    # -- fit -------------------------------------------------------------------------------------------------
-    def fit(self, data, eps: float, delta: float, noise, *, contribution_bound: int = 1,
-            release=None) -> "PateGailModel":
-        """Fit under (eps, delta)-DP for one device (see the module docstring for the privacy map)."""
-        with cpu_threads(self.cfg.threads):
-            return self._fit(data, eps, delta, noise, int(contribution_bound), release)
-
-    def _fit(self, data, eps, delta, noise, k, release) -> "PateGailModel":
-        cfg = self.cfg
-        # out of core: the first fix and the last fix of each slot of every trajectory, in the in-memory order
-        data = as_batches(data).gather(lambda d: mdp.episode_fixes(d, cfg.n_slots, cfg.max_steps))
-        plan = self.plan(eps, delta, k)
-        t0 = time.perf_counter()
-        # separate streams: the policy's and the environment's draws never depend on how many devices there are
-        rng, noise_rng, device_rng = noise.generator(), noise.generator(), noise.generator()
-        gen = torch_generator(rng, torch.device("cpu"))
-        device = torch_device(cfg.device, "PateGail")
-        check = (lambda: None) if release is None else release.check_interrupt
-
-        # real episodes, sorted by device; every episode has >= 1 step, so every device holds >= 1 pair
-        dev_of_traj = self.devices(data, k)
-        ep = mdp.episodes(data, self.bbox, cfg.w, cfg.n_slots, cfg.max_steps, dev_of_traj)
-        used, dense = np.unique(ep.device, return_inverse=True)
-        order = np.argsort(dense, kind="stable")
-        ep = mdp.Episodes(ep.cells[order], ep.steps[order], ep.first_slot[order], dense.reshape(-1)[order])
-        n_dev = len(used)
-        x_real, ep_of_pair, _ = mdp.episode_pairs(ep, cfg.w, cfg.n_slots, cfg.max_steps)
-        dev_offsets = np.concatenate([[0], np.cumsum(np.bincount(ep.device[ep_of_pair], minlength=n_dev))])
-
-        # (1) counts and (2) the start model
-        if k == 1:
-            n_dev_noisy = noisy_count(n_dev, plan["counts"][0], noise)
-            n_traj_noisy = n_dev_noisy
-        else:
-            n_traj_noisy = noisy_count(ep.n, plan["counts"][0], noise, sensitivity=k)
-            n_dev_noisy = noisy_count(n_dev, plan["counts"][1], noise)
-        start = self.start_model(ep, n_dev, plan["eps_start"], noise)
-
-        # (3) rounds: discriminators on the devices, PPO on the noised rewards
-        ranks = mdp.nearest_ranks(cfg.w, cfg.max_rank)
-        config = cfg.as_dict()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(rng.integers(2 ** 62)))
-            policy = ActorCritic(cfg.hidden)
-        opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-        ens = Ensemble(n_dev, mdp.N_FEATURES, cfg.disc_hidden, cfg.disc_lr,
-                                  torch_generator(device_rng, torch.device("cpu")), device) if n_dev else None
-        x_real_t = torch.from_numpy(x_real).to(device)
-        with_var = cfg.variance_weight > 0
-        sigma = plan["sigma_round"]
-        for _ in range(cfg.rounds):
-            check()
-            env = sample_env(start, config, ranks, cfg.episodes, rng)
-            ro = rollout(policy, env, gen)
-            x_fake, rows, cols = mdp.episode_pairs(env.episodes(), cfg.w, cfg.n_slots, cfg.max_steps)
-            x_fake_t = torch.from_numpy(x_fake).to(device)
-            if ens is not None:
-                for _step in range(cfg.disc_steps):
-                    real = x_real_t[torch.from_numpy(sample_own(dev_offsets, cfg.real_batch, device_rng)).to(device)]
-                    pick = torch.from_numpy(rng.integers(0, len(x_fake), cfg.fake_batch)).to(device)
-                    ens.train_step(real, x_fake_t[pick])
-                outputs = ens.outputs(x_fake_t)
-            else:
-                outputs = torch.zeros((0, len(x_fake)))
-            s1, s2 = aggregate.device_sums(outputs, with_var)
-            x1, x2 = aggregate.release_round(s1, s2, sigma, cfg.variance_share if with_var else 0.0, noise_rng)
-            r = np.zeros(ro.live.shape)
-            r[rows, cols] = aggregate.rewards(x1, x2, n_dev_noisy, cfg.variance_weight)
-            ppo_update(policy, opt, ro, r, gamma=cfg.gamma, lam=cfg.lam, clip=cfg.clip, epochs=cfg.ppo_epochs,
-                       minibatch=cfg.minibatch, entropy=cfg.entropy, gen=gen)
-        event = plan["event"]
-        info = dict(eps=eps, delta=delta, epsilon_accounted=accounting.epsilon(event, delta),
-                    n_devices_noisy=round(float(n_dev_noisy), 1), n_noisy=round(float(n_traj_noisy), 1),
-                    sigma_round=sigma, eps_start=plan["eps_start"], eps_counts=plan["counts"],
-                    contribution_bound=k, seeded=bool(noise.seeded), **count_record(plan["counts"][0], k))
-        model = PateGailModel(self.bbox.as_list(), cfg.as_dict(), {n: v for n, v in start.items()},
-                              {n: v.detach().cpu() for n, v in policy.state_dict().items()}, event.to_json(), info)
-        model.timings = {"fit_s": time.perf_counter() - t0}
-        return model
-
-
-def sample_env(start: dict, cfg: dict, ranks: np.ndarray, n: int, rng: np.random.Generator) -> mdp.Env:
+def sample_env(start: dict, config: PateGailConfig, ranks: np.ndarray, n: int, rng: np.random.Generator) -> mdp.Env:
     """``n`` agents whose home (first cell), first slot and length are drawn from the start model."""
     cell = rng.choice(len(start["p_cell"]), size=n, p=start["p_cell"])
     slot = rng.choice(len(start["p_slot"]), size=n, p=start["p_slot"])
     steps = rng.choice(len(start["p_steps"]), size=n, p=start["p_steps"]) + 1
-    return mdp.Env(cell, slot, steps, w=int(cfg["w"]), n_slots=int(cfg["n_slots"]), max_steps=int(cfg["max_steps"]),
-                   alpha=float(cfg["alpha"]), ranks=ranks, rng=rng)
+    return mdp.Env(cell, slot, steps, w=config.w, n_slots=config.n_slots, max_steps=config.max_steps,
+                   alpha=config.alpha, ranks=ranks, rng=rng)
+
+
+def upgrade_format_1(stored: dict) -> dict:
+    """A format-1 payload (duckmob before models carried a version: the same torch dict) in format 2's words:
+    the contribution bound in ``info`` is named ``max_trajectories_per_user`` (format 1: ``contribution_bound``)."""
+    info = dict(stored["info"])
+    if "contribution_bound" in info:
+        info["max_trajectories_per_user"] = info.pop("contribution_bound")
+    return {**stored, "info": info}
 
 
 class PateGailModel(Model):
-    """A fitted PateGail: public configuration, the DP start model and policy weights, the spent event."""
+    """A fitted PateGail: public configuration, the DP start model and policy weights, the spent event.
+
+    Payload (format 2): ``torch.save`` of a dict ``bbox`` (list), ``config`` (the config's fields), ``start``
+    (the three start histograms as tensors), ``state`` (the policy's weights), ``event_json`` and ``info``."""
 
     method = "pategail"
+    format_version = 2
 
-    def __init__(self, bbox: list, config: dict, start: dict, state: dict, event_json: str, info: dict):
-        self.bbox, self.config = bbox, dict(config)
+    def __init__(self, bbox: list, config: PateGailConfig, start: dict, state: dict, event_json: str, info: dict):
+        self.bbox, self.config = bbox, config
         self.start = {n: np.asarray(v, dtype=np.float64) for n, v in start.items()}
         self.state, self.event_json, self.info = state, event_json, dict(info)
         self.timings: dict = {}
@@ -290,56 +155,211 @@ class PateGailModel(Model):
     def policy(self) -> ActorCritic:
         if self._policy is None:
             with torch.random.fork_rng(devices=[]):
-                net = ActorCritic(int(self.config["hidden"]))
+                net = ActorCritic(self.config.hidden)
             net.load_state_dict(self.state)
             self._policy = net
         return self._policy
 
     def sample_episodes(self, n: int, rng: np.random.Generator) -> mdp.Episodes:
-        """``n`` generated episodes (post-processing)."""
-        cfg = self.config
-        ranks = mdp.nearest_ranks(cfg["w"], cfg["max_rank"])
-        env = sample_env(self.start, cfg, ranks, int(n), rng)
-        with cpu_threads(cfg.get("threads")):
+        """``n`` generated episodes (post-processing; the policy runs on the CPU)."""
+        config = self.config
+        ranks = mdp.nearest_ranks(config.w, config.max_rank)
+        env = sample_env(self.start, config, ranks, int(n), rng)
+        with cpu_threads(config.threads):
             rollout(self.policy(), env, torch_generator(rng, torch.device("cpu")))
         return env.episodes()
 
     def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
         """``n`` trajectories: one point per (episode, cell) uniformly inside the cell (an episode that comes
         back to a cell comes back to its point), at the start of the first slot and the end of every slot."""
-        if int(n) != n or n < 1:
-            raise DuckmobError(f"n must be a positive integer number of trajectories, got {n!r}")
-        cfg = self.config
+        config = self.config
         ep = self.sample_episodes(int(n), rng)
         m = ep.cells.shape[1]
         valid = np.arange(m)[None, :] <= ep.steps[:, None]
         rows, cols = np.nonzero(valid)
         cells = ep.cells[rows, cols]
-        c = cfg["w"] * cfg["w"]
+        c = config.w * config.w
         visits, inverse = np.unique(rows * c + cells, return_inverse=True)
-        lat, lon = points_in_cells(visits % c, self.bbox, cfg["w"], rng)
-        slot_us = mdp.DAY_US // cfg["n_slots"]
-        base = int(np.datetime64(cfg["base_date"], "us").astype(np.int64))
+        lat, lon = points_in_cells(visits % c, self.bbox, config.w, rng)
+        slot_us = mdp.DAY_US // config.n_slots
+        base = int(np.datetime64(config.base_date, "us").astype(np.int64))
         ts = base + (ep.first_slot[rows] + cols) * slot_us
         return trajectories_from_cells(ep.steps + 1, lat[inverse.reshape(-1)], lon[inverse.reshape(-1)], ts)
 
-    def to_bytes(self) -> bytes:
+    def payload(self) -> bytes:
         buf = io.BytesIO()
-        torch.save(dict(bbox=self.bbox, config=self.config, start={n: torch.from_numpy(v) for n, v in
-                                                                    self.start.items()},
+        torch.save(dict(bbox=self.bbox, config=self.config.as_dict(),
+                        start={n: torch.from_numpy(v) for n, v in self.start.items()},
                         state=self.state, event_json=self.event_json, info=self.info), buf)
         return buf.getvalue()
 
     @classmethod
-    def from_bytes(cls, blob: bytes) -> "PateGailModel":
-        d = torch.load(io.BytesIO(bytes(blob)), weights_only=True)
-        return cls(d["bbox"], d["config"], {n: v.numpy() for n, v in d["start"].items()}, d["state"],
-                   d["event_json"], d["info"])
+    def load(cls, payload: bytes, version: int, method: str) -> "PateGailModel":
+        stored = torch.load(io.BytesIO(bytes(payload)), weights_only=True)
+        if version == 1:
+            stored = upgrade_format_1(stored)
+        return cls(stored["bbox"], PateGailConfig.parse(stored["config"]),
+                   {n: v.numpy() for n, v in stored["start"].items()}, stored["state"], stored["event_json"],
+                   stored["info"])
 
     def describe(self) -> dict[str, Any]:
-        return {**self.config, **self.info}
+        return {**self.config.as_dict(), **self.info}
 
 
-PateGail.model_class = PateGailModel
+def device_count_epsilons(eps_count: float, max_trajectories_per_user: int) -> tuple[float, ...]:
+    """PateGail's own split of the count budget (not :func:`duckmob.privacy.counting.count_shares`): the device
+    count alone when devices are trajectories (k = 1), else the trajectory count (sensitivity k) and the device
+    count (sensitivity 1), half of ``eps_count`` each. The device count scales the rewards; the trajectory count
+    is only the default n of sample."""
+    if max_trajectories_per_user == 1:
+        return (eps_count,)
+    return tuple(accounting.split(eps_count, {"trajectories": 0.5, "devices": 0.5}).values())
 
-__all__ = ["PateGail", "PateGailConfig", "PateGailModel"]
+
+@dataclass(frozen=True, kw_only=True)
+class PateGailPlan(Plan):
+    """PateGail's schedule at (eps, delta) for a unit, from public parameters only: the start model's epsilon,
+    the counts' epsilons (:func:`device_count_epsilons`) and the Gaussian multiplier of each of the ``rounds``
+    reward rounds, calibrated so that ``event`` (their composition) spends (eps, delta)."""
+
+    eps_start: float
+    count_eps: tuple[float, ...]
+    sigma_round: float
+    rounds: int
+
+
+class PateGail(Synthesizer):
+    """PateGail with public hyper-parameters (:class:`PateGailConfig`); ``fit`` is one (eps, delta) release."""
+
+    method = "pategail"
+    config_class = PateGailConfig
+    model_class = PateGailModel
+    default_delta = 1e-5
+    needs_delta = True
+    mechanism = "releases Gaussian rounds"
+    needs_time = True
+    config: PateGailConfig
+
+    # -- accounting ---------------------------------------------------------------------------------------
+    def plan(self, eps: float, delta: float, unit: PrivacyUnit = PrivacyUnit(), prior=None) -> PateGailPlan:
+        """The run's privacy parameters from public parameters only (see the module docstring): the counts and the
+        start model (Laplace) and ``rounds`` Gaussian rounds, composed; exactly what fit spends."""
+        config = self.config
+        k = unit.max_trajectories_per_user
+        parts = accounting.split(eps, {"start": config.start_share, "count": config.count_share})
+        eps_start = parts["start"]
+        check_scale(1.0 / eps_start)
+        count_eps = device_count_epsilons(parts["count"], k)
+        for eps_part, sensitivity in zip(count_eps, (k, 1)):
+            check_scale(sensitivity / eps_part)
+        fixed = [accounting.laplace(eps_start)] + [accounting.laplace(e) for e in count_eps]
+        sigma = accounting.calibrate_gaussian_rounds(fixed, config.rounds, eps, delta)
+        event = accounting.compose(fixed + [accounting.gaussian_rounds(sigma, config.rounds)])
+        return PateGailPlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox, needs_time=self.needs_time,
+                            eps_start=eps_start, count_eps=count_eps, sigma_round=sigma, rounds=config.rounds)
+
+    # -- data ------------------------------------------------------------------------------------------------
+    def devices(self, data: Trajectories, max_trajectories_per_user: int) -> np.ndarray:
+        """Device index 0..n-1 of each trajectory: its user (k > 1) or itself (k = 1)."""
+        if max_trajectories_per_user > 1:
+            return np.unique(np.asarray(data.user_id), return_inverse=True)[1].astype(np.int64).reshape(-1)
+        return np.arange(data.n_trajectories, dtype=np.int64)
+
+    def start_model(self, ep: mdp.Episodes, n_devices: int, eps_start: float, noise) -> dict[str, np.ndarray]:
+        """DP histograms of the first cell, the first slot and the number of slots: one normalised release
+        (each device's mass 1 split over its episodes' three windows; L1 sensitivity 1; Laplace(1 / eps_start) on
+        every bin), NormCut, normalised (uniform where nothing is left)."""
+        config = self.config
+        c = config.w * config.w
+        sizes = (c, config.n_slots, config.max_steps)
+        index = np.stack([ep.cells[:, 0], c + ep.first_slot, c + config.n_slots + ep.steps - 1],
+                         axis=1).reshape(-1)
+        owner = np.repeat(ep.device, 3)
+        n_windows = 3 * np.bincount(ep.device, minlength=n_devices)
+        noisy = normalised_release(index, owner, n_windows, sum(sizes), 1.0 / eps_start, noise)
+        out = {}
+        for name, part in zip(("p_cell", "p_slot", "p_steps"), np.split(noisy, np.cumsum(sizes)[:-1])):
+            p = normcut(part[None, :])[0]
+            out[name] = p / p.sum() if p.sum() > 0 else np.full(len(p), 1.0 / len(p))
+        return out
+
+    # -- fit -------------------------------------------------------------------------------------------------
+    def fit(self, source, plan: PateGailPlan, release: ReleaseContext) -> PateGailModel:
+        """One (eps, delta)-DP release of ``plan`` for one device (see the module docstring for the privacy map)."""
+        with cpu_threads(self.config.threads):
+            return self._fit(source, plan, release)
+
+    def _fit(self, source, plan: PateGailPlan, release: ReleaseContext) -> PateGailModel:
+        config = self.config
+        k = plan.unit.max_trajectories_per_user
+        noise = release.noise
+        # out of core: the first fix and the last fix of each slot of every trajectory, in the in-memory order
+        data = as_batches(source).gather(lambda d: mdp.episode_fixes(d, config.n_slots, config.max_steps))
+        t0 = time.perf_counter()
+        # separate streams: the policy's and the environment's draws never depend on how many devices there are
+        rng, noise_rng, device_rng = noise.generator(), noise.generator(), noise.generator()
+        gen = torch_generator(rng, torch.device("cpu"))
+        device = torch_device(config.device, "PateGail")
+
+        # real episodes, sorted by device; every episode has >= 1 step, so every device holds >= 1 pair
+        dev_of_traj = self.devices(data, k)
+        ep = mdp.episodes(data, self.bbox, config.w, config.n_slots, config.max_steps, dev_of_traj)
+        used, dense = np.unique(ep.device, return_inverse=True)
+        order = np.argsort(dense, kind="stable")
+        ep = mdp.Episodes(ep.cells[order], ep.steps[order], ep.first_slot[order], dense.reshape(-1)[order])
+        n_dev = len(used)
+        x_real, ep_of_pair, _ = mdp.episode_pairs(ep, config.w, config.n_slots, config.max_steps)
+        dev_offsets = np.concatenate([[0], np.cumsum(np.bincount(ep.device[ep_of_pair], minlength=n_dev))])
+
+        # (1) counts and (2) the start model
+        if k == 1:
+            n_dev_noisy = noisy_count(n_dev, plan.count_eps[0], noise)
+            n_traj_noisy = n_dev_noisy
+        else:
+            n_traj_noisy = noisy_count(ep.n, plan.count_eps[0], noise, sensitivity=k)
+            n_dev_noisy = noisy_count(n_dev, plan.count_eps[1], noise)
+        start = self.start_model(ep, n_dev, plan.eps_start, noise)
+
+        # (3) rounds: discriminators on the devices, PPO on the noised rewards
+        ranks = mdp.nearest_ranks(config.w, config.max_rank)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(rng.integers(2 ** 62)))
+            policy = ActorCritic(config.hidden)
+        opt = torch.optim.Adam(policy.parameters(), lr=config.lr)
+        ens = Ensemble(n_dev, mdp.N_FEATURES, config.disc_hidden, config.disc_lr,
+                       torch_generator(device_rng, torch.device("cpu")), device) if n_dev else None
+        x_real_t = torch.from_numpy(x_real).to(device)
+        with_var = config.variance_weight > 0
+        sigma = plan.sigma_round
+        for _ in range(plan.rounds):
+            release.check_interrupt()
+            env = sample_env(start, config, ranks, config.episodes, rng)
+            ro = rollout(policy, env, gen)
+            x_fake, rows, cols = mdp.episode_pairs(env.episodes(), config.w, config.n_slots, config.max_steps)
+            x_fake_t = torch.from_numpy(x_fake).to(device)
+            if ens is not None:
+                for _step in range(config.disc_steps):
+                    own = sample_own(dev_offsets, config.real_batch, device_rng)
+                    real = x_real_t[torch.from_numpy(own).to(device)]
+                    pick = torch.from_numpy(rng.integers(0, len(x_fake), config.fake_batch)).to(device)
+                    ens.train_step(real, x_fake_t[pick])
+                outputs = ens.outputs(x_fake_t)
+            else:
+                outputs = torch.zeros((0, len(x_fake)))
+            s1, s2 = aggregate.device_sums(outputs, with_var)
+            x1, x2 = aggregate.release_round(s1, s2, sigma, config.variance_share if with_var else 0.0, noise_rng)
+            r = np.zeros(ro.live.shape)
+            r[rows, cols] = aggregate.rewards(x1, x2, n_dev_noisy, config.variance_weight)
+            ppo_update(policy, opt, ro, r, gamma=config.gamma, lam=config.lam, clip=config.clip,
+                       epochs=config.ppo_epochs, minibatch=config.minibatch, entropy=config.entropy, gen=gen)
+        info = dict(eps=plan.eps, delta=plan.delta, epsilon_accounted=accounting.epsilon(plan.event, plan.delta),
+                    n_devices_noisy=round(float(n_dev_noisy), 1), n_noisy=round(float(n_traj_noisy), 1),
+                    sigma_round=sigma, eps_start=plan.eps_start, eps_counts=list(plan.count_eps),
+                    max_trajectories_per_user=k, seeded=bool(noise.seeded), **count_record(plan.count_eps[0], k))
+        model = PateGailModel(self.bbox.as_list(), config, start,
+                              {n: v.detach().cpu() for n, v in policy.state_dict().items()}, plan.event.to_json(), info)
+        model.timings = {"fit_s": time.perf_counter() - t0}
+        return model
+
+
+__all__ = ["PateGail", "PateGailConfig", "PateGailModel", "PateGailPlan"]
