@@ -344,7 +344,7 @@ def test_a_refused_fit_does_not_free_the_name_another_fit_holds(con):
     _trips(con)
     con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
     db = release.database(con)
-    release.protocol._claim_name(db, "m")   # another fit of 'm' is in progress
+    release.fitting.claim_name(db, "m")   # another fit of 'm' is in progress
     with pytest.raises(duckdb.Error, match="being fitted"):
         con.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {SQL_BOX}, {SMALL})").fetchall()
     assert "m" in db.pending_names and _statuses(con) == []

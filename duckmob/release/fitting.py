@@ -11,7 +11,7 @@ import numpy as np
 
 from duckmob import validators
 from duckmob.errors import DuckmobError
-from duckmob.release.protocol import Release, Request, _claim_name, run
+from duckmob.release.protocol import Release, Request, run
 from duckmob.release.registry import Database
 from duckmob.privacy import ledger
 from duckmob.privacy.accounting import Event
@@ -19,6 +19,8 @@ from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source import PointSource
 from duckmob.source.batches import concat
+from duckmob import synth
+from duckmob.synth import store
 from duckmob.synth.base import Plan
 from duckmob.trajectories import Trajectories
 
@@ -43,8 +45,6 @@ def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, priva
                 max_trajectories_per_user=None, params=None, outside="drop", seed=None, name=None,
                 n=None) -> FitRequest:
     """Validate every public argument of a fit (before anything is reserved or read)."""
-    from duckmob import synth
-
     source = validators.source_name(source)
     cls = synth.get(method)
     params = synth.parse_params(params)
@@ -97,7 +97,7 @@ def fit(db: Database, request: FitRequest, source: PointSource):
         if r.name is None:
             model, ledger_id = run(db, req, compute, noise)
             return model, ledger_id, noise
-        _claim_name(db, r.name)   # before anything is reserved; a second fit of the same name is refused here
+        claim_name(db, r.name)   # before anything is reserved; a second fit of the same name is refused here
         try:
             model, ledger_id = run(db, req, compute, noise)
             _store(db, r, model, ledger_id)
@@ -108,10 +108,20 @@ def fit(db: Database, request: FitRequest, source: PointSource):
         source.close()
 
 
+def claim_name(db: Database, name: str) -> None:
+    """Claim a model name for one fit (refused when stored or being fitted); release it with
+    ``db.pending_names.discard(name)`` once the fit is over."""
+    with db.lock, db.connection() as cur:
+        taken = name in db.pending_names or store.exists(cur, name)
+        if not taken:
+            db.pending_names.add(name)
+    if taken:
+        raise DuckmobError(f"a model named '{name}' already exists or is being fitted: choose another name, or "
+                           f"delete it first with DELETE FROM {store.TABLE} WHERE name = '{name}'")
+
+
 def _store(db: Database, r: FitRequest, model, ledger_id: int) -> None:
     """Save a fitted model bound to its ledger row (the row records the model's checksum)."""
-    from duckmob.synth import store
-
     blob = model.to_bytes()
     described = {**model.describe(), "privacy_unit": r.unit.kind,
                  "max_trajectories_per_user": r.unit.max_trajectories_per_user,

@@ -153,20 +153,6 @@ def _reserve(db: Database, request: Request, since: int, noise: NoiseSource | No
     return release
 
 
-def _claim_name(db: Database, name: str) -> None:
-    """Claim a model name for one fit (refused when stored or being fitted); release it with
-    ``db.pending_names.discard(name)`` once the fit is over."""
-    from duckmob.synth import store
-
-    with db.lock, db.connection() as cur:
-        taken = name in db.pending_names or store.exists(cur, name)
-        if not taken:
-            db.pending_names.add(name)
-    if taken:
-        raise DuckmobError(f"a model named '{name}' already exists or is being fitted: choose another name, or "
-                           f"delete it first with DELETE FROM {store.TABLE} WHERE name = '{name}'")
-
-
 def _finish(release: Release, status: str, params: dict | None = None) -> None:
     db = release.db
     with db.lock:

@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from duckmob import synth
 from duckmob.errors import DuckmobError
+from duckmob.privacy import ledger
 from duckmob.validators import model_name
 
 TABLE = "duckmob_models"
@@ -93,8 +95,6 @@ def save(con, name: str, method: str, source: str, params: dict, eps: float, del
 
 def load(con, name: str):
     """The stored model ``name`` as ``(method, Model)``."""
-    from duckmob import synth
-
     ensure_table(con)
     row = con.execute(f"SELECT method, model, source, params, ledger_id, checksum FROM {TABLE} WHERE name = ?",
                       [_check_name(name)]).fetchone()
@@ -109,8 +109,6 @@ def load(con, name: str):
 
 
 def _check_binding(con, name, method, source, params, blob, ledger_id, stored) -> None:
-    from duckmob.privacy import ledger
-
     refit = f"fit it again with FROM mob_fit('{source}', '{name}', ...) after DELETE FROM {TABLE} WHERE name = '{name}'"
     if ledger_id is None or stored is None:
         raise DuckmobError(f"model '{name}' is not bound to a ledger row (stored by an older duckmob, or edited): "
