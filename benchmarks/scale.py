@@ -1,10 +1,11 @@
 """Scaling: time and peak memory of PrivTrace (synthesize) and the counting releases, in-memory path vs out of core.
 
-    python benchmarks/scale.py --dir /tmp/duckmob-scale --sizes 1e6,1e7          # prints a table
-    python benchmarks/scale.py --dir /data/scale --sizes 1e8,3e8 --cases privtrace-new,count-new
+    python benchmarks/scale.py --source geolife_beijing.parquet --sizes 1e6,1e7          # prints a table
+    python benchmarks/scale.py --source geolife_beijing.parquet --sizes 1e8,3e8 --cases privtrace-new,count-new
 
-Data: geolife_beijing (3.5 M fixes) replicated with fresh user and trajectory ids and a jitter of up to 0.0005
-degrees per copy, cut to each size, written once to ``DIR/points_<n>.parquet`` (and the cell sequences of each
+The source table is not shipped: pass its path with ``--source`` or in the environment variable
+``DUCKMOB_SCALE_SOURCE``. Data: geolife_beijing (3.5 M fixes; columns user_id, traj_id, ts, lat, lon) replicated
+with fresh user and trajectory ids and a jitter of up to 0.0005 degrees per copy, cut to each size, written once to ``DIR/points_<n>.parquet`` (and the cell sequences of each
 trajectory on the public 32 x 32 grid to ``DIR/cells_<n>.parquet``, for mob_transitions). Each case runs in a fresh
 subprocess; wall time is the release alone (the table is a view over the Parquet file), CPU time the process's
 user + system time over the release (all threads: on a machine shared with other work it is the steadier
@@ -32,7 +33,8 @@ import subprocess
 import sys
 import time
 
-SOURCE = "/work/shared/data/geolife_beijing.parquet"
+# Where the source table is when --source is not given (see the module docstring).
+SOURCE_VARIABLE = "DUCKMOB_SCALE_SOURCE"
 BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
 CASES = ["privtrace-old", "privtrace-new", "count-old", "count-new", "count-sql", "transitions-old",
          "transitions-new", "transitions-sql", "hrnet-prep-old", "hrnet-prep-new", "cleanslate-prep-old",
@@ -40,7 +42,7 @@ CASES = ["privtrace-old", "privtrace-new", "count-old", "count-new", "count-sql"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def generate(folder: str, n: int, source: str = SOURCE, cells_too: bool = True) -> tuple[str, str]:
+def generate(folder: str, n: int, source: str, cells_too: bool = True) -> tuple[str, str]:
     """``DIR/points_<n>.parquet`` and ``DIR/cells_<n>.parquet`` (made once; the cells only with ``cells_too``)."""
     import duckdb
 
@@ -174,6 +176,9 @@ def peak_rss_mb() -> int:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--source", default=os.environ.get(SOURCE_VARIABLE),
+                   help=f"the Parquet file of GeoLife Beijing fixes the tables are made from "
+                        f"(default: ${SOURCE_VARIABLE})")
     p.add_argument("--dir", default="/tmp/duckmob-scale", help="folder for the generated Parquet files")
     p.add_argument("--sizes", default="1e6,1e7", help="fixes per table, e.g. 1e6,1e7,1.5e7,1e8,3e8")
     p.add_argument("--cases", default=",".join(CASES))
@@ -181,14 +186,19 @@ def main(argv=None) -> None:
     p.add_argument("--out", help="also write the table to this file")
     p.add_argument("--clean", action="store_true", help="delete --dir at the end")
     p.add_argument("--child", nargs=3, metavar=("CASE", "POINTS", "CELLS"), help=argparse.SUPPRESS)
-    p.add_argument("--generate", nargs=3, metavar=("DIR", "N", "CELLS"), help=argparse.SUPPRESS)
+    p.add_argument("--generate", nargs=4, metavar=("DIR", "N", "CELLS", "SOURCE"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.generate:
-        generate(a.generate[0], int(a.generate[1]), cells_too=a.generate[2] == "1")
+        generate(a.generate[0], int(a.generate[1]), a.generate[3], cells_too=a.generate[2] == "1")
         return
     if a.child:
         print(json.dumps(child(*a.child)))
         return
+    if not a.source:
+        p.error(f"no source table: pass --source PATH (a Parquet file of GeoLife Beijing fixes: user_id, traj_id, ts, "
+                f"lat, lon) or set {SOURCE_VARIABLE}")
+    if not os.path.isfile(a.source):
+        p.error(f"the source table {a.source} does not exist (--source or {SOURCE_VARIABLE})")
     os.makedirs(a.dir, exist_ok=True)
     free_gb = shutil.disk_usage(a.dir).free / 1e9
     rows = []
@@ -198,7 +208,8 @@ def main(argv=None) -> None:
             continue
         t = time.perf_counter()
         # in a subprocess, so its memory is not counted in the cases' (forked from this process)
-        subprocess.run([sys.executable, __file__, "--generate", a.dir, str(size), str(int("transitions" in a.cases))],
+        subprocess.run([sys.executable, __file__, "--generate", a.dir, str(size), str(int("transitions" in a.cases)),
+                        a.source],
                        check=True, env={**os.environ, "PYTHONPATH": ROOT})
         points, cells = (os.path.join(a.dir, f"{k}_{size}.parquet") for k in ("points", "cells"))
         print(f"{size:,} fixes generated in {time.perf_counter() - t:.0f} s", file=sys.stderr)
