@@ -5,11 +5,12 @@
 
 The source table is not shipped: pass its path with ``--source`` or in the environment variable
 ``DUCKMOB_SCALE_SOURCE``. Data: geolife_beijing (3.5 M fixes; columns user_id, traj_id, ts, lat, lon) replicated
-with fresh user and trajectory ids and a jitter of up to 0.0005 degrees per copy, cut to each size, written once to ``DIR/points_<n>.parquet`` (and the cell sequences of each
-trajectory on the public 32 x 32 grid to ``DIR/cells_<n>.parquet``, for mob_transitions). Each case runs in a fresh
-subprocess; wall time is the release alone (the table is a view over the Parquet file), CPU time the process's
-user + system time over the release (all threads: on a machine shared with other work it is the steadier
-figure), peak RSS the process's VmHWM (DuckDB's buffers included).
+with fresh user and trajectory ids and a jitter of up to 0.0005 degrees per copy, cut to each size, written once to
+``DIR/points_<n>.parquet`` (and the cell sequences of each trajectory on the public 32 x 32 grid to
+``DIR/cells_<n>.parquet``, for mob_transitions). Each case runs in a fresh subprocess; wall time is the release
+alone (the table is a view over the Parquet file), CPU time the process's user + system time over the release (all
+threads: on a machine shared with other work it is the steadier figure), peak RSS the process's VmHWM (DuckDB's
+buffers included).
 
 Cases: ``privtrace-old`` (the synthesize macro over a TEMP table: the whole table gathered as lists),
 ``privtrace-new`` (over a view: read out of core by the release, duckmob.source), ``count-old`` / ``count-new`` /
