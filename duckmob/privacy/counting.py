@@ -56,7 +56,7 @@ import numpy as np
 
 from duckmob.errors import DuckmobError
 from duckmob.grid import parent, quadtree_depth
-from duckmob.validators import positive
+from duckmob.validators import count, positive
 from duckmob.privacy import accounting
 from duckmob.privacy.noise import NoiseSource, granularity
 from duckmob.privacy.normcut import normcut
@@ -113,9 +113,7 @@ def _sequences(offsets, cells, n_states, user_id=None) -> tuple[np.ndarray, np.n
     (e.g. let an attacker binary-search the largest cell id by varying n_states).
     """
     offsets = np.asarray(offsets, dtype=np.int64)
-    if isinstance(n_states, bool) or int(n_states) != n_states or n_states < 1:
-        raise DuckmobError(f"n_states must be a positive integer (public: e.g. w * w grid cells); got {n_states!r}")
-    n_states = int(n_states)
+    n_states = count("n_states", n_states, example="n_states := 1024 (public: w * w grid cells)")
     n_cells = len(cells)
     if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != n_cells \
             or np.any(np.diff(offsets) < 0):
@@ -146,9 +144,7 @@ def truncate(offsets: np.ndarray, cells: np.ndarray, max_length: int | None) -> 
     """Keep the first ``max_length`` cells of every sequence (public cap); ``None`` keeps everything."""
     if max_length is None:
         return offsets, cells
-    if isinstance(max_length, bool) or int(max_length) != max_length or max_length < 1:
-        raise DuckmobError(f"max_length must be a positive integer (a public cap on cells per trajectory); "
-                           f"got {max_length!r}")
+    max_length = count("max_length", max_length, example="max_length := 64 (a public cap on cells per trajectory)")
     lengths = np.diff(offsets)
     kept = np.minimum(lengths, int(max_length))
     pos = np.arange(len(cells), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
@@ -165,9 +161,7 @@ def bound_contributions(user_id, max_trajectories_per_user: int, rng: np.random.
     release whether some id is missing. Dropping acts on each trajectory by itself, so a user still changes the
     kept set by at most k trajectories."""
     user_id = _user_ids(user_id)
-    k = max_trajectories_per_user
-    if isinstance(k, bool) or k is None or int(k) != k or k < 1:
-        raise DuckmobError(f"max_trajectories_per_user must be a positive integer (public k); got {k!r}")
+    k = count("max_trajectories_per_user", max_trajectories_per_user, example="max_trajectories_per_user := 5")
     order = np.lexsort((rng.random(len(user_id)), user_id))
     sorted_users = user_id[order]
     first = np.flatnonzero(np.concatenate([[True], sorted_users[1:] != sorted_users[:-1]])) if len(order) else \
@@ -425,9 +419,8 @@ def _bounded_batches(batches, n_states, privacy_unit, max_trajectories_per_user,
                 offsets, cells = _select(offsets, cells, part)
             yield offsets, cells
 
-    if isinstance(n_states, bool) or int(n_states) != n_states or n_states < 1:
-        raise DuckmobError(f"n_states must be a positive integer (public: e.g. w * w grid cells); got {n_states!r}")
-    return int(n_states), k, bounded()
+    n_states = count("n_states", n_states, example="n_states := 1024 (public: w * w grid cells)")
+    return n_states, k, bounded()
 
 
 def _one_batch(offsets, cells, user_id):
@@ -636,8 +629,8 @@ def noisy_count(n_items: int, eps: float, noise: NoiseSource, sensitivity: int =
     g = granularity(scale)
     if g > 1:
         raise DuckmobError(f"eps is too small for this sensitivity (noise scale {scale:.3g} > 2^20); use a larger eps")
-    count = min(int(n_items), math.floor(MAX_UNITS * g))
-    return float(count + noise.laplace(scale, 1)[0])
+    clamped = min(int(n_items), math.floor(MAX_UNITS * g))
+    return float(clamped + noise.laplace(scale, 1)[0])
 
 
 # -- HRNet's coarse-to-fine transition matrix ------------------------------------------------------------------
