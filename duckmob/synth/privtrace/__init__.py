@@ -5,34 +5,38 @@ Pipeline of :meth:`PrivTrace.fit` (one eps-DP release in total; the parts compos
 ===========  =======================================================================  ============  ==========
 part         what is released                                                          sensitivity   budget
 ===========  =======================================================================  ============  ==========
-count        number of trajectories N (for K, the trip total and the default n)      k             0.02 eps
-level1       length-normalised density of the K x K first-layer cells (§4.2, B.1)      k             0.08 eps
-level2       length-normalised density of every state of the two-layer grid           k             0.04 eps
-lengths      histogram of state-sequence lengths (the length correction, walk.py)     k             0.06 eps
-first        length-normalised first-order counts with virtual start/end (§4.3)      k             0.40 eps
-second       length-normalised second-order counts on the neighbour-triple support   k             0.40 eps
+count        number of trajectories N (for K, the trip total and the default n)      k             0.02
+level1       length-normalised density of the K x K first-layer cells (§4.2, B.1)      k             0.08
+level2       length-normalised density of every state of the two-layer grid           k             0.04
+lengths      histogram of state-sequence lengths (the length correction, walk.py)     k             0.06
+first        length-normalised first-order counts with virtual start/end (§4.3)      k             0.40
+second       length-normalised second-order counts on the neighbour-triple support   k             0.40
+fine         the fine placement's density and step histogram (duckmob.synth.placement) k          fine_share
 ===========  =======================================================================  ============  ==========
 
-k is the number of trajectories one privacy unit may contribute (1 when the unit is a trajectory; the
-``max_trajectories_per_user`` bound when it is a user). Each release is a Laplace mechanism with scale
-k / eps_part on every entry of a data-independent support; the paper's eps1 = 0.2 eps is shared by the first
-four parts. Everything after is post-processing: NormCut (App. B.6), the split of dense first-layer cells,
-pruning of states whose noisy level-2 density is below ``prune`` Laplace scales (default 0: a state with no
-data survives with probability 1/2; the reference computed the level-2 densities without noise and did not use
-them), the model choice (§4.6), the trip distribution (§4.4, trips.py) and the random walk (Alg. 1, walk.py).
-Every count table goes through ``duckmob.privacy.counting.normalised_release``, the one counting mechanism shared
-with ``mob_transitions`` and HRNet: each trajectory's mass 1 is split into whole steps of the noise grid, so the
-noisy release needs no input rounding and each trajectory still adds at most 1.
+k is ``max_trajectories_per_user``, the number of trajectories one privacy unit may contribute (1 when the unit
+is a trajectory). The budget column is each part's fraction of PrivTrace's own epsilon, ``eps (1 - fine_share)``
+(all of eps with ``output := 'cells'``), split by ``duckmob.privacy.accounting.split``; the fine stage spends
+``eps fine_share``. Each release is a Laplace mechanism with scale k / eps_part on every entry of a
+data-independent support; the paper's eps1 = 0.2 eps is shared by the first four parts. Everything after is
+post-processing: NormCut (App. B.6), the split of dense first-layer cells, pruning of states whose noisy level-2
+density is below ``prune`` Laplace scales (default 0: a state with no data survives with probability 1/2; the
+reference computed the level-2 densities without noise and did not use them), the model choice (§4.6), the trip
+distribution (§4.4, trips.py), the random walk (Alg. 1, walk.py) and the placement of points. Every count table
+goes through ``duckmob.privacy.counting.normalised_release``, the one counting mechanism shared with
+``mob_transitions`` and HRNet: each trajectory's mass 1 is split into whole steps of the noise grid, so the noisy
+release needs no input rounding and each trajectory still adds at most 1.
 
-Where the paper is vague or the reference leaks, the choices are (each documented where it is made):
+Where the paper is vague or the reference leaks, the choices are (each documented where it is made; the
+measurements behind them are in docs/methods/privtrace.md):
 * K = round(sqrt(N_noisy / c)) with the paper's c = 500 (§5.1, its GeoLife setting), clipped to [2, K_max];
   or the user's K. The reference used the true point count.
 * kappa: the paper's formula needs a city population (and its two printings differ by a factor 1000); we use
   the reference implementation's rule, a cell with noisy density d above ``split_threshold`` x the mean
   density N_noisy / K^2 is split into kappa = sqrt(d / kappa_c) per side, rounded to a power of two, at most
-  2**max_depth. kappa_c = 100 (the reference: 200) was the better of 25, 50, 100, 200 on GeoLife overall.
+  2**max_depth, with kappa_c = 100 (the reference: 200).
 * State sequences are filled in between non-adjacent fixes (straight line), so transitions are between
-  neighbours; the second-order support is the neighbour triples (states.py, markov.py).
+  neighbours; the second-order support is the neighbour triples (duckmob.synth.cells, markov.py).
 * theta1 = theta1_factor * sqrt(2) * k / eps2 * (row support size); theta2 = 5 (§5.1).
 * Lengths: sampled through the noisy length histogram's hazard, modulated by the model's end probability
   (walk.py); the trip distribution gives the start state (trips.py): a gravity model whose one free
@@ -42,7 +46,8 @@ Where the paper is vague or the reference leaks, the choices are (each documente
   lengthen the walks.
 * The first move uses the second-order context (virtual start, s_1) (Alg. 1 uses the first order there); a
   state whose noisy row lost all mass to NormCut moves to a live neighbour in proportion to its noisy density.
-* Points: one uniform point per trajectory and state (a walk that returns to a state returns to its point).
+* Points: with ``output := 'points'`` (the default) routed and spaced by the fine placement; with 'cells', one
+  uniform point per trajectory and state (a walk that returns to a state returns to its point).
 * n: the caller's n, or the noisy count.
 """
 
@@ -57,20 +62,22 @@ from typing import Any, ClassVar
 import numpy as np
 
 from duckmob.errors import DuckmobError
+from duckmob.privacy import accounting
 from duckmob.privacy.counting import count_record, noisy_count, normalised_sums, release_sums
+from duckmob.privacy.noise import check_scale
+from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source.batches import as_batches
-from duckmob.synth.base import Model, Synthesizer, trajectories_from_cells
 from duckmob.synth import placement
+from duckmob.synth.base import Model, Plan, ReleaseContext, Synthesizer, trajectories_from_cells
+from duckmob.synth.cells import StateGrid, state_sequences, truncate_tail, uniform_grid
 from duckmob.synth.config import param
 from duckmob.synth.placement import PlacementConfig
 from duckmob.synth.privtrace.markov import (Support, density_sums, normcut_rows, release_transition_sums,
                                             select_second_order, transition_sums)
-from duckmob.synth.privtrace.states import StateGrid, state_sequences, uniform_grid
 from duckmob.synth.privtrace.trips import trip_distribution
 from duckmob.synth.privtrace.walk import (cumulative_rows, decreasing_tail, hazard, length_bin, length_bins,
-                                          random_walks, truncate_tail)
+                                          random_walks)
 from duckmob.trajectories import Trajectories
-from duckmob.validators import epsilon, n_trajectories
 
 BUDGET_SPLIT = {"count": 0.02, "level1": 0.08, "level2": 0.04, "lengths": 0.06, "first": 0.40, "second": 0.40}
 
@@ -124,143 +131,54 @@ class PrivTraceConfig(PlacementConfig):
         if set(split) != set(BUDGET_SPLIT):
             raise DuckmobError(f"budget_split must give a fraction for each of {sorted(BUDGET_SPLIT)}, got {split!r}")
         try:
-            fr = {k: float(v) for k, v in split.items()}
+            fractions = {part: float(value) for part, value in split.items()}
         except (TypeError, ValueError):
             raise DuckmobError(f"budget_split fractions must be numbers, got {split!r}") from None
-        if not all(math.isfinite(v) and v > 0 for v in fr.values()) or abs(sum(fr.values()) - 1.0) > 1e-9:
-            raise DuckmobError(f"budget_split fractions must be positive and sum to 1, got {fr}")
-        return fr
+        if (not all(math.isfinite(v) and v > 0 for v in fractions.values())
+                or abs(sum(fractions.values()) - 1.0) > 1e-9):
+            raise DuckmobError(f"budget_split fractions must be positive and sum to 1, got {fractions}")
+        return fractions
 
 
-class PrivTrace(Synthesizer):
-    """PrivTrace with public hyper-parameters (:class:`PrivTraceConfig`); ``fit`` is one eps-DP release."""
+@dataclass(frozen=True, kw_only=True)
+class PrivTracePlan(Plan):
+    """PrivTrace's spend at (eps, unit), from public parameters only: ``part_eps`` is each of its own parts'
+    epsilon (module docstring), ``scales`` their Laplace scales ``k / part_eps`` (k the contribution bound), and
+    ``fine_scales`` the fine stage's (None with ``output := 'cells'``). ``event`` composes all of them."""
 
-    method = "privtrace"
-    default_delta = 0.0
-    needs_time = False       # points are ordered by time when there is time, else by seq
-    streams = True           # fit takes duckmob.source.batches.Batches: statistics summed batch by batch
+    part_eps: dict[str, float]
+    scales: dict[str, float]
+    fine_scales: dict[str, float] | None
 
-    def __init__(self, bbox, **params):
-        self.config = PrivTraceConfig.parse(params)
-        super().__init__(bbox, **params)
-        self.fractions = self.config.fractions()
 
-    def privacy_event(self, eps: float, delta: float = 0.0, *, contribution_bound: int = 1, prior=None):
-        """Six Laplace releases at eps * fraction each, composed (pure eps-DP in total). Refuses an eps whose
-        smallest part the noise sampler cannot honour (scale k / (eps * fraction) too large)."""
-        from duckmob.privacy import accounting
-        from duckmob.privacy.noise import check_scale
-
-        epsilon(eps)
-        own = self._own_eps(eps)
-        for f in self.fractions.values():
-            check_scale(contribution_bound / (own * f))
-        fine = placement.privacy_events(eps, self.config, contribution_bound)
-        return accounting.compose([accounting.laplace(own * f) for f in self.fractions.values()] + fine)
-
-    def _own_eps(self, eps: float) -> float:
-        """PrivTrace's own parts share what the fine-placement stage leaves (all of eps when it is off)."""
-        return eps * (1.0 - self.config.fine_share) if self.config.placing else eps
-
-    def fit(self, data, eps: float, delta: float, noise, *, contribution_bound: int = 1,
-            release=None) -> "PrivTraceModel":
-        """Fit PrivTrace under eps-DP (delta unused) on trajectories inside ``self.bbox``; see the module doc.
-
-        ``data``: :class:`~duckmob.trajectories.Trajectories`, or :class:`duckmob.source.batches.Batches` of whole
-        trajectories (out of core): every table is an exact sum over the batches, so both give the same model."""
-        # the release core reserved exactly privacy_event(eps, delta, k); zero trajectories is a valid input
-        self.privacy_event(eps, delta, contribution_bound=contribution_bound)
-        cfg, fr = self.config, self.fractions
-        k = int(contribution_bound)
-        own = self._own_eps(eps)
-        scale = {part: k / (own * f) for part, f in fr.items()}
-
-        src = as_batches(data)   # Trajectories, or batches read out of core (duckmob.source): the same release
-        # count: N + Lap(k / eps_count); one trajectory changes N by 1, a privacy unit by at most k
-        n_noisy = noisy_count(src.n_trajectories, own * fr["count"], noise, sensitivity=k)
-        K = cfg.K if cfg.K is not None else int(np.clip(round(np.sqrt(max(n_noisy, 1.0) / cfg.c)), 2, cfg.K_max))
-
-        # level1: length-normalised densities on K x K (B.1): each trajectory adds 1 in total (L1). Every table
-        # is summed exactly over the batches (integer noise-grid steps) and noised once (counting.release_sums)
-        g1 = uniform_grid(self.bbox, K)
-        sums1 = src.reduce(lambda d: {"level1": density_sums(*state_sequences(g1, d.offsets, d.lat, d.lon)[:2],
-                                                             K * K, scale["level1"])})
-        noisy1 = normcut_rows(release_sums(sums1["level1"], scale["level1"], noise)[None, :])[0]
-
-        # split dense cells (post-processing): kappa = 2**e
-        mean_density = max(n_noisy, 1.0) / (K * K)
-        kappa = np.sqrt(np.maximum(noisy1, 0.0) / cfg.kappa_c)
-        e = np.clip(np.round(np.log2(np.maximum(kappa, 1.0))), 0, cfg.max_depth).astype(np.int64)
-        e = np.where(noisy1 > cfg.split_threshold * mean_density, e, 0)
-        grid = StateGrid(self.bbox, K, int(e.max()), e)
-        m = grid.m
-        support = Support.of(m, *grid.neighbours())
-        edges = length_bins(cfg.max_len)
-        # no coarser than the finest states (K 2^depth per side: from DP releases), so every state holds fine cells
-        fine_w = placement.fine_width(self.bbox, cfg, n_noisy, eps, k, at_least=K << int(e.max())) \
-            if cfg.placing else None
-        fine_sc = placement.scales(eps, cfg, k) if cfg.placing else None
-        sums = src.reduce(lambda d: self._statistics(d, grid, support, edges, scale, fine_w, fine_sc))
-
-        # level2: length-normalised densities of the states; states below the noise are pruned
-        noisy2 = release_sums(sums["level2"], scale["level2"], noise)
-        alive = noisy2 > cfg.prune * scale["level2"]
-        if not alive.any():
-            alive = noisy2 >= noisy2.max()
-
-        # lengths: each trajectory adds 1 to one bin (L1 sensitivity 1, k per unit)
-        noisy_len = truncate_tail(release_sums(sums["lengths"], scale["lengths"], noise), scale["lengths"])
-        len_probs = decreasing_tail(normcut_rows(noisy_len[None, :])[0], edges)
-
-        # first order (start row and state rows together: one release) and second order, each of sensitivity
-        # k in L1; Laplace noise on every entry of their supports (markov.release_transition_sums)
-        start_n, first_n, second_n = release_transition_sums(support, sums["first"], sums["second"], scale["first"],
-                                                             scale["second"], noise)
-
-        use2 = select_second_order(first_n, support, scale["first"], cfg.theta2, cfg.theta1_factor)
-        p_start, info = trip_distribution(start_n * alive, first_n[:, support.end] * alive, n_noisy,
-                                          support.offsets, support.dst,
-                                          decay=cfg.trip_decay)
-        info.update(count_record(own * fr["count"], k))
-        info.update(K=K, states=m, alive_states=int(alive.sum()), depth=grid.depth, edges=support.n_edges,
-                    second_order_states=int(use2.sum()))
-        # fine placement (placement.py): the fine density and the step histogram, eps * fine_share
-        fine = placement.release_statistics(sums, fine_w, fine_sc, noise, n_noisy) if cfg.placing else None
-        return PrivTraceModel(grid=grid, alive=alive, fine=fine, density=np.maximum(noisy2, 0.0),
-                              first=first_n.astype(np.float32), second=second_n.astype(np.float32), start=p_start,
-                              use2=use2,
-                              len_edges=edges, len_probs=len_probs, n_noisy=n_noisy,
-                              config={**cfg.as_dict(), "budget_split": fr, "eps": eps, "contribution_bound": k},
-                              info=info)
-
-    def _statistics(self, d: Trajectories, grid: StateGrid, support: Support, edges, scale: dict, fine_w, fine_sc):
-        """The EXACT tables of one batch of whole trajectories (integer noise-grid steps; never released as they
-        are): level-2 density, length bins, first- and second-order transitions and the fine stage's two."""
-        off, states, _ = state_sequences(grid, d.offsets, d.lat, d.lon)
-        lengths = np.diff(off)
-        n = len(lengths)
-        out = {"level2": density_sums(off, states, grid.m, scale["level2"]),
-               "lengths": normalised_sums(length_bin(lengths, edges), np.arange(n), np.ones(n, np.int64),
-                                          len(edges) - 1, scale["lengths"]),
-               **transition_sums(support, off, states, scale["first"], scale["second"])}
-        if fine_w is not None:
-            out.update(placement.statistics(d, self.bbox, fine_w, fine_sc))
-        return out
+def upgrade_format_1_meta(meta: dict) -> dict:
+    """A format-1 model's meta (config and info) in format 2's layout. Format 1 kept the fit's ``eps`` and
+    ``contribution_bound`` in the config (format 2: ``eps`` in the info; the bound is the stored row's
+    ``max_trajectories_per_user``), and models stored before ``route_draws`` existed drew one route per move."""
+    config, info = dict(meta["config"]), dict(meta["info"])
+    eps = config.pop("eps", None)
+    config.pop("contribution_bound", None)
+    config.setdefault("route_draws", 1)
+    if eps is not None:
+        info = {"eps": eps, **info}
+    return {"config": config, "info": info}
 
 
 class PrivTraceModel(Model):
-    """A fitted PrivTrace: the public grid and NormCut noisy statistics; sampling is free post-processing."""
+    """A fitted PrivTrace: the public grid and NormCut noisy statistics; sampling is free post-processing.
+    ``config`` is the fit's :class:`PrivTraceConfig`; ``info`` what the fit released about itself (public)."""
 
     method = "privtrace"
+    format_version = 2
 
     def __init__(self, *, grid: StateGrid, alive, density, first, second, start, use2, len_edges, len_probs,
-                 n_noisy: float, config: dict, info: dict, fine: placement.FineStats | None = None):
+                 n_noisy: float, config: PrivTraceConfig, info: dict, fine: placement.FineStats | None = None):
         self.grid, self.alive, self.fine = grid, np.asarray(alive, dtype=bool), fine
         self.density = np.asarray(density, dtype=np.float64)
         self.first, self.second = np.asarray(first), np.asarray(second)
         self.start, self.use2 = np.asarray(start, dtype=np.float64), np.asarray(use2, dtype=bool)
         self.len_edges, self.len_probs = np.asarray(len_edges, dtype=np.int64), np.asarray(len_probs, float)
-        self.n_noisy, self.config, self.info = float(n_noisy), dict(config), dict(info)
+        self.n_noisy, self.config, self.info = float(n_noisy), config, dict(info)
         self._prepared = None
         self._placement = None
 
@@ -297,23 +215,21 @@ class PrivTraceModel(Model):
 
     def sample_states(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``n`` synthetic state sequences: (offsets (n+1), states)."""
-        return random_walks(int(n), rng, end_bias=float(self.config["end_bias"]),
-                            backtrack=float(self.config.get("backtrack", 1.0)), **self._prepare())
+        return random_walks(int(n), rng, end_bias=float(self.config.end_bias), backtrack=float(self.config.backtrack),
+                            **self._prepare())
 
     def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
         """Draw ``n`` trajectories: random walks over the states, then points.
 
         With the fine stage (the default), points follow the most probable fine route between consecutive
-        states, spaced like the real sampling (placement.py). Without it (``output := 'cells'``), one point
-        uniformly inside each visited state's cell; a trajectory that comes back to a state comes back to the
-        same point (one uniform point per trajectory and state), so the back-and-forth moves that GPS jitter
-        puts in real sequences retrace one segment instead of criss-crossing both cells.
+        states, spaced like the real sampling (:mod:`duckmob.synth.placement`). Without it (``output :=
+        'cells'``), one point uniformly inside each visited state's cell; a trajectory that comes back to a state
+        comes back to the same point (one uniform point per trajectory and state), so the back-and-forth moves
+        that GPS jitter puts in real sequences retrace one segment instead of criss-crossing both cells.
         """
-        n = n_trajectories(n)
-        n = self.default_n if n is None else n
         offsets, states = self.sample_states(n, rng)
         if self.fine is not None:       # released only when output is 'points' (models before it have none)
-            lengths, lat, lon = self.placement().points(offsets, states, rng, int(self.config["max_points"]))
+            lengths, lat, lon = self.placement().points(offsets, states, rng, int(self.config.max_points))
             return trajectories_from_cells(lengths, lat, lon)
         lengths = np.diff(offsets)
         owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
@@ -324,17 +240,18 @@ class PrivTraceModel(Model):
     def placement(self) -> placement.Placement:
         """The fine placement over this model's states (built once; post-processing)."""
         if self._placement is None:
-            w = self.fine.w
+            w, bbox = self.fine.w, self.grid.bbox
             self._placement = placement.Placement(
-                self.fine, self.grid.bbox, placement.coarse_of_fine(w, self.grid.bbox, self.grid.state_of),
-                self.grid.m, int(self.config["anchors"]), int(self.config.get("route_draws", 1)),
-                self.config.get("step_m"))
+                self.fine, bbox, placement.coarse_of_fine(w, bbox, self.grid.state_of), self.grid.m,
+                self.config.anchors, self.config.route_draws, self.config.step_m)
         return self._placement
 
     def describe(self) -> dict[str, Any]:
-        return {**{k: v for k, v in self.config.items()}, **self.info, "n_noisy": round(self.n_noisy, 1)}
+        return {**self.config.as_dict(), "budget_split": self.config.fractions(), **self.info,
+                "n_noisy": round(self.n_noisy, 1)}
 
-    def to_bytes(self) -> bytes:
+    def payload(self) -> bytes:
+        """An ``.npz`` of the grid, the noisy statistics and the fine stage's, with the config and info as JSON."""
         buf = io.BytesIO()
         g = self.grid
         np.savez_compressed(
@@ -342,18 +259,129 @@ class PrivTraceModel(Model):
             density=self.density,
             first=self.first, second=self.second, start=self.start, use2=self.use2, len_edges=self.len_edges,
             len_probs=self.len_probs, n_noisy=self.n_noisy, **(self.fine.arrays() if self.fine is not None else {}),
-            meta=np.frombuffer(json.dumps({"config": self.config, "info": self.info}).encode(), dtype=np.uint8))
+            meta=np.frombuffer(json.dumps({"config": self.config.as_dict(), "info": self.info}).encode(),
+                               dtype=np.uint8))
         return buf.getvalue()
 
     @classmethod
-    def from_bytes(cls, blob: bytes) -> "PrivTraceModel":
-        z = np.load(io.BytesIO(bytes(blob)), allow_pickle=False)
+    def load(cls, payload: bytes, version: int, method: str) -> "PrivTraceModel":
+        z = np.load(io.BytesIO(bytes(payload)), allow_pickle=False)
         meta = json.loads(z["meta"].tobytes().decode())
+        if version == 1:
+            meta = upgrade_format_1_meta(meta)
         grid = StateGrid(z["bbox"].tolist(), int(z["K"]), int(z["depth"]), z["split"])
         return cls(grid=grid, alive=z["alive"], density=z["density"], first=z["first"], second=z["second"],
                    start=z["start"], use2=z["use2"], len_edges=z["len_edges"], len_probs=z["len_probs"],
-                   n_noisy=float(z["n_noisy"]), config=meta["config"], info=meta["info"],
+                   n_noisy=float(z["n_noisy"]), config=PrivTraceConfig.parse(meta["config"]), info=meta["info"],
                    fine=placement.FineStats.from_arrays(z))
 
 
-PrivTrace.model_class = PrivTraceModel
+class PrivTrace(Synthesizer):
+    """PrivTrace with public hyper-parameters (:class:`PrivTraceConfig`); ``fit`` is one eps-DP release."""
+
+    method = "privtrace"
+    config_class = PrivTraceConfig
+    model_class = PrivTraceModel
+    default_delta = 0.0
+    needs_time = False       # points are ordered by time when there is time, else by seq
+    config: PrivTraceConfig
+
+    def plan(self, eps: float, delta: float = 0.0, unit: PrivacyUnit = PrivacyUnit(), prior=None) -> PrivTracePlan:
+        """Six Laplace releases at PrivTrace's own eps times each part's fraction, and the fine stage's, composed
+        (pure eps-DP in total; delta unused). Refuses an eps whose smallest part the noise sampler cannot honour
+        (scale k / eps_part too large)."""
+        config = self.config
+        k = unit.max_trajectories_per_user
+        # PrivTrace's own parts share what the fine-placement stage leaves (all of eps when it is off)
+        own_eps = accounting.split(eps, {"privtrace": 1.0 - config.fine_share})["privtrace"] if config.placing \
+            else eps
+        part_eps = accounting.split(own_eps, config.fractions())
+        scales = {part: k / e for part, e in part_eps.items()}
+        for scale in scales.values():
+            check_scale(scale)
+        fine_events = placement.privacy_events(eps, config, k)
+        event = accounting.compose([accounting.laplace(e) for e in part_eps.values()] + fine_events)
+        return PrivTracePlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox, needs_time=self.needs_time,
+                             part_eps=part_eps, scales=scales,
+                             fine_scales=placement.scales(eps, config, k) if config.placing else None)
+
+    def fit(self, source, plan: PrivTracePlan, release: ReleaseContext) -> PrivTraceModel:
+        """Fit PrivTrace under eps-DP (delta unused) on trajectories inside ``self.bbox``; see the module doc.
+
+        ``source``: :class:`duckmob.source.batches.Batches` of whole trajectories (out of core), or
+        :class:`~duckmob.trajectories.Trajectories`: every table is an exact sum over the batches, so both give
+        the same model. Zero trajectories is a valid input (the model is noise alone)."""
+        config, scale, noise = self.config, plan.scales, release.noise
+        k = plan.unit.max_trajectories_per_user
+        batches = as_batches(source)
+        # count: N + Lap(k / eps_count); one trajectory changes N by 1, a privacy unit by at most k
+        n_noisy = noisy_count(batches.n_trajectories, plan.part_eps["count"], noise, sensitivity=k)
+        K = config.K if config.K is not None else int(np.clip(round(np.sqrt(max(n_noisy, 1.0) / config.c)), 2,
+                                                              config.K_max))
+
+        # level1: length-normalised densities on K x K (B.1): each trajectory adds 1 in total (L1). Every table
+        # is summed exactly over the batches (integer noise-grid steps) and noised once (counting.release_sums)
+        first_layer = uniform_grid(self.bbox, K)
+        sums1 = batches.reduce(lambda d: {"level1": density_sums(
+            *state_sequences(first_layer, d.offsets, d.lat, d.lon)[:2], K * K, scale["level1"])})
+        noisy1 = normcut_rows(release_sums(sums1["level1"], scale["level1"], noise)[None, :])[0]
+        release.check_interrupt()
+
+        # split dense cells (post-processing): kappa = 2**exponent
+        mean_density = max(n_noisy, 1.0) / (K * K)
+        kappa = np.sqrt(np.maximum(noisy1, 0.0) / config.kappa_c)
+        exponent = np.clip(np.round(np.log2(np.maximum(kappa, 1.0))), 0, config.max_depth).astype(np.int64)
+        exponent = np.where(noisy1 > config.split_threshold * mean_density, exponent, 0)
+        grid = StateGrid(self.bbox, K, int(exponent.max()), exponent)
+        m = grid.m
+        support = Support.of(m, *grid.neighbours())
+        edges = length_bins(config.max_len)
+        # no coarser than the finest states (K 2^depth per side: from DP releases), so every state holds fine cells
+        fine_w = placement.fine_width(self.bbox, config, n_noisy, plan.eps, k, at_least=K << int(exponent.max())) \
+            if config.placing else None
+        sums = batches.reduce(lambda d: self._statistics(d, grid, support, edges, scale, fine_w, plan.fine_scales))
+        release.check_interrupt()
+
+        # level2: length-normalised densities of the states; states below the noise are pruned
+        noisy2 = release_sums(sums["level2"], scale["level2"], noise)
+        alive = noisy2 > config.prune * scale["level2"]
+        if not alive.any():
+            alive = noisy2 >= noisy2.max()
+
+        # lengths: each trajectory adds 1 to one bin (L1 sensitivity 1, k per unit)
+        noisy_len = truncate_tail(release_sums(sums["lengths"], scale["lengths"], noise), scale["lengths"])
+        len_probs = decreasing_tail(normcut_rows(noisy_len[None, :])[0], edges)
+
+        # first order (start row and state rows together: one release) and second order, each of sensitivity
+        # k in L1; Laplace noise on every entry of their supports (markov.release_transition_sums)
+        start_n, first_n, second_n = release_transition_sums(support, sums["first"], sums["second"], scale["first"],
+                                                             scale["second"], noise)
+
+        use2 = select_second_order(first_n, support, scale["first"], config.theta2, config.theta1_factor)
+        p_start, info = trip_distribution(start_n * alive, first_n[:, support.end] * alive, n_noisy,
+                                          support.offsets, support.dst, decay=config.trip_decay)
+        info = {"eps": plan.eps, **info, **count_record(plan.part_eps["count"], k)}
+        info.update(K=K, states=m, alive_states=int(alive.sum()), depth=grid.depth, edges=support.n_edges,
+                    second_order_states=int(use2.sum()))
+        # fine placement: the fine density and the step histogram, eps * fine_share
+        fine = placement.release_statistics(sums, fine_w, plan.fine_scales, noise, n_noisy) if config.placing \
+            else None
+        return PrivTraceModel(grid=grid, alive=alive, fine=fine, density=np.maximum(noisy2, 0.0),
+                              first=first_n.astype(np.float32), second=second_n.astype(np.float32), start=p_start,
+                              use2=use2, len_edges=edges, len_probs=len_probs, n_noisy=n_noisy, config=config,
+                              info=info)
+
+    def _statistics(self, d: Trajectories, grid: StateGrid, support: Support, edges, scale: dict, fine_w,
+                    fine_scales):
+        """The EXACT tables of one batch of whole trajectories (integer noise-grid steps; never released as they
+        are): level-2 density, length bins, first- and second-order transitions and the fine stage's two."""
+        off, states, _ = state_sequences(grid, d.offsets, d.lat, d.lon)
+        lengths = np.diff(off)
+        n = len(lengths)
+        out = {"level2": density_sums(off, states, grid.m, scale["level2"]),
+               "lengths": normalised_sums(length_bin(lengths, edges), np.arange(n), np.ones(n, np.int64),
+                                          len(edges) - 1, scale["lengths"]),
+               **transition_sums(support, off, states, scale["first"], scale["second"])}
+        if fine_w is not None:
+            out.update(placement.statistics(d, self.bbox, fine_w, fine_scales))
+        return out

@@ -50,19 +50,6 @@ def length_histogram(lengths: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.bincount(length_bin(lengths, edges), minlength=len(edges) - 1).astype(float)
 
 
-def truncate_tail(noisy: np.ndarray, scale: float, tau: float = 1.0) -> np.ndarray:
-    """Zero a noisy length histogram from the first two consecutive bins after its highest bin that are both
-    below ``tau`` Laplace scales: past that point the counts are indistinguishable from noise, and noise kept
-    at long lengths (weighted by the length) would lengthen the walks. Post-processing only."""
-    noisy = np.asarray(noisy, dtype=np.float64).copy()
-    mode = int(np.argmax(noisy))
-    low = noisy < tau * scale
-    both = low[mode:-1] & low[mode + 1:]
-    if both.any():
-        noisy[mode + int(np.argmax(both)):] = 0.0
-    return noisy
-
-
 def decreasing_tail(counts: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Post-process a non-negative (NormCut) noisy length histogram: non-increasing density after its mode.
 

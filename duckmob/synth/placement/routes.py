@@ -1,29 +1,6 @@
-"""Fine placement, shared by every method: where synthetic points go inside coarse cells, the street-level route
-between consecutive coarse cells, and the spacing of points along it.
-
-A method models trajectories on a coarse discretisation (PrivTrace's states, HRNet's grid). Left there, every
-synthetic point is uniform inside a cell of a kilometre or more: a blob on the map, one point per cell. This stage
-adds, as part of the method's fit, two private releases on a public fine grid (``fine_w`` x ``fine_w`` cells over
-the public bbox, about ``fine_m`` metres each by default):
-
-=========  ======================================================================  ============  ============
-part       what is released                                                         sensitivity   budget
-=========  ======================================================================  ============  ============
-density    trajectory density on the fine grid: a trajectory passing W distinct     k             0.8 share
-           fine cells (its fixes joined by the integer line walk) adds 1 / W to
-           each (length-normalised: its mass is 1)
-steps      histogram of the distance between consecutive fixes (public log bins):   k             0.2 share
-           a trajectory with S steps adds 1 / S to the bin of each
-=========  ======================================================================  ============  ============
-
-Both go through ``duckmob.privacy.counting.normalised_release`` (the one counting mechanism): each trajectory's
-mass 1 is split over its windows on the noise grid, so one trajectory moves each table by at most 1 in L1 and a
-privacy unit of k trajectories by at most k; Laplace of scale ``k / (eps * share * part)`` on EVERY fine cell and
-EVERY bin (data-independent supports) makes each part eps-DP; they compose into the method's ledger event. The
-fine density is NormCut (non-negative, total kept); the step histogram too. Trajectories of one point have no
-step and add nothing to the step histogram (dropping mass only lowers the sensitivity).
-
-Sampling (post-processing of the released model, :class:`Placement`):
+"""Sampling of the fine-placement stage (post-processing of its released :class:`~.releases.FineStats`): where
+synthetic points go inside the method's coarse cells, the street-level route between consecutive coarse cells,
+and the spacing of points along it.
 
 1. *Anchors*: the ``anchors`` fine cells of highest released density inside each coarse cell (a coarse cell with
    no mass keeps its central fine cell). A trajectory starts at an anchor of its first coarse cell, drawn in
@@ -34,324 +11,40 @@ Sampling (post-processing of the released model, :class:`Placement`):
    clean-slate paper's idea; one multi-source Dijkstra in ``scipy.sparse.csgraph`` over a block-diagonal graph
    of every coarse move used at once). The last leg runs inside the last cell, from where the route arrived to
    an anchor drawn by density (one Dijkstra per anchor number), so trajectories end where trips end, not at the
-   border nearest the previous cell (GeoLife, eps 1: median diameter 3.4 km without it, 3.8 km with it, real
-   4.4 km); a one-cell trajectory is that leg between two anchors of its cell. Two consecutive coarse cells
-   that are not neighbours (HRNet's stays) are first joined by the cells on the straight line between them
-   (:meth:`Placement.bridge`), so the route follows the released streets the whole way.
+   border nearest the previous cell; a one-cell trajectory is that leg between two anchors of its cell. Two
+   consecutive coarse cells that are not neighbours (HRNet's stays) are first joined by the cells on the straight
+   line between them (:meth:`Placement.bridge`), so the route follows the released streets the whole way.
 3. *Spacing*: points are laid along the route (each route vertex jittered uniformly inside its fine cell) at
    distances drawn from the released step histogram (uniform in log inside a bin), so there are about as many
    points per trajectory, as far apart, as in the real sampling; a trajectory gets at least its two end points.
-   With little mass in noise scales the histogram is released on blocks of public bins (:func:`step_block`).
-   A public ``step_m`` (metres) replaces the histogram: points every ``step_m`` along the route, and the density
-   gets the whole share. A route longer than ``max_points`` draws cover has its steps stretched evenly.
-
-``output := 'cells'`` (or ``fine_share := 0``) keeps the method's cell-level output and spends nothing here.
+   A public ``step_m`` (metres) replaces the histogram: points every ``step_m`` along the route. A route longer
+   than ``max_points`` draws cover has its steps stretched evenly.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
-from duckmob.grid import BBox, cell_of
-from duckmob.privacy import accounting
-from duckmob.privacy.counting import normalised_sums, release_sums
-from duckmob.privacy.noise import check_scale
-from duckmob.privacy.normcut import normcut
-from duckmob.source.batches import as_batches
-from duckmob.synth.config import Config, param
-from duckmob.trajectories import Trajectories, ragged_gather
+from duckmob.grid import BBox
+from duckmob.synth.cells import state_sequences, uniform_grid
+from duckmob.synth.placement.releases import STEP_EDGES_M, FineStats, _local_xy
+from duckmob.trajectories import ragged_gather
 
-# Each part's fraction of the fine stage's share of eps.
-PARTS = {"density": 0.8, "steps": 0.2}
-# Public bins of the distance between consecutive fixes (metres): [0, 1) then log-spaced up to 50 km; longer
-# steps fall in the last bin.
-STEP_EDGES_M = np.concatenate([[0.0], np.geomspace(1.0, 50_000.0, 48)])
-# Blocks of the released step histogram: about STEP_BLOCKS_C sqrt(mass / noise scale) of them (step_block).
-STEP_BLOCKS_C = 2.0
-# The released step histogram's head and tail are cut where two consecutive blocks fall below STEP_TAU noise
-# scales of a block when blocks are wider than a bin, below 1 scale on single bins (release_statistics). HRNet
-# 'points', 1,000 GeoLife trajectories at eps 1 (blocks of 6), 3 fits: 2 gave step JSD 0.195 and 0.39-2.3 x
-# the real points per trajectory, 1 gave 0.152 and 0.05-2.3 x. PrivTrace on 16,739 (single bins), 3 fits: 1
-# gave 1.16 x, 2 gave 1.24 x.
-STEP_TAU = 2.0
-EARTH_M_PER_DEG = 111_195.0
 # Floor of a fine cell's probability in the route costs, relative to the mean cell (so routes may cross cells
 # the release left empty, at a high cost).
 FLOOR = 1e-3
-MAX_POINTS = 20_000
 # Spread of the per-cell cost factors of the extra route draws (Placement.route_tables): log-normal sigma.
 ROUTE_SPREAD = 1.0
-# The data-driven bound on the fine width (fine_width): the public assumption that trajectories' mass concentrates
-# on about 5% of the grid's cells (streets and centres), and 2 noise scales of signal per such cell.
-SIGNAL_SHARE = 0.05
-TAU = 2.0
-
-
-@dataclass(frozen=True)
-class PlacementConfig(Config):
-    """The fine-placement parameters every method shares (mixed into each method's config)."""
-
-    fine_share: float = param(0.2, float, low=0, high=0.9,
-                              doc="share of eps spent on the fine density and the step histogram (0: cells only)")
-    fine_w: int | None = param(None, int, low=4, high=1024,
-                               doc="fine cells per side; null: the power of two giving cells nearest fine_m")
-    fine_m: float = param(100.0, float, low=1, doc="target fine cell size (metres) when fine_w is null")
-    anchors: int = param(8, int, low=1, high=64, doc="route end points per coarse cell (densest fine cells)")
-    route_draws: int = param(4, int, low=1, high=16,
-                             doc="route tables per coarse move: the most probable one and perturbed ones (spread)")
-    output: str = param("points", str, choices=("points", "cells"),
-                        doc="'points': routed, spaced points; 'cells': one uniform point per coarse cell")
-    max_points: int = param(5000, int, low=2, high=MAX_POINTS, doc="cap on points per synthetic trajectory")
-    step_m: float | None = param(None, float, low=0, low_open=True,
-                                 doc="public spacing of consecutive points (metres), e.g. the devices' sampling "
-                                     "interval times a typical speed; null: learned privately (the step histogram)")
-
-    @property
-    def placing(self) -> bool:
-        """Whether the fine stage is released (every output but 'cells', with a positive share)."""
-        return self.output != "cells" and self.fine_share > 0
-
-
-def fine_width(bbox, config: PlacementConfig, n_noisy: float | None = None, eps: float | None = None,
-               k: int = 1, at_least: int | None = None) -> int:
-    """The public fine grid width: ``fine_w`` when given; else the power of two (8 .. 512) whose cells are nearest
-    ``fine_m`` metres along the bbox's longer side, made coarser when the data cannot fill it: with ``n_noisy``
-    (a DP count) and the method's ``eps``, no finer than ``sqrt(n eps_d / (k SIGNAL_SHARE TAU))`` cells per side,
-    where ``eps_d`` is the density part's epsilon. That bound asks a cell of the ``SIGNAL_SHARE`` of the grid
-    where the mass of n trajectories concentrates to hold ``TAU`` Laplace scales ``k / eps_d``: below it the
-    release is mostly noise and a coarser grid places points better (GeoLife at eps 1: 400 m cells gave
-    trajectory density JSD 0.21 against 0.25 at 100 m). ``at_least``: the cells per side of the method's finest
-    coarse cells (public, or derived from DP releases); the automatic width is never coarser, so every coarse cell
-    holds fine cells to place and route in (HRNet's 32 x 32 on 1,000 trajectories at eps 1 gave 16 without it, and
-    a coarse cell without a fine cell has no anchor). A function of public parameters and DP releases only."""
-    if config.fine_w is not None:
-        return int(config.fine_w)
-    b = BBox.of(bbox)
-    mid = math.cos(math.radians((b.min_lat + b.max_lat) / 2))
-    extent = max((b.max_lat - b.min_lat) * EARTH_M_PER_DEG, (b.max_lon - b.min_lon) * EARTH_M_PER_DEG * mid)
-    exponent = round(math.log2(max(extent / config.fine_m, 1.0)))
-    if n_noisy is not None and eps is not None and config.placing:
-        eps_d = eps * config.fine_share * parts(config)["density"]
-        signal = math.sqrt(max(float(n_noisy), 1.0) * eps_d / (k * SIGNAL_SHARE * TAU))
-        exponent = min(exponent, math.floor(math.log2(max(signal, 1.0))))
-    if at_least is not None:
-        exponent = max(exponent, math.ceil(math.log2(max(int(at_least), 1))))
-    return int(2 ** np.clip(exponent, 3, 9))
-
-
-def parts(config: PlacementConfig) -> dict[str, float]:
-    """The parts released and their fractions of the share: both (:data:`PARTS`), or the density alone (all of
-    the share) for output 'stays', which places one point per visited cell and needs no spacing, and with a
-    public ``step_m``, which spaces points without the step histogram."""
-    return {"density": 1.0} if config.output == "stays" or config.step_m is not None else PARTS
-
-
-def privacy_events(eps: float, config: PlacementConfig, k: int = 1) -> list:
-    """The fine stage's accounting events at the method's eps (none when it is off); refuses (DuckmobError) an
-    eps whose Laplace scales the noise sampler cannot honour, before any data is read."""
-    if not config.placing:
-        return []
-    for s in scales(eps, config, k).values():
-        check_scale(s)
-    return [accounting.laplace(eps * config.fine_share * f) for f in parts(config).values()]
-
-
-def scales(eps: float, config: PlacementConfig, k: int) -> dict[str, float]:
-    """Laplace scale of each part: k / (eps * share * fraction)."""
-    return {part: k / (eps * config.fine_share * f) for part, f in parts(config).items()}
-
-
-# -- the private releases ---------------------------------------------------------------------------------------
-
-def _local_xy(bbox: BBox, lat, lon) -> tuple[np.ndarray, np.ndarray]:
-    """Metres east/north of the bbox's corner (equirectangular at the bbox's middle latitude: public)."""
-    mid = math.cos(math.radians((bbox.min_lat + bbox.max_lat) / 2))
-    return ((np.asarray(lon) - bbox.min_lon) * EARTH_M_PER_DEG * mid,
-            (np.asarray(lat) - bbox.min_lat) * EARTH_M_PER_DEG)
-
-
-def fine_cells(data: Trajectories, bbox, w: int, walk: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Distinct fine cells each trajectory passes: ``(cell, owner, n_distinct per trajectory)``, owner sorted.
-
-    With ``walk`` fixes are joined by the integer line walk (privtrace.states), so a sparsely sampled trajectory
-    still marks the cells between its fixes; without it, only the cells of the points themselves (output
-    'stays': where the modelled stays are). Each trajectory's cells depend on its own points only."""
-    from duckmob.synth.privtrace.states import state_sequences, uniform_grid
-
-    if walk:
-        _, cells, owner = state_sequences(uniform_grid(bbox, w), data.offsets, data.lat, data.lon)
-    else:
-        cells, owner = cell_of(data.lat, data.lon, bbox, w), data.point_traj()
-    key = np.sort(owner * (w * w) + cells)            # sorted by owner; distinct per trajectory below
-    key = key[np.concatenate([[True], key[1:] != key[:-1]])] if len(key) else key   # (np.unique: 5x slower)
-    owner, cells = np.divmod(key, w * w)
-    return cells, owner, np.bincount(owner, minlength=data.n_trajectories)
-
-
-def step_bins(data: Trajectories, bbox) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The bin of each step between consecutive fixes: ``(bin, owner, steps per trajectory)``, owner sorted."""
-    box = BBox.of(bbox)
-    x, y = _local_xy(box, data.lat, data.lon)
-    owner = data.point_traj()
-    same = owner[1:] == owner[:-1]
-    d = np.hypot(np.diff(x), np.diff(y))[same]
-    step_owner = owner[1:][same]
-    b = np.clip(np.searchsorted(STEP_EDGES_M, d, side="right") - 1, 0, len(STEP_EDGES_M) - 2)
-    return b, step_owner, np.bincount(step_owner, minlength=data.n_trajectories)
-
-
-def release(data, bbox, eps: float, config: PlacementConfig, noise, k: int = 1,
-            n_noisy: float | None = None, at_least: int | None = None) -> "FineStats":
-    """The fine stage's two releases (module docstring): eps * fine_share in total, k trajectories per unit.
-    ``data``: :class:`Trajectories` or :class:`duckmob.source.batches.Batches` (the statistics summed batch by
-    batch)."""
-    w = fine_width(bbox, config, n_noisy, eps, k, at_least)
-    sc = scales(eps, config, k)
-    walk = config.output != "stays"
-    return release_statistics(as_batches(data).reduce(lambda d: statistics(d, bbox, w, sc, walk)), w, sc, noise,
-                              n_noisy)
-
-
-def statistics(data: Trajectories, bbox, w: int, sc: dict[str, float], walk: bool = True) -> dict[str, np.ndarray]:
-    """The EXACT statistics of the parts in ``sc`` (never release them): whole noise-grid steps per fine cell and
-    per step bin (``counting.normalised_sums``). Integers: the sums over batches of whole trajectories add up to
-    the sums over all of them (``duckmob.source``). ``walk``: the density of the cells the fixes' line walk
-    passes (False: of the fixes' own cells, output 'stays'; :func:`fine_cells`)."""
-    cells, owner, n_cells = fine_cells(data, bbox, w, walk=walk)
-    out = {"fine_density": normalised_sums(cells, owner, n_cells, w * w, sc["density"])}
-    if "steps" in sc:
-        b, step_owner, n_steps = step_bins(data, bbox)
-        out["fine_steps"] = normalised_sums(b, step_owner, n_steps, len(STEP_EDGES_M) - 1, sc["steps"])
-    return out
-
-
-def release_statistics(sums: dict[str, np.ndarray], w: int, sc: dict[str, float], noise,
-                       n_noisy: float | None = None) -> "FineStats":
-    """The noise of the two parts on their exact statistics (:func:`statistics`), then post-processing.
-    ``n_noisy`` (a DP count; None: the noisy step histogram's own total) sets the step histogram's blocks
-    (:func:`step_block`)."""
-    density = release_sums(sums["fine_density"], sc["density"], noise)
-    if "steps" not in sc:     # output 'stays', or a public step_m: the density alone
-        return FineStats(w=w, density=adaptive_density(density, w, sc["density"]).astype(np.float32),
-                         steps=np.zeros(len(STEP_EDGES_M) - 1))
-    steps = release_sums(sums["fine_steps"], sc["steps"], noise)
-    from duckmob.synth.privtrace.walk import truncate_tail   # (privtrace imports this module)
-
-    # post-processing: summed over blocks of public bins (step_block), the long tail past where the histogram
-    # falls to the noise (STEP_TAU) is zeroed (noise there would make kilometre steps, and a trajectory few
-    # points), and so is the short head before it rises above the noise (noise there, weighted by nothing but its
-    # count, would make centimetre steps: seven times too many points on 1,000 trajectories at HRNet's share
-    # before blocks), then NormCut, then each block's mass is spread evenly over its bins (uniform in log over
-    # the block)
-    m = step_block(float(n_noisy) if n_noisy is not None else float(steps.sum()), sc["steps"])
-    n_bins = len(steps)
-    padded = np.zeros(-(-n_bins // m) * m)
-    padded[:n_bins] = steps
-    blocks, bscale = padded.reshape(-1, m).sum(axis=1), sc["steps"] * math.sqrt(m)   # the block sums' spread
-    tau = STEP_TAU if m > 1 else 1.0
-    if steps_mostly_noise(blocks, n_noisy, bscale):
-        # no spacing can be read from noise: steps all zero, and the sampler spaces points one fine cell apart
-        # (a public length); the highest noisy block gave centimetre steps (5,000 points a trajectory) on 30
-        # trajectories at eps 1
-        return FineStats(w=w, density=adaptive_density(density, w, sc["density"]).astype(np.float32),
-                         steps=np.zeros(n_bins))
-    kept = truncate_tail(truncate_tail(blocks, bscale, tau)[::-1], bscale, tau)[::-1]
-    if not (kept > 0).any():       # nothing above the noise: the highest block alone, not every bin evenly
-        kept = (np.arange(len(blocks)) == np.argmax(blocks)).astype(np.float64)
-    blocks = normcut(kept[None, :], axis=-1)[0]
-    return FineStats(w=w, density=adaptive_density(density, w, sc["density"]).astype(np.float32),
-                     steps=np.repeat(blocks / m, m)[:n_bins])
-
-
-def steps_mostly_noise(blocks: np.ndarray, n_noisy: float | None, block_scale: float) -> bool:
-    """Whether the released step histogram (summed over its blocks) is mostly noise, told from released values and
-    the public noise scale alone (post-processing): the mass it describes -- its positive blocks' sum, and at most
-    the DP trajectory count ``n_noisy`` (one unit of mass a trajectory) -- is below the 95% margin of one block's
-    noise (``block_scale`` ln 20), so that even all of it in one block could be that block's noise."""
-    mass = float(np.clip(blocks, 0, None).sum())
-    if n_noisy is not None:
-        mass = min(mass, float(n_noisy))
-    return mass < block_scale * math.log(20)
-
-
-def step_block(n_noisy: float, scale: float) -> int:
-    """Public step bins per block of the released step histogram: ``ceil(bins / B)`` with
-    ``B = STEP_BLOCKS_C sqrt(n~ / scale)`` blocks (``n~ / scale = n~ eps_steps / k``: the histogram's mass in
-    noise scales; a function of a DP count and public parameters). A block of m bins holds m bins' mass under
-    noise of spread sqrt(m) scales, so few trajectories or a small share get wide blocks. 1,000 GeoLife
-    trajectories at eps 0.02 (HRNet's share at eps 1), 8 noise draws: single bins gave a median mean step of 18 m
-    (real 110 m; JSD 0.48 with the exact histogram), blocks of 4-6 bins 160-270 m (JSD 0.13-0.16). Large tables
-    keep every bin (PrivTrace on 16,739 trajectories at eps 1: B = 52 >= 48 bins)."""
-    n_bins = len(STEP_EDGES_M) - 1
-    blocks = STEP_BLOCKS_C * math.sqrt(max(float(n_noisy), 1.0) / scale)
-    return int(min(max(math.ceil(n_bins / max(blocks, 1.0)), 1), n_bins))
-
-
-def adaptive_density(noisy: np.ndarray, w: int, scale: float, tau: float = 2.0, levels: int = 4) -> np.ndarray:
-    """Denoise the noisy fine density by a quadtree (post-processing): each fine cell takes, from the finest
-    level up, the first block (2^l x 2^l fine cells, l = 0 .. levels) whose noisy sum exceeds ``tau`` standard
-    deviations of its noise (sqrt(2) scale 2^l: the sum of 4^l Laplace draws), and shares evenly what of that
-    sum the block's already resolved cells did not take; below that at every level it gets the same share of
-    its top-level block, clipped at 0. Dense streets keep their fine
-    detail; where the signal is below the noise, mass is spread instead of following noise peaks."""
-    grid = np.asarray(noisy, dtype=np.float64).reshape(w, w)
-    out = np.full((w, w), np.nan)
-
-    def blocks(x, b):
-        return x.reshape(w // b, b, w // b, b).sum(axis=(1, 3))
-
-    def spread(x, b):
-        return np.repeat(np.repeat(x, b, axis=0), b, axis=1)
-
-    for lev in range(levels + 1):
-        b = 1 << lev
-        if w % b:
-            break
-        sums = blocks(grid, b)
-        open_ = np.isnan(out)
-        taken = blocks(np.where(open_, 0.0, out), b)          # mass already given to resolved cells
-        n_open = blocks(open_.astype(np.float64), b)
-        rest = np.maximum(sums - taken, 0.0) / np.maximum(n_open, 1.0)
-        strong = sums > tau * math.sqrt(2.0) * scale * b
-        value = spread(np.where(strong, rest, np.nan), b)
-        fill = open_ & ~np.isnan(value)
-        out[fill] = value[fill]
-        last = spread(rest, b)
-    out = np.where(np.isnan(out), last, out)
-    return np.maximum(out, 0.0).reshape(-1)
-
-
-@dataclass
-class FineStats:
-    """The released fine statistics (post-processed: non-negative)."""
-
-    w: int
-    density: np.ndarray     # (w * w,) float32
-    steps: np.ndarray       # (len(STEP_EDGES_M) - 1,)
-
-    def arrays(self, prefix: str = "fine_") -> dict[str, np.ndarray]:
-        return {f"{prefix}w": np.array(self.w), f"{prefix}density": self.density, f"{prefix}steps": self.steps}
-
-    @classmethod
-    def from_arrays(cls, z, prefix: str = "fine_") -> "FineStats | None":
-        if f"{prefix}w" not in z:
-            return None
-        return cls(int(z[f"{prefix}w"]), np.asarray(z[f"{prefix}density"]), np.asarray(z[f"{prefix}steps"]))
-
-
-# -- sampling (post-processing) ----------------------------------------------------------------------------------
 
 _DELTAS = np.array([(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)], dtype=np.int64)
 
 
 class Placement:
-    """Routes and points for coarse cell sequences, from :class:`FineStats` and the coarse partition.
+    """Routes and points for coarse cell sequences, from :class:`~.releases.FineStats` and the coarse partition.
 
     ``coarse_of_fine`` (w * w,) gives the coarse cell of each fine cell (by its centre), ``n_coarse`` their
     number. Everything here is post-processing of released statistics and public parameters."""
@@ -535,8 +228,7 @@ class Placement:
         """:meth:`route_table` under ``self.route_draws`` cost fields: the first with the released costs, the
         others with each fine cell's cost multiplied by an independent log-normal factor (sigma
         ``ROUTE_SPREAD``). Real trips between two areas use several streets; one most probable path per move
-        sends every synthetic trip down the same one (GeoLife, eps 1: trajectory density JSD 0.23 with one
-        route per move). Returns ``(first (draws, moves), offsets, cells, end)`` over all draws together."""
+        sends every synthetic trip down the same one. Returns ``(first (draws, moves), offsets, cells, end)`` over all draws together."""
         firsts, offs, cells, ends = [], [], [], []
         n_routes = n_cells = 0
         for d in range(self.route_draws):
@@ -588,12 +280,10 @@ class Placement:
     def bridge(self, offsets: np.ndarray, coarse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Coarse sequences whose consecutive cells can all be routed: between two consecutive cells that are
         not neighbours (HRNet's stays are often far apart), the cells met by the straight line between their
-        fine cells' centroids (the integer line walk on the fine grid, privtrace.states) are inserted, so the
+        fine cells' centroids (the integer line walk on the fine grid, duckmob.synth.cells) are inserted, so the
         route follows the released streets the whole way instead of jumping. ``(offsets, coarse, into)``:
         ``into[j]`` is the index, in its original sequence, of the original cell that cell j leads to (itself,
         or the next original cell for an inserted one). Post-processing; vectorised over moves."""
-        from duckmob.synth.privtrace.states import state_sequences, uniform_grid
-
         offsets = np.asarray(offsets, dtype=np.int64)
         coarse = np.asarray(coarse, dtype=np.int64)
         n, nc = len(offsets) - 1, self.n_coarse
@@ -835,7 +525,3 @@ def coarse_of_fine(w: int, bbox, locate) -> np.ndarray:
     lat = b.min_lat + (r + 0.5) * (b.max_lat - b.min_lat) / w
     lon = b.min_lon + (c + 0.5) * (b.max_lon - b.min_lon) / w
     return np.asarray(locate(lat, lon), dtype=np.int64)
-
-
-__all__ = ["PlacementConfig", "FineStats", "Placement", "release", "privacy_events", "fine_width",
-           "coarse_of_fine", "PARTS", "STEP_EDGES_M"]

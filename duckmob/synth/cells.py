@@ -1,4 +1,7 @@
-"""PrivTrace's two-layer grid (§4.2) as a set of Markov states, and trajectories as state sequences.
+"""Cells and cell sequences shared by PrivTrace and the fine-placement stage: the two-layer grid of PrivTrace
+(§4.2), trajectories as sequences of neighbouring cells (the integer line walk between fixes), and the cut of a
+noisy histogram's tail. PrivTrace's Markov states are this grid's cells; the fine placement
+(:mod:`duckmob.synth.placement`) uses its one-layer form (:func:`uniform_grid`) as the public fine grid.
 
 The first layer is a uniform K x K grid over the public bounding box. A first-layer cell that many trajectories
 pass through is split into kappa x kappa second-layer cells; both the unsplit first-layer cells and the
@@ -25,8 +28,8 @@ fix, a gap's cells a function of its two end cells, and runs are collapsed withi
 trajectory's state sequence is bit-identical whatever other trajectories are processed with it and wherever it
 lies in the arrays (and whichever chunk it falls in).
 
-Everything here is public: the grid is a function of the bbox, K, D and the per-cell exponents, which are
-themselves post-processing of noisy densities.
+The grid is public: a function of the bbox, K, D and the per-cell exponents, which are themselves
+post-processing of noisy densities; a trajectory's cells are never released as they are.
 """
 
 from __future__ import annotations
@@ -220,3 +223,17 @@ def _state_sequences(grid: StateGrid, offsets: np.ndarray, lat: np.ndarray,
     states, own = states[keep], own[keep]
     seq_offsets = np.concatenate([[0], np.cumsum(np.bincount(own, minlength=n))]).astype(np.int64)
     return seq_offsets, states, own
+
+
+def truncate_tail(noisy: np.ndarray, scale: float, tau: float = 1.0) -> np.ndarray:
+    """Zero a noisy histogram from the first two consecutive bins after its highest bin that are both below
+    ``tau`` Laplace scales: past that point the counts are indistinguishable from noise, and noise kept in a long
+    tail (PrivTrace's sequence lengths, placement's step lengths) would lengthen what is drawn from it.
+    Post-processing only."""
+    noisy = np.asarray(noisy, dtype=np.float64).copy()
+    mode = int(np.argmax(noisy))
+    low = noisy < tau * scale
+    both = low[mode:-1] & low[mode + 1:]
+    if both.any():
+        noisy[mode + int(np.argmax(both)):] = 0.0
+    return noisy
