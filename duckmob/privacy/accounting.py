@@ -433,12 +433,15 @@ def calibrate_noise_multiplier(fixed: list, sample_rate: float, steps: int, eps:
     sigma <= 1000 does.
 
     The RDP accountant (fast, never tighter than PLD) brackets sigma first; bisection in log sigma with the PLD
-    accountant then needs a handful of evaluations. Raises DuckmobError when even sigma = 1000 does not fit.
+    accountant then needs a handful of evaluations. Raises DuckmobError when even sigma = 1000 does not fit. The
+    sigma against (eps, delta) alone is cached (it depends on public values only and takes a second or more): a
+    method that plans the same release twice, or several releases alike, calibrates once.
     """
     if prior is not None and prior.delta == 0:   # DP-SGD needs delta > 0: no eps at delta 0 holds it
         raise needs_delta(prior.source, prior.eps, "DP-SGD")
 
-    sigma = _calibrate_alone(fixed, sample_rate, steps, eps, delta, rtol)
+    _stop_point()
+    sigma = _calibrate_alone(compose(list(fixed)).to_json(), sample_rate, steps, eps, delta, rtol)
     if prior is None:
         return sigma
 
@@ -464,9 +467,13 @@ def _bisect_log(fits, lo: float, hi: float, ratio: float) -> float:
     return hi
 
 
-def _calibrate_alone(fixed: list, sample_rate: float, steps: int, eps: float, delta: float, rtol: float) -> float:
-    """:func:`calibrate_noise_multiplier` against (eps, delta) alone."""
+@lru_cache(maxsize=256)
+def _calibrate_alone(fixed_json: str, sample_rate: float, steps: int, eps: float, delta: float, rtol: float) -> float:
+    """:func:`calibrate_noise_multiplier` against (eps, delta) alone; ``fixed_json``: ``compose(fixed)`` in JSON
+    (the cache's key; the JSON form keeps every float exactly, so the sigma is the one of the events themselves)."""
     from dp_accounting import rdp
+
+    fixed = list(Event.from_json(fixed_json).children)
 
     def run(sigma):
         return compose(fixed + [dp_sgd(sigma, sample_rate, steps)])

@@ -61,25 +61,25 @@ import io
 import math
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from duckmob.errors import BudgetError, DuckmobError
+from duckmob.errors import DuckmobError
 from duckmob.grid import cell_center, haversine_m
 from duckmob.privacy import accounting
-from duckmob.privacy.counting import count_record, count_shares, noisy_unit_counts
+from duckmob.privacy.counting import count_events, count_record, count_shares, noisy_unit_counts
+from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source.batches import as_batches
 from duckmob.synth import dpsgd
-from duckmob.synth.base import Model, Synthesizer, points_in_cells, trajectories_from_cells
+from duckmob.synth.base import (Model, Plan, ReleaseContext, Synthesizer, points_in_cells,
+                                trajectories_from_cells)
 from duckmob.synth.cleanslate.initialiser import Initialiser, categorical, sample_endpoints
 from duckmob.synth.cleanslate.paths import Router, replace, through
 from duckmob.synth.cleanslate.prior import (ENDPOINTS, coarse_of, coarse_probabilities, coarse_width, destinations,
-                                            detours, draw_detours, eps_split, gravity, hops, log_bias,
-                                            prior_block, prior_events, refine,
-                                            release_prior, waypoints)
+                                            detours, draw_detours, gravity, hops, log_bias, prior_block,
+                                            prior_events, refine, release_prior, waypoints)
 from duckmob.synth.cleanslate.transitions import Transitions
 from duckmob.synth.cleanslate.trips import grams, trips, visits
 from duckmob.synth.config import Config, param
@@ -184,49 +184,24 @@ def chained_paths(router: "Router", source, dest, slot, stops: list[np.ndarray],
     return path
 
 
-def _hrnet_accounting():
-    """HRNet's count split (imported when planning, so that this module does not load HRNet's):
-    ``(calibrate_noise_multiplier, count_shares, counts_events)``; the calibration is the accountant's."""
-    from duckmob.synth.hrnet import count_shares, counts_events
-
-    return accounting.calibrate_noise_multiplier, count_shares, counts_events
-
-
-@lru_cache(maxsize=256)
-def _calibrate_alone(fixed_json: str, sample_rate: float, steps: int, eps: float, delta: float) -> float:
-    calibrate_noise_multiplier, _, _ = _hrnet_accounting()
-    fixed = accounting.Event.from_json(fixed_json).children
-    return calibrate_noise_multiplier(list(fixed), sample_rate, steps, eps, delta)
+def budget_parts(eps: float, config: CleanSlateConfig) -> tuple[float, float]:
+    """``(eps_count, eps_prior)``: the count's share of eps, and the prior's share of what the count leaves
+    (module docstring, 1-2)."""
+    eps_count = accounting.split(eps, {"count": config.count_share})["count"]
+    return eps_count, accounting.split(eps - eps_count, {"prior": config.prior_share})["prior"]
 
 
-def _calibrate(fixed: list, sample_rate: float, steps: int, eps: float, delta: float, prior=None) -> float:
-    """Smallest noise multiplier sigma (to 0.5 %) with ``compose(fixed + [dp_sgd(sigma, q, steps)])`` within
-    (eps, delta) by the PLD accountant (:func:`accounting.calibrate_noise_multiplier`, cached: it depends on public
-    values only and takes seconds), and within ``prior``'s budget when given (bisection in log sigma between that
-    sigma and 1000; BudgetError when even 1000 does not fit)."""
-    sigma = _calibrate_alone(accounting.compose(fixed).to_json(), sample_rate, steps, eps, delta)
+@dataclass(frozen=True, kw_only=True)
+class CleanSlatePlan(Plan):
+    """The schedule of one clean-slate fit (module docstring, 1-4), from public values only: the count's and the
+    prior's epsilons, and each DP-SGD run's steps and noise multiplier (both at ``sample_rate``)."""
 
-    def fits(s):
-        return prior.fits(accounting.compose(fixed + [accounting.dp_sgd(s, sample_rate, steps)]))
-
-    if prior is None or fits(sigma):
-        return sigma
-    hi = 1e3
-    if not fits(hi):
-        raise BudgetError(f"the privacy budget of '{prior.source}' ({prior.eps:g} at delta {prior.delta:g}, with "
-                          "the releases already in the ledger) cannot hold this run: use a smaller eps or raise the "
-                          "budget with mob_set_budget")
-    while hi / sigma > 1.005:
-        mid = math.sqrt(hi * sigma)
-        sigma, hi = (sigma, mid) if fits(mid) else (mid, hi)
-    return hi
-
-
-def _plan_of(event) -> dict[str, Any]:
-    """The DP-SGD parameters of a planned event ``compose(counts..., prior..., dp_sgd TI, dp_sgd TPG)``."""
-    *_, ti, tpg = event.leaves()
-    return dict(sample_rate=ti.param("sample_rate"), steps_ti=ti.param("steps"), steps_tpg=tpg.param("steps"),
-                sigma_ti=ti.param("noise_multiplier"), sigma_tpg=tpg.param("noise_multiplier"), event=event)
+    eps_count: float
+    eps_prior: float
+    steps_ti: int
+    steps_tpg: int
+    sigma_ti: float
+    sigma_tpg: float
 
 
 def _device(spec) -> torch.device:
@@ -235,154 +210,51 @@ def _device(spec) -> torch.device:
     return torch.device(spec)
 
 
-def build_networks(cfg: dict) -> tuple[Initialiser, Transitions]:
-    """TI and TPG of a config (a dict of CleanSlateConfig fields), freshly initialised from torch's RNG; TI over
-    the coarse cells of ``ti_coarse``."""
-    rowcol = cfg.get("ti_heads", "cells") == "rowcol"
-    cw = coarse_width(cfg["w"], cfg.get("ti_coarse", 1))
-    ti = Initialiser(cw * cw, cfg["n_time"], cfg["ti_hidden"], cfg["ti_latent"], cw if rowcol else None)
-    tpg = Transitions(cfg["w"], cfg["r"], cfg["n_time"], cfg["tpg_embed"], cfg["tpg_hidden"])
+def build_networks(config: CleanSlateConfig) -> tuple[Initialiser, Transitions]:
+    """TI and TPG of a (resolved) config, freshly initialised from torch's RNG; TI over the coarse cells of
+    ``ti_coarse``."""
+    cw = coarse_width(config.w, config.ti_coarse)
+    ti = Initialiser(cw * cw, config.n_time, config.ti_hidden, config.ti_latent,
+                     cw if config.ti_heads == "rowcol" else None)
+    tpg = Transitions(config.w, config.r, config.n_time, config.tpg_embed, config.tpg_hidden)
     return ti, tpg
 
 
-class CleanSlate(Synthesizer):
-    """Lestyan et al.'s clean-slate synthesizer (see the module docstring for the privacy map)."""
+# What a model stores of its config: the machine's choices (where to compute, whether to show progress) are no
+# part of it; a loaded model computes where its machine can (``device`` null).
+_MACHINE = ("device", "progress")
+# What a stored model's info must hold for sampling (checked when an older format is read: nothing is filled in)
+_INFO_NEEDED = ("n_noisy", "has_time")
 
-    method = "cleanslate"
-    default_delta: ClassVar[float] = 1e-5
-    streams: ClassVar[bool] = True   # fit takes duckmob.source.batches.Batches: each batch reduced to its cell visits
 
-    def __init__(self, bbox, **params):
-        cfg = CleanSlateConfig.parse(params)
-        # defaults that follow the public grid width (stored resolved in the model's config)
-        self.cfg = cfg.replace(max_path=cfg.max_path or 3 * cfg.w, ti_coarse=cfg.ti_coarse or -(-cfg.w // 8),
-                               prior_refine=cfg.w > 64 if cfg.prior_refine is None else cfg.prior_refine)
-        super().__init__(bbox, **params)
+def _stored_config(config: CleanSlateConfig) -> dict[str, Any]:
+    return {key: value for key, value in config.as_dict().items() if key not in _MACHINE}
 
-    # -- accounting ---------------------------------------------------------------------------------
-    def _check_budget(self, eps, delta):
-        if not (eps > 0 and math.isfinite(eps)):
-            raise DuckmobError(f"eps must be a positive number, got {eps}")
-        if not 0 < delta < 1:
-            raise DuckmobError(f"cleanslate trains with DP-SGD and needs 0 < delta < 1 (e.g. delta := 1e-5), "
-                               f"got {delta}")
 
-    def plan(self, eps: float, delta: float, *, k: int = 1, prior=None) -> dict[str, Any]:
-        """The run's privacy parameters from public values only (module docstring, 1-3), calibrated within
-        ``prior`` (the source's budget and other releases) when given."""
-        _, _, counts_events = _hrnet_accounting()
-        cfg = self.cfg
-        eps_count, eps_prior = eps_split(eps, cfg.count_share, cfg.prior_share)
-        units = max(cfg.n_hint / k, 1.0)
-        batch = float(cfg.batch_size or cfg.batch_factor * math.sqrt(units))
-        q = min(1.0, batch / units)
-        steps_ti, steps_tpg = int(math.ceil(cfg.ti_epochs / q)), int(math.ceil(cfg.tpg_epochs / q))
-        fixed = counts_events(eps_count, k) + prior_events(eps_prior, cfg.prior_endpoints, cfg.prior_refine)
-        target_ti = eps_count + eps_prior + cfg.ti_share * (eps - eps_count - eps_prior)
-        sigma_ti = _calibrate(fixed, q, steps_ti, target_ti, delta)
-        ti = accounting.dp_sgd(sigma_ti, q, steps_ti)
-        sigma_tpg = _calibrate(fixed + [ti], q, steps_tpg, eps, delta, prior)
-        event = accounting.compose(fixed + [ti, accounting.dp_sgd(sigma_tpg, q, steps_tpg)])
-        return dict(eps_count=eps_count, eps_prior=eps_prior, sample_rate=q, steps_ti=steps_ti, steps_tpg=steps_tpg,
-                    sigma_ti=sigma_ti, sigma_tpg=sigma_tpg, event=event)
-
-    def privacy_event(self, eps: float, delta: float, *, contribution_bound: int = 1, prior=None):
-        """The spend of ``fit`` (public: see the module docstring), reserved before data is read."""
-        self._check_budget(eps, delta)
-        return self.plan(eps, delta, k=contribution_bound, prior=prior)["event"]
-
-    # -- fit -------------------------------------------------------------------------------------------
-    def fit(self, data, eps: float, delta: float, noise, *, contribution_bound: int = 1,
-            release=None) -> "CleanSlateModel":
-        """Fit under (eps, delta)-DP for one trajectory (or one user of at most ``contribution_bound``
-        trajectories); see the module docstring."""
-        self._check_budget(eps, delta)
-        cfg = self.cfg
-        t0 = time.perf_counter()
-        device = _device(cfg.device)
-        rng = noise.generator()
-        # out of core: the first fix of each cell visit of every trajectory, in the in-memory order
-        data = as_batches(data).gather(lambda d: visits(d, self.bbox, cfg.w))
-        tr = trips(data, self.bbox, cfg.w, cfg.r, cfg.n_time)
-        gr = grams(tr, cfg.w, cfg.r, cfg.max_grams)
-        k = int(contribution_bound)
-        eps_count, eps_prior = eps_split(eps, cfg.count_share, cfg.prior_share)
-        n_noisy, units_noisy = noisy_unit_counts(tr.user_id, eps_count, noise, k)
-        # (2) the prior: H noisy histograms, each trajectory adding mass 1 to each (module docstring)
-        detour = detours(tr.source, tr.dest, np.diff(tr.offsets), cfg.w, cfg.r, cfg.max_path)
-        block = prior_block(cfg.w, n_noisy, eps_prior, k, cfg.prior_endpoints, cfg.prior_cells, cfg.prior_refine)
-        hist = release_prior(tr.source, tr.dest, tr.slot, cfg.w, cfg.n_time, eps_prior, noise, k,
-                             cfg.prior_endpoints, detour, cfg.max_path, block, cfg.prior_refine) \
-            if eps_prior > 0 else None
-        # the reserved event is the plan (calibrated within the budget by the release core); alone, to (eps, delta)
-        plan = self.plan(eps, delta, k=k) if release is None else _plan_of(release.event)
-        batch = plan["sample_rate"] * max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
-        check_interrupt = None if release is None else release.check_interrupt
-        config = {key: v for key, v in cfg.as_dict().items() if key not in ("device", "progress")}
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(rng.integers(2 ** 62)))
-            ti, tpg = build_networks(config)
-        if hist is not None:
-            ti.set_prior(*(log_bias(coarse_probabilities(hist[h], cfg.w, cfg.ti_coarse)) for h in ("source", "dest")),
-                         log_bias(hist["slot"]))
-        unit_of_row = tr.user_id if k > 1 else None
-        common = dict(sample_rate=plan["sample_rate"], max_grad_norm=cfg.max_grad_norm, lr=cfg.lr,
-                      lr_final=cfg.lr_final, expected_batch_size=batch, device=device,
-                      progress=cfg.progress, unit_of_row=unit_of_row, rows_per_unit=k,
-                      check_interrupt=check_interrupt)
-        timings = {"prepare_s": time.perf_counter() - t0}
-        # (3) TI: one example per trajectory (its coarse cells); the VAE's reparameterisation noise is an input
-        ti_source, ti_dest = (torch.as_tensor(coarse_of(a, cfg.w, cfg.ti_coarse)) for a in (tr.source, tr.dest))
-        slot = torch.as_tensor(tr.slot, dtype=torch.long)
-        latent_gen = dpsgd.torch_generator(rng, torch.device("cpu"))
-
-        def ti_losses(module, rows):
-            idx = torch.as_tensor(rows, dtype=torch.long)
-            eps_z = torch.randn((len(rows), cfg.ti_latent), generator=latent_gen)
-            return module(ti_source[idx].to(device), ti_dest[idx].to(device), slot[idx].to(device), eps_z.to(device))
-
-        log = dpsgd.train_ghost(ti, ti_losses, tr.n, steps=plan["steps_ti"], noise_multiplier=plan["sigma_ti"],
-                                rng=rng, desc="cleanslate TI", **common)
-        timings["ti_s"] = log.seconds
-        # (4) TPG: one example per trajectory, its loss the mean over its grams
-        current, label = torch.as_tensor(gr.current), torch.as_tensor(gr.label)
-        dest = torch.as_tensor(tr.dest, dtype=torch.long)
-        count = torch.as_tensor(gr.count)
-
-        def tpg_losses(module, rows):
-            idx = torch.as_tensor(rows, dtype=torch.long)
-            cnt = count[idx]
-            g = max(1, int(cnt.max()))   # the batch's own gram width, not the data's
-            return module(current[idx, :g].to(device), dest[idx].to(device), slot[idx].to(device),
-                          label[idx, :g].to(device), cnt.to(device))
-
-        log = dpsgd.train_ghost(tpg, tpg_losses, tr.n, steps=plan["steps_tpg"], noise_multiplier=plan["sigma_tpg"],
-                                rng=rng, desc="cleanslate TPG", **common)
-        timings.update(tpg_s=log.seconds, total_s=time.perf_counter() - t0)
-        event = plan["event"]
-        info = dict(method=self.method, eps=eps, delta=delta, epsilon_accounted=accounting.epsilon(event, delta),
-                    n_noisy=n_noisy, units_noisy=units_noisy, eps_count=eps_count, eps_prior=eps_prior,
-                    **count_record(count_shares(eps_count, k)[0], k),
-                    prior_block=block, sample_rate=plan["sample_rate"], expected_batch=batch, steps_ti=plan["steps_ti"],
-                    steps_tpg=plan["steps_tpg"], noise_multiplier_ti=plan["sigma_ti"],
-                    noise_multiplier_tpg=plan["sigma_tpg"], has_time=data.has_time, seeded=bool(noise.seeded),
-                    contribution_bound=k)
-        state = {"ti": {n: v.detach().cpu() for n, v in ti.state_dict().items()},
-                 "tpg": {n: v.detach().cpu() for n, v in tpg.state_dict().items() if n != "log_mask"}}
-        if hist is not None:   # the released fine histograms that refine TI's cells, and the distance factors
-            g, f = gravity(hist["source"], hist["dest"], hist["distance"], cfg.w)
-            state["prior"] = {h: torch.as_tensor(v, dtype=torch.float64) for h, v in
-                              (("source", hist["source"]), ("dest", hist["dest"]), ("g", g), ("f", f),
-                               ("detour", hist["detour"]))}
-        return CleanSlateModel(self.bbox.as_list(), config, state, event.to_json(), info, timings)
+def upgrade_format_1(stored: dict) -> dict:
+    """A format-1 model (duckmob before stored models carried a version: ``torch.save`` of bbox, config, state,
+    event_json and info, no header) in format 2's layout: the info's ``contribution_bound`` is named
+    ``max_trajectories_per_user``. Nothing is filled in: a format-1 model lacking a parameter its sampling reads
+    (e.g. ``hop_cost``, which the very first ones did not store) is refused, not given today's default."""
+    config, info = dict(stored["config"]), dict(stored["info"])
+    missing = sorted(set(CleanSlateConfig.docs()) - set(_MACHINE) - set(config)) + \
+        sorted(f"info.{key}" for key in _INFO_NEEDED if key not in info)
+    if missing:
+        raise DuckmobError(f"this cleanslate model was stored by an older duckmob and lacks {', '.join(missing)}, "
+                           "which sampling needs: fit the model again")
+    if "contribution_bound" in info:
+        info["max_trajectories_per_user"] = info.pop("contribution_bound")
+    return {**stored, "config": config, "info": info}
 
 
 class CleanSlateModel(Model):
     """A fitted clean-slate model: public configuration, DP weights of TI and TPG, the spent event."""
 
     method = "cleanslate"
+    format_version: ClassVar[int] = 2
 
-    def __init__(self, bbox: list, config: dict, state: dict, event_json: str, info: dict, timings: dict):
+    def __init__(self, bbox: list, config: CleanSlateConfig, state: dict, event_json: str, info: dict,
+                 timings: dict):
         self.bbox, self.config, self.state = bbox, config, state
         self.event_json, self.info, self.timings = event_json, info, timings
         self._nets = None
@@ -406,22 +278,21 @@ class CleanSlateModel(Model):
             self._nets = (ti.eval(), tpg.eval())
         return self._nets
 
-    def sample(self, n: int, rng: np.random.Generator, device=None) -> Trajectories:
-        """Draw ``n`` synthetic trajectories (post-processing; vectorised over trajectories)."""
-        if int(n) != n or n < 1:
-            raise DuckmobError(f"n must be a positive integer number of trajectories, got {n!r}")
-        cfg = self.config
-        dev = _device(device)
+    def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
+        """Draw ``n`` synthetic trajectories (post-processing; vectorised over trajectories) on the config's
+        device."""
+        config = self.config
+        device = _device(config.device)
         ti, tpg = self.networks()
-        tpg.to(dev)
-        source, dest, slot = self._endpoints(ti, int(n), rng, dev)
+        tpg.to(device)
+        source, dest, slot = self._endpoints(ti, int(n), rng, device)
 
         def log_probs(d, t):
-            out = tpg.log_probs_for(torch.as_tensor(d, device=dev), torch.as_tensor(t, device=dev))
+            out = tpg.log_probs_for(torch.as_tensor(d, device=device), torch.as_tensor(t, device=device))
             return out.cpu().numpy()
 
-        w, r, cap = cfg["w"], cfg["r"], cfg["max_path"]
-        router = Router(log_probs, w, r, hop_cost=cfg.get("hop_cost", 0.0))
+        w, r, cap = config.w, config.r, config.max_path
+        router = Router(log_probs, w, r, hop_cost=config.hop_cost)
         lengths, cells = router.paths(source, dest, slot, cap)
         prior = {h: v.numpy() for h, v in self.state.get("prior", {}).items()}
         if "detour" in prior:
@@ -442,22 +313,21 @@ class CleanSlateModel(Model):
                 lengths, cells = replace(lengths, cells, via, *path)
         return self._points(lengths, cells, slot, rng)
 
-    def _endpoints(self, ti, n: int, rng, dev, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _endpoints(self, ti, n: int, rng, device, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(fine source, fine destination, slot) of ``n`` samples: TI's decoder at z ~ N(0, I); the coarse source
         refined by the released histogram; the destination given the source (:func:`.prior.destinations`), or,
         without a prior, TI's destination refined uniformly."""
-        cfg = self.config
-        w, coarse = cfg["w"], cfg.get("ti_coarse", 1)
+        w, coarse = self.config.w, self.config.ti_coarse
         prior = {h: v.numpy() for h, v in self.state.get("prior", {}).items()}
         if not prior:
-            source, dest, slot = sample_endpoints(ti, n, rng, dev)
+            source, dest, slot = sample_endpoints(ti, n, rng, device)
             return refine(source, None, w, coarse, rng), refine(dest, None, w, coarse, rng), slot
         out = [], [], []
-        ti.to(dev).eval()
+        ti.to(device).eval()
         with torch.no_grad():
             for lo in range(0, n, chunk):
                 m = min(chunk, n - lo)
-                z = torch.as_tensor(rng.standard_normal((m, ti.latent)), dtype=torch.float32, device=dev)
+                z = torch.as_tensor(rng.standard_normal((m, ti.latent)), dtype=torch.float32, device=device)
                 ls, ld, lt = ti.decode(z)
                 source = refine(categorical(ls, rng.random(m)), prior["source"], w, coarse, rng)
                 slot = categorical(lt, rng.random(m))
@@ -469,44 +339,167 @@ class CleanSlateModel(Model):
     def _points(self, lengths, cells, slot, rng) -> Trajectories:
         """One point per cell, uniform inside it (a one-cell path gets two points there, so every trajectory
         has the input contract's two points); times from the slot and the public speed."""
-        cfg = self.config
+        config = self.config
         first = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         reps = np.ones(len(cells), dtype=np.int64)
         reps[first[lengths == 1]] = 2
         cells = np.repeat(cells, reps)
         lengths = np.maximum(lengths, 2)
-        lat, lon = points_in_cells(cells, self.bbox, cfg["w"], rng)
-        if not self.info.get("has_time", True):
+        lat, lon = points_in_cells(cells, self.bbox, config.w, rng)
+        if not self.info["has_time"]:
             return trajectories_from_cells(lengths, lat, lon)
-        clat, clon = cell_center(cells, self.bbox, cfg["w"])
+        clat, clon = cell_center(cells, self.bbox, config.w)
         step_s = np.zeros(len(cells))
-        step_s[1:] = haversine_m(clat[:-1], clon[:-1], clat[1:], clon[1:]) / cfg["speed_mps"]
+        step_s[1:] = haversine_m(clat[:-1], clon[:-1], clat[1:], clon[1:]) / config.speed_mps
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         step_s[offsets[:-1]] = 0.0
         elapsed = np.cumsum(step_s)
         elapsed -= np.repeat(elapsed[offsets[:-1]], lengths)
-        slot_us = US_PER_DAY // cfg["n_time"]
-        base = int(np.datetime64(cfg["base_date"], "us").astype(np.int64))
+        slot_us = US_PER_DAY // config.n_time
+        base = int(np.datetime64(config.base_date, "us").astype(np.int64))
         start = base + slot * slot_us + (rng.random(len(slot)) * slot_us).astype(np.int64)
         ts = np.repeat(start, lengths) + np.round(elapsed * 1e6).astype(np.int64)
         return trajectories_from_cells(lengths, lat, lon, ts)
 
-    def to_bytes(self) -> bytes:
+    def payload(self) -> bytes:
+        """``torch.save`` of bbox, config (without the machine's choices), state, event_json and info; no timings:
+        wall-clock durations are not part of the release."""
         buf = io.BytesIO()
-        # no timings: wall-clock durations are not part of the release
-        torch.save(dict(bbox=self.bbox, config=self.config, state=self.state, event_json=self.event_json,
-                        info=self.info), buf)
+        torch.save(dict(bbox=self.bbox, config=_stored_config(self.config), state=self.state,
+                        event_json=self.event_json, info=self.info), buf)
         return buf.getvalue()
 
     @classmethod
-    def from_bytes(cls, blob: bytes) -> "CleanSlateModel":
-        d = torch.load(io.BytesIO(blob), weights_only=True)
-        return cls(d["bbox"], d["config"], d["state"], d["event_json"], d["info"], {})
+    def load(cls, payload: bytes, version: int, method: str) -> "CleanSlateModel":
+        stored = torch.load(io.BytesIO(payload), weights_only=True)
+        if version == 1:
+            stored = upgrade_format_1(stored)
+        return cls(stored["bbox"], CleanSlateConfig.parse(stored["config"]), stored["state"], stored["event_json"],
+                   stored["info"], {})
 
     def describe(self) -> dict[str, Any]:
-        return {**self.info, **self.config}
+        return {**self.info, **_stored_config(self.config)}
 
 
-CleanSlate.model_class = CleanSlateModel
+class CleanSlate(Synthesizer):
+    """Lestyan et al.'s clean-slate synthesizer (see the module docstring for the privacy map)."""
 
-__all__ = ["CleanSlate", "CleanSlateConfig", "CleanSlateModel"]
+    method = "cleanslate"
+    config_class: ClassVar[type[Config]] = CleanSlateConfig
+    model_class: ClassVar[type[Model]] = CleanSlateModel
+    default_delta: ClassVar[float] = 1e-5
+    needs_delta: ClassVar[bool] = True
+    mechanism: ClassVar[str] = "trains with DP-SGD"
+    config: CleanSlateConfig
+
+    def configure(self, config: CleanSlateConfig) -> CleanSlateConfig:
+        """Defaults that follow the public grid width, resolved (and stored so in the model's config)."""
+        return config.replace(max_path=config.max_path or 3 * config.w,
+                              ti_coarse=config.ti_coarse or -(-config.w // 8),
+                              prior_refine=config.w > 64 if config.prior_refine is None else config.prior_refine)
+
+    def plan(self, eps: float, delta: float, unit: PrivacyUnit = PrivacyUnit(), prior=None) -> CleanSlatePlan:
+        """The fit's schedule from public values only (module docstring, 1-4): the Poisson rate from ``n_hint``,
+        TI's noise multiplier calibrated to its target alone, TPG's to (eps, delta) and within ``prior`` (the
+        source's budget and other releases) when given."""
+        config, k = self.config, unit.max_trajectories_per_user
+        eps_count, eps_prior = budget_parts(eps, config)
+        units = max(config.n_hint / k, 1.0)
+        batch = float(config.batch_size or config.batch_factor * math.sqrt(units))
+        q = min(1.0, batch / units)
+        steps_ti, steps_tpg = int(math.ceil(config.ti_epochs / q)), int(math.ceil(config.tpg_epochs / q))
+        fixed = count_events(eps_count, k) + prior_events(eps_prior, config.prior_endpoints, config.prior_refine)
+        target_ti = eps_count + eps_prior + config.ti_share * (eps - eps_count - eps_prior)
+        sigma_ti = accounting.calibrate_noise_multiplier(fixed, q, steps_ti, target_ti, delta)
+        ti = accounting.dp_sgd(sigma_ti, q, steps_ti)
+        sigma_tpg = accounting.calibrate_noise_multiplier(fixed + [ti], q, steps_tpg, eps, delta, prior=prior)
+        event = accounting.compose(fixed + [ti, accounting.dp_sgd(sigma_tpg, q, steps_tpg)])
+        return CleanSlatePlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox,
+                              needs_time=self.needs_time, sample_rate=q, default_size=config.n_hint,
+                              eps_count=eps_count, eps_prior=eps_prior, steps_ti=steps_ti, steps_tpg=steps_tpg,
+                              sigma_ti=sigma_ti, sigma_tpg=sigma_tpg)
+
+    def fit(self, source, plan: CleanSlatePlan, release: ReleaseContext) -> CleanSlateModel:
+        """One release of ``plan`` (module docstring): the count and the prior from ``release.noise``, then TI and
+        TPG by DP-SGD with the plan's rate, steps and noise multipliers."""
+        config = self.config
+        t0 = time.perf_counter()
+        device = _device(config.device)
+        noise = release.noise
+        rng = noise.generator()
+        # out of core: the first fix of each cell visit of every trajectory, in the in-memory order
+        data = as_batches(source).gather(lambda d: visits(d, self.bbox, config.w))
+        tr = trips(data, self.bbox, config.w, config.r, config.n_time)
+        gr = grams(tr, config.w, config.r, config.max_grams)
+        k = plan.unit.max_trajectories_per_user
+        eps_count, eps_prior = plan.eps_count, plan.eps_prior
+        n_noisy, units_noisy = noisy_unit_counts(tr.user_id, eps_count, noise, k)
+        # (2) the prior: H noisy histograms, each trajectory adding mass 1 to each (module docstring)
+        detour = detours(tr.source, tr.dest, np.diff(tr.offsets), config.w, config.r, config.max_path)
+        block = prior_block(config.w, n_noisy, eps_prior, k, config.prior_endpoints, config.prior_cells,
+                            config.prior_refine)
+        hist = release_prior(tr.source, tr.dest, tr.slot, config.w, config.n_time, eps_prior, noise, k,
+                             config.prior_endpoints, detour, config.max_path, block, config.prior_refine) \
+            if eps_prior > 0 else None
+        batch = plan.sample_rate * max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(rng.integers(2 ** 62)))
+            ti, tpg = build_networks(config)
+        if hist is not None:
+            ti.set_prior(*(log_bias(coarse_probabilities(hist[h], config.w, config.ti_coarse))
+                           for h in ("source", "dest")), log_bias(hist["slot"]))
+        unit_of_row = tr.user_id if k > 1 else None
+        common = dict(sample_rate=plan.sample_rate, max_grad_norm=config.max_grad_norm, lr=config.lr,
+                      lr_final=config.lr_final, expected_batch_size=batch, device=device,
+                      progress=config.progress, unit_of_row=unit_of_row, rows_per_unit=k,
+                      check_interrupt=release.check_interrupt)
+        timings = {"prepare_s": time.perf_counter() - t0}
+        # (3) TI: one example per trajectory (its coarse cells); the VAE's reparameterisation noise is an input
+        ti_source, ti_dest = (torch.as_tensor(coarse_of(a, config.w, config.ti_coarse)) for a in (tr.source, tr.dest))
+        slot = torch.as_tensor(tr.slot, dtype=torch.long)
+        latent_gen = dpsgd.torch_generator(rng, torch.device("cpu"))
+
+        def ti_losses(module, rows):
+            idx = torch.as_tensor(rows, dtype=torch.long)
+            eps_z = torch.randn((len(rows), config.ti_latent), generator=latent_gen)
+            return module(ti_source[idx].to(device), ti_dest[idx].to(device), slot[idx].to(device),
+                          eps_z.to(device))
+
+        log = dpsgd.train_ghost(ti, ti_losses, tr.n, steps=plan.steps_ti, noise_multiplier=plan.sigma_ti,
+                                rng=rng, desc="cleanslate TI", **common)
+        timings["ti_s"] = log.seconds
+        # (4) TPG: one example per trajectory, its loss the mean over its grams
+        current, label = torch.as_tensor(gr.current), torch.as_tensor(gr.label)
+        dest = torch.as_tensor(tr.dest, dtype=torch.long)
+        count = torch.as_tensor(gr.count)
+
+        def tpg_losses(module, rows):
+            idx = torch.as_tensor(rows, dtype=torch.long)
+            cnt = count[idx]
+            width = max(1, int(cnt.max()))   # the batch's own gram width, not the data's
+            return module(current[idx, :width].to(device), dest[idx].to(device), slot[idx].to(device),
+                          label[idx, :width].to(device), cnt.to(device))
+
+        log = dpsgd.train_ghost(tpg, tpg_losses, tr.n, steps=plan.steps_tpg, noise_multiplier=plan.sigma_tpg,
+                                rng=rng, desc="cleanslate TPG", **common)
+        timings.update(tpg_s=log.seconds, total_s=time.perf_counter() - t0)
+        event = plan.event
+        info = dict(method=self.method, eps=plan.eps, delta=plan.delta,
+                    epsilon_accounted=accounting.epsilon(event, plan.delta),
+                    n_noisy=n_noisy, units_noisy=units_noisy, eps_count=eps_count, eps_prior=eps_prior,
+                    **count_record(count_shares(eps_count, k)[0], k),
+                    prior_block=block, sample_rate=plan.sample_rate, expected_batch=batch, steps_ti=plan.steps_ti,
+                    steps_tpg=plan.steps_tpg, noise_multiplier_ti=plan.sigma_ti,
+                    noise_multiplier_tpg=plan.sigma_tpg, has_time=data.has_time, seeded=bool(noise.seeded),
+                    max_trajectories_per_user=k)
+        state = {"ti": {name: v.detach().cpu() for name, v in ti.state_dict().items()},
+                 "tpg": {name: v.detach().cpu() for name, v in tpg.state_dict().items() if name != "log_mask"}}
+        if hist is not None:   # the released fine histograms that refine TI's cells, and the distance factors
+            g, f = gravity(hist["source"], hist["dest"], hist["distance"], config.w)
+            state["prior"] = {h: torch.as_tensor(v, dtype=torch.float64) for h, v in
+                              (("source", hist["source"]), ("dest", hist["dest"]), ("g", g), ("f", f),
+                               ("detour", hist["detour"]))}
+        return CleanSlateModel(self.bbox.as_list(), config, state, event.to_json(), info, timings)
+
+
+__all__ = ["CleanSlate", "CleanSlateConfig", "CleanSlateModel", "CleanSlatePlan"]

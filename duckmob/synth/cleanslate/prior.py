@@ -381,14 +381,8 @@ def waypoints(source: np.ndarray, dest: np.ndarray, detour: np.ndarray, p_mid: n
     return out
 
 
-def eps_split(eps: float, count_share: float, prior_share: float) -> tuple[float, float]:
-    """``(eps_count, eps_prior)``: the count's share of eps, and the prior's share of what is left."""
-    eps_count = count_share * eps
-    return eps_count, prior_share * (eps - eps_count)
-
-
 __all__ = ["FLOOR", "ENDPOINTS", "n_histograms", "prior_events", "exact_histogram", "noisy_histogram", "histogram",
            "chebyshev", "gravity", "release_prior", "prior_block", "spread", "SIGNAL", "destinations", "hops",
            "detours", "waypoints", "bucket",
            "bucket_range", "detour_shape", "detour_bins", "draw_detours", "probabilities",
-           "coarse_width", "coarse_of", "log_bias", "coarse_probabilities", "refine", "eps_split"]
+           "coarse_width", "coarse_of", "log_bias", "coarse_probabilities", "refine"]
