@@ -1,4 +1,4 @@
-"""The shared fine-placement stage (synth/placement.py): its releases' sensitivity and accounting, and sampling
+"""The shared fine-placement stage (duckmob/synth/placement/): its releases' sensitivity and accounting, and sampling
 (routes along dense fine cells, spacing from the released steps, no one-point trajectory)."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from duckmob.privacy import accounting
 from duckmob.privacy.counting import normalised_release
 from duckmob.privacy.noise import NoiseSource
 from duckmob.synth import placement
+from duckmob.synth.base import fit_unrecorded
+from duckmob.synth.placement import releases
 from duckmob.synth.placement import STEP_EDGES_M, FineStats, Placement, PlacementConfig
 from duckmob.synth.privtrace import PrivTrace, PrivTraceModel
 from duckmob.grid import BBox
@@ -72,7 +74,7 @@ def test_the_release_is_the_shared_mechanism_with_the_declared_scales():
 
 def test_privtrace_event_composes_its_parts_and_the_fine_stage_to_eps():
     for params in ({}, {"output": "cells"}, {"fine_share": 0.5}, {"step_m": 20.0}):
-        event = PrivTrace(BOX, **params).privacy_event(1.0, 0.0)
+        event = PrivTrace(BOX, **params).plan(1.0, 0.0).event
         assert accounting.epsilon(event, 0.0) == pytest.approx(1.0, rel=1e-9)
     assert placement.privacy_events(1.0, PlacementConfig(output="cells")) == []
 
@@ -199,7 +201,7 @@ def test_points_are_spaced_by_the_released_steps_and_never_fewer_than_two():
 
 def test_privtrace_samples_routed_points_inside_the_bbox_and_round_trips():
     data = _random_walks(300, seed=2)
-    model = PrivTrace(BOX, K=3).fit(data, 5.0, 0.0, NoiseSource(3))
+    model = fit_unrecorded(PrivTrace(BOX, K=3), data, 5.0, 0.0, NoiseSource(3))
     syn = model.sample(200, np.random.default_rng(4))
     lengths = np.diff(syn.offsets)
     assert syn.n_trajectories == 200 and (lengths >= 2).all()
@@ -208,7 +210,7 @@ def test_privtrace_samples_routed_points_inside_the_bbox_and_round_trips():
     assert again.fine is not None and np.array_equal(again.fine.density, model.fine.density)
     a, b = again.sample(50, np.random.default_rng(9)), model.sample(50, np.random.default_rng(9))
     assert np.array_equal(a.lat, b.lat) and np.array_equal(a.offsets, b.offsets)
-    cells = PrivTrace(BOX, K=3, output="cells").fit(data, 5.0, 0.0, NoiseSource(3))
+    cells = fit_unrecorded(PrivTrace(BOX, K=3, output="cells"), data, 5.0, 0.0, NoiseSource(3))
     assert cells.fine is None
 
 
@@ -229,12 +231,10 @@ def test_adaptive_density_keeps_strong_cells_and_spreads_weak_blocks():
 
 
 def test_step_blocks_widen_with_less_mass_in_noise_scales():
-    from duckmob.synth.placement import step_block
-
     n_bins = len(STEP_EDGES_M) - 1
-    assert step_block(16_739, 25.0) == 1                    # PrivTrace on GeoLife at eps 1: every bin
-    assert step_block(1_000, 50.0) == 6                     # HRNet's share on 1,000: B = 2 sqrt(20) ~ 8.9 blocks
-    sizes = [step_block(n, 50.0) for n in (10, 100, 1_000, 10_000, 1e6)]
+    assert placement.step_block(16_739, 25.0) == 1          # PrivTrace on GeoLife at eps 1: every bin
+    assert placement.step_block(1_000, 50.0) == 6           # HRNet's share on 1,000: B = 2 sqrt(20) ~ 8.9 blocks
+    sizes = [placement.step_block(n, 50.0) for n in (10, 100, 1_000, 10_000, 1e6)]
     assert sizes == sorted(sizes, reverse=True) and sizes[-1] == 1 and sizes[0] <= n_bins
 
 
@@ -268,7 +268,7 @@ def test_a_small_step_budget_releases_a_blocked_histogram_near_the_real_spacing(
 
     blocked = median_mean_step()
     assert real / 2 <= blocked <= real * 2
-    monkeypatch.setattr(placement, "STEP_BLOCKS_C", 1e9)     # blocks of one bin
+    monkeypatch.setattr(releases, "STEP_BLOCKS_C", 1e9)      # blocks of one bin
     assert placement.step_block(n, scale) == 1
     single = median_mean_step()
     assert not real / 2 <= single <= real * 2, single
@@ -282,7 +282,7 @@ def test_a_public_step_m_spends_the_whole_share_on_the_density_and_spaces_points
     events = placement.privacy_events(1.0, cfg)
     assert len(events) == 1 and accounting.epsilon(events[0], 0.0) == pytest.approx(0.2)
     data = _random_walks(300, seed=4)
-    model = PrivTrace(BOX, K=3, step_m=50.0).fit(data, 5.0, 0.0, NoiseSource(3))
+    model = fit_unrecorded(PrivTrace(BOX, K=3, step_m=50.0), data, 5.0, 0.0, NoiseSource(3))
     assert model.fine is not None and not model.fine.steps.any()
     out = model.sample(200, np.random.default_rng(1))
     assert (out.lengths >= 2).all()
@@ -294,4 +294,4 @@ def test_a_public_step_m_spends_the_whole_share_on_the_density_and_spaces_points
     # straight stretches make most chords nearly 50 m
     assert d.max() <= 50.0 + 1e-6 and np.mean(d > 40.0) > 0.5
     again = PrivTraceModel.from_bytes(model.to_bytes())
-    assert again.config["step_m"] == 50.0
+    assert again.config.step_m == 50.0

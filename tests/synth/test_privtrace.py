@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from duckmob import synth
 from duckmob.errors import DuckmobError
+from duckmob.privacy import accounting
 from duckmob.privacy.noise import NoiseSource
-from duckmob.synth.privtrace import PrivTrace, PrivTraceModel
+from duckmob.privacy.unit import PrivacyUnit
+from duckmob.release import fitting
+from duckmob.synth import base
+from duckmob.synth.cells import StateGrid, state_sequences, uniform_grid
+from duckmob.synth.privtrace import PrivTrace, PrivTraceConfig, PrivTraceModel, upgrade_format_1_meta
 from duckmob.synth.privtrace.markov import (Support, normcut_rows, release_transitions,
                                             select_second_order, transition_counts, transition_windows)
-from duckmob.synth.privtrace.states import StateGrid, state_sequences, uniform_grid
 from duckmob.synth.privtrace.trips import hop_distances, trip_distribution
 from duckmob.synth.privtrace.walk import (cumulative_rows, hazard, length_bins,
                                           length_histogram, random_walks)
 from duckmob.trajectories import Trajectories
 
 BOX = [0.0, 0.0, 1.0, 1.0]
+MODELS_V1 = Path(__file__).parent.parent / "data" / "models_v1"
+
+
+def _fit(synthesizer: PrivTrace, data, eps: float, seed: int) -> PrivTraceModel:
+    """A seeded fit outside any ledger (PrivTrace is pure eps-DP: delta 0)."""
+    return base.fit_unrecorded(synthesizer, data, eps, 0.0, NoiseSource(seed))
 
 
 def _traj(paths: list[list[tuple[float, float]]]) -> Trajectories:
@@ -243,21 +256,21 @@ def _toy(n=300, seed=0) -> Trajectories:
 def test_fit_and_sample_are_deterministic_under_a_seed_and_round_trip():
     data = _toy()
     pt = PrivTrace(BOX, K=4)
-    m1 = pt.fit(data, 1.0, 0.0, NoiseSource(5))
-    m2 = pt.fit(data, 1.0, 0.0, NoiseSource(5))
+    m1 = _fit(pt, data, 1.0, 5)
+    m2 = _fit(pt, data, 1.0, 5)
     assert m1.to_bytes() == m2.to_bytes()
     s1 = m1.sample(200, np.random.default_rng(9))
     s2 = PrivTraceModel.from_bytes(m1.to_bytes()).sample(200, np.random.default_rng(9))
     assert np.array_equal(s1.offsets, s2.offsets) and np.array_equal(s1.lat, s2.lat)
     assert s1.n_trajectories == 200 and not s1.has_time
     assert ((s1.lat >= 0) & (s1.lat <= 1) & (s1.lon >= 0) & (s1.lon <= 1)).all()
-    m3 = pt.fit(data, 1.0, 0.0, NoiseSource(6))
+    m3 = _fit(pt, data, 1.0, 6)
     assert m3.to_bytes() != m1.to_bytes()
 
 
 def test_generated_lengths_match_real_ones_at_high_eps():
     data = _toy(2000, seed=1)
-    model = PrivTrace(BOX, K=4).fit(data, 20.0, 0.0, NoiseSource(2))
+    model = _fit(PrivTrace(BOX, K=4), data, 20.0, 2)
     off, states, _ = state_sequences(model.grid, data.offsets, data.lat, data.lon)
     real = np.diff(off)
     syn = np.diff(model.sample_states(4000, np.random.default_rng(1))[0])
@@ -265,32 +278,36 @@ def test_generated_lengths_match_real_ones_at_high_eps():
     assert abs(np.median(syn) - np.median(real)) <= 2
 
 
-def test_privacy_event_is_the_sum_of_the_parts():
-    from duckmob.privacy import accounting
-
-    ev = PrivTrace(BOX).privacy_event(1.0, 1e-6)
-    assert abs(accounting.epsilon(ev, 1e-6) - 1.0) < 0.02
+def test_the_planned_event_is_the_sum_of_the_parts():
+    plan = PrivTrace(BOX).plan(1.0, 1e-6)
+    assert abs(accounting.epsilon(plan.event, 1e-6) - 1.0) < 0.02
+    assert plan.sample_rate is None and plan.default_size is None and not plan.needs_time
+    # the parts' eps are accounting.split's: eps (1 - fine_share) times each fraction
+    assert plan.part_eps == accounting.split(1.0 * (1 - 0.2), PrivTraceConfig().fractions())
+    user = PrivTrace(BOX).plan(1.0, 0.0, PrivacyUnit.user(3))
+    assert user.scales == pytest.approx({part: 3 * s for part, s in plan.scales.items()})
 
 
 def test_bad_inputs_give_clear_errors():
     data = _toy(50)
-    with pytest.raises(DuckmobError, match="eps must be a positive number"):
-        PrivTrace(BOX).fit(data, 0.0, 0.0, NoiseSource(0))
-    with pytest.raises(DuckmobError, match="eps must be a positive number"):
-        PrivTrace(BOX).privacy_event(-1.0, 0.0)
+    # eps and n are refused by the release core, before any plan or read
+    for eps in (0.0, -1.0):
+        with pytest.raises(DuckmobError, match="eps must be a positive number"):
+            fitting.fit_request(source="t", eps=eps, method="privtrace", bbox=BOX)
     with pytest.raises(DuckmobError, match="unknown PrivTrace parameter"):
         PrivTrace(BOX, kapa=3)
-    model = PrivTrace(BOX, K=3).fit(data, 1.0, 0.0, NoiseSource(0))
+    model = _fit(PrivTrace(BOX, K=3), data, 1.0, 0)
     with pytest.raises(DuckmobError, match="n must be an integer of at least 1"):
-        model.sample(0, np.random.default_rng(0))
+        fitting.sample(model, 0, np.random.default_rng(0))
     empty = Trajectories(np.zeros(1, np.int64), *(np.zeros(0, np.int64),) * 3, np.zeros(0), np.zeros(0))
     # zero trajectories is a valid input (a release never refuses on the data): the model is noise alone
-    fitted = PrivTrace(BOX).fit(empty, 1.0, 0.0, NoiseSource(0))
+    fitted = _fit(PrivTrace(BOX), empty, 1.0, 0)
     assert fitted.sample(5, np.random.default_rng(0)).n_trajectories == 5
 
 
 def test_length_histogram_post_processing_removes_noise_in_the_tail():
-    from duckmob.synth.privtrace.walk import decreasing_tail, truncate_tail
+    from duckmob.synth.cells import truncate_tail
+    from duckmob.synth.privtrace.walk import decreasing_tail
 
     edges = length_bins(100)
     noisy = np.zeros(len(edges) - 1)
@@ -306,7 +323,7 @@ def test_length_histogram_post_processing_removes_noise_in_the_tail():
 
 
 def test_state_sequences_in_chunks_equal_one_pass(monkeypatch):
-    import duckmob.synth.privtrace.states as states
+    import duckmob.synth.cells as states
 
     rng = np.random.default_rng(0)
     g = StateGrid(BOX, 5, 2, rng.integers(0, 3, 25))
@@ -320,7 +337,7 @@ def test_state_sequences_in_chunks_equal_one_pass(monkeypatch):
 
 
 def test_a_walk_that_returns_to_a_state_returns_to_the_same_point():
-    model = PrivTrace(BOX, K=3, output="cells").fit(_toy(400, seed=4), 5.0, 0.0, NoiseSource(3))
+    model = _fit(PrivTrace(BOX, K=3, output="cells"), _toy(400, seed=4), 5.0, 3)
     rng_states = np.random.default_rng(8)
     off, states = model.sample_states(300, rng_states)
     syn = model.sample(300, np.random.default_rng(8))
@@ -347,8 +364,6 @@ def test_config_is_typed_and_each_bad_parameter_is_named(params, says):
 
 
 def test_config_accepts_sql_numbers_and_nulls_as_defaults():
-    from duckmob.synth.privtrace import PrivTraceConfig
-
     cfg = PrivTrace(BOX, K=4.0, max_len=None, trip_decay=1).config
     assert cfg.K == 4 and isinstance(cfg.K, int) and cfg.max_len == PrivTraceConfig().max_len
     assert cfg.trip_decay == 1.0 and isinstance(cfg.trip_decay, float)
@@ -358,9 +373,25 @@ def test_backtrack_zero_redraws_immediate_returns():
     data = _toy(400, seed=4)
     counts = {}
     for bt in (1.0, 0.0):
-        model = PrivTrace(BOX, K=3, backtrack=bt).fit(data, 5.0, 0.0, NoiseSource(3))
+        model = _fit(PrivTrace(BOX, K=3, backtrack=bt), data, 5.0, 3)
         off, st = model.sample_states(2000, np.random.default_rng(5))
         own = np.repeat(np.arange(2000), np.diff(off))
         i = np.arange(len(st) - 2)
         counts[bt] = int(((own[i] == own[i + 2]) & (st[i] == st[i + 2])).sum())
     assert counts[1.0] > 0 and counts[0.0] < counts[1.0] / 3   # some states have no other live neighbour
+
+
+def test_stored_models_carry_their_format_and_models_of_format_1_are_upgraded():
+    model = _fit(PrivTrace(BOX, K=3), _toy(100), 2.0, 1)
+    method, version, _ = base.unpack(model.to_bytes())
+    assert (method, version) == ("privtrace", 2)
+    again = PrivTraceModel.from_bytes(model.to_bytes())
+    assert again.config == model.config and isinstance(again.config, PrivTraceConfig)
+    assert again.info["eps"] == 2.0
+    # format 1 (tests/data/models_v1, stored before models carried a header): the fit's eps and contribution
+    # bound came in the config; models older than route_draws drew one route per move
+    old = synth.model_class("privtrace").from_bytes((MODELS_V1 / "privtrace.bin").read_bytes())
+    assert isinstance(old.config, PrivTraceConfig) and old.info["eps"] == 4.0 and old.fine is not None
+    meta = upgrade_format_1_meta({"config": {"K": 3, "eps": 1.0, "contribution_bound": 2}, "info": {"K": 3}})
+    assert meta == {"config": {"K": 3, "route_draws": 1}, "info": {"eps": 1.0, "K": 3}}
+    assert PrivTraceConfig.parse(meta["config"]).route_draws == 1

@@ -1,4 +1,4 @@
-"""PrivTrace state sequences: the integer line walk between fixes, neighbouring states by construction, and each
+"""PrivTrace state sequences (duckmob/synth/cells.py): the integer line walk between fixes, neighbouring states by construction, and each
 trajectory's states depending on its own points only."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import duckmob.synth.privtrace.states as states_module
+import duckmob.synth.cells as states_module
 from duckmob.privacy.noise import NoiseSource
+from duckmob.synth.base import fit_unrecorded
+from duckmob.synth.cells import StateGrid, line_cells, state_sequences, uniform_grid
 from duckmob.synth.privtrace import PrivTrace
 from duckmob.synth.privtrace.markov import Support
-from duckmob.synth.privtrace.states import StateGrid, line_cells, state_sequences, uniform_grid
 from duckmob.trajectories import Trajectories
 
 BOX = [0.0, 0.0, 1.0, 1.0]
@@ -119,7 +120,7 @@ def test_north_to_south_jump_on_a_16_by_16_grid_is_a_chain_of_neighbours():
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int64)
     n = len(paths)
     data = Trajectories(offsets, np.arange(n), np.full(n, -1), np.arange(len(pts)), pts[:, 0], pts[:, 1])
-    model = PrivTrace(BOX, K=16, max_depth=0).fit(data, 1.0, 0.0, NoiseSource(0))
+    model = fit_unrecorded(PrivTrace(BOX, K=16, max_depth=0), data, 1.0, 0.0, NoiseSource(0))
     assert model.grid.m == 256
 
 
