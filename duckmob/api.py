@@ -30,16 +30,19 @@ def connect(database: str = ":memory:", **kwargs) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def evaluate(con: duckdb.DuckDBPyConnection, real: str, synth: str, **options):
+def evaluate(con: duckdb.DuckDBPyConnection, real: str, synth: str, bbox=None, **options):
     """Compare table ``synth`` with table ``real`` on ``con``: the rows of ``FROM mob_evaluate(...)`` as a pyarrow
-    Table (metric, value, reference, lower_is_better, source, description); ``bbox=[...]`` is required, other options as
-    in :class:`duckmob.evaluate.common.Options`. NOT differentially private (it reads the real table exactly).
+    Table (metric, value, reference, lower_is_better, source, description; ``.to_pylist()`` gives a list of dicts).
+    ``real`` and ``synth`` name tables or views visible to ``con`` (temp tables included); ``bbox=[...]`` is
+    required, other options as in :class:`duckmob.evaluate.common.Options`. NOT differentially private (value and
+    reference read the real table exactly): for the data owner only.
 
-    (Once the ``duckmob.evaluate`` package is imported, ``duckmob.evaluate`` names that package, which is
-    callable the same way.)"""
-    from duckmob.evaluate import evaluate_connection
+    ``duckmob.evaluate`` is this function, always; the metric package of the same name is reached with
+    ``from duckmob.evaluate import ...`` (see :mod:`duckmob`)."""
+    from duckmob.evaluate import evaluate as evaluate_points, table_points, to_table
 
-    return evaluate_connection(con, real, synth, **options)
+    register(con)
+    return to_table(evaluate_points(table_points(con, real), table_points(con, synth), bbox, **options))
 
 
 def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: str = "privtrace", **params):

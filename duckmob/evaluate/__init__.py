@@ -26,7 +26,6 @@ are NULL with the reason in the description; ``min_points=1``: nothing else is d
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 from importlib import import_module
@@ -36,6 +35,7 @@ import pyarrow as pa
 from duckmob.errors import DuckmobError
 from duckmob.evaluate.common import FAMILIES, Metric, Options, Side, reference_sides, rng
 from duckmob.grid import BBox
+from duckmob.source.schema import literal
 from duckmob.trajectories import Trajectories, from_points
 
 RESULT_SCHEMA = pa.schema([("metric", pa.string()), ("value", pa.float64()), ("reference", pa.float64()),
@@ -146,37 +146,11 @@ def to_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
 
 
-def sql_literal(text: str) -> str:
-    """A SQL string literal for a table name (quotes doubled)."""
-    return "'" + str(text).replace("'", "''") + "'"
-
-
 def table_points(con, name: str) -> pa.Table:
-    """The points of table/view ``name`` on ``con`` through the ``mob_points`` contract (column checks)."""
-    from duckmob.sql import register
-
-    register(con)
-    return con.sql(f"SELECT * FROM mob_points({sql_literal(name)})").to_arrow_table()
+    """The points of table/view ``name`` on ``con`` through the ``mob_points`` contract (column checks); ``con`` is a
+    connection duckmob registered (``duckmob.connect()`` or ``duckmob.register(con)``)."""
+    return con.sql(f"SELECT * FROM mob_points({literal(name)})").to_arrow_table()
 
 
-def evaluate_connection(con, real: str, synth: str, bbox=None, **options) -> pa.Table:
-    """``duckmob.evaluate(con, 'real', 'synth', bbox=[...], **options)``: the rows of ``FROM mob_evaluate(...)``
-    as a pyarrow Table (columns metric, value, reference, lower_is_better, source, description;
-    ``.to_pylist()`` gives a list of dicts). ``real`` and ``synth`` name tables or views visible to ``con`` (temp
-    tables included). NOT differentially private (value and reference read the real table): for the data owner
-    only."""
-    return to_table(evaluate(table_points(con, real), table_points(con, synth), bbox, **options))
-
-
-class _CallableModule(type(sys.modules[__name__])):
-    """``duckmob.evaluate`` is both this package and the public function ``duckmob.evaluate(con, ...)``: once
-    the package is imported, Python binds the attribute ``duckmob.evaluate`` to the package, so calling the
-    package does what the function does."""
-
-    def __call__(self, con, real, synth, **options):
-        return evaluate_connection(con, real, synth, **options)
-
-
-sys.modules[__name__].__class__ = _CallableModule
-
-__all__ = ["evaluate", "evaluate_connection", "table_points", "to_table", "load_side", "Options", "Metric", "Side", "FAMILIES", "RESULT_SCHEMA"]
+__all__ = ["evaluate", "table_points", "to_table", "load_side", "Options", "Metric", "Side", "FAMILIES",
+           "RESULT_SCHEMA"]

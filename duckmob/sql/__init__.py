@@ -1,11 +1,13 @@
 """The thin SQL layer: registering duckmob's UDFs and table macros on a DuckDB connection.
 
-One module per area (``trajectories``, ``privacy``, ``evaluate``, ``synth``) lists its hidden Python UDFs in
-``udfs(con)``: a list of :class:`Udf`. Its table macros live in the ``.sql`` file of the same name beside it
+The areas are listed in :func:`_areas` (``trajectories``, ``privacy``, ``evaluate``, ``synth``, ``demo``). Each
+area module gives its hidden Python UDFs in ``udfs(db)`` (a list of :class:`duckmob.sql.udf.Udf`) and the tables its
+macros name in ``setup(con)``; its table macros live in the ``.sql`` file of the same name beside it
 (``CREATE OR REPLACE TEMP MACRO ...``), executed in order after all UDFs exist. Table-valued functions follow
-one pattern: a TEMP table macro gathers the input rows into one LIST(STRUCT) with ``list(...)``, calls one
-hidden arrow UDF (named ``_mob_*``) that returns LIST(STRUCT(...)), and ``unnest(..., recursive := true)``
-turns that into rows (see ../../shared/ENGINEERING.md for the measurements behind this).
+one pattern: ONE TEMP table macro body gathers the input rows into LISTs with ``list(...)``, builds the request
+STRUCT (:class:`duckmob.sql.udf.Request`), calls one hidden arrow UDF (named ``_mob_*``) that returns
+LIST(STRUCT(...)), and ``unnest(..., recursive := true)`` turns that into rows (see ../../shared/ENGINEERING.md
+for the measurements behind this).
 
 UDFs are database-wide and persist for the life of the database instance: they are registered once per database,
 on the release core's own connection (``duckmob.release.Database``), so closing the connection that called
@@ -16,87 +18,36 @@ duckmob-specific is written into a user's database file except the ledger and mo
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, field
 from importlib import resources
-from typing import Callable
 
 import duckdb
-import pyarrow as pa
-
-AREAS = ("trajectories", "privacy", "evaluate", "synth", "demo")
 
 
-@dataclass(frozen=True)
-class Udf:
-    """A hidden Python UDF: an arrow function over whole columns unless ``native``."""
+def _areas() -> tuple:
+    """Every area of the SQL layer, in the order its macros are created (later files use earlier macros)."""
+    from duckmob.sql import demo, evaluate, privacy, synth, trajectories
 
-    name: str
-    fn: Callable
-    params: list[str]
-    returns: str
-    side_effects: bool = False
-    native: bool = False
-    special_nulls: bool = False  # the function sees NULLs itself (otherwise NULL in -> NULL out)
-    extra: dict = field(default_factory=dict)
+    return trajectories, privacy, evaluate, synth, demo
 
 
-# The struct every trajectory-taking UDF receives (built by the mob_points macro in trajectories.sql).
-POINTS_TYPE = "STRUCT(traj_id BIGINT, user_id BIGINT, ts TIMESTAMP, lat DOUBLE, lon DOUBLE, seq BIGINT)[]"
-
-
-def scalar(arg):
-    """The value of a constant UDF argument (arrow UDFs receive whole columns)."""
-    value = arg[0]
-    return value.as_py() if hasattr(value, "as_py") else value
-
-
-def points(arg) -> pa.StructArray:
-    """The points of a ``list({...})`` argument (one row holding every point) as one StructArray."""
-    if isinstance(arg, pa.ChunkedArray):
-        arg = arg.combine_chunks()
-    values = arg.values if len(arg) == 1 else arg.flatten()
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    return values
-
-
-def one_row(table: pa.Table | pa.StructArray) -> pa.ListArray:
-    """Wrap a result table as the single LIST(STRUCT) value a table macro unnests."""
-    if isinstance(table, pa.Table):
-        table = table.combine_chunks()
-        struct = pa.StructArray.from_arrays([table.column(i).chunk(0) if table.column(i).num_chunks else
-                                             pa.array([], table.schema.field(i).type)
-                                             for i in range(table.num_columns)], names=table.column_names)
-    else:
-        struct = table
-    return pa.ListArray.from_arrays(pa.array([0, len(struct)], pa.int32()), struct)
-
-
-def _area_modules():
-    for area in AREAS:
-        try:
-            yield area, importlib.import_module(f"duckmob.sql.{area}")
-        except ModuleNotFoundError as exc:  # an area not built yet
-            if exc.name != f"duckmob.sql.{area}":
-                raise
+def _name(area) -> str:
+    return area.__name__.rpartition(".")[2]
 
 
 def _create_udfs(db) -> None:
     """Register every area's UDFs on the database's own connection, and create the ledger and model tables."""
-    modules = list(_area_modules())
-    for _, module in modules:
-        for udf in module.udfs(db):
+    areas = _areas()
+    for area in areas:
+        for udf in area.udfs(db):
             db.con.create_function(
-                udf.name, udf.fn, udf.params, udf.returns,
+                udf.name, udf.fn, udf.parameters, udf.returns,
                 type="native" if udf.native else "arrow",
                 null_handling="special" if udf.special_nulls else "default",
                 exception_handling="default",
                 side_effects=udf.side_effects,
             )
-    for _, module in modules:
-        if hasattr(module, "setup"):
-            module.setup(db.con)
+    for area in areas:
+        area.setup(db.con)
 
 
 def register(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
@@ -107,10 +58,7 @@ def register(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 
     release.database(con, create=_create_udfs)
     release.install_interrupt_handler()
-    for area, module in _area_modules():
-        if hasattr(module, "setup"):
-            module.setup(con)   # tables the macros name (a TEMP stand-in on a read-only database)
-        sql_file = resources.files("duckmob.sql").joinpath(f"{area}.sql")
-        if sql_file.is_file():
-            con.execute(sql_file.read_text())
+    for area in _areas():
+        area.setup(con)   # tables the macros name (a TEMP stand-in on a read-only database)
+        con.execute(resources.files("duckmob.sql").joinpath(f"{_name(area)}.sql").read_text())
     return con

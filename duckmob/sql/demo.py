@@ -3,7 +3,11 @@ inside the package, so a tour can start from nothing in any shell, notebook or d
 
 from __future__ import annotations
 
-from duckmob.sql import Udf
+from duckmob.sql.udf import Udf
+
+
+def setup(con) -> None:
+    """Nothing to create: the sample is a file inside the package."""
 
 
 def udfs(db) -> list[Udf]:

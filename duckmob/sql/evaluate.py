@@ -1,7 +1,8 @@
 """SQL layer for the evaluation: hidden UDFs behind the table macros in evaluate.sql.
 
-Every macro gathers each table's points through ``mob_points`` into one LIST(STRUCT) and calls one UDF here,
-which returns rows as LIST(STRUCT). Options travel as one JSON object (NULL = the default).
+Every macro gathers each table's points through ``mob_points`` into one LIST(STRUCT) and calls one UDF here with
+them and one request STRUCT (:class:`duckmob.sql.udf.Request`), which returns rows as LIST(STRUCT). mob_evaluate's
+many options travel inside it as one JSON object (NULL = the default).
 """
 
 from __future__ import annotations
@@ -10,14 +11,25 @@ import json
 
 import pyarrow as pa
 
-from duckmob.sql import POINTS_TYPE, Udf, one_row, points, scalar
+from duckmob.sql.udf import POINTS_TYPE, Request, Udf, one_row, points
 
 METRIC_ROW = ("STRUCT(metric VARCHAR, value DOUBLE, reference DOUBLE, lower_is_better BOOLEAN, source VARCHAR, "
               "description VARCHAR)[]")
 
+# Each UDF's request (the STRUCT its macro in evaluate.sql builds), parsed into keyword arguments.
+EVALUATE = Request(bbox="DOUBLE[]", options="VARCHAR")
+PLOT_DENSITY = Request(bbox="DOUBLE[]", path="VARCHAR", w="BIGINT")
+PLOT_DISTRIBUTIONS = Request(bbox="DOUBLE[]", path="VARCHAR", bins="BIGINT")
+MODE_TRIPS = Request(modes="VARCHAR")
+AUDIT = Request(bbox="DOUBLE[]", w="BIGINT", k="BIGINT", seed="BIGINT")
+DOWNSTREAM = Request(bbox="DOUBLE[]", task="VARCHAR", w="BIGINT", modes="VARCHAR", seed="BIGINT")
 
-def _options(arg) -> dict:
-    text = scalar(arg)
+
+def setup(con) -> None:
+    """Nothing to create: these macros name no table."""
+
+
+def _options(text) -> dict:
     return {k: v for k, v in json.loads(text).items() if v is not None} if text else {}
 
 
@@ -27,16 +39,16 @@ def _rows(rows: list[dict]) -> pa.ListArray:
     return one_row(to_table(rows))
 
 
-def _evaluate(real, synth, bbox, options):
+def _evaluate(real, synth, request):
     from duckmob.evaluate import evaluate
 
-    return _rows(evaluate(points(real), points(synth), scalar(bbox), **_options(options)))
+    r = EVALUATE.parse(request, "_mob_evaluate")
+    return _rows(evaluate(points(real), points(synth), r["bbox"], **_options(r["options"])))
 
 
 def _sides(real, synth, bbox):
     from duckmob.evaluate import load_side
 
-    bbox = scalar(bbox)
     return load_side(points(real), bbox, "real")[0], load_side(points(synth), bbox, "synth")[0]
 
 
@@ -44,21 +56,23 @@ def _path_row(path: str) -> pa.ListArray:
     return one_row(pa.table({"path": pa.array([path], pa.string())}))
 
 
-def _plot_density(real, synth, bbox, path, w):
+def _plot_density(real, synth, request):
     from duckmob.evaluate.plots import density_png
     from duckmob.grid import check_width
 
-    return _path_row(density_png(*_sides(real, synth, bbox), scalar(path), check_width(scalar(w))))
+    r = PLOT_DENSITY.parse(request, "_mob_plot_density")
+    return _path_row(density_png(*_sides(real, synth, r["bbox"]), r["path"], check_width(r["w"])))
 
 
-def _plot_distributions(real, synth, bbox, path, bins):
+def _plot_distributions(real, synth, request):
     from duckmob.evaluate.plots import distributions_png
 
-    return _path_row(distributions_png(*_sides(real, synth, bbox), scalar(path), int(scalar(bins))))
+    r = PLOT_DISTRIBUTIONS.parse(request, "_mob_plot_distributions")
+    return _path_row(distributions_png(*_sides(real, synth, r["bbox"]), r["path"], int(r["bins"])))
 
 
 def _mode_trips(con):
-    def run(real, modes):
+    def run(real, request):
         import numpy as np
 
         from duckmob.evaluate import load_side
@@ -66,23 +80,23 @@ def _mode_trips(con):
         from duckmob.trajectories import to_arrow
 
         side = load_side(points(real), [-90, -180, 90, 180], "real")[0]
-        trips, labels = labelled_trips(side, _read_modes(con, scalar(modes)))
+        trips, labels = labelled_trips(side, _read_modes(con, MODE_TRIPS.parse(request, "_mob_mode_trips")["modes"]))
         out = to_arrow(trips)
         return one_row(out.append_column("mode", pa.array(np.repeat(labels, trips.lengths), pa.string())))
 
     return run
 
 
-def _audit(members, non_members, synth, bbox, w, k, seed):
+def _audit(members, non_members, synth, request):
     from duckmob.evaluate import load_side
     from duckmob.evaluate.audit import audit
     from duckmob.grid import check_width
 
-    bbox = scalar(bbox)
-    sides = [load_side(points(p), bbox, name)[0]
+    r = AUDIT.parse(request, "_mob_audit")
+    sides = [load_side(points(p), r["bbox"], name)[0]
              for p, name in ((members, "members"), (non_members, "non_members"), (synth, "synth"))]
-    seed = scalar(seed)
-    rows = audit(*sides, w=check_width(scalar(w)), k=scalar(k), seed=None if seed is None else int(seed))
+    seed = r["seed"]
+    rows = audit(*sides, w=check_width(r["w"]), k=r["k"], seed=None if seed is None else int(seed))
     return _rows([r.as_dict() for r in rows])
 
 
@@ -104,15 +118,16 @@ def _read_modes(con, source: str) -> pa.Table:
 
 
 def _downstream(con):
-    def run(real, synth, synth_modes, bbox, task, w, modes, seed):
+    def run(real, synth, synth_modes, request):
         import numpy as np
 
         from duckmob.errors import DuckmobError
         from duckmob.evaluate.downstream import downstream
         from duckmob.grid import check_width
 
-        real_side, synth_side = _sides(real, synth, bbox)
-        task, seed, source = scalar(task), scalar(seed), scalar(modes)
+        r = DOWNSTREAM.parse(request, "_mob_downstream")
+        real_side, synth_side = _sides(real, synth, r["bbox"])
+        task, seed, source = r["task"], r["seed"], r["modes"]
         labels = None
         if task == "mode":
             pairs = points(synth_modes)
@@ -125,7 +140,7 @@ def _downstream(con):
                 raise DuckmobError("task := 'mode' needs a mode column in the synthetic table with a mode for "
                                    "every trajectory (synthesize each mode's trips separately, then stack them)")
             labels = labels.astype(str)
-        rows = downstream(real_side, synth_side, task, w=check_width(scalar(w)),
+        rows = downstream(real_side, synth_side, task, w=check_width(r["w"]),
                           seed=None if seed is None else int(seed), synth_modes=labels,
                           modes=_read_modes(con, source) if (task == "mode" and source) else None)
         return _rows([r.as_dict() for r in rows])
@@ -134,20 +149,17 @@ def _downstream(con):
 
 
 def udfs(con) -> list[Udf]:
+    two = [POINTS_TYPE, POINTS_TYPE]
     return [
-        Udf("_mob_evaluate", _evaluate, [POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "VARCHAR"], METRIC_ROW,
-            special_nulls=True),
-        Udf("_mob_downstream", _downstream(con),
-            [POINTS_TYPE, POINTS_TYPE, "STRUCT(traj_id BIGINT, mode VARCHAR)[]", "DOUBLE[]", "VARCHAR", "BIGINT",
-             "VARCHAR", "BIGINT"], METRIC_ROW, special_nulls=True),
-        Udf("_mob_mode_trips", _mode_trips(con), [POINTS_TYPE, "VARCHAR"],
+        Udf("_mob_evaluate", _evaluate, two, METRIC_ROW, EVALUATE, special_nulls=True),
+        Udf("_mob_downstream", _downstream(con), two + ["STRUCT(traj_id BIGINT, mode VARCHAR)[]"], METRIC_ROW,
+            DOWNSTREAM, special_nulls=True),
+        Udf("_mob_mode_trips", _mode_trips(con), [POINTS_TYPE],
             "STRUCT(traj_id BIGINT, user_id BIGINT, seq BIGINT, ts TIMESTAMP, lat DOUBLE, lon DOUBLE, mode VARCHAR)[]",
+            MODE_TRIPS, special_nulls=True),
+        Udf("_mob_audit", _audit, two + [POINTS_TYPE], METRIC_ROW, AUDIT, special_nulls=True),
+        Udf("_mob_plot_density", _plot_density, two, "STRUCT(path VARCHAR)[]", PLOT_DENSITY, side_effects=True,
             special_nulls=True),
-        Udf("_mob_audit", _audit, [POINTS_TYPE, POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "BIGINT", "BIGINT", "BIGINT"],
-            METRIC_ROW, special_nulls=True),
-        Udf("_mob_plot_density", _plot_density, [POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "VARCHAR", "BIGINT"],
-            "STRUCT(path VARCHAR)[]", side_effects=True, special_nulls=True),
-        Udf("_mob_plot_distributions", _plot_distributions,
-            [POINTS_TYPE, POINTS_TYPE, "DOUBLE[]", "VARCHAR", "BIGINT"], "STRUCT(path VARCHAR)[]",
+        Udf("_mob_plot_distributions", _plot_distributions, two, "STRUCT(path VARCHAR)[]", PLOT_DISTRIBUTIONS,
             side_effects=True, special_nulls=True),
     ]

@@ -22,26 +22,26 @@ CREATE OR REPLACE TEMP MACRO mob_evaluate(real, synth, bbox := NULL, families :=
                                          query_w := NULL, radius_range := NULL, adatrace_radius := NULL,
                                          top_k := NULL, emd_sample := NULL, fine_point_w := NULL,
                                          fine_traj_w := NULL, step_bins := NULL, reference := NULL) AS TABLE
-SELECT unnest(_mob_evaluate(_mob_eval_points(real), _mob_eval_points(synth), bbox,
+SELECT unnest(_mob_evaluate(_mob_eval_points(real), _mob_eval_points(synth), {'bbox': bbox, 'options':
     json_object('families', families, 'w', w, 'bins', bins, 'n_queries', n_queries, 'seed', seed, 'phi', phi,
                 'top_starts', top_starts, 'top_patterns', top_patterns, 'pattern_w', pattern_w,
                 'n_times', n_times, 'query_w', query_w, 'radius_range', radius_range,
                 'adatrace_radius', adatrace_radius, 'top_k', top_k, 'emd_sample', emd_sample,
                 'fine_point_w', fine_point_w, 'fine_traj_w', fine_traj_w, 'step_bins', step_bins,
-                'reference', reference)::VARCHAR),
+                'reference', reference)::VARCHAR}),
     recursive := true);
 
 -- Side-by-side heatmaps of how many trajectories pass each cell of a w x w grid (like PrivTrace Fig. 3):
 -- shared logarithmic colour scale, colourbar. Writes a PNG; returns one row with its absolute path.
 CREATE OR REPLACE TEMP MACRO mob_plot_density(real, synth, path := 'density.png', bbox := NULL, w := 64) AS TABLE
 SELECT unnest(_mob_plot_density(_mob_eval_points(real), _mob_eval_points(synth),
-    bbox, path, w), recursive := true);
+    {'bbox': bbox, 'path': path, 'w': w}), recursive := true);
 
 -- Length and diameter distributions of both tables on shared bins, with their JSD. Writes a PNG; returns its path.
 CREATE OR REPLACE TEMP MACRO mob_plot_distributions(real, synth, path := 'distributions.png', bbox := NULL,
                                                    bins := 50) AS TABLE
 SELECT unnest(_mob_plot_distributions(_mob_eval_points(real), _mob_eval_points(synth),
-    bbox, path, bins), recursive := true);
+    {'bbox': bbox, 'path': path, 'bins': bins}), recursive := true);
 
 -- Privacy audit by attacks (PateGail): membership inference (members = real trajectories the synthesizer was
 -- trained on, non_members = real ones it never saw; the attacker scores by distance to the nearest synthetic
@@ -50,7 +50,7 @@ SELECT unnest(_mob_plot_distributions(_mob_eval_points(real), _mob_eval_points(s
 CREATE OR REPLACE TEMP MACRO mob_audit(members, non_members, synth, bbox := NULL, w := 32, k := 16,
                                       seed := NULL) AS TABLE
 SELECT unnest(_mob_audit(_mob_eval_points(members), _mob_eval_points(non_members), _mob_eval_points(synth),
-    bbox, w, k, seed::BIGINT), recursive := true);
+    {'bbox': bbox, 'w': w, 'k': k, 'seed': seed::BIGINT}), recursive := true);
 
 -- Downstream utility, trained on the synthetic table and tested on the real one (pass HELD-OUT real
 -- trajectories): task := 'next_location' (Acc@1, Acc@5), 'mode' (transport-mode accuracy and macro F1; the
@@ -65,10 +65,10 @@ SELECT unnest(_mob_downstream(_mob_eval_points(real), _mob_eval_points(synth),
      FROM query('SELECT traj_id, coalesce(*COLUMNS(''^(mode|__mob_no_mode)$'')) AS m FROM (SELECT *, NULL AS '
                 || '__mob_no_mode FROM ' || synth || ')')
      WHERE task = 'mode'),
-    bbox, task, w, modes, seed::BIGINT), recursive := true);
+    {'bbox': bbox, 'task': task, 'w': w, 'modes': modes, 'seed': seed::BIGINT}), recursive := true);
 
 -- The real trips with a transport mode, for task := 'mode': runs of fixes inside one label interval
 -- (modes := Parquet path or table of user_id, start, end, mode; joined by user and time), one traj_id per
 -- trip, with its mode. Synthesize each mode's trips separately and stack the results with a mode column.
 CREATE OR REPLACE TEMP MACRO mob_mode_trips(real, modes := NULL) AS TABLE
-SELECT unnest(_mob_mode_trips(_mob_eval_points(real), modes), recursive := true);
+SELECT unnest(_mob_mode_trips(_mob_eval_points(real), {'modes': modes}), recursive := true);

@@ -3,9 +3,11 @@
 Hidden UDFs behind the macros in privacy.sql; they only decode arguments and encode rows. Every release goes
 through the release core (:mod:`duckmob.release`), which writes the ledger on its own connection (never the
 calling one). Anything that writes the ledger or draws noise is registered with ``side_effects=True``.
-``_mob_noisy_count`` / ``_mob_transitions`` get the rows of a temporary table gathered as one list;
-``_mob_noisy_count_source`` / ``_mob_transitions_source`` get a committed table's name and read it out of core on
-a cursor of the core's connection, after the reservation (:mod:`duckmob.release.tables`): the same release.
+``_mob_noisy_count`` / ``_mob_transitions`` take the gathered rows and one request STRUCT
+(:class:`duckmob.sql.udf.Request`) whose ``out_of_core`` says which input path the statement was planned with:
+a committed table the core's connection can read is read out of core on a cursor of that connection, after the
+reservation (the gathered list is then empty); a temporary table of the caller arrives as the gathered rows
+(:mod:`duckmob.release.tables`): the same release either way.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
 from duckmob.release import tables
 from duckmob.source.schema import Mapping, check_ids, quote
-from duckmob.sql import Udf, one_row, points, scalar
+from duckmob.sql.udf import Request, Udf, one_row, points
 
 _BUDGET_ROW = "STRUCT(source VARCHAR, eps DOUBLE, delta DOUBLE, spent DOUBLE, remaining DOUBLE)[]"
 _TRANSITION_ROW = "STRUCT(prev_state BIGINT, from_state BIGINT, to_state BIGINT, count DOUBLE)[]"
@@ -39,6 +41,21 @@ _SQL_TYPES = {pa.string(): "VARCHAR", pa.float64(): "DOUBLE", pa.int64(): "BIGIN
 
 def _struct(schema: pa.Schema) -> str:
     return "STRUCT(" + ", ".join(f"{f.name} {_SQL_TYPES[f.type]}" for f in schema) + ")[]"
+
+
+CALLER_TYPE = "STRUCT(relation VARCHAR, database VARCHAR, schema VARCHAR, temp_tables VARCHAR[], temp_views VARCHAR[])"
+_IDS = "STRUCT(traj_col VARCHAR, user_col VARCHAR)"
+_SEQ_COLS = "STRUCT(traj_col VARCHAR, user_col VARCHAR, cells_col VARCHAR)"
+# Each UDF's request (the STRUCT its macro in privacy.sql builds), parsed into keyword arguments: the caller's facts
+# (``source``, from _mob_caller), the input path chosen when the statement was planned (``out_of_core``), the column
+# types of the gathered rows (``types``, the schema), the column mapping, then the release's own public parameters.
+OUT_OF_CORE = Request(relation="VARCHAR", database="VARCHAR", schema="VARCHAR")
+SET_BUDGET = Request(source=CALLER_TYPE, eps="DOUBLE", delta="DOUBLE")
+TRANSITIONS = Request(source=CALLER_TYPE, out_of_core="BOOLEAN", types="VARCHAR[]", mapping=_SEQ_COLS,
+                      order="BIGINT", eps="DOUBLE", n_states="BIGINT", seed="BIGINT", privacy_unit="VARCHAR",
+                      max_trajectories_per_user="BIGINT", max_length="BIGINT", support="VARCHAR", w="BIGINT")
+NOISY_COUNT = Request(source=CALLER_TYPE, out_of_core="BOOLEAN", types="VARCHAR[]", mapping=_IDS, eps="DOUBLE",
+                      seed="BIGINT", privacy_unit="VARCHAR", max_trajectories_per_user="BIGINT", what="VARCHAR")
 
 
 def setup(con) -> None:
@@ -61,16 +78,10 @@ def _transition_rows(states: np.ndarray, values: np.ndarray) -> pa.ListArray:
                              "to_state": pa.array(states[:, -1], pa.int64()), "count": pa.array(values)}))
 
 
-CALLER_TYPE = "STRUCT(relation VARCHAR, database VARCHAR, schema VARCHAR, temp_tables VARCHAR[], temp_views VARCHAR[])"
-_COUNT_ARGS = "STRUCT(eps DOUBLE, seed BIGINT, privacy_unit VARCHAR, k BIGINT, what VARCHAR)"
-_TRANSITION_ARGS = ("STRUCT(\"order\" BIGINT, eps DOUBLE, n_states BIGINT, seed BIGINT, privacy_unit VARCHAR, k BIGINT, "
-                    "max_length BIGINT, support VARCHAR, w BIGINT)")
-
-
-def caller(arg) -> dict:
-    """The caller's facts (``_mob_caller`` in privacy.sql): relation, database, schema, temporary tables and views;
-    the relation checked to be a name or a query (a non-empty string)."""
-    facts = dict(scalar(arg))
+def caller(value: dict) -> dict:
+    """The caller's facts (``_mob_caller`` in privacy.sql, a request's ``source``): relation, database, schema,
+    temporary tables and views; the relation checked to be a name or a query (a non-empty string)."""
+    facts = dict(value)
     facts["relation"] = validators.source_name(facts.get("relation"))
     return facts
 
@@ -106,13 +117,23 @@ def shadow_checked(facts: dict) -> str:
     return facts["relation"]
 
 
-def mapping(arg) -> Mapping:
-    return Mapping.of(**{k: v for k, v in dict(scalar(arg)).items()})
+def mapping(value: dict) -> Mapping:
+    """The column mapping of a request (its ``mapping`` STRUCT)."""
+    return Mapping.of(**dict(value))
+
+
+def path(request: dict) -> tuple[dict, dict, list | None, bool]:
+    """A release request split into the caller's facts (checked), its column mapping (a dict, for :func:`mapping`),
+    the gathered rows' column types and whether the release reads out of core; what remains in ``request`` is the
+    release's keyword arguments."""
+    return (caller(request.pop("source")), request.pop("mapping"), request.pop("types"),
+            bool(request.pop("out_of_core")))
 
 
 def udfs(db) -> list[Udf]:
-    def set_budget(facts, eps, delta):
-        facts, eps, delta = caller(facts), scalar(eps), scalar(delta)
+    def set_budget(request):
+        r = SET_BUDGET.parse(request, "_mob_set_budget")
+        facts, eps, delta = caller(r["source"]), r["eps"], r["delta"]
         source = facts["relation"]
         if eps is None or delta is None:
             raise DuckmobError(f"mob_set_budget needs both eps and delta, e.g. FROM mob_set_budget('{source}', "
@@ -132,69 +153,49 @@ def udfs(db) -> list[Udf]:
             return one_row(pa.Table.from_pylist(release.read_ledger(db, read), schema=schema))
         return udf
 
-    def _transition_request(args) -> dict:
-        a = dict(scalar(args))
-        return dict(order=a["order"], eps=a["eps"], n_states=a["n_states"], seed=a["seed"],
-                    privacy_unit=a["privacy_unit"], max_trajectories_per_user=a["k"], max_length=a["max_length"],
-                    support=a["support"], w=a["w"])
-
-    def _count_request(args) -> dict:
-        a = dict(scalar(args))
-        return dict(eps=a["eps"], seed=a["seed"], privacy_unit=a["privacy_unit"], max_trajectories_per_user=a["k"],
-                    what=a["what"] or "trajectories")
-
-    def transitions(rows, facts, types, cols, args):
-        facts, m = caller(facts), mapping(cols)
-        has_user = check_ids(dict(zip(("traj_id", "user_id", "cells"), scalar(types))), m)
+    def transitions(rows, request):
+        """mob_transitions: of a relation the core's connection reads out of core, or of the gathered rows."""
+        r = TRANSITIONS.parse(request, "_mob_transitions")
+        facts, cols, types, out_of_core = path(r)
+        if out_of_core:
+            relation = shadow_checked(facts)
+            with closing(core_cursor(db, facts)) as cur:
+                return _transition_rows(*tables.transitions(db, cur, relation, mapping=mapping(cols),
+                                                            caller_checked=True, **r))
+        m = mapping(cols)
+        has_user = check_ids(dict(zip(("traj_id", "user_id", "cells"), types)), m)
         return _transition_rows(*tables.transitions_gathered(
-            db, facts["relation"], facts.get("temp_tables"), has_user, m, lambda: points(rows),
-            **_transition_request(args)))
+            db, facts["relation"], facts.get("temp_tables"), has_user, m, lambda: points(rows), **r))
 
-    def transitions_source(facts, cols, args):
-        """mob_transitions of a relation the core's connection reads out of core."""
-        facts = caller(facts)
-        relation = shadow_checked(facts)
-        with closing(core_cursor(db, facts)) as cur:
-            return _transition_rows(*tables.transitions(db, cur, relation, mapping=mapping(cols), caller_checked=True,
-                                                        **_transition_request(args)))
-
-    def noisy_count(rows, facts, types, cols, args):
-        facts, m = caller(facts), mapping(cols)
-        has_user = check_ids(dict(zip(("traj_id", "user_id"), scalar(types)[:2])), m)
-        value = tables.noisy_count_gathered(db, facts["relation"], facts.get("temp_tables"), has_user, m,
-                                            lambda: tables.gathered_pairs(points(rows)), **_count_request(args))
+    def noisy_count(rows, request):
+        """mob_noisy_count: of a relation the core's connection reads (DuckDB counts, an integer reaches Python), or
+        of the gathered (traj_id, user_id) rows."""
+        r = NOISY_COUNT.parse(request, "_mob_noisy_count")
+        facts, cols, types, out_of_core = path(r)
+        r["what"] = r["what"] or "trajectories"
+        if out_of_core:
+            relation = shadow_checked(facts)
+            with closing(core_cursor(db, facts)) as cur:
+                value = tables.noisy_count(db, cur, relation, mapping=mapping(cols), caller_checked=True, **r)
+        else:
+            m = mapping(cols)
+            has_user = check_ids(dict(zip(("traj_id", "user_id"), types[:2])), m)
+            value = tables.noisy_count_gathered(db, facts["relation"], facts.get("temp_tables"), has_user, m,
+                                                lambda: tables.gathered_pairs(points(rows)), **r)
         return one_row(pa.table({"count": [value]}))
 
-    def noisy_count_source(facts, cols, args):
-        """mob_noisy_count of a relation the core's connection reads: DuckDB counts, an integer reaches Python."""
-        facts = caller(facts)
-        relation = shadow_checked(facts)
-        with closing(core_cursor(db, facts)) as cur:
-            value = tables.noisy_count(db, cur, relation, mapping=mapping(cols), caller_checked=True,
-                                       **_count_request(args))
-        return one_row(pa.table({"count": [value]}))
-
-    def out_of_core(relation, database, schema):
-        facts = {"relation": scalar(relation), "database": scalar(database), "schema": scalar(schema)}
+    def out_of_core(request):
+        facts = OUT_OF_CORE.parse(request, "_mob_out_of_core")
         if not isinstance(facts["relation"], str) or not facts["relation"].strip():
-            return pa.array([False] * len(relation))
-        return pa.array([readable(db, facts)] * len(relation))
+            return pa.array([False] * len(request))
+        return pa.array([readable(db, facts)] * len(request))
 
-    ids = "STRUCT(traj_col VARCHAR, user_col VARCHAR)"
-    seq_cols = "STRUCT(traj_col VARCHAR, user_col VARCHAR, cells_col VARCHAR)"
     return [
-        Udf("_mob_transitions", transitions, [_SEQS_TYPE, CALLER_TYPE, "VARCHAR[]", seq_cols, _TRANSITION_ARGS],
-            _TRANSITION_ROW, side_effects=True, special_nulls=True),
-        Udf("_mob_noisy_count", noisy_count,
-            ["STRUCT(traj_id BIGINT, user_id BIGINT)[]", CALLER_TYPE, "VARCHAR[]", ids, _COUNT_ARGS],
-            "STRUCT(count DOUBLE)[]", side_effects=True, special_nulls=True),
-        Udf("_mob_transitions_source", transitions_source, [CALLER_TYPE, seq_cols, _TRANSITION_ARGS], _TRANSITION_ROW,
-            side_effects=True, special_nulls=True),
-        Udf("_mob_noisy_count_source", noisy_count_source, [CALLER_TYPE, ids, _COUNT_ARGS],
-            "STRUCT(count DOUBLE)[]", side_effects=True, special_nulls=True),
-        Udf("_mob_out_of_core", out_of_core, ["VARCHAR"] * 3, "BOOLEAN", special_nulls=True),
-        Udf("_mob_set_budget", set_budget, [CALLER_TYPE, "DOUBLE", "DOUBLE"], _BUDGET_ROW, side_effects=True,
-            special_nulls=True),
+        Udf("_mob_transitions", transitions, [_SEQS_TYPE], _TRANSITION_ROW, TRANSITIONS, side_effects=True, special_nulls=True),
+        Udf("_mob_noisy_count", noisy_count, ["STRUCT(traj_id BIGINT, user_id BIGINT)[]"], "STRUCT(count DOUBLE)[]",
+            NOISY_COUNT, side_effects=True, special_nulls=True),
+        Udf("_mob_out_of_core", out_of_core, [], "BOOLEAN", OUT_OF_CORE, special_nulls=True),
+        Udf("_mob_set_budget", set_budget, [], _BUDGET_ROW, SET_BUDGET, side_effects=True, special_nulls=True),
         Udf("_mob_budgets", listing(ledger.budgets, _BUDGETS_SCHEMA), ["BOOLEAN"], _struct(_BUDGETS_SCHEMA),
             side_effects=True),
         Udf("_mob_ledger", listing(ledger.releases, _LEDGER_SCHEMA), ["BOOLEAN"], _struct(_LEDGER_SCHEMA),

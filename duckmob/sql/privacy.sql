@@ -9,11 +9,17 @@ CREATE OR REPLACE TEMP MACRO _mob_caller(tbl) AS
      'temp_tables': coalesce((SELECT list(table_name) FROM duckdb_tables() WHERE temporary), []),
      'temp_views': coalesce((SELECT list(view_name) FROM duckdb_views() WHERE temporary AND NOT internal), [])};
 
+-- Whether the release core's own connection can read `tbl` (a committed table or view, or a query over them, as the
+-- caller's database and schema resolve it): folded once when the statement is planned, so the gathered rows of a
+-- table read out of core are never scanned (see the release macros below and in synth.sql).
+CREATE OR REPLACE TEMP MACRO _mob_readable(tbl) AS
+    _mob_out_of_core({'relation': tbl, 'database': current_database(), 'schema': current_schema()});
+
 -- Declare or raise the (eps, delta) budget of a table (any spelling of its name, or a view over that one table: the
 -- budget belongs to the base table); lowering it below what is spent is refused. A first declaration for a name that
 -- is no table or view is refused (a typo would otherwise budget nothing).
 CREATE OR REPLACE TEMP MACRO mob_set_budget(source, eps := NULL, delta := NULL) AS TABLE
-SELECT unnest(_mob_set_budget(_mob_caller(source), eps, delta), recursive := true);
+SELECT unnest(_mob_set_budget({'source': _mob_caller(source), 'eps': eps, 'delta': delta}), recursive := true);
 
 -- One row per source: its latest budget, what is spent (PLD composition of every recorded release at the
 -- budget's delta, or the exact sum for pure Laplace), what remains, and how many releases were recorded.
@@ -26,13 +32,14 @@ CREATE OR REPLACE TEMP MACRO mob_ledger() AS TABLE
 SELECT * REPLACE (params::JSON AS params, event::JSON AS event)
 FROM (SELECT unnest(_mob_ledger(true), recursive := true));
 
--- Both counting macros below have two branches, of which exactly one runs: _mob_out_of_core is folded once when the
--- statement is planned (as in synth.sql). When the release core's own connection can read `tbl` (a committed table
--- or view, or a query over them), the first branch hands only the caller's facts to a UDF that resolves the lineage
--- and the column types on the schema, reserves, and reads the table out of core (DuckDB counts the pairs, or the cell
--- sequences come in record batches of whole sequences). Otherwise `tbl` must be a temporary table of the caller: the
--- second branch gathers its rows (one per trajectory, values TRY_CAST) as one list, with the column types (typeof:
--- the schema, the same on an empty table) checked before anything is reserved. The same release either way.
+-- Each counting macro below has one body, which reads its input one of two ways, chosen once when the statement is
+-- planned (_mob_readable, as in synth.sql). When the release core's own connection can read `tbl` (a committed table
+-- or view, or a query over them), the WHERE below is false, the rows are never scanned, and the UDF, told so by the
+-- request's out_of_core, resolves the lineage and the column types on the schema, reserves, and reads the table out of
+-- core itself (DuckDB counts the pairs, or the cell sequences come in record batches of whole sequences). Otherwise
+-- `tbl` must be a temporary table of the caller: its rows are gathered (one per trajectory, values TRY_CAST) as one
+-- list, with the column types (typeof: the schema, the same on an empty table) checked before anything is reserved.
+-- The same release either way.
 
 -- The column types of a table of trajectories (traj_id, user_id, cells), as typeof spells them (in an aggregate).
 CREATE OR REPLACE TEMP MACRO _mob_id_types(traj_id, user_id, cells) AS
@@ -55,22 +62,16 @@ CREATE OR REPLACE TEMP MACRO mob_transitions(tbl, markov_order := 1, eps := NULL
                                             max_length := NULL, support := NULL, w := NULL,
                                             traj_col := 'traj_id', user_col := 'user_id',
                                             cells_col := 'cells') AS TABLE
-SELECT unnest(_mob_transitions_source(_mob_caller(tbl), {'traj_col': traj_col, 'user_col': user_col,
-                                                         'cells_col': cells_col},
-                                      {'order': markov_order, 'eps': eps, 'n_states': n_states, 'seed': seed,
-                                       'privacy_unit': privacy_unit, 'k': max_trajectories_per_user,
-                                       'max_length': max_length, 'support': support, 'w': w}), recursive := true)
-WHERE _mob_out_of_core(tbl, current_database(), current_schema())
-UNION ALL
 SELECT unnest(_mob_transitions(list({'traj_id': TRY_CAST(traj_id AS BIGINT), 'user_id': TRY_CAST(user_id AS BIGINT),
                                      'cells': TRY_CAST(cells AS BIGINT[])}),
-                               _mob_caller(tbl), _mob_id_types(traj_id, user_id, cells),
-                               {'traj_col': traj_col, 'user_col': user_col, 'cells_col': cells_col},
-                               {'order': markov_order, 'eps': eps, 'n_states': n_states, 'seed': seed,
-                                'privacy_unit': privacy_unit, 'k': max_trajectories_per_user,
+                               {'source': _mob_caller(tbl), 'out_of_core': _mob_readable(tbl),
+                                'types': _mob_id_types(traj_id, user_id, cells),
+                                'mapping': {'traj_col': traj_col, 'user_col': user_col, 'cells_col': cells_col},
+                                'order': markov_order, 'eps': eps, 'n_states': n_states, 'seed': seed,
+                                'privacy_unit': privacy_unit, 'max_trajectories_per_user': max_trajectories_per_user,
                                 'max_length': max_length, 'support': support, 'w': w}), recursive := true)
 FROM _mob_raw_ids(tbl, traj_col, user_col, cells_col)
-WHERE NOT _mob_out_of_core(tbl, current_database(), current_schema()) HAVING NOT _mob_out_of_core(tbl, current_database(), current_schema());
+WHERE NOT _mob_readable(tbl);
 
 -- An eps-DP count of the trajectories or users of a table: one row (count DOUBLE). Sensitivity 1 per trajectory;
 -- with privacy_unit := 'user', at most max_trajectories_per_user := k are counted per user and the sensitivity is k.
@@ -79,15 +80,12 @@ WHERE NOT _mob_out_of_core(tbl, current_database(), current_schema()) HAVING NOT
 CREATE OR REPLACE TEMP MACRO mob_noisy_count(tbl, eps := NULL, seed := NULL, privacy_unit := 'trajectory',
                                             max_trajectories_per_user := NULL, what := 'trajectories',
                                             traj_col := 'traj_id', user_col := 'user_id') AS TABLE
-SELECT unnest(_mob_noisy_count_source(_mob_caller(tbl), {'traj_col': traj_col, 'user_col': user_col},
-                                      {'eps': eps, 'seed': seed, 'privacy_unit': privacy_unit,
-                                       'k': max_trajectories_per_user, 'what': what}), recursive := true)
-WHERE _mob_out_of_core(tbl, current_database(), current_schema())
-UNION ALL
 SELECT unnest(_mob_noisy_count(list({'traj_id': TRY_CAST(traj_id AS BIGINT), 'user_id': TRY_CAST(user_id AS BIGINT)}),
-                               _mob_caller(tbl), _mob_id_types(traj_id, user_id, NULL::BIGINT[]),
-                               {'traj_col': traj_col, 'user_col': user_col},
-                               {'eps': eps, 'seed': seed, 'privacy_unit': privacy_unit,
-                                'k': max_trajectories_per_user, 'what': what}), recursive := true)
+                               {'source': _mob_caller(tbl), 'out_of_core': _mob_readable(tbl),
+                                'types': _mob_id_types(traj_id, user_id, NULL::BIGINT[]),
+                                'mapping': {'traj_col': traj_col, 'user_col': user_col},
+                                'eps': eps, 'seed': seed, 'privacy_unit': privacy_unit,
+                                'max_trajectories_per_user': max_trajectories_per_user, 'what': what}),
+              recursive := true)
 FROM _mob_raw_ids(tbl, traj_col, user_col, NULL)
-WHERE NOT _mob_out_of_core(tbl, current_database(), current_schema()) HAVING NOT _mob_out_of_core(tbl, current_database(), current_schema());
+WHERE NOT _mob_readable(tbl);

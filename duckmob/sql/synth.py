@@ -1,8 +1,10 @@
 """SQL layer for synthesis: ``synthesize``, ``mob_fit``, ``mob_sample``, ``mob_models`` (macros in synth.sql).
 
-Only decoding and encoding: arguments arrive as constant columns and are handed to the release core
-(:mod:`duckmob.release`), which validates them, reserves the budget, reads the points, fits and records; rows go
-back as one LIST(STRUCT). Sampling a stored model reads no data and spends nothing.
+Only decoding and encoding: the gathered columns and one request STRUCT (:class:`duckmob.sql.udf.Request`) arrive as
+constant columns and are handed to the release core (:mod:`duckmob.release`), which validates them, reserves the
+budget, reads the points, fits and records; rows go back as one LIST(STRUCT). The request's ``out_of_core`` (decided
+once when the statement is planned) says whether the release reads the table itself, out of core, or gets the
+gathered rows of a temporary table. Sampling a stored model reads no data and spends nothing.
 
 Parameters shared by every method (one fixed list, since TEMP macros need one): ``eps``, ``delta`` (NULL: the
 method's default, 0 for PrivTrace), ``method``, ``bbox`` (required, public), ``n`` (NULL: the model's noisy
@@ -24,8 +26,8 @@ from duckmob.errors import DuckmobError
 from duckmob.privacy.noise import NoiseSource
 from duckmob.release import tables
 from duckmob.source.schema import Mapping, check_points
-from duckmob.sql import Udf, one_row, scalar
-from duckmob.sql.privacy import CALLER_TYPE, caller, core_cursor, mapping, shadow_checked
+from duckmob.sql.privacy import CALLER_TYPE, core_cursor, mapping, path, shadow_checked
+from duckmob.sql.udf import Request, Udf, one_row
 from duckmob.synth import store
 from duckmob.trajectories import synthetic_table
 
@@ -104,17 +106,15 @@ def _summary(name, method, source, eps, delta, model) -> pa.Table:
                      "delta": [float(delta)], "params": [store.to_json(model.describe())]})
 
 
-ARGS_TYPE = ("STRUCT(eps DOUBLE, delta DOUBLE, method VARCHAR, bbox DOUBLE[], privacy_unit VARCHAR, k BIGINT, "
-             "params VARCHAR, outside VARCHAR, seed BIGINT, n BIGINT, name VARCHAR)")
 MAPPING_TYPE = "STRUCT(traj_col VARCHAR, ts_col VARCHAR, lat_col VARCHAR, lon_col VARCHAR, user_col VARCHAR)"
-
-
-def _request(args) -> dict:
-    """The public arguments of a fit from the macros' STRUCT (``_mob_fit_args``), named as ``fit_request``'s."""
-    a = dict(scalar(args))
-    return dict(eps=a["eps"], delta=a["delta"], method=a["method"], bbox=a["bbox"], privacy_unit=a["privacy_unit"],
-                max_trajectories_per_user=a["k"], params=a["params"], outside=a["outside"], seed=a["seed"],
-                n=a["n"], name=a["name"])
+# The request of a fit (the STRUCT the synthesize and mob_fit macros in synth.sql build): the caller's facts,
+# the input path, the gathered rows' column types, the column mapping, then fit_request's keyword arguments.
+FIT = Request(source=CALLER_TYPE, out_of_core="BOOLEAN", types="VARCHAR[]", mapping=MAPPING_TYPE, eps="DOUBLE",
+              delta="DOUBLE", method="VARCHAR", bbox="DOUBLE[]", privacy_unit="VARCHAR",
+              max_trajectories_per_user="BIGINT", params="VARCHAR", outside="VARCHAR", seed="BIGINT", n="BIGINT",
+              name="VARCHAR")
+SAMPLE = Request(name="VARCHAR", n="BIGINT", seed="BIGINT")
+COLUMNS = ["BIGINT[]", "BIGINT[]", "TIMESTAMP[]", "DOUBLE[]", "DOUBLE[]", "BIGINT[]"]   # traj, user, ts, lat, lon, seq
 
 
 def _named(request: dict) -> dict:
@@ -124,56 +124,43 @@ def _named(request: dict) -> dict:
 
 
 def udfs(db) -> list[Udf]:
-    def gathered(release_fn, traj, user, ts, lat, lon, seq, facts, types, cols, request):
-        """``release_fn`` (tables.fit_gathered / synthesize_gathered) of a temporary table's gathered rows, their
-        column types checked first (the schema only)."""
-        facts, m = caller(facts), mapping(cols)
-        has_user = check_points(dict(zip(("traj_id", "user_id", "ts", "lat", "lon"), scalar(types))), m)
-        return release_fn(db, facts["relation"], facts.get("temp_tables"), has_user,
-                          _lazy_points(traj, user, ts, lat, lon, seq), **request)
+    def fit_or_synthesize(udf, columns, request, *, fit: bool):
+        """A fit (tables.fit / fit_gathered) or fit + sample (tables.synthesize / synthesize_gathered). Out of core:
+        of a relation read on a cursor of the core's connection (it resolves names as the caller does but sees
+        committed tables and views only: the macros send temporary tables through the gathered rows). Gathered: of a
+        temporary table's rows, their column types checked first (the schema only)."""
+        r = FIT.parse(request, udf)
+        if fit:
+            _named(r)
+        facts, cols, types, out_of_core = path(r)
+        if out_of_core:
+            relation = shadow_checked(facts)
+            release_fn = tables.fit if fit else tables.synthesize
+            return release_fn(db, core_cursor(db, facts), relation, mapping=mapping(cols), owned=True,
+                              caller_checked=True, **r)
+        m = mapping(cols)
+        has_user = check_points(dict(zip(("traj_id", "user_id", "ts", "lat", "lon"), types)), m)
+        release_fn = tables.fit_gathered if fit else tables.synthesize_gathered
+        return release_fn(db, facts["relation"], facts.get("temp_tables"), has_user, _lazy_points(*columns), **r)
 
-    def out_of_core(release_fn, facts, cols, request):
-        """``release_fn`` (tables.fit / synthesize) of a relation read out of core on a cursor of the core's
-        connection (it resolves names as the caller does but sees committed tables and views only: the macros send
-        temporary tables through the gathered path)."""
-        facts = caller(facts)
-        relation = shadow_checked(facts)
-        return release_fn(db, core_cursor(db, facts), relation, mapping=mapping(cols), owned=True,
-                          caller_checked=True, **request)
-
-    def _fit(traj, user, ts, lat, lon, seq, facts, types, cols, args):
-        model, _, _, r = gathered(tables.fit_gathered, traj, user, ts, lat, lon, seq, facts, types, cols,
-                                  _named(_request(args)))
+    def _fit(traj, user, ts, lat, lon, seq, request):
+        model, _, _, r = fit_or_synthesize("_mob_fit", (traj, user, ts, lat, lon, seq), request, fit=True)
         return one_row(_summary(r.name, r.method, r.source, r.eps, r.delta, model))
 
-    def _synthesize(traj, user, ts, lat, lon, seq, facts, types, cols, args):
-        return one_row(gathered(tables.synthesize_gathered, traj, user, ts, lat, lon, seq, facts, types, cols,
-                                _request(args)))
+    def _synthesize(traj, user, ts, lat, lon, seq, request):
+        return one_row(fit_or_synthesize("_mob_synthesize", (traj, user, ts, lat, lon, seq), request, fit=False))
 
-    def _fit_source(facts, cols, args):
-        model, _, _, r = out_of_core(tables.fit, facts, cols, _named(_request(args)))
-        return one_row(_summary(r.name, r.method, r.source, r.eps, r.delta, model))
-
-    def _synthesize_source(facts, cols, args):
-        return one_row(out_of_core(tables.synthesize, facts, cols, _request(args)))
-
-    def _sample(name, n, seed):
-        name = validators.model_name(scalar(name))
-        n, seed = validators.n_trajectories(scalar(n)), validators.seed(scalar(seed))
+    def _sample(request):
+        r = SAMPLE.parse(request, "_mob_sample")
+        name = validators.model_name(r["name"])
+        n, seed = validators.n_trajectories(r["n"]), validators.seed(r["seed"])
         _method, model = release.read_ledger(db, lambda cur: store.load(cur, name))
         return one_row(rows(release.sample(model, n, NoiseSource(seed).generator())))
 
-    columns = ["BIGINT[]", "BIGINT[]", "TIMESTAMP[]", "DOUBLE[]", "DOUBLE[]", "BIGINT[]"]
-    gathered_args = columns + [CALLER_TYPE, "VARCHAR[]", MAPPING_TYPE, ARGS_TYPE]
     return [
-        Udf("_mob_fit", _fit, gathered_args, FIT_TYPE, side_effects=True, special_nulls=True),
-        Udf("_mob_sample", _sample, ["VARCHAR", "BIGINT", "BIGINT"], ROWS_TYPE, side_effects=True,
-            special_nulls=True),
-        Udf("_mob_synthesize", _synthesize, gathered_args, ROWS_TYPE, side_effects=True, special_nulls=True),
-        Udf("_mob_fit_source", _fit_source, [CALLER_TYPE, MAPPING_TYPE, ARGS_TYPE], FIT_TYPE, side_effects=True,
-            special_nulls=True),
-        Udf("_mob_synthesize_source", _synthesize_source, [CALLER_TYPE, MAPPING_TYPE, ARGS_TYPE], ROWS_TYPE,
-            side_effects=True, special_nulls=True),
+        Udf("_mob_fit", _fit, COLUMNS, FIT_TYPE, FIT, side_effects=True, special_nulls=True),
+        Udf("_mob_sample", _sample, [], ROWS_TYPE, SAMPLE, side_effects=True, special_nulls=True),
+        Udf("_mob_synthesize", _synthesize, COLUMNS, ROWS_TYPE, FIT, side_effects=True, special_nulls=True),
     ]
 
 

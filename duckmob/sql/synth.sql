@@ -13,23 +13,15 @@ CREATE OR REPLACE TEMP MACRO _mob_params_json(params) AS
          WHEN typeof(params) = 'VARCHAR' THEN params::VARCHAR
          ELSE to_json(params)::VARCHAR END;
 
--- The public arguments of a fit, as one STRUCT (validated in Python by the release core).
-CREATE OR REPLACE TEMP MACRO _mob_fit_args(eps, delta, method, bbox, privacy_unit, k, params, outside, seed, n,
-                                           name) AS
-    {'eps': eps, 'delta': delta, 'method': method, 'bbox': bbox, 'privacy_unit': privacy_unit, 'k': k,
-     'params': _mob_params_json(params), 'outside': outside, 'seed': seed, 'n': n, 'name': name};
-
--- The column mapping, as one STRUCT.
-CREATE OR REPLACE TEMP MACRO _mob_mapping(traj_col, ts_col, lat_col, lon_col, user_col) AS
-    {'traj_col': traj_col, 'ts_col': ts_col, 'lat_col': lat_col, 'lon_col': lon_col, 'user_col': user_col};
-
--- Every release reads through one input path (duckmob/source): when the release core's own connection can read
--- tbl (a committed table or view, or a query over them, as the caller's database and schema resolve it; decided
--- once when the statement is planned), the release resolves its lineage and column types on the schema, reserves,
--- and reads it itself out of core with TRY_CAST; the second branch below is then never scanned. Otherwise tbl must
--- be a temporary table of the caller: its rows are gathered as one list per column, values TRY_CAST, their column
--- types (typeof: the schema, the same on an empty table) passed along and checked before anything is reserved.
--- CTEs and temporary views are refused there (what they read cannot be seen from a UDF).
+-- Every release reads through one input path (duckmob/source), one of two ways chosen once when the statement is
+-- planned (_mob_readable, in privacy.sql). When the release core's own connection can read tbl (a committed table or
+-- view, or a query over them, as the caller's database and schema resolve it), the WHERE below is false, so the rows
+-- are never scanned, and the UDF, told so by the request's out_of_core, resolves the lineage and column types on the
+-- schema, reserves, and reads the table itself out of core with TRY_CAST. Otherwise tbl must be a temporary table of
+-- the caller: its rows are gathered as one list per column, values TRY_CAST, their column types (typeof: the schema,
+-- the same on an empty table) passed along in the request and checked before anything is reserved. CTEs and
+-- temporary views are refused there (what they read cannot be seen from a UDF).
+-- The request STRUCT holds every argument by name (duckmob/sql/synth.py, FIT, says what the UDF expects).
 
 -- A synthetic trajectory table (traj_id, seq, lat, lon, ts; ts NULL where the method models no time):
 -- fit + sample in one call, spending eps once from the budget of every base table tbl reads; the model is not stored.
@@ -38,45 +30,42 @@ CREATE OR REPLACE TEMP MACRO synthesize(tbl, eps := NULL, delta := NULL, method 
                                        max_trajectories_per_user := NULL, params := NULL, outside := 'drop',
                                        traj_col := 'traj_id', ts_col := 'ts', lat_col := 'lat', lon_col := 'lon',
                                        user_col := 'user_id') AS TABLE
-SELECT unnest(_mob_synthesize_source(_mob_caller(tbl), _mob_mapping(traj_col, ts_col, lat_col, lon_col, user_col),
-                                     _mob_fit_args(eps, delta, method, bbox, privacy_unit, max_trajectories_per_user,
-                                                   params, outside, seed, n, NULL)), recursive := true)
-WHERE _mob_out_of_core(tbl, current_database(), current_schema())
-UNION ALL
 SELECT unnest(_mob_synthesize(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id AS BIGINT)),
                               list(TRY_CAST(ts AS TIMESTAMP)), list(TRY_CAST(lat AS DOUBLE)),
                               list(TRY_CAST(lon AS DOUBLE)),
                               list(TRY_CAST(seq AS BIGINT)) FILTER (WHERE TRY_CAST(ts AS TIMESTAMP) IS NULL),
-                              _mob_caller(tbl), _mob_point_types(traj_id, user_id, ts, lat, lon),
-                              _mob_mapping(traj_col, ts_col, lat_col, lon_col, user_col),
-                              _mob_fit_args(eps, delta, method, bbox, privacy_unit, max_trajectories_per_user,
-                                            params, outside, seed, n, NULL)), recursive := true)
+                              {'source': _mob_caller(tbl), 'out_of_core': _mob_readable(tbl),
+                               'types': _mob_point_types(traj_id, user_id, ts, lat, lon),
+                               'mapping': {'traj_col': traj_col, 'ts_col': ts_col, 'lat_col': lat_col,
+                                           'lon_col': lon_col, 'user_col': user_col},
+                               'eps': eps, 'delta': delta, 'method': method, 'bbox': bbox,
+                               'privacy_unit': privacy_unit, 'max_trajectories_per_user': max_trajectories_per_user,
+                               'params': _mob_params_json(params), 'outside': outside, 'seed': seed, 'n': n,
+                               'name': NULL}), recursive := true)
 FROM _mob_raw_points(tbl, traj_col, ts_col, lat_col, lon_col, user_col)
-WHERE NOT _mob_out_of_core(tbl, current_database(), current_schema()) HAVING NOT _mob_out_of_core(tbl, current_database(), current_schema());
+WHERE NOT _mob_readable(tbl);
 
 -- Fit once (one ledger entry) and store the model in duckmob_models under `name`; returns one summary row.
 CREATE OR REPLACE TEMP MACRO mob_fit(tbl, name, eps := NULL, delta := NULL, method := 'privtrace', bbox := NULL,
                                     seed := NULL, privacy_unit := 'trajectory', max_trajectories_per_user := NULL,
                                     params := NULL, outside := 'drop', traj_col := 'traj_id', ts_col := 'ts',
                                     lat_col := 'lat', lon_col := 'lon', user_col := 'user_id') AS TABLE
-SELECT unnest(_mob_fit_source(_mob_caller(tbl), _mob_mapping(traj_col, ts_col, lat_col, lon_col, user_col),
-                              _mob_fit_args(eps, delta, method, bbox, privacy_unit, max_trajectories_per_user,
-                                            params, outside, seed, NULL, name)), recursive := true)
-WHERE _mob_out_of_core(tbl, current_database(), current_schema())
-UNION ALL
 SELECT unnest(_mob_fit(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id AS BIGINT)),
                        list(TRY_CAST(ts AS TIMESTAMP)), list(TRY_CAST(lat AS DOUBLE)), list(TRY_CAST(lon AS DOUBLE)),
                        list(TRY_CAST(seq AS BIGINT)) FILTER (WHERE TRY_CAST(ts AS TIMESTAMP) IS NULL),
-                       _mob_caller(tbl), _mob_point_types(traj_id, user_id, ts, lat, lon),
-                       _mob_mapping(traj_col, ts_col, lat_col, lon_col, user_col),
-                       _mob_fit_args(eps, delta, method, bbox, privacy_unit, max_trajectories_per_user, params,
-                                     outside, seed, NULL, name)), recursive := true)
+                       {'source': _mob_caller(tbl), 'out_of_core': _mob_readable(tbl),
+                        'types': _mob_point_types(traj_id, user_id, ts, lat, lon),
+                        'mapping': {'traj_col': traj_col, 'ts_col': ts_col, 'lat_col': lat_col, 'lon_col': lon_col,
+                                    'user_col': user_col},
+                        'eps': eps, 'delta': delta, 'method': method, 'bbox': bbox, 'privacy_unit': privacy_unit,
+                        'max_trajectories_per_user': max_trajectories_per_user, 'params': _mob_params_json(params),
+                        'outside': outside, 'seed': seed, 'n': NULL, 'name': name}), recursive := true)
 FROM _mob_raw_points(tbl, traj_col, ts_col, lat_col, lon_col, user_col)
-WHERE NOT _mob_out_of_core(tbl, current_database(), current_schema()) HAVING NOT _mob_out_of_core(tbl, current_database(), current_schema());
+WHERE NOT _mob_readable(tbl);
 
 -- Draw n trajectories from a stored model: no data is read and no budget is spent.
 CREATE OR REPLACE TEMP MACRO mob_sample(name, n := NULL, seed := NULL) AS TABLE
-SELECT unnest(_mob_sample(name, n, seed), recursive := true);
+SELECT unnest(_mob_sample({'name': name, 'n': n, 'seed': seed}), recursive := true);
 
 -- The stored models with their method, privacy unit, parameters (JSON), spend and whether the fit was seeded
 -- ("seeded, not for release").

@@ -6,10 +6,27 @@ import numpy as np
 import pyarrow as pa
 
 from duckmob import grid, staypoints
-from duckmob.sql import POINTS_TYPE, Udf, one_row, points, scalar
+from duckmob.sql.udf import POINTS_TYPE, Request, Udf, one_row, points, scalar
 from duckmob.trajectories import from_points, inspect
 
 _TS = pa.timestamp("us")
+
+# Each UDF's request (the STRUCT its macro in trajectories.sql builds), parsed into keyword arguments.
+STAYPOINTS = Request(radius_m="DOUBLE", min_minutes="DOUBLE")
+CELL_SEQUENCES = Request(bbox="DOUBLE[]", w="BIGINT", stay_points="BOOLEAN", radius_m="DOUBLE", min_minutes="DOUBLE",
+                         outside="VARCHAR")
+CHECK = Request(bbox="DOUBLE[]")
+ASSIGN_POIS = Request(bbox="DOUBLE[]", w="BIGINT")
+
+
+def setup(con) -> None:
+    """Nothing to create: these macros name no table."""
+
+
+def _null_row(request: dict) -> pa.Array | None:
+    """A NULL result when a request value is NULL: these UDFs used DuckDB's default NULL handling (NULL in, NULL out,
+    so no rows) when each value was an argument of its own, and keep it now that they travel in one request."""
+    return pa.nulls(1, pa.list_(pa.null())) if any(v is None for v in request.values()) else None
 
 
 def _ts(values: np.ndarray) -> pa.Array:
@@ -27,9 +44,12 @@ def _load(pts, bbox=None, outside="fail", time_required=True):
     return traj
 
 
-def _staypoints(pts, radius_m, min_minutes):
+def _staypoints(pts, request):
+    r = STAYPOINTS.parse(request, "_mob_staypoints")
+    if _null_row(r) is not None:
+        return _null_row(r)
     traj = _load(pts)
-    stays = staypoints.detect(traj, scalar(radius_m), scalar(min_minutes))
+    stays = staypoints.detect(traj, r["radius_m"], r["min_minutes"])
     idx = stays["traj"]
     first_of_traj = np.concatenate([[0], np.cumsum(np.bincount(idx, minlength=traj.n_trajectories))[:-1]])
     seq = np.arange(len(idx)) - first_of_traj[idx]
@@ -40,11 +60,11 @@ def _staypoints(pts, radius_m, min_minutes):
     }))
 
 
-def _cell_sequences(pts, bbox, w, stay_points, radius_m, min_minutes, outside):
-    bbox, w = grid.BBox.of(scalar(bbox)), grid.check_width(scalar(w))
-    traj = _load(pts, bbox=bbox, outside=scalar(outside))
-    seqs = staypoints.cell_sequences(traj, bbox, w, bool(scalar(stay_points)), scalar(radius_m),
-                                     scalar(min_minutes))
+def _cell_sequences(pts, request):
+    r = CELL_SEQUENCES.parse(request, "_mob_cell_sequences")
+    bbox, w = grid.BBox.of(r["bbox"]), grid.check_width(r["w"])
+    traj = _load(pts, bbox=bbox, outside=r["outside"])
+    seqs = staypoints.cell_sequences(traj, bbox, w, bool(r["stay_points"]), r["radius_m"], r["min_minutes"])
     offsets = pa.array(seqs.offsets.astype(np.int32))
     return one_row(pa.table({
         "traj_id": seqs.traj_id, "user_id": _user(seqs.user_id),
@@ -53,19 +73,22 @@ def _cell_sequences(pts, bbox, w, stay_points, radius_m, min_minutes, outside):
     }))
 
 
-def _check(pts, bbox):
+def _check(pts, request):
     # Exact counts for the data owner, NOT differentially private: inspect's first row says so.
-    rows = inspect(points(pts), scalar(bbox))
+    rows = inspect(points(pts), CHECK.parse(request, "_mob_check")["bbox"])
     return one_row(pa.table({k: [r[k] for r in rows] for k in ("check", "count", "action")},
                             schema=pa.schema([("check", pa.string()), ("count", pa.int64()),
                                               ("action", pa.string())])))
 
 
-def _assign_pois(pois, bbox, w):
+def _assign_pois(pois, request):
+    r = ASSIGN_POIS.parse(request, "_mob_assign_pois")
+    if _null_row(r) is not None:
+        return _null_row(r)
     pois = points(pois)
     ids = pois.field("poi_id")
     cells = grid.assign_pois(pois.field("lat").to_numpy(zero_copy_only=False),
-                             pois.field("lon").to_numpy(zero_copy_only=False), scalar(bbox), scalar(w))
+                             pois.field("lon").to_numpy(zero_copy_only=False), r["bbox"], r["w"])
     return one_row(pa.table({"poi_id": ids, "cell": cells}))
 
 
@@ -79,13 +102,11 @@ def udfs(con) -> list[Udf]:
     sp_row = "STRUCT(traj_id BIGINT, seq BIGINT, arrive_ts TIMESTAMP, leave_ts TIMESTAMP, lat DOUBLE, lon DOUBLE)[]"
     seq_row = "STRUCT(traj_id BIGINT, user_id BIGINT, cells BIGINT[], ts TIMESTAMP[])[]"
     return [
-        Udf("_mob_staypoints", _staypoints, [POINTS_TYPE, "DOUBLE", "DOUBLE"], sp_row),
-        Udf("_mob_cell_sequences", _cell_sequences,
-            [POINTS_TYPE, "DOUBLE[]", "BIGINT", "BOOLEAN", "DOUBLE", "DOUBLE", "VARCHAR"], seq_row,
+        Udf("_mob_staypoints", _staypoints, [POINTS_TYPE], sp_row, STAYPOINTS),
+        Udf("_mob_cell_sequences", _cell_sequences, [POINTS_TYPE], seq_row, CELL_SEQUENCES, special_nulls=True),
+        Udf("_mob_check", _check, [POINTS_TYPE], "STRUCT(\"check\" VARCHAR, count BIGINT, action VARCHAR)[]", CHECK,
             special_nulls=True),
-        Udf("_mob_check", _check, [POINTS_TYPE, "DOUBLE[]"],
-            "STRUCT(\"check\" VARCHAR, count BIGINT, action VARCHAR)[]", special_nulls=True),
-        Udf("_mob_assign_pois", _assign_pois, ["STRUCT(poi_id BIGINT, lat DOUBLE, lon DOUBLE)[]", "DOUBLE[]",
-                                               "BIGINT"], "STRUCT(poi_id BIGINT, cell BIGINT)[]"),
+        Udf("_mob_assign_pois", _assign_pois, ["STRUCT(poi_id BIGINT, lat DOUBLE, lon DOUBLE)[]"],
+            "STRUCT(poi_id BIGINT, cell BIGINT)[]", ASSIGN_POIS),
         Udf("_mob_check_bbox", _check_bbox, ["DOUBLE[]"], "BOOLEAN", special_nulls=True),
     ]

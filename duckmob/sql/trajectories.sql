@@ -130,7 +130,8 @@ CREATE OR REPLACE TEMP MACRO mob_staypoints(tbl, radius_m := 200, min_minutes :=
                                            ts_col := 'ts', lat_col := 'lat', lon_col := 'lon',
                                            user_col := 'user_id') AS TABLE
 SELECT unnest(_mob_staypoints(list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon,
-                                    'seq': seq}), radius_m, min_minutes), recursive := true)
+                                    'seq': seq}), {'radius_m': radius_m, 'min_minutes': min_minutes}),
+              recursive := true)
 FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col, lon_col := lon_col,
                 user_col := user_col);
 
@@ -142,8 +143,9 @@ CREATE OR REPLACE TEMP MACRO mob_cell_sequences(tbl, bbox := NULL, w := 32, stay
                                                traj_col := 'traj_id', ts_col := 'ts', lat_col := 'lat',
                                                lon_col := 'lon', user_col := 'user_id') AS TABLE
 SELECT unnest(_mob_cell_sequences(list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat,
-                                        'lon': lon, 'seq': seq}), bbox, w, stay_points, radius_m,
-                                  min_minutes, outside), recursive := true)
+                                        'lon': lon, 'seq': seq}),
+                                  {'bbox': bbox, 'w': w, 'stay_points': stay_points, 'radius_m': radius_m,
+                                   'min_minutes': min_minutes, 'outside': outside}), recursive := true)
 FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col, lon_col := lon_col,
                 user_col := user_col);
 
@@ -155,7 +157,7 @@ FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col,
 CREATE OR REPLACE TEMP MACRO mob_check(tbl, bbox := NULL, traj_col := 'traj_id', ts_col := 'ts',
                                       lat_col := 'lat', lon_col := 'lon', user_col := 'user_id') AS TABLE
 SELECT unnest(_mob_check(list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon,
-                               'seq': seq}), bbox), recursive := true)
+                               'seq': seq}), {'bbox': bbox}), recursive := true)
 FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col, lon_col := lon_col,
                 user_col := user_col);
 
@@ -163,6 +165,7 @@ FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col,
 -- (HRNet §3.2.2): one row (poi_id, cell) per POI.
 CREATE OR REPLACE TEMP MACRO mob_assign_pois(tbl, bbox := NULL, w := 32, id_col := 'poi_id',
                                             lat_col := 'lat', lon_col := 'lon') AS TABLE
-SELECT unnest(_mob_assign_pois(list({'poi_id': poi_id, 'lat': lat, 'lon': lon}), bbox, w), recursive := true)
+SELECT unnest(_mob_assign_pois(list({'poi_id': poi_id, 'lat': lat, 'lon': lon}), {'bbox': bbox, 'w': w}),
+              recursive := true)
 FROM query('SELECT ' || id_col || '::BIGINT AS poi_id, ' || lat_col || '::DOUBLE AS lat, ' || lon_col ||
            '::DOUBLE AS lon FROM ' || tbl);
