@@ -184,3 +184,20 @@ def test_dp_sgd_with_a_small_laplace_part_is_the_pld_of_the_whole():
     got = acc.epsilon(event, 1e-5)
     assert got == pytest.approx(previous(event, 1e-5), abs=1e-9)
     assert got < 2.6 + acc.epsilon(acc.dp_sgd(0.9, 0.01, 300), 1e-5)
+
+
+def test_a_dp_sgd_calibration_is_the_smallest_sigma_and_is_cached(monkeypatch):
+    """The sigma fits (eps, delta) and 0.5 % less does not; the same public request again is answered from the
+    cache (no accountant evaluation) with the same sigma, whoever builds the events."""
+    fixed = [acc.laplace(0.05), acc.laplace(0.2)]
+    sigma = acc.calibrate_noise_multiplier(fixed, 0.05, 40, 1.3, 1e-5)
+
+    def run(s):
+        return acc.compose(fixed + [acc.dp_sgd(s, 0.05, 40)])
+
+    assert acc.epsilon(run(sigma), 1e-5) <= 1.3 < acc.epsilon(run(sigma / 1.005), 1e-5)
+    evaluations = []
+    epsilon = acc.epsilon
+    monkeypatch.setattr(acc, "epsilon", lambda *a, **kw: evaluations.append(1) or epsilon(*a, **kw))
+    again = acc.calibrate_noise_multiplier([acc.laplace(0.05), acc.laplace(0.2)], 0.05, 40, 1.3, 1e-5)
+    assert again == sigma and evaluations == []

@@ -12,8 +12,10 @@ import duckmob
 from duckmob.errors import DuckmobError
 from duckmob.privacy import accounting, ledger
 from duckmob.privacy.noise import NoiseSource
+from duckmob.release.fitting import fit_request
 from duckmob.synth import dpsgd
-from duckmob.synth.cleanslate import CleanSlate, CleanSlateModel
+from duckmob.synth.base import fit_unrecorded, pack, unpack
+from duckmob.synth.cleanslate import CleanSlate, CleanSlateModel, CleanSlatePlan, upgrade_format_1
 from duckmob.synth.cleanslate.paths import most_probable_paths, replace, through
 from duckmob.synth.cleanslate.prior import (bucket, bucket_range, chebyshev, coarse_of, destinations, detour_bins,
                                             detour_shape, detours, draw_detours, exact_histogram, gravity, hops,
@@ -84,7 +86,7 @@ def test_rowcol_heads_are_distributions_over_all_cells():
     from duckmob.synth.cleanslate import build_networks
 
     torch.manual_seed(0)
-    ti, _ = build_networks({**CleanSlate(BOX, **{**TINY, "ti_coarse": 1}, ti_heads="rowcol").cfg.as_dict()})
+    ti, _ = build_networks(CleanSlate(BOX, **{**TINY, "ti_coarse": 1}, ti_heads="rowcol").config)
     assert ti.source_head.out_features == 2 * 4
     ls, ld, lt = ti.decode(torch.randn(5, TINY["ti_latent"]))
     assert ls.shape == ld.shape == (5, 16) and lt.shape == (5, 4)
@@ -198,7 +200,7 @@ def test_refine_spreads_blocks_by_the_fine_end_histogram(monkeypatch):
     assert p[0] == pytest.approx(0.375) and p[1] == pytest.approx(0.125) and p[4] == 0 and p[5] == 0
     assert np.allclose(p[owner == 3], 0.025) and p.sum() == pytest.approx(1.0)
     assert n_histograms("shared", True) == 5 and len(prior_events(1.0, "shared", True)) == 5
-    assert CleanSlate(BOX, w=119).cfg.prior_refine and not CleanSlate(BOX).cfg.prior_refine
+    assert CleanSlate(BOX, w=119).config.prior_refine and not CleanSlate(BOX).config.prior_refine
     eps_seen = []
     real = prior_mod.noisy_histogram
     monkeypatch.setattr(prior_mod, "noisy_histogram",
@@ -402,7 +404,7 @@ def fitted():
 
     dpsgd.UniformWithReplacementSampler = Recording
     try:
-        model = CleanSlate(BOX, **TINY).fit(straight_lines(150), 1.0, 1e-5, NoiseSource(3))
+        model = fit_unrecorded(CleanSlate(BOX, **TINY), straight_lines(150), 1.0, 1e-5, NoiseSource(3))
     finally:
         dpsgd.UniformWithReplacementSampler = real
     return model, rates
@@ -421,7 +423,10 @@ def test_the_event_is_the_rate_trained_with_and_matches_dp_accounting(fitted):
     assert rates == [info["sample_rate"]] * 2 == [ti.param("sample_rate"), tpg.param("sample_rate")]
     assert info["sample_rate"] == 8 / 200          # batch_size / n_hint: public
     assert (ti.param("steps"), tpg.param("steps")) == (info["steps_ti"], info["steps_tpg"]) == (25, 25)
-    assert model.event == CleanSlate(BOX, **TINY).privacy_event(eps, delta)   # what fit spends is the plan
+    plan = CleanSlate(BOX, **TINY).plan(eps, delta)
+    assert model.event == plan.event and isinstance(plan, CleanSlatePlan)   # what fit spends is the plan
+    assert (plan.sample_rate, plan.steps_ti, plan.sigma_tpg) == (info["sample_rate"], info["steps_ti"],
+                                                                 info["noise_multiplier_tpg"])
 
     def dp_sgd(e):
         step = dp_accounting.PoissonSampledDpEvent(e.param("sample_rate"),
@@ -500,14 +505,43 @@ def test_fit_sample_round_trip_and_times(fitted):
     again = CleanSlateModel.from_bytes(model.to_bytes()).sample(50, np.random.default_rng(6))
     assert np.array_equal(again.lat, out.lat) and np.array_equal(again.ts, out.ts)
     # nothing in the data can make a release refuse: an empty table trains on noise alone
-    empty = CleanSlate(BOX, **TINY).fit(Trajectories.empty(), 1.0, 1e-5, NoiseSource(8))
+    empty = fit_unrecorded(CleanSlate(BOX, **TINY), Trajectories.empty(), 1.0, 1e-5, NoiseSource(8))
     assert empty.sample(5, np.random.default_rng(0)).n_trajectories == 5 and empty.event == model.event
     with pytest.raises(DuckmobError, match="unknown cleanslate parameter"):
         CleanSlate(BOX, depth=3)
     with pytest.raises(DuckmobError, match="r must be below w"):
         CleanSlate(BOX, w=2, r=2)
-    with pytest.raises(DuckmobError, match="needs 0 < delta < 1"):
-        CleanSlate(BOX, **TINY).privacy_event(1.0, 0.0)
+    with pytest.raises(DuckmobError, match="cleanslate trains with DP-SGD and needs 0 < delta"):
+        fit_request(source="trips", eps=1.0, delta=0.0, method="cleanslate", bbox=BOX)
+
+
+def test_a_model_keeps_its_config_and_upgrades_format_1_explicitly(fitted):
+    """The model's config is a CleanSlateConfig (the grid-derived defaults resolved; the machine's device and
+    progress not stored); a format-1 blob (today's models before the header) loads through the upgrade, which
+    renames the info's contribution bound and fills in no parameter it lacks."""
+    import io
+
+    model, _ = fitted
+    config = model.config
+    assert (config.max_path, config.ti_coarse, config.prior_refine, config.hop_cost) == (12, 2, False, 1.0)
+    stored = torch.load(io.BytesIO(unpack(model.to_bytes())[2]), weights_only=True)
+    assert "device" not in stored["config"] and stored["info"]["max_trajectories_per_user"] == 1
+    old = dict(stored, info={**{k: v for k, v in stored["info"].items() if k != "max_trajectories_per_user"},
+                             "contribution_bound": 1})
+    buf = io.BytesIO()
+    torch.save(old, buf)
+    loaded = CleanSlateModel.from_bytes(buf.getvalue(), "cleanslate")   # no header: format 1
+    assert loaded.info["max_trajectories_per_user"] == 1 and "contribution_bound" not in loaded.info
+    a, b = loaded.sample(9, np.random.default_rng(1)), model.sample(9, np.random.default_rng(1))
+    assert np.array_equal(a.lat, b.lat) and np.array_equal(a.ts, b.ts)
+    without = dict(old, config={k: v for k, v in old["config"].items() if k != "hop_cost"})
+    with pytest.raises(DuckmobError, match="lacks hop_cost"):
+        upgrade_format_1(without)
+    buf = io.BytesIO()
+    torch.save(without, buf)
+    with pytest.raises(DuckmobError, match="lacks hop_cost"):
+        CleanSlateModel.from_bytes(buf.getvalue(), "cleanslate")
+    assert unpack(pack("cleanslate", 2, model.payload()))[:2] == ("cleanslate", 2)
 
 
 # -- through SQL and the release core ---------------------------------------------------------------------------

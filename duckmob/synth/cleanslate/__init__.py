@@ -1,9 +1,10 @@
 """The clean-slate method (Lestyan et al., "In search of lost utility: private location data", §7-8) as a
 duckmob synthesizer: a private model of where and when trips start and end, plus most probable paths.
 
-``CleanSlate(bbox, **params).fit(trajectories, eps, delta, noise)`` releases one model under (eps, delta)-DP with
-the trajectory as the privacy unit (or the user with at most k = ``contribution_bound`` trajectories);
-``model.sample(n, rng)`` is free post-processing:
+``CleanSlate(bbox, **params)`` plans from public values alone (:meth:`CleanSlate.plan` -> :class:`CleanSlatePlan`)
+and ``fit(source, plan, release)`` releases one model under (eps, delta)-DP with the trajectory as the privacy unit
+(or the user with at most k = ``unit.max_trajectories_per_user`` trajectories); ``model.sample(n, rng)`` is free
+post-processing:
 
 - data (per trajectory, no budget): every fix on the public w x w grid over the declared bbox, repeats collapsed,
   hops longer than r cells filled along the straight line (:mod:`.trips`); source = first cell, destination =
@@ -43,16 +44,19 @@ What ``fit`` spends, composed by the PLD accountant into ONE event (``model.even
 4. DP-SGD of TPG: ``ceil(tpg_epochs / q)`` steps at rate q, ``sigma_TPG`` calibrated so that (1) + ... + (4)
    is (eps, delta)-DP by the PLD accountant (and, given the ledger's earlier releases, within the budget).
 
+The shares are :func:`duckmob.privacy.accounting.split`; the noise multipliers are
+:func:`duckmob.privacy.accounting.calibrate_noise_multiplier` (the smallest sigma, to 0.5 %, that fits).
+
 Sensitivity: one trajectory is one example of each DP-SGD run (TI: its own (s, d, t); TPG: the mean over its
 own grams), its gradient clipped to ``max_grad_norm`` per step by ghost clipping
 (:func:`duckmob.synth.dpsgd.train_ghost`); with the user unit each trajectory is clipped to ``max_grad_norm / k``
 and users are sampled with all their (at most k) trajectories, so a user moves a step's sum by at most
 ``max_grad_norm``. The sampling rate the accountant uses is the rate the Poisson sampler draws with.
-The whole plan is public: the Poisson rate is ``q = b / n_hint`` with ``b = batch_size or batch_factor
-sqrt(n_hint)`` (``n_hint``: the public guess of the number of units; with a different true N the batches are
-``q N`` on average), so ``privacy_event`` is exactly what ``fit`` spends -- the same on neighbouring tables -- and
-the noise multipliers are calibrated once, before any data is read (within the ledger's budget when the release
-core gives the source's prior; ``fit`` then trains with the multipliers of the reserved event).
+The whole plan is public: the Poisson rate is ``q = b / u`` with ``u = n_hint / k`` units and ``b = batch_size
+or batch_factor sqrt(u)`` (``n_hint``: the public guess of the number of trajectories; with a different true N
+the batches are ``q N`` on average), so the plan's event is exactly what ``fit`` spends -- the same on
+neighbouring tables -- and the noise multipliers are calibrated once, before any data is read (within the
+ledger's budget when the release core gives the source's prior); ``fit`` trains with the plan it is handed.
 """
 
 from __future__ import annotations
