@@ -166,6 +166,7 @@ def table(result: dict) -> str:
 def timing(n: int = 10_000) -> str:
     """cleanslate: fit on a public draw of ``n`` trajectories and sample ``n`` (wall seconds, this machine)."""
     import duckmob
+    from duckmob.synth.base import fit_unrecorded
     from duckmob.synth.cleanslate import CleanSlate
     from duckmob.privacy.noise import NoiseSource
     from duckmob.evaluate import table_points
@@ -177,7 +178,7 @@ def timing(n: int = 10_000) -> str:
     con.close()
     synth = CleanSlate(BOX, progress=False)
     t0 = time.perf_counter()
-    model = synth.fit(data, 1.0, DELTA, NoiseSource(1))
+    model = fit_unrecorded(synth, data, 1.0, DELTA, NoiseSource(1))
     fit_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     model.sample(n, np.random.default_rng(2))

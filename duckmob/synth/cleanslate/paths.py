@@ -5,9 +5,8 @@ c, weighted ``-log p(c' | c, d, t)``; the shortest path from s to d is the most 
 probabilities is maximal where the sum of their negative logs is minimal). All samples sharing (d, t) share
 one graph, and one search on the REVERSED graph from d (``scipy.sparse.csgraph.dijkstra`` with ``indices=d``) gives every
 cell's next hop towards d at once. The graphs of all groups share one public sparsity pattern, built once; only
-the weights change. (Stacking the groups as blocks of one block-diagonal matrix and one multi-source call with
-``min_only`` was slower here: 0.76 s against 0.27 s for 256 groups on a 32 x 32 grid.) Post-processing of the
-released model: no budget.
+the weights change (one search per group: why not one block-diagonal search, docs/methods/cleanslate.md).
+Post-processing of the released model: no budget.
 """
 
 from __future__ import annotations
