@@ -4,6 +4,7 @@ tiny end-to-end fit through SQL under both privacy units."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dp_accounting
 import numpy as np
@@ -15,7 +16,10 @@ import duckmob
 from duckmob.errors import DuckmobError
 from duckmob.privacy import accounting, ledger
 from duckmob.privacy.noise import NoiseSource
-from duckmob.synth.pategail import PateGail, PateGailModel, aggregate, mdp
+from duckmob.privacy.unit import PrivacyUnit
+from duckmob.release.fitting import fit_request
+from duckmob.synth.base import fit_unrecorded, pack
+from duckmob.synth.pategail import PateGail, PateGailConfig, PateGailModel, PateGailPlan, aggregate, mdp
 from duckmob.synth.pategail.discriminators import Ensemble, sample_own
 from duckmob.trajectories import Trajectories
 
@@ -160,21 +164,27 @@ def test_round_noise_has_the_stated_scale():
 def test_the_whole_run_is_one_event_matching_an_independent_composition():
     synth = PateGail(BOX, rounds=40, variance_share=0.25)
     for k in (1, 5):
-        plan = synth.plan(1.0, 1e-5, k)
-        event = synth.privacy_event(1.0, 1e-5, contribution_bound=k)
-        assert event == plan["event"]
+        unit = PrivacyUnit.user(k) if k > 1 else PrivacyUnit.trajectory()
+        plan = synth.plan(1.0, 1e-5, unit)
+        assert isinstance(plan, PateGailPlan) and plan.rounds == 40 and plan.needs_time and plan.sample_rate is None
+        assert plan.eps_start == 0.2 * 1.0
+        # PateGail's own count split: the device count alone (k = 1), else trajectories and devices, half each
+        assert plan.count_eps == ((0.02,) if k == 1 else (0.01, 0.01))
+        event = plan.event
         assert accounting.epsilon(event, 1e-5) == pytest.approx(1.0, abs=2e-3)
         # independently: every round as its mean part and its variance part, each a Gaussian mechanism
-        s1, s2 = aggregate.split_sigma(plan["sigma_round"], 0.25)
-        parts = [dp_accounting.LaplaceDpEvent(1 / plan["eps_start"])]
-        parts += [dp_accounting.LaplaceDpEvent(1 / e) for e in plan["counts"]]
+        s1, s2 = aggregate.split_sigma(plan.sigma_round, 0.25)
+        parts = [dp_accounting.LaplaceDpEvent(1 / plan.eps_start)]
+        parts += [dp_accounting.LaplaceDpEvent(1 / e) for e in plan.count_eps]
         parts += [dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(s1), 40),
                   dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(s2), 40)]
         acc = pld.PLDAccountant()
         acc.compose(dp_accounting.ComposedDpEvent(parts))
         assert acc.get_epsilon(1e-5) == pytest.approx(1.0, abs=5e-3)
-    with pytest.raises(DuckmobError, match="0 < delta < 1"):
-        synth.privacy_event(1.0, 0.0)
+    # delta 0 is refused by the release core, before anything is reserved, with the method's reason
+    assert PateGail.needs_delta
+    with pytest.raises(DuckmobError, match="pategail releases Gaussian rounds and needs 0 < delta"):
+        fit_request(source="trips", eps=1.0, delta=0.0, method="pategail", bbox=BOX)
     with pytest.raises(DuckmobError, match="variance_share"):
         PateGail(BOX, variance_weight=1.0, variance_share=0.0)
     with pytest.raises(DuckmobError, match="unknown PateGail parameter"):
@@ -235,7 +245,7 @@ def test_the_model_holds_no_real_value_and_round_trips(trips):
 
     points = con.sql("SELECT * FROM trips ORDER BY traj_id, ts").to_arrow_table()
     data, _ = from_points(points, bbox=BOX, outside="drop", private=True)
-    model = PateGail(BOX, **FAST).fit(data, 2.0, 1e-5, NoiseSource(4))
+    model = fit_unrecorded(PateGail(BOX, **FAST), data, 2.0, 1e-5, NoiseSource(4))
     blob = model.to_bytes()
     for r in rows[:200]:      # no real coordinate or timestamp, as float64 bytes, inside the stored model
         assert np.float64(r[3]).tobytes() not in blob and np.float64(r[4]).tobytes() not in blob
@@ -245,5 +255,18 @@ def test_the_model_holds_no_real_value_and_round_trips(trips):
     assert np.array_equal(a.lat, b.lat) and np.array_equal(a.ts, b.ts) and a.n_trajectories == 30
     assert (a.lengths >= 2).all()
     # an empty table is fitted from noise alone
-    empty = PateGail(BOX, **FAST).fit(Trajectories.empty(), 1.0, 1e-5, NoiseSource(5))
+    empty = fit_unrecorded(PateGail(BOX, **FAST), Trajectories.empty(), 1.0, 1e-5, NoiseSource(5))
     assert empty.sample(5, np.random.default_rng(0)).n_trajectories == 5
+
+
+def test_a_model_stored_in_format_1_is_upgraded_and_a_newer_format_refused():
+    blob = (Path(__file__).parents[1] / "data" / "models_v1" / "pategail.bin").read_bytes()
+    model = PateGailModel.from_bytes(blob)           # headerless: format 1
+    assert isinstance(model.config, PateGailConfig) and model.config.rounds == 2 and model.config.episodes == 32
+    assert "contribution_bound" not in model.info and model.info["max_trajectories_per_user"] == 1
+    again = PateGailModel.from_bytes(model.to_bytes())    # format 2, with its header
+    a, b = model.sample(10, np.random.default_rng(3)), again.sample(10, np.random.default_rng(3))
+    assert np.array_equal(a.lat, b.lat) and np.array_equal(a.ts, b.ts)
+    assert again.describe() == model.describe()
+    with pytest.raises(DuckmobError, match="format 3"):
+        PateGailModel.from_bytes(pack("pategail", 3, model.payload()))
