@@ -3,11 +3,9 @@
 Every torch-based method (HRNet, the baseline, clean-slate, PateGail) takes ``device`` and ``threads`` params and
 runs its fit and its sampling inside :func:`cpu_threads`.
 
-Why one CPU thread by default: the models are small (a GRU of 64 units, batches of a few hundred), so torch's
-intra-op parallelism gains little even on an idle machine, and when another process shares the cores its
-threads spin-wait: measured on the 2-core machine with other jobs running, an HRNet DP-SGD step took 0.34 s on
-one thread and 2.6 s on two, a pre-training iteration 0.043 s and 0.22 s (that is why a default HRNet fit on the
-shipped sample once took 12.7 minutes). ``threads := n`` uses n threads (a big model on an idle many-core box).
+One CPU thread by default: the models are small (a GRU of 64 units, batches of a few hundred), so torch's
+intra-op parallelism gains little, and when another process shares the cores its threads spin-wait (the
+measurements are in docs/methods/hrnet.md). ``threads := n`` uses n threads (a big model on an idle many-core box).
 """
 
 from __future__ import annotations

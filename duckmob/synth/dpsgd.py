@@ -246,9 +246,10 @@ def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str
 def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, np.ndarray], torch.Tensor],
                 n_rows: int, *, sample_rate: float, steps: int, noise_multiplier: float, max_grad_norm: float,
                 lr: float, expected_batch_size: float, rng: np.random.Generator, device: torch.device,
-                progress: bool | None = None, unit_of_row: np.ndarray | None = None, rows_per_unit: int = 1,
-                ema: float = 0.0, lr_final: float = 1.0, check_interrupt: Callable[[], None] | None = None,
-                desc: str = "DP-SGD", group=None) -> TrainingLog:
+                progress: bool | None = None, unit_of_row: np.ndarray | None = None,
+                max_trajectories_per_user: int = 1, ema: float = 0.0, lr_final: float = 1.0,
+                check_interrupt: Callable[[], None] | None = None, desc: str = "DP-SGD", group=None,
+                rows_per_unit: int | None = None) -> TrainingLog:
     """:func:`train` without materialising per-example gradients: opacus's ghost clipping
     (``GradSampleModuleFastGradientClipping``: each row's gradient norm from its layer inputs and output
     gradients; Li et al. 2022) for models built of ``nn.Linear`` and ``nn.Embedding`` layers, each called once
@@ -260,26 +261,29 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
     the clipped row gradients; opacus's ``DPOptimizerFastGradientClipping`` adds Gaussian noise of standard
     deviation ``noise_multiplier * max_grad_norm`` and divides by the public ``expected_batch_size``.
 
-    Sensitivity: each row is clipped to ``C_row = max_grad_norm / rows_per_unit``; with ``unit_of_row`` (users of
-    at most ``rows_per_unit`` rows, bounded by the caller) users are Poisson-sampled with all their rows, so one
-    unit moves the clipped sum by at most ``rows_per_unit * C_row = max_grad_norm`` (triangle inequality); with
-    ``unit_of_row`` None each row is a unit (``rows_per_unit`` must be 1). Accounted as
-    ``dp_sgd(noise_multiplier, sample_rate, steps)``. ``group``: as in :func:`train` (a unit's rows are all on
-    one worker, so the bound holds per worker and for the all-reduced sum).
+    Sensitivity: a row is one trajectory, a unit a user of at most k = ``max_trajectories_per_user`` of them (the
+    contribution bound, enforced by the caller). Each row is clipped to ``C_row = max_grad_norm / k``; with
+    ``unit_of_row`` users are Poisson-sampled with all their rows, so one unit moves the clipped sum by at most
+    ``k * C_row = max_grad_norm`` (triangle inequality); with ``unit_of_row`` None each row is a unit (k must be
+    1). Accounted as ``dp_sgd(noise_multiplier, sample_rate, steps)``. ``group``: as in :func:`train` (a unit's
+    rows are all on one worker, so the bound holds per worker and for the all-reduced sum).
+
+    ``rows_per_unit``: the former name of ``max_trajectories_per_user``, accepted until its last caller moves.
     """
     from opacus.grad_sample import GradSampleModuleFastGradientClipping
     from opacus.optimizers import DistributedDPOptimizerFastGradientClipping, DPOptimizerFastGradientClipping
 
     if not 0 < sample_rate <= 1:
         raise DuckmobError(f"the DP-SGD sampling rate must be in (0, 1], got {sample_rate}")
-    if unit_of_row is None and rows_per_unit != 1:
-        raise DuckmobError("rows_per_unit above 1 needs unit_of_row (the unit of each row)")
+    k = max_trajectories_per_user if rows_per_unit is None else rows_per_unit
+    if unit_of_row is None and k != 1:
+        raise DuckmobError("max_trajectories_per_user above 1 needs unit_of_row (the user of each trajectory)")
     gen = torch_generator(rng, torch.device("cpu"))
     noise_gen = torch_generator(rng, device)
     model.to(device).train()
     params = [p for p in model.parameters() if p.requires_grad]
     wrapped = GradSampleModuleFastGradientClipping(model, batch_first=True, loss_reduction="sum", strict=False,
-                                                   max_grad_norm=max_grad_norm / rows_per_unit,
+                                                   max_grad_norm=max_grad_norm / k,
                                                    use_ghost_clipping=True)
     optimizer = _dp_optimizer(DPOptimizerFastGradientClipping, DistributedDPOptimizerFastGradientClipping, params,
                               lr=lr, noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,

@@ -134,17 +134,18 @@ def test_two_workers_fit_the_same_event_and_model_as_one():
     its weights and training loss equal the single-process ones to float tolerance under the same seed."""
     from duckmob.privacy import accounting
     from duckmob.privacy.noise import NoiseSource
+    from duckmob.synth.base import fit_unrecorded
     from duckmob.synth.hrnet import Baseline
     from duckmob.synth.hrnet.train import training_arrays
 
     data = toy_trajectories()
-    one = Baseline(BOX, **TINY).fit(data, 2.0, 1e-5, NoiseSource(3))
-    two = Baseline(BOX, **TINY, workers=2).fit(data, 2.0, 1e-5, NoiseSource(3))
+    one = fit_unrecorded(Baseline(BOX, **TINY), data, 2.0, 1e-5, NoiseSource(3))
+    two = fit_unrecorded(Baseline(BOX, **TINY, workers=2), data, 2.0, 1e-5, NoiseSource(3))
     assert two.event_json == one.event_json
     assert accounting.epsilon(two.event, 1e-5) == accounting.epsilon(one.event, 1e-5) <= 2.0 + 1e-9
     for key in ("sample_rate", "steps", "noise_multiplier", "n_noisy", "expected_batch"):
         assert two.info[key] == one.info[key]
-    assert two.config == one.config and "workers" not in two.config
+    assert two.config == one.config and two.config.workers == 1 and "workers" not in two.stored_config()
     assert all(torch.allclose(two.state[k], one.state[k], atol=1e-5) for k in one.state)
     synth = Baseline(BOX, **TINY)
     arrays = training_arrays(synth.cell_sequences(synth.stays(data)), 8, 5, 6, zorder=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import dp_accounting
 import numpy as np
 import pytest
@@ -11,9 +13,13 @@ import torch
 
 from duckmob.errors import BudgetError, DuckmobError
 from duckmob.grid import cell_of, parent
-from duckmob.synth.hrnet import Baseline, FittedModel, HRNet, calibrate_noise_multiplier
+from duckmob.synth.base import fit_unrecorded
+from duckmob.synth.hrnet import Baseline, FittedModel, HRNet
 from duckmob.privacy import accounting
+from duckmob.privacy.accounting import calibrate_noise_multiplier
 from duckmob.privacy.noise import NoiseSource
+from duckmob.privacy.unit import PrivacyUnit
+from duckmob.release.fitting import fit_request
 from duckmob.synth.hrnet.encoding import HierarchicalEncoding, morton, unmorton
 from duckmob.synth.hrnet.generate import slot_times
 from duckmob.synth.hrnet.model import BaselineModel, HRNetModel, ancestor_targets
@@ -203,7 +209,7 @@ def test_slot_times_sorted_and_in_slots():
 def test_tiny_fit_and_sample_end_to_end():
     data = toy_trajectories()
     synth = HRNet(BOX, **TINY)
-    model = synth.fit(data, 2.0, 1e-5, NoiseSource(7))
+    model = fit_unrecorded(synth, data, 2.0, 1e-5, NoiseSource(7))
     info = model.info
     assert info["epsilon_accounted"] <= 2.0 + 1e-9 and info["eps_pretrain"] > 0
     assert info["steps"] == int(np.ceil(2 / info["sample_rate"]))
@@ -220,24 +226,24 @@ def test_tiny_fit_and_sample_end_to_end():
     # deterministic under fixed seeds, and survives serialisation
     again = FittedModel.from_bytes(model.to_bytes()).sample(500, np.random.default_rng(3))
     assert np.array_equal(again.lat, out.lat) and np.array_equal(again.ts, out.ts)
-    model2 = synth.fit(data, 2.0, 1e-5, NoiseSource(7))
+    model2 = fit_unrecorded(synth, data, 2.0, 1e-5, NoiseSource(7))
     assert all(torch.equal(model.state[k], model2.state[k]) for k in model.state)
 
 
 def test_baseline_fit_and_event():
     data = toy_trajectories(200)
     synth = Baseline(BOX, **TINY)
-    planned = synth.privacy_event(1.0, 1e-5)
+    planned = synth.plan(1.0, 1e-5).event
     assert accounting.epsilon(planned, 1e-5) <= 1.0 + 1e-9
-    model = synth.fit(data, 1.0, 1e-5, NoiseSource(3))
+    model = fit_unrecorded(synth, data, 1.0, 1e-5, NoiseSource(3))
     assert model.info["eps_pretrain"] == 0
     out = model.sample(100, np.random.default_rng(0))
     assert out.n_trajectories == 100
 
 
 def test_bad_parameters_are_refused():
-    with pytest.raises(DuckmobError, match="delta"):
-        HRNet(BOX, **TINY).fit(toy_trajectories(20), 1.0, 0.0, NoiseSource(0))
+    with pytest.raises(DuckmobError, match=r"hrnet trains with DP-SGD and needs 0 < delta"):
+        fit_request(source="t", eps=1.0, delta=0.0, method="hrnet", bbox=BOX, params=TINY)
     with pytest.raises(DuckmobError, match="unknown"):
         HRNet(BOX, epoch=3)
     with pytest.raises(DuckmobError, match="w = 2"):
@@ -253,14 +259,17 @@ def test_bad_parameters_are_refused():
 def test_batch_is_a_public_rule_of_the_noisy_count():
     """Expected batch batch_factor * sqrt(N~) (the paper's factor is 1: the baseline's default; HRNet's is 2), or
     batch_size when given; the steps follow from epochs and the rate q = batch / N~."""
-    plan = HRNet(BOX).plan(2.0, 1e-5, 10_000)
-    assert plan["batch"] == pytest.approx(200) and plan["sample_rate"] == pytest.approx(0.02)
-    assert plan["steps"] == 1500                                       # ceil(30 epochs / 0.02)
-    paper = Baseline(BOX).plan(2.0, 1e-5, 10_000)
-    assert paper["sample_rate"] == pytest.approx(0.01) and paper["steps"] == 3000
-    assert paper["noise_multiplier"] < plan["noise_multiplier"]        # more steps at a lower rate: less noise
-    assert HRNet(BOX, batch_size=250).plan(2.0, 1e-5, 10_000)["batch"] == pytest.approx(250)
-    assert HRNet(BOX).plan(2.0, 1e-5, 4)["sample_rate"] == 1.0          # a tiny table: every example, every step
+    plan = HRNet(BOX, n_hint=10_000).plan(2.0, 1e-5)
+    assert plan.expected_batch == pytest.approx(200) and plan.sample_rate == pytest.approx(0.02)
+    assert plan.steps == 1500 and plan.default_size == 10_000          # ceil(30 epochs / 0.02)
+    paper = Baseline(BOX, n_hint=10_000).plan(2.0, 1e-5)
+    assert paper.sample_rate == pytest.approx(0.01) and paper.steps == 3000
+    assert paper.noise_multiplier < plan.noise_multiplier               # more steps at a lower rate: less noise
+    assert HRNet(BOX, batch_size=250, n_hint=10_000).plan(2.0, 1e-5).expected_batch == pytest.approx(250)
+    assert HRNet(BOX, n_hint=4).plan(2.0, 1e-5).sample_rate == 1.0      # a tiny table: every example, every step
+    # the fit's own schedule: the same rule of the noisy count (users under the user unit)
+    again = HRNet(BOX).schedule(2.0, 1e-5, PrivacyUnit.user(2), 10_000, 5_000)
+    assert again.sample_rate == pytest.approx(2 * np.sqrt(5_000) / 5_000) and again.unit == PrivacyUnit.user(2)
 
 
 def test_sampling_temperature_sharpens_the_softmax():
@@ -277,8 +286,8 @@ def test_scattered_pois_output_lies_on_pois():
     places = np.array([[39.85, 116.25], [39.95, 116.35], [40.05, 116.45], [40.15, 116.55], [39.9, 116.5],
                        [40.0, 116.3]])
     synth = HRNet(BOX, **{**TINY, "pois": places.tolist()})
-    assert synth.cfg.w == 4  # 6 POIs fit on the 16 leaves of depth 2
-    model = synth.fit(toy_trajectories(150), 2.0, 1e-5, NoiseSource(1))
+    assert synth.config.w == 4 and synth.config.output == "cells"  # 6 POIs fit on the 16 leaves of depth 2
+    model = fit_unrecorded(synth, toy_trajectories(150), 2.0, 1e-5, NoiseSource(1))
     out = model.sample(200, np.random.default_rng(0))
     on_poi = (np.abs(out.lat[:, None] - places[None, :, 0]) < 1e-12) & \
              (np.abs(out.lon[:, None] - places[None, :, 1]) < 1e-12)
@@ -286,18 +295,18 @@ def test_scattered_pois_output_lies_on_pois():
 
 
 def test_user_level_fit_samples_users_and_accounts():
-    """privacy_unit 'user' (the release core passes contribution_bound = k): counts and DPTRAN scaled by k, users
+    """privacy_unit 'user' (the plan's unit, max_trajectories_per_user = k): counts and DPTRAN scaled by k, users
     Poisson-sampled, per-trajectory gradients summed per user before clipping."""
     synth = HRNet(BOX, **TINY)
     data = toy_trajectories(300)
     data = data.take(np.arange(data.n_trajectories) < 7 * 3)    # 7 users, 3 trajectories each
-    model = synth.fit(data, 4.0, 1e-5, NoiseSource(2), contribution_bound=3)
+    model = fit_unrecorded(synth, data, 4.0, 1e-5, NoiseSource(2), PrivacyUnit.user(3))
     info = model.info
-    assert info["contribution_bound"] == 3
+    assert info["max_trajectories_per_user"] == 3
     assert info["epsilon_accounted"] <= 4.0 + 1e-9
     assert info["sample_rate"] == pytest.approx(min(1.0, max(info["units_noisy"], 1) ** -0.5))
     with pytest.raises(DuckmobError, match="contribution bound"):
-        synth.fit(toy_trajectories(100), 4.0, 1e-5, NoiseSource(2), contribution_bound=3)
+        fit_unrecorded(synth, toy_trajectories(100), 4.0, 1e-5, NoiseSource(2), PrivacyUnit.user(3))
     assert model.sample(50, np.random.default_rng(0)).n_trajectories == 50
 
 
@@ -372,7 +381,7 @@ def test_poisson_rate_used_is_the_rate_accounted(monkeypatch):
 
     monkeypatch.setattr(tr, "UniformWithReplacementSampler", Recording)
     data = toy_trajectories(400)
-    model = HRNet(BOX, **{**TINY, "epochs": 3}).fit(data, 2.0, 1e-5, NoiseSource(4))
+    model = fit_unrecorded(HRNet(BOX, **{**TINY, "epochs": 3}), data, 2.0, 1e-5, NoiseSource(4))
     sgd = [e for e in model.event.leaves() if e.kind == "dp_sgd"][0]
     assert seen["sample_rate"] == sgd.param("sample_rate") == model.info["sample_rate"]
     assert seen["steps"] == sgd.param("steps") and seen["num_samples"] == 400
@@ -406,7 +415,7 @@ def test_coarse_to_fine_decoding_matches_the_product_of_level_conditionals():
 def test_coarse_to_fine_sampling_end_to_end_with_pois():
     places = np.array([[39.85, 116.25], [39.95, 116.35], [40.05, 116.45], [40.15, 116.55], [39.9, 116.5]])
     synth = HRNet(BOX, **{**TINY, "pois": places.tolist(), "decode": "coarse_to_fine"})
-    out = synth.fit(toy_trajectories(150), 2.0, 1e-5, NoiseSource(1)).sample(300, np.random.default_rng(0))
+    out = fit_unrecorded(synth, toy_trajectories(150), 2.0, 1e-5, NoiseSource(1)).sample(300, np.random.default_rng(0))
     on_poi = (np.abs(out.lat[:, None] - places[None, :, 0]) < 1e-12) & \
              (np.abs(out.lon[:, None] - places[None, :, 1]) < 1e-12)
     assert on_poi.any(1).all() and (out.lengths >= 1).all()
@@ -519,11 +528,37 @@ def test_multitask_loss_and_decode_are_checked():
     HRNet(BOX, decode="finest", multitask=False)   # the no-multi-task ablation has only the finest head
 
 
+def format_1_blob(model: FittedModel, without=()) -> bytes:
+    """What duckmob stored before models carried a version (format 1: no header, ``method`` and ``pois`` beside
+    the config), the config without the fields ``without`` (added after such a model was stored)."""
+    config = {k: v for k, v in model.stored_config().items() if k != "pois" and k not in without}
+    info = {("contribution_bound" if k == "max_trajectories_per_user" else k): v for k, v in model.info.items()}
+    buf = io.BytesIO()
+    torch.save(dict(method=model.kind, bbox=model.bbox, config=config, pois=model.config.pois, state=model.state,
+                    event_json=model.event_json, info=info,
+                    extra={k: torch.as_tensor(v) for k, v in model.extra.items()}), buf)
+    return buf.getvalue()
+
+
 def test_models_saved_before_multitask_loss_load_with_the_papers_loss_and_input():
-    model = HRNet(BOX, **{**TINY, "multitask_loss": "full"}).fit(toy_trajectories(120), 2.0, 1e-5, NoiseSource(3))
-    model.config.pop("multitask_loss")
-    model.config.pop("input_levels")
-    again = FittedModel.from_bytes(model.to_bytes())
+    model = fit_unrecorded(HRNet(BOX, **{**TINY, "multitask_loss": "full"}), toy_trajectories(120), 2.0, 1e-5,
+                           NoiseSource(3))
+    again = FittedModel.from_bytes(format_1_blob(model, without=("multitask_loss", "input_levels")))
     assert again.network().conditional is False
     assert again.network().input_levels == "finest"
+    assert again.info["max_trajectories_per_user"] == 1                # format 1's contribution_bound, renamed
     assert HRNet(BOX, **TINY).build().conditional is True
+
+
+def test_format_1_models_sample_with_what_their_sampling_used():
+    """A format-1 model stored without the later sampling fields samples as format 1's code did (decode
+    'finest', output 'cells', one route draw), not with today's defaults; a baseline model says so itself."""
+    model = fit_unrecorded(Baseline(BOX, **TINY), toy_trajectories(120), 2.0, 1e-5, NoiseSource(3))
+    later = ("multitask_loss", "input_levels", "decode", "output", "route_draws", "temperature", "anchors",
+             "max_points", "step_m")
+    again = FittedModel.from_bytes(format_1_blob(model, without=later))   # no method given: the payload's
+    assert again.kind == "baseline" and again.stored_method() == "baseline"
+    assert (again.config.decode, again.config.output, again.config.route_draws) == ("finest", "cells", 1)
+    assert again.sample(20, np.random.default_rng(0)).n_trajectories == 20
+    stored = FittedModel.from_bytes(again.to_bytes())
+    assert stored.config == again.config and stored.kind == "baseline"

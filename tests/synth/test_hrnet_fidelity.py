@@ -11,6 +11,7 @@ from duckmob.grid import cell_of, haversine_m
 from duckmob.privacy import accounting
 from duckmob.privacy.noise import NoiseSource
 from duckmob.synth import placement
+from duckmob.synth.base import fit_unrecorded
 from duckmob.synth.hrnet import Baseline, FittedModel, HRNet, release_lengths
 from duckmob.synth.hrnet.generate import sample_sequences
 from duckmob.synth.hrnet.model import BaselineModel
@@ -60,21 +61,21 @@ def test_generator_runs_to_the_target_length():
 
 @pytest.mark.parametrize("cls", [HRNet, Baseline])
 def test_plan_composes_counts_lengths_fine_stage_and_dp_sgd_to_eps(cls):
-    synth = cls(BOX, **TINY)
-    plan = synth.plan(1.0, 1e-5, 300.0)
-    assert plan["eps_len"] == pytest.approx(0.05) and plan["eps_fine"] == pytest.approx(0.1)
-    assert accounting.epsilon(plan["event"], 1e-5) <= 1.0 + 1e-9
+    synth = cls(BOX, **TINY, n_hint=300)
+    plan = synth.plan(1.0, 1e-5)
+    assert plan.eps_lengths == pytest.approx(0.05) and plan.eps_fine == pytest.approx(0.1)
+    assert accounting.epsilon(plan.event, 1e-5) <= 1.0 + 1e-9
     # the fine stage of 'stays' is the density alone, at the whole share
-    assert placement.privacy_events(1.0, synth.cfg) == [accounting.laplace(0.1)]
+    assert placement.privacy_events(1.0, synth.config) == [accounting.laplace(0.1)]
     # switched off: no length and no fine events, DP-SGD gets more noise budget
-    off = cls(BOX, **TINY, output="cells", length_share=0).plan(1.0, 1e-5, 300.0)
-    assert off["eps_len"] == 0 and off["eps_fine"] == 0
-    assert off["noise_multiplier"] < plan["noise_multiplier"]
+    off = cls(BOX, **TINY, n_hint=300, output="cells", length_share=0).plan(1.0, 1e-5)
+    assert off.eps_lengths == 0 and off.eps_fine == 0
+    assert off.noise_multiplier < plan.noise_multiplier
 
 
 def test_fit_samples_follow_the_released_lengths_and_fine_density():
     data = toy_trajectories(400)
-    model = HRNet(BOX, **TINY).fit(data, 4.0, 1e-5, NoiseSource(11))
+    model = fit_unrecorded(HRNet(BOX, **TINY), data, 4.0, 1e-5, NoiseSource(11))
     probs = model.extra["len_probs"]
     assert probs.shape == (TINY["max_len"],) and probs.sum() == pytest.approx(1.0)
     out = model.sample(4000, np.random.default_rng(1))
@@ -95,7 +96,7 @@ def test_fit_samples_follow_the_released_lengths_and_fine_density():
 
     cells_out = FittedModel.from_bytes(model.to_bytes())
     assert cells_out.fine is not None and np.array_equal(cells_out.extra["len_probs"], probs)
-    uniform = HRNet(BOX, **TINY, output="cells").fit(data, 4.0, 1e-5, NoiseSource(11)).sample(
+    uniform = fit_unrecorded(HRNet(BOX, **TINY, output="cells"), data, 4.0, 1e-5, NoiseSource(11)).sample(
         4000, np.random.default_rng(1))
     assert near(out) > 0.5 and near(uniform) < 0.2   # measured 0.66 and 0.05
     # placed points stay inside the cell the network drew (same cell sequence as without placement)
@@ -126,9 +127,9 @@ def test_points_output_routes_through_the_drawn_cells_timed_between_their_slots(
     has >= 2 points, times never go back within a trajectory, and the model round-trips."""
     data = toy_trajectories(300)
     synth = HRNet(BOX, **TINY, output="points")
-    assert placement.privacy_events(1.0, synth.cfg) == [accounting.laplace(0.1 * f) for f in
-                                                         placement.PARTS.values()]
-    model = synth.fit(data, 4.0, 1e-5, NoiseSource(5))
+    assert placement.privacy_events(1.0, synth.config) == [accounting.laplace(0.1 * f) for f in
+                                                            placement.PARTS.values()]
+    model = fit_unrecorded(synth, data, 4.0, 1e-5, NoiseSource(5))
     assert model.fine is not None and model.fine.steps.sum() > 0 and (model.fine.steps >= 0).all()
     out = model.sample(500, np.random.default_rng(2))
     assert out.n_trajectories == 500 and out.lengths.min() >= 2
@@ -140,8 +141,8 @@ def test_points_output_routes_through_the_drawn_cells_timed_between_their_slots(
 def test_points_output_with_a_public_step_m_releases_the_density_alone_and_spaces_by_it():
     data = toy_trajectories(200)
     synth = HRNet(BOX, **TINY, output="points", step_m=30.0)
-    assert placement.privacy_events(1.0, synth.cfg) == [accounting.laplace(0.1)]
-    model = synth.fit(data, 4.0, 1e-5, NoiseSource(6))
+    assert placement.privacy_events(1.0, synth.config) == [accounting.laplace(0.1)]
+    model = fit_unrecorded(synth, data, 4.0, 1e-5, NoiseSource(6))
     assert model.fine is not None and not model.fine.steps.any()
     out = model.sample(300, np.random.default_rng(3))
     assert out.lengths.min() >= 2
@@ -158,7 +159,7 @@ def test_points_output_starts_and_ends_in_the_network_cells_on_little_data(monke
     """With few trajectories the data-driven fine width would be coarser than HRNet's grid (cells without a fine
     cell, hence without anchors); it is kept at least as fine, so routes start and end in the drawn cells."""
     data = toy_trajectories(150)
-    model = HRNet(BOX, **{**TINY, "w": 16}, output="points").fit(data, 1.0, 1e-5, NoiseSource(8))
+    model = fit_unrecorded(HRNet(BOX, **{**TINY, "w": 16}, output="points"), data, 1.0, 1e-5, NoiseSource(8))
     assert model.fine.w >= 16
     seen = {}
     points = placement.Placement.points

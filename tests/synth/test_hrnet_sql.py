@@ -69,7 +69,7 @@ def test_ledger_records_the_run_not_the_plan(db):
     assert sgd.param("sample_rate") == pytest.approx(model.info["sample_rate"])
     assert sgd.param("noise_multiplier") == pytest.approx(model.info["noise_multiplier"])
     plan = HRNet(BOX_LIST, w=4, epochs=1, pretrain_iterations=20, stay_points=False, max_len=5, n_hint=200)
-    planned = next(e for e in plan.privacy_event(0.99, 1e-5).leaves() if e.kind == "dp_sgd")
+    planned = next(e for e in plan.plan(0.99, 1e-5).event.leaves() if e.kind == "dp_sgd")
     assert sgd.param("sample_rate") != pytest.approx(planned.param("sample_rate"), rel=1e-3)
     assert ledger.spent(db, "trips") <= 2.0 + 1e-9
 
@@ -77,14 +77,14 @@ def test_ledger_records_the_run_not_the_plan(db):
 def test_refusal_after_the_noisy_count_records_the_count(db, monkeypatch):
     """A plan that fails only once the noisy count is known (here forced) is refused, no model is stored, and
     the ledger records the count's Laplace spend, since the refusal depends on it."""
-    planned = HRNet.plan
+    planned = HRNet.schedule
 
-    def plan(self, eps, delta, n_noisy, units_noisy=None, **kwargs):
-        if n_noisy != self.cfg.n_hint:
+    def schedule(self, eps, delta, unit, n_trajectories, n_units, prior=None, default_size=None):
+        if n_trajectories != self.config.n_hint:
             raise DuckmobError("forced: eps is too small for DP-SGD after the other releases")
-        return planned(self, eps, delta, n_noisy, units_noisy, **kwargs)
+        return planned(self, eps, delta, unit, n_trajectories, n_units, prior, default_size)
 
-    monkeypatch.setattr(HRNet, "plan", plan)
+    monkeypatch.setattr(HRNet, "schedule", schedule)
     ledger.set_budget(db, "trips", 2.0, 1e-5)
     with pytest.raises(duckdb.Error, match="forced"):
         db.execute(f"FROM mob_fit('trips', 'h', eps := 1.0, method := 'hrnet', bbox := {BOX}, seed := 1, "

@@ -27,8 +27,7 @@ times are all learned (nothing is copied from real trajectories at generation).
     coarse_to_fine`), so training maximises the likelihood of what is generated; it needs 4 scores per
     resolution instead of 4**r. Same parameters, same per-example clipping. The synthesizer's default (the
     module's default stays the paper's). Pre-training (§4) keeps the paper's KL against each resolution's
-    softmax over all its cells: fitting the coarse-to-fine distribution there instead did worse on destination
-    and transition at GeoLife eps 2 (0.02-0.03 JSD; one seed at two batch sizes).
+    softmax over all its cells (fitting the coarse-to-fine distribution there did worse: docs/methods/hrnet.md).
 
 ``forward`` returns the per-example loss (sum over steps and resolutions), so DP-SGD clips one trajectory's
 whole contribution.

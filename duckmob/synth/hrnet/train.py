@@ -80,8 +80,8 @@ def per_sample_gradients(model: torch.nn.Module, cells: torch.Tensor, times: tor
     ``torch.func``: ``vmap`` over the examples of ``grad`` of the loss of a batch of one, which is exactly one
     backward pass per example (tested against that). What does not depend on the example is computed once per
     batch: HRNet's whole location encoding (the tree of quad deconvolutions) runs once, and only its gradients
-    are per example. (opacus's per-module hooks need the tree evaluated once per example: a whole DP-SGD step
-    was 1.14x slower that way at the default size, 1.5x at 64-d vectors; benchmarks/per_sample_grads.py.)
+    are per example. (opacus's per-module hooks need the tree evaluated once per example, which is slower:
+    docs/methods/hrnet.md.)
     """
     params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
     buffers = dict(model.named_buffers())
