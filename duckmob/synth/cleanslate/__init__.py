@@ -61,6 +61,7 @@ ledger's budget when the release core gives the source's prior); ``fit`` trains 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import time
@@ -241,8 +242,8 @@ def upgrade_format_1(stored: dict) -> dict:
     ``max_trajectories_per_user``. Nothing is filled in: a format-1 model lacking a parameter its sampling reads
     (e.g. ``hop_cost``, which the very first ones did not store) is refused, not given today's default."""
     config, info = dict(stored["config"]), dict(stored["info"])
-    missing = sorted(set(CleanSlateConfig.docs()) - set(_MACHINE) - set(config)) + \
-        sorted(f"info.{key}" for key in _INFO_NEEDED if key not in info)
+    fields = {f.name for f in dataclasses.fields(CleanSlateConfig)} - set(_MACHINE)
+    missing = sorted(fields - set(config)) + [f"info.{key}" for key in _INFO_NEEDED if key not in info]
     if missing:
         raise DuckmobError(f"this cleanslate model was stored by an older duckmob and lacks {', '.join(missing)}, "
                            "which sampling needs: fit the model again")
