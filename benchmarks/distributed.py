@@ -28,6 +28,7 @@ import torch
 def main() -> None:
     from duckmob.demo import HRNET_BBOX, sample_path
     from duckmob.privacy.noise import NoiseSource
+    from duckmob.privacy.unit import PrivacyUnit
     from duckmob.synth.hrnet import HRNet
     from duckmob.synth.hrnet.train import dp_sgd_train, training_arrays
     from duckmob.trajectories import from_points
@@ -41,23 +42,23 @@ def main() -> None:
 
     traj, _ = from_points(pq.read_table(sample_path()), HRNET_BBOX, outside="drop")
     synth = HRNet(HRNET_BBOX, progress=False)
-    cfg = synth.cfg
-    arrays = training_arrays(synth.cell_sequences(synth.stays(traj)), cfg.w, cfg.n_time, cfg.max_len)
-    plan = synth.plan(1.0, 1e-5, arrays.n)
+    config = synth.config
+    arrays = training_arrays(synth.cell_sequences(synth.stays(traj)), config.w, config.n_time, config.max_len)
+    plan = synth.schedule(1.0, 1e-5, PrivacyUnit(), arrays.n, None)   # the fit's schedule for this many
     torch.manual_seed(0)
     start = synth.build()
-    print(f"HRNet DP-SGD on the shipped sample: {arrays.n} trajectories, expected batch {plan['batch']:.0f}, "
-          f"q {plan['sample_rate']:.4f}, sigma {plan['noise_multiplier']:.3f}, {args.steps} steps, "
+    print(f"HRNet DP-SGD on the shipped sample: {arrays.n} trajectories, expected batch {plan.expected_batch:.0f}, "
+          f"q {plan.sample_rate:.4f}, sigma {plan.noise_multiplier:.3f}, {args.steps} steps, "
           f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f} at start)")
     print(f"{'workers':>7s} {'s/step':>8s} {'wall s':>8s} {'step ratio':>10s} {'wall ratio':>10s} {'max |dw|':>9s}")
     first = None
     for workers in args.workers:
         model = copy.deepcopy(start)
         t0 = time.perf_counter()
-        log = dp_sgd_train(model, arrays, sample_rate=plan["sample_rate"], steps=args.steps,
-                           noise_multiplier=plan["noise_multiplier"], max_grad_norm=cfg.max_grad_norm, lr=cfg.lr,
-                           expected_batch_size=plan["batch"], rng=NoiseSource(11).generator(),
-                           device=torch.device("cpu"), progress=False, lr_final=cfg.lr_final, workers=workers)
+        log = dp_sgd_train(model, arrays, sample_rate=plan.sample_rate, steps=args.steps,
+                           noise_multiplier=plan.noise_multiplier, max_grad_norm=config.max_grad_norm, lr=config.lr,
+                           expected_batch_size=plan.expected_batch, rng=NoiseSource(11).generator(),
+                           device=torch.device("cpu"), progress=False, lr_final=config.lr_final, workers=workers)
         wall = time.perf_counter() - t0
         per_step = log.seconds / log.steps
         if first is None:

@@ -90,20 +90,19 @@ def load_training():
 
 def run(name: str, train, real_stays, seed: int = 11) -> dict:
     from duckmob.evaluate import evaluate
-    from duckmob.synth.hrnet import Baseline, HRNet
     from duckmob.privacy.noise import NoiseSource
-
-    from duckmob.synth.hrnet import FittedModel
+    from duckmob.synth.base import fit_unrecorded
+    from duckmob.synth.hrnet import Baseline, FittedModel, HRNet
 
     method, eps, extra = RUNS[name]
     t0 = time.perf_counter()
     if "from" in extra:   # the same fitted model, sampled another way
         model = FittedModel.from_bytes((OUT.parent / f"{extra['from']}-s{seed}.model").read_bytes())
-        model.config.update({k: v for k, v in extra.items() if k != "from"})
+        model.config = model.config.replace(**{k: v for k, v in extra.items() if k != "from"})
         fit_s = saved_fit_s(extra["from"], seed)
     else:
         synth = (HRNet if method == "hrnet" else Baseline)(BOX, progress=False, **extra)
-        model = synth.fit(train, eps, DELTA, NoiseSource(seed))
+        model = fit_unrecorded(synth, train, eps, DELTA, NoiseSource(seed))
         fit_s = time.perf_counter() - t0
         OUT.parent.mkdir(parents=True, exist_ok=True)
         (OUT.parent / f"{name}-s{seed}.model").write_bytes(model.to_bytes())   # for re-sampling without refitting
@@ -212,6 +211,7 @@ def fit_times(sizes: list[int], eps: float = 1.0, seed: int = 11) -> None:
     """Wall-clock and CPU seconds (CPU time is steadier on a shared machine) of a default HRNet and baseline fit (the SQL defaults: 30 epochs, 3000 pre-training
     iterations, one torch thread) on the first ``sizes`` trajectories of a fixed public draw, with the parts."""
     from duckmob.privacy.noise import NoiseSource
+    from duckmob.synth.base import fit_unrecorded
     from duckmob.synth.hrnet import Baseline, HRNet
 
     traj, _ = load_training()
@@ -221,7 +221,7 @@ def fit_times(sizes: list[int], eps: float = 1.0, seed: int = 11) -> None:
         data = traj.take(np.arange(min(n, traj.n_trajectories)))
         for cls in (HRNet, Baseline):
             t0, c0 = time.perf_counter(), time.process_time()
-            model = cls(BOX, progress=False).fit(data, eps, DELTA, NoiseSource(seed))
+            model = fit_unrecorded(cls(BOX, progress=False), data, eps, DELTA, NoiseSource(seed))
             t = model.timings
             print(f"{cls.method:9s} {data.n_trajectories:6d} {time.perf_counter() - t0:7.1f} "
                   f"{time.process_time() - c0:7.1f} "
