@@ -152,14 +152,13 @@ def oracle_sample(real, eps: float, seed: int, params: dict | None = None):
     applied to the REAL trajectories' state sequences instead of its random walks. Against the privtrace row it
     splits the error into the coarse model's (the walks) and the fine stage's (placement under noise)."""
     from duckmob.privacy.noise import NoiseSource
-    from duckmob.synth.base import trajectories_from_cells
+    from duckmob.synth.base import fit_unrecorded, trajectories_from_cells
+    from duckmob.synth.cells import state_sequences
     from duckmob.synth.privtrace import PrivTrace
-    from duckmob.synth.privtrace.states import state_sequences
 
-    model = PrivTrace(BOX, **(params or {})).fit(real, eps, 0.0, NoiseSource(seed))
+    model = fit_unrecorded(PrivTrace(BOX, **(params or {})), real, eps, 0.0, NoiseSource(seed))
     off, states, _ = state_sequences(model.grid, real.offsets, real.lat, real.lon)
-    lengths, lat, lon = model.placement().points(off, states, np.random.default_rng(seed),
-                                                 int(model.config["max_points"]))
+    lengths, lat, lon = model.placement().points(off, states, np.random.default_rng(seed), model.config.max_points)
     return trajectories_from_cells(lengths, lat, lon)
 
 

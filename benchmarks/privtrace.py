@@ -47,8 +47,9 @@ def quality(box: str, eps_list, seeds: int, params: dict) -> None:
 
     from duckmob.evaluate import evaluate, load_side
     from duckmob.privacy.noise import NoiseSource
+    from duckmob.synth.base import fit_unrecorded
+    from duckmob.synth.cells import state_sequences
     from duckmob.synth.privtrace import PrivTrace
-    from duckmob.synth.privtrace.states import state_sequences
     from duckmob.trajectories import from_points
 
     bbox = BOXES[box]
@@ -66,7 +67,7 @@ def quality(box: str, eps_list, seeds: int, params: dict) -> None:
         acc: dict[str, list] = {}
         for seed in range(seeds):
             t0 = time.perf_counter()
-            model = PrivTrace(bbox, **params).fit(real, eps, 0.0, NoiseSource(1000 + seed))
+            model = fit_unrecorded(PrivTrace(bbox, **params), real, eps, 0.0, NoiseSource(1000 + seed))
             t1 = time.perf_counter()
             syn = model.sample(real.n_trajectories, NoiseSource(2000 + seed).generator())
             t2 = time.perf_counter()
@@ -186,6 +187,7 @@ def speed() -> None:
 
 def scaling() -> None:
     from duckmob.privacy.noise import NoiseSource
+    from duckmob.synth.base import fit_unrecorded
     from duckmob.synth.privtrace import PrivTrace
     from duckmob.trajectories import from_points
     import pyarrow.parquet as pq
@@ -196,7 +198,7 @@ def scaling() -> None:
         fits, samples = [], []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            model = PrivTrace(BOXES["beijing"], **params).fit(traj, 1.0, 0.0, NoiseSource(0))
+            model = fit_unrecorded(PrivTrace(BOXES["beijing"], **params), traj, 1.0, 0.0, NoiseSource(0))
             t1 = time.perf_counter()
             model.sample(n, NoiseSource(1).generator())
             fits.append(t1 - t0)

@@ -20,12 +20,11 @@ Choices made here:
   > 0 is found by bisection (trips are more local); if they would be shorter — real trips are longer than
   shortest paths (detours, stops, GPS wander) — the harmonic-mean length of the trips from i to j is taken as
   l_ij + c with one constant c >= 0 (the "detour") that meets the total. A fixed ``decay`` can be given
-  instead. Cost: O(|I| |J|) memory, a few hundred matrix-vector products (about 3 s at 2,300 states), where
-  I, J are the states with positive b and q; no generic convex solver, no all-pairs Dijkstra (one BFS per
-  state in I on the sparse neighbour graph).
-* Measured on GeoLife (exact counts): the start distribution this gives is about as far from the true one as
-  b itself (L1 0.31 against 0.29; start state and trip length are nearly uncorrelated there); kept because it
-  is the paper's method and corrects b where long trips start in particular places.
+  instead. Cost: O(|I| |J|) memory, a few hundred matrix-vector products, where I, J are the states with
+  positive b and q; no generic convex solver, no all-pairs Dijkstra (one BFS per state in I on the sparse
+  neighbour graph).
+* Kept because it is the paper's method and corrects b where long trips start in particular places (on GeoLife
+  it is about as far from the true start distribution as b itself: docs/methods/privtrace.md).
 * N is a noisy trajectory count. Everything here is post-processing of DP outputs.
 """
 

@@ -8,7 +8,8 @@ trajectory weight 1 / (L + 1) on each of its transitions, so the virtual-end row
 large as the mass of one of its moves; a short trajectory weighs as much as a long one, and its end is a large
 share of its mass. In a walk driven by those counts, the per-step end probability is about
 sum_T 1/(L_T+1) / sum_T L_T/(L_T+1), i.e. the walk's expected length is governed by the harmonic mean of the
-lengths, which on GeoLife is a few cells while the mean is ~18. Noise on the end column only adds to that.
+lengths, which is far below their mean on real data (docs/methods/privtrace.md). Noise on the end column only
+adds to that.
 
 Our correction (documented choice): the length distribution is released directly as a noisy histogram of
 sequence lengths (one count per trajectory: sensitivity k, part of the budget), and the walk ends at step L
