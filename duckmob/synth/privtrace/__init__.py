@@ -11,7 +11,7 @@ level2       length-normalised density of every state of the two-layer grid     
 lengths      histogram of state-sequence lengths (the length correction, walk.py)     k             0.06
 first        length-normalised first-order counts with virtual start/end (§4.3)      k             0.40
 second       length-normalised second-order counts on the neighbour-triple support   k             0.40
-fine         the fine placement's density and step histogram (duckmob.synth.placement) k          fine_share
+fine         fine placement: density and step histogram (duckmob.synth.placement)     k             fine_share
 ===========  =======================================================================  ============  ==========
 
 k is ``max_trajectories_per_user``, the number of trajectories one privacy unit may contribute (1 when the unit
