@@ -383,11 +383,11 @@ def test_each_trajectory_moves_a_step_by_at_most_the_clipping_norm(monkeypatch):
     # the user unit: users of at most 2 trajectories, each clipped to C / 2, so a user moves the sum by <= C
     users = np.array([0, 0, 1, 2, 2, 3])
     full = _clipped_sum_seen(monkeypatch, fresh(), losses_of(np.arange(b)), b, 4.0, max_grad_norm=clip,
-                             unit_of_row=users, rows_per_unit=2)
+                             unit_of_row=users, max_trajectories_per_user=2)
     for u in range(4):
         kept = np.flatnonzero(users != u)
         less = _clipped_sum_seen(monkeypatch, fresh(), losses_of(kept), len(kept), 4.0, max_grad_norm=clip,
-                                 unit_of_row=users[kept], rows_per_unit=2)
+                                 unit_of_row=users[kept], max_trajectories_per_user=2)
         assert (full - less).norm() <= clip * (1 + 1e-4)
 
 

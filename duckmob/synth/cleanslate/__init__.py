@@ -456,7 +456,7 @@ class CleanSlate(Synthesizer):
         unit_of_row = tr.user_id if k > 1 else None
         common = dict(sample_rate=plan.sample_rate, max_grad_norm=config.max_grad_norm, lr=config.lr,
                       lr_final=config.lr_final, expected_batch_size=batch, device=device,
-                      progress=config.progress, unit_of_row=unit_of_row, rows_per_unit=k,
+                      progress=config.progress, unit_of_row=unit_of_row, max_trajectories_per_user=k,
                       check_interrupt=release.check_interrupt)
         timings = {"prepare_s": time.perf_counter() - t0}
         # (3) TI: one example per trajectory (its coarse cells); the VAE's reparameterisation noise is an input
