@@ -22,7 +22,7 @@ from duckmob.source import batches as source_batches, table as stream  # noqa: E
 from duckmob.sql.synth import synthesize_table  # noqa: E402
 from duckmob.synth import placement  # noqa: E402
 from duckmob.synth.privtrace.markov import density_sums  # noqa: E402
-from duckmob.synth.privtrace.states import state_sequences, uniform_grid  # noqa: E402
+from duckmob.synth.cells import state_sequences, uniform_grid  # noqa: E402
 
 SAMPLE = "duckmob/data/geolife_sample.parquet"
 BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
