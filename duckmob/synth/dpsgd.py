@@ -248,8 +248,7 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
                 lr: float, expected_batch_size: float, rng: np.random.Generator, device: torch.device,
                 progress: bool | None = None, unit_of_row: np.ndarray | None = None,
                 max_trajectories_per_user: int = 1, ema: float = 0.0, lr_final: float = 1.0,
-                check_interrupt: Callable[[], None] | None = None, desc: str = "DP-SGD", group=None,
-                rows_per_unit: int | None = None) -> TrainingLog:
+                check_interrupt: Callable[[], None] | None = None, desc: str = "DP-SGD", group=None) -> TrainingLog:
     """:func:`train` without materialising per-example gradients: opacus's ghost clipping
     (``GradSampleModuleFastGradientClipping``: each row's gradient norm from its layer inputs and output
     gradients; Li et al. 2022) for models built of ``nn.Linear`` and ``nn.Embedding`` layers, each called once
@@ -267,15 +266,13 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
     ``k * C_row = max_grad_norm`` (triangle inequality); with ``unit_of_row`` None each row is a unit (k must be
     1). Accounted as ``dp_sgd(noise_multiplier, sample_rate, steps)``. ``group``: as in :func:`train` (a unit's
     rows are all on one worker, so the bound holds per worker and for the all-reduced sum).
-
-    ``rows_per_unit``: the former name of ``max_trajectories_per_user``, accepted until its last caller moves.
     """
     from opacus.grad_sample import GradSampleModuleFastGradientClipping
     from opacus.optimizers import DistributedDPOptimizerFastGradientClipping, DPOptimizerFastGradientClipping
 
     if not 0 < sample_rate <= 1:
         raise DuckmobError(f"the DP-SGD sampling rate must be in (0, 1], got {sample_rate}")
-    k = max_trajectories_per_user if rows_per_unit is None else rows_per_unit
+    k = max_trajectories_per_user
     if unit_of_row is None and k != 1:
         raise DuckmobError("max_trajectories_per_user above 1 needs unit_of_row (the user of each trajectory)")
     gen = torch_generator(rng, torch.device("cpu"))
