@@ -327,8 +327,7 @@ def test_ctrl_c_stops_a_fit_records_the_spend_and_stores_no_model(con, monkeypat
 
 
 def test_hrnet_first_release_stays_within_the_budget_delta():
-    from duckmob.synth.hrnet import calibrate_noise_multiplier
-
+    calibrate_noise_multiplier = accounting.calibrate_noise_multiplier
     # the measured overshoot: budget (1.922, 1e-5), a release asking eps 1.922 at delta 1e-3, nothing spent yet
     prior = ledger.Prior("trips", 1.922, 1e-5, ())
     fixed = [accounting.laplace(0.019)]
