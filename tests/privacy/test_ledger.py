@@ -138,7 +138,7 @@ print("ok")
 
 
 def _reseal(con, ledger_id, event):
-    """Edit a row's event and recompute its seal, as someone who read ledger.py could."""
+    """Edit a row's event and recompute its seal, as someone who read duckmob.privacy.ledger could."""
     row = ledger.release_row(con, ledger_id)
     row["event"] = event.to_json()
     con.execute("UPDATE duckmob_ledger SET event = ?, seal = ? WHERE id = ?",
@@ -290,7 +290,7 @@ c.close()
     return path
 
 
-# What a user with SQL access (and ledger.py at hand) could run on the database in another process.
+# What a user with SQL access (and duckmob.privacy.ledger at hand) could run on the database in another process.
 ATTACKS = {
     "delete rows, recreate the sequence": """
 c.execute("DELETE FROM duckmob_ledger; DROP SEQUENCE duckmob_ledger_id; CREATE SEQUENCE duckmob_ledger_id START 1")
@@ -327,6 +327,7 @@ def _release(path: str) -> tuple[str, int]:
     out = _python(f"""
 import duckdb, duckmob
 c = duckmob.connect({path!r})
+c.execute("SET enable_progress_bar = false")   # a release past 2 s (a loaded machine) would draw it on stdout
 before = c.execute("SELECT count(*) FROM duckmob_ledger").fetchone()[0]
 try:
     c.execute("FROM mob_noisy_count('trips', eps := 0.1)").fetchall()
