@@ -1,6 +1,6 @@
 """The thin SQL layer: registering duckmob's UDFs and table macros on a DuckDB connection.
 
-The areas are listed in :func:`_areas` (``trajectories``, ``privacy``, ``evaluate``, ``synth``, ``demo``). Each
+The areas are listed in :data:`AREAS` (``trajectories``, ``privacy``, ``evaluate``, ``synth``, ``demo``). Each
 area module gives its hidden Python UDFs in ``udfs(db)`` (a list of :class:`duckmob.sql.udf.Udf`) and the tables its
 macros name in ``setup(con)``; its table macros live in the ``.sql`` file of the same name beside it
 (``CREATE OR REPLACE TEMP MACRO ...``), executed in order after all UDFs exist. Table-valued functions follow
@@ -18,16 +18,21 @@ duckmob-specific is written into a user's database file except the ledger and mo
 
 from __future__ import annotations
 
+import importlib
 from importlib import resources
 
 import duckdb
 
 
-def _areas() -> tuple:
-    """Every area of the SQL layer, in the order its macros are created (later files use earlier macros)."""
-    from duckmob.sql import demo, evaluate, privacy, synth, trajectories
+AREAS = ("trajectories", "privacy", "evaluate", "synth", "demo")   # in the order their macros are created
 
-    return trajectories, privacy, evaluate, synth, demo
+
+def _areas() -> tuple:
+    """Every area module of the SQL layer (``duckmob.sql.<area>``), in the order of :data:`AREAS` (later .sql files
+    use earlier macros). Imported when a database is first registered, not with this package: the areas import the
+    release core and the methods, and two of them call back into :func:`register` (``synth.synthesize_table``,
+    ``demo`` through :mod:`duckmob.demo`)."""
+    return tuple(importlib.import_module(f"duckmob.sql.{area}") for area in AREAS)
 
 
 def _name(area) -> str:

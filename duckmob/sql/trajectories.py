@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from duckmob import grid, staypoints
-from duckmob.sql.udf import POINTS_TYPE, Request, Udf, one_row, points, scalar
+from duckmob.sql.udf import POINTS_TYPE, Request, Udf, one_row, points
 from duckmob.trajectories import from_points, inspect
 
 _TS = pa.timestamp("us")
@@ -21,12 +21,6 @@ ASSIGN_POIS = Request(bbox="DOUBLE[]", w="BIGINT")
 
 def setup(con) -> None:
     """Nothing to create: these macros name no table."""
-
-
-def _null_row(request: dict) -> pa.Array | None:
-    """A NULL result when a request value is NULL: these UDFs used DuckDB's default NULL handling (NULL in, NULL out,
-    so no rows) when each value was an argument of its own, and keep it now that they travel in one request."""
-    return pa.nulls(1, pa.list_(pa.null())) if any(v is None for v in request.values()) else None
 
 
 def _ts(values: np.ndarray) -> pa.Array:
@@ -45,10 +39,8 @@ def _load(pts, bbox=None, outside="fail", time_required=True):
 
 
 def _staypoints(pts, request):
-    r = STAYPOINTS.parse(request, "_mob_staypoints")
-    if _null_row(r) is not None:
-        return _null_row(r)
     traj = _load(pts)
+    r = STAYPOINTS.parse(request, "_mob_staypoints")
     stays = staypoints.detect(traj, r["radius_m"], r["min_minutes"])
     idx = stays["traj"]
     first_of_traj = np.concatenate([[0], np.cumsum(np.bincount(idx, minlength=traj.n_trajectories))[:-1]])
@@ -82,20 +74,12 @@ def _check(pts, request):
 
 
 def _assign_pois(pois, request):
-    r = ASSIGN_POIS.parse(request, "_mob_assign_pois")
-    if _null_row(r) is not None:
-        return _null_row(r)
     pois = points(pois)
     ids = pois.field("poi_id")
-    cells = grid.assign_pois(pois.field("lat").to_numpy(zero_copy_only=False),
-                             pois.field("lon").to_numpy(zero_copy_only=False), r["bbox"], r["w"])
+    lat, lon = pois.field("lat").to_numpy(zero_copy_only=False), pois.field("lon").to_numpy(zero_copy_only=False)
+    r = ASSIGN_POIS.parse(request, "_mob_assign_pois")
+    cells = grid.assign_pois(lat, lon, r["bbox"], r["w"])
     return one_row(pa.table({"poi_id": ids, "cell": cells}))
-
-
-def _check_bbox(bbox):
-    # Validates a bbox once per call so the scalar macros fail with duckmob's message, not a wrong number.
-    grid.BBox.of(scalar(bbox))
-    return pa.array([True] * len(bbox))
 
 
 def udfs(con) -> list[Udf]:
@@ -108,5 +92,4 @@ def udfs(con) -> list[Udf]:
             special_nulls=True),
         Udf("_mob_assign_pois", _assign_pois, ["STRUCT(poi_id BIGINT, lat DOUBLE, lon DOUBLE)[]"],
             "STRUCT(poi_id BIGINT, cell BIGINT)[]", ASSIGN_POIS),
-        Udf("_mob_check_bbox", _check_bbox, ["DOUBLE[]"], "BOOLEAN", special_nulls=True),
     ]
