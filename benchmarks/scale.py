@@ -131,23 +131,23 @@ def prep(con, method: str, out_of_core: bool) -> int:
         from duckmob.synth.hrnet.train import training_arrays
 
         synth = HRNet(BBOX)
-        cfg = synth.cfg
+        config = synth.config
         reduce = synth.stays
-        build = lambda d: training_arrays(synth.cell_sequences(d), cfg.w, cfg.n_time, cfg.max_len,  # noqa: E731
-                                          zorder=synth.zorder).n
+        build = lambda d: training_arrays(synth.cell_sequences(d), config.w, config.n_time,  # noqa: E731
+                                          config.max_len, zorder=synth.zorder).n
     elif method == "cleanslate":
         from duckmob.synth.cleanslate import CleanSlate
         from duckmob.synth.cleanslate.trips import trips, visits
 
-        cfg = CleanSlate(BBOX).cfg
-        reduce = lambda d: visits(d, BBOX, cfg.w)  # noqa: E731
-        build = lambda d: trips(d, BBOX, cfg.w, cfg.r, cfg.n_time).n  # noqa: E731
+        config = CleanSlate(BBOX).config
+        reduce = lambda d: visits(d, BBOX, config.w)  # noqa: E731
+        build = lambda d: trips(d, BBOX, config.w, config.r, config.n_time).n  # noqa: E731
     else:
         from duckmob.synth.pategail import PateGail, mdp
 
-        cfg = PateGail(BBOX).cfg
-        reduce = lambda d: mdp.episode_fixes(d, cfg.n_slots, cfg.max_steps)  # noqa: E731
-        build = lambda d: mdp.episodes(d, BBOX, cfg.w, cfg.n_slots, cfg.max_steps,  # noqa: E731
+        config = PateGail(BBOX).config
+        reduce = lambda d: mdp.episode_fixes(d, config.n_slots, config.max_steps)  # noqa: E731
+        build = lambda d: mdp.episodes(d, BBOX, config.w, config.n_slots, config.max_steps,  # noqa: E731
                                        np.arange(d.n_trajectories)).n
     query = prepare(con, "trips", Mapping(), home="memory").select
     if out_of_core:
