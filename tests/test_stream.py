@@ -1,6 +1,8 @@
 """Out-of-core releases (duckmob.source): the same release as the in-memory path, bit for bit, under a fixed seed,
 on a table split across many batches, for both privacy units."""
 
+import io
+
 import duckdb
 import numpy as np
 import pytest
@@ -42,7 +44,7 @@ def small_batches(monkeypatch):
 
 def _model_arrays(con, name):
     _method, model = store.load(con, name)
-    return {k: v for k, v in np.load(__import__("io").BytesIO(model.to_bytes())).items()}
+    return {k: v for k, v in np.load(io.BytesIO(model.payload())).items()}
 
 
 @pytest.mark.parametrize("unit", ["trajectory", "user"])
