@@ -87,7 +87,7 @@ def fit_patterns(w: int) -> None:
     above w = 73; at 250 m (119 x 119) ``lestyan_pattern_tp_ratio`` would raise. Here, for such a grid only, the
     patterns are cut to the longest length that fits (4 cells at 119 x 119), a benchmark-side deviation that the
     table's title states; the other metrics are mob_evaluate's own."""
-    from duckmob.evaluate import common, lestyan
+    from duckmob.metrics import common, lestyan
 
     longest = int(np.floor((62 - 1e-9) / np.log2(w * w + 1)))
     if longest >= 5:
@@ -102,7 +102,7 @@ def fit_patterns(w: int) -> None:
 def run(methods: list[str], seeds: list[int], epsilons: list[float], limit: int | None,
         neural_limit: int | None, params: dict | None = None, grid: str = "32") -> dict:
     import duckmob
-    from duckmob.evaluate import evaluate, load_side, table_points
+    from duckmob.metrics import evaluate, load_side, table_points
 
     w = grid_width(grid)
     cs_params = dict(params or {})
@@ -169,7 +169,7 @@ def timing(n: int = 10_000) -> str:
     from duckmob.synth.base import fit_unrecorded
     from duckmob.synth.cleanslate import CleanSlate
     from duckmob.privacy.noise import NoiseSource
-    from duckmob.evaluate import table_points
+    from duckmob.metrics import table_points
     from duckmob.trajectories import from_points
 
     con = duckmob.connect()

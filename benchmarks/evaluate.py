@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import duckmob
-from duckmob.evaluate import evaluate, load_side
-from duckmob.evaluate.audit import audit
-from duckmob.evaluate.downstream import downstream
+from duckmob.metrics import evaluate, load_side
+from duckmob.metrics.audit import audit
+from duckmob.metrics.downstream import downstream
 from duckmob.trajectories import NO_TIME, Trajectories, from_points, to_arrow
 
 DATA = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data/geolife_beijing.parquet"

@@ -102,7 +102,7 @@ def cap(limit: int | None, neural_limit: int | None) -> int | None:
 def run(methods: list[str], seeds: list[int], eps: float, limit: int | None, neural_limit: int | None,
         params: dict | None = None) -> dict:
     import duckmob
-    from duckmob.evaluate import evaluate, load_side, table_points
+    from duckmob.metrics import evaluate, load_side, table_points
 
     con = duckmob.connect()
     t0 = time.perf_counter()

@@ -37,8 +37,8 @@ sys.path.insert(0, HERE)
 def floor_scores(real, bbox, w: int, eps: float, seed: int, draws: int) -> tuple[float, float]:
     """(point density JSD, trajectory density JSD) of ``draws`` points drawn from the fine density released at
     ``eps`` (math.inf: exact) on a w x w grid."""
-    from duckmob.evaluate.common import jsd
-    from duckmob.evaluate.fine import point_density, trajectory_density
+    from duckmob.metrics.common import jsd
+    from duckmob.metrics.fine import point_density, trajectory_density
     from duckmob.grid import BBox, cell_of
     from duckmob.privacy.noise import NoiseSource
     from duckmob.synth import placement
@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="1,2")
     args = parser.parse_args()
     import duckmob
-    from duckmob.evaluate import load_side, table_points
+    from duckmob.metrics import load_side, table_points
     from fidelity import BOX, load_real
 
     con = duckmob.connect()

@@ -89,7 +89,7 @@ def load_training():
 
 
 def run(name: str, train, real_stays, seed: int = 11) -> dict:
-    from duckmob.evaluate import evaluate
+    from duckmob.metrics import evaluate
     from duckmob.privacy.noise import NoiseSource
     from duckmob.synth.base import fit_unrecorded
     from duckmob.synth.hrnet import Baseline, FittedModel, HRNet

@@ -64,8 +64,8 @@ def fit_kwargs(method: str) -> dict:
 def measure(con, real, table: str, n_real: int, method: str, eps: float, seed: int) -> dict:
     """One seeded fit + sample, evaluated: metrics, seconds, and the fit's device count where it has one."""
     import duckmob
-    from duckmob.evaluate import evaluate, load_side
-    from duckmob.evaluate.downstream import downstream
+    from duckmob.metrics import evaluate, load_side
+    from duckmob.metrics.downstream import downstream
 
     t0 = time.perf_counter()
     synth = duckmob.synthesize(con, table, eps=eps, bbox=BOX, n=n_real, seed=seed, outside="drop",
@@ -82,7 +82,7 @@ def measure(con, real, table: str, n_real: int, method: str, eps: float, seed: i
 def run(methods: list[str], eps_list: list[float], seeds: list[int], limit: int | None, neural_limit: int,
         devices_eps: float, device_limits: list[int], device_seeds: list[int]) -> dict:
     import duckmob
-    from duckmob.evaluate import load_side, table_points
+    from duckmob.metrics import load_side, table_points
 
     con = duckmob.connect()
     tables = {"trips": limit, "trips_neural": min(v for v in (limit, neural_limit) if v is not None)}

@@ -45,7 +45,7 @@ CACHE = os.path.join(tempfile.gettempdir(), "duckmob_privtrace_bench")
 def quality(box: str, eps_list, seeds: int, params: dict) -> None:
     import duckdb
 
-    from duckmob.evaluate import evaluate, load_side
+    from duckmob.metrics import evaluate, load_side
     from duckmob.privacy.noise import NoiseSource
     from duckmob.synth.base import fit_unrecorded
     from duckmob.synth.cells import state_sequences
@@ -75,7 +75,7 @@ def quality(box: str, eps_list, seeds: int, params: dict) -> None:
             off, _, _ = state_sequences(model.grid, real.offsets, real.lat, real.lon)
             real_len, syn_len = np.diff(off), syn.lengths
             cap = int(max(real_len.max(), syn_len.max())) + 1
-            from duckmob.evaluate.common import jsd
+            from duckmob.metrics.common import jsd
             row = {"len": rows["privtrace_length_jsd"], "diam": rows["privtrace_diameter_jsd"],
                    "dens": rows["privtrace_density_are"], "patt": rows["privtrace_pattern_are"],
                    "states": model.grid.m, "syn": syn_len.mean(), "real": real_len.mean(),

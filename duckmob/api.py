@@ -34,12 +34,10 @@ def evaluate(con: duckdb.DuckDBPyConnection, real: str, synth: str, bbox=None, *
     """Compare table ``synth`` with table ``real`` on ``con``: the rows of ``FROM mob_evaluate(...)`` as a pyarrow
     Table (metric, value, reference, lower_is_better, source, description; ``.to_pylist()`` gives a list of dicts).
     ``real`` and ``synth`` name tables or views visible to ``con`` (temp tables included); ``bbox=[...]`` is
-    required, other options as in :class:`duckmob.evaluate.common.Options`. NOT differentially private (value and
+    required, other options as in :class:`duckmob.metrics.common.Options`. NOT differentially private (value and
     reference read the real table exactly): for the data owner only.
-
-    ``duckmob.evaluate`` is this function, always; the metric package of the same name is reached with
-    ``from duckmob.evaluate import ...`` (see :mod:`duckmob`)."""
-    from duckmob.evaluate import evaluate as evaluate_points, table_points, to_table
+    The metrics themselves are in :mod:`duckmob.metrics`."""
+    from duckmob.metrics import evaluate as evaluate_points, table_points, to_table
 
     register(con)
     return to_table(evaluate_points(table_points(con, real), table_points(con, synth), bbox, **options))

@@ -477,7 +477,7 @@ def test_wide_characters_keep_the_table_aligned():
     con.close()
 
 
-HEAVY = ("torch", "scipy", "pandas", "matplotlib", "dp_accounting", "duckmob.evaluate", "duckmob.release")
+HEAVY = ("torch", "scipy", "pandas", "matplotlib", "dp_accounting", "duckmob.metrics", "duckmob.release")
 
 
 def test_start_up_imports_no_torch_nor_the_release_core():

@@ -34,20 +34,20 @@ def _options(text) -> dict:
 
 
 def _rows(rows: list[dict]) -> pa.ListArray:
-    from duckmob.evaluate import to_table
+    from duckmob.metrics import to_table
 
     return one_row(to_table(rows))
 
 
 def _evaluate(real, synth, request):
-    from duckmob.evaluate import evaluate
+    from duckmob.metrics import evaluate
 
     r = EVALUATE.parse(request, "_mob_evaluate")
     return _rows(evaluate(points(real), points(synth), r["bbox"], **_options(r["options"])))
 
 
 def _sides(real, synth, bbox):
-    from duckmob.evaluate import load_side
+    from duckmob.metrics import load_side
 
     return load_side(points(real), bbox, "real")[0], load_side(points(synth), bbox, "synth")[0]
 
@@ -57,7 +57,7 @@ def _path_row(path: str) -> pa.ListArray:
 
 
 def _plot_density(real, synth, request):
-    from duckmob.evaluate.plots import density_png
+    from duckmob.metrics.plots import density_png
     from duckmob.grid import check_width
 
     r = PLOT_DENSITY.parse(request, "_mob_plot_density")
@@ -65,7 +65,7 @@ def _plot_density(real, synth, request):
 
 
 def _plot_distributions(real, synth, request):
-    from duckmob.evaluate.plots import distributions_png
+    from duckmob.metrics.plots import distributions_png
 
     r = PLOT_DISTRIBUTIONS.parse(request, "_mob_plot_distributions")
     return _path_row(distributions_png(*_sides(real, synth, r["bbox"]), r["path"], int(r["bins"])))
@@ -75,8 +75,8 @@ def _mode_trips(con):
     def run(real, request):
         import numpy as np
 
-        from duckmob.evaluate import load_side
-        from duckmob.evaluate.downstream import labelled_trips
+        from duckmob.metrics import load_side
+        from duckmob.metrics.downstream import labelled_trips
         from duckmob.trajectories import to_arrow
 
         side = load_side(points(real), [-90, -180, 90, 180], "real")[0]
@@ -88,8 +88,8 @@ def _mode_trips(con):
 
 
 def _audit(members, non_members, synth, request):
-    from duckmob.evaluate import load_side
-    from duckmob.evaluate.audit import audit
+    from duckmob.metrics import load_side
+    from duckmob.metrics.audit import audit
     from duckmob.grid import check_width
 
     r = AUDIT.parse(request, "_mob_audit")
@@ -122,7 +122,7 @@ def _downstream(con):
         import numpy as np
 
         from duckmob.errors import DuckmobError
-        from duckmob.evaluate.downstream import downstream
+        from duckmob.metrics.downstream import downstream
         from duckmob.grid import check_width
 
         r = DOWNSTREAM.parse(request, "_mob_downstream")

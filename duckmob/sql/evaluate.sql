@@ -1,4 +1,4 @@
--- Evaluation of a synthetic trajectory table against the real one (duckmob/evaluate). NOT differentially
+-- Evaluation of a synthetic trajectory table against the real one (duckmob/metrics). NOT differentially
 -- private: these functions read the real table exactly; they are for the data owner, before a release.
 -- Tables need traj_id, ts (may be all NULL in a synthetic table), lat, lon and optionally user_id, seq
 -- (see mob_points); points outside the declared bbox are dropped on both sides.
@@ -15,7 +15,7 @@ CREATE OR REPLACE TEMP MACRO _mob_eval_points(tbl) AS (
 -- families: any of ['hrnet', 'privtrace', 'pategail', 'lestyan', 'adatrace', 'fine'] (NULL = all); w: grid
 -- width; bins: histogram bins; n_queries: random queries; seed: evaluation randomness (NULL = fixed default);
 -- fine_point_w / fine_traj_w / step_bins: the fine family's grids (200, 100) and step bins (50);
--- further options as in duckmob.evaluate.common.Options.
+-- further options as in duckmob.metrics.common.Options.
 CREATE OR REPLACE TEMP MACRO mob_evaluate(real, synth, bbox := NULL, families := NULL, w := NULL, bins := NULL,
                                          n_queries := NULL, seed := NULL, phi := NULL, top_starts := NULL,
                                          top_patterns := NULL, pattern_w := NULL, n_times := NULL,

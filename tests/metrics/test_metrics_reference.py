@@ -9,10 +9,10 @@ import pyarrow.compute as pc
 import pytest
 
 import duckmob
-from duckmob.evaluate import evaluate, load_side
-from duckmob.evaluate.common import reference_half, reference_sides
+from duckmob.metrics import evaluate, load_side
+from duckmob.metrics.common import reference_half, reference_sides
 
-from evaluate_helpers import BBOX, W, city, table
+from metrics_helpers import BBOX, W, city, table
 
 SAMPLE_BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
 

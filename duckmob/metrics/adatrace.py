@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from duckmob.evaluate.common import (Metric, Options, Side, are, bbox_sides_m, circle_counts, circle_queries,
+from duckmob.metrics.common import (Metric, Options, Side, are, bbox_sides_m, circle_counts, circle_queries,
                                      jsd, kendall_tau, pattern_counts, shared_histograms, top_patterns)
 
 SOURCE = "AdaTrace (Gursoy et al. 2018), as in PrivTrace §5.1"

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from duckmob.errors import DuckmobError
-from duckmob.evaluate import evaluate
-from duckmob.evaluate.common import LN2, are, diameters_m, jsd, shared_histograms
+from duckmob.metrics import evaluate
+from duckmob.metrics.common import LN2, are, diameters_m, jsd, shared_histograms
 from duckmob.grid import haversine_m
 
-from evaluate_helpers import BBOX, STEP, W, center, city, table
+from metrics_helpers import BBOX, W, center, city, table
 
 LN2_ = math.log(2)
 # Metrics whose best value is 1 (agreement ratios); every other metric is an error or divergence with best 0.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from duckmob.evaluate.common import (DAY_US, LN2, Metric, Options, Side, are, bernoulli_jsd, diameters_m, jsd,
+from duckmob.metrics.common import (DAY_US, LN2, Metric, Options, Side, are, bernoulli_jsd, diameters_m, jsd,
                                      path_lengths_m, pattern_are, query_counts, require_time, shared_histograms)
 
 SOURCE = "HRNet §5.1.4, App. A.3"

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from duckmob.errors import DuckmobError
-from duckmob.evaluate.common import Metric, Side, jsd, rng, unique_sorted
+from duckmob.metrics.common import Metric, Side, jsd, rng, unique_sorted
 from duckmob.trajectories import Trajectories
 
 TOP = 5

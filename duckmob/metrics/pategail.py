@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from duckmob.evaluate.common import Metric, Options, Side, integer_histograms, jsd, shared_histograms
+from duckmob.metrics.common import Metric, Options, Side, integer_histograms, jsd, shared_histograms
 
 SOURCE = "PateGail, Statistical Evaluation Metrics"
 

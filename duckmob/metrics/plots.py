@@ -14,8 +14,8 @@ import os
 import numpy as np
 
 from duckmob.errors import DuckmobError
-from duckmob.evaluate.common import Side, bbox_sides_m, jsd, shared_histograms
-from duckmob.evaluate.fine import route_density
+from duckmob.metrics.common import Side, bbox_sides_m, jsd, shared_histograms
+from duckmob.metrics.fine import route_density
 
 
 def _target(path) -> str:
@@ -42,7 +42,7 @@ def _figure(width: float, height: float, layout: str | None = None):
 def pass_shares(side: Side, w: int) -> np.ndarray:
     """(w x w) share of the table's (trajectory, cell its route passes) pairs in each cell, summing to 1 (0 for
     an empty grid); row 0 is the southern edge. The distribution compared by ``fine_route_density_jsd``
-    (:func:`duckmob.evaluate.fine.route_density`): a table repeated k times has the same shares."""
+    (:func:`duckmob.metrics.fine.route_density`): a table repeated k times has the same shares."""
     counts = route_density(side, w)
     return (counts / max(counts.sum(), 1.0)).reshape(w, w)
 

@@ -12,14 +12,14 @@ from one point per coarse cell. These metrics can:
 * consecutive-step length: how far apart consecutive points are (the sampling), on a fixed public binning;
 * share of one-point trajectories and mean points per trajectory: degenerate and under-sampled output.
 
-Every divergence is :func:`duckmob.evaluate.common.jsd` (natural log, nats, in [0, ln 2]).
+Every divergence is :func:`duckmob.metrics.common.jsd` (natural log, nats, in [0, ln 2]).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from duckmob.evaluate.common import Metric, Options, Side, jsd
+from duckmob.metrics.common import Metric, Options, Side, jsd
 from duckmob.grid import BBox, cell_of, haversine_m
 
 SOURCE = "duckmob fine-grained fidelity"

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import duckmob
-from duckmob.evaluate import evaluate, load_side
-from duckmob.evaluate.fine import step_edges_m
+from duckmob.metrics import evaluate, load_side
+from duckmob.metrics.fine import step_edges_m
 from duckmob.grid import haversine_m
 
-from evaluate_helpers import BBOX, W, city, table
+from metrics_helpers import BBOX, W, city, table
 
 LN2 = math.log(2)
 JSD_HALF_VS_ONE = 0.75 * math.log(4 / 3)   # JSD((1/2, 1/2), (1, 0)), and of (1/4 x 4) vs (1/2, 0, 0, 1/2)
@@ -98,7 +98,7 @@ def test_step_bins_are_public_and_log_spaced():
     assert ratios == pytest.approx(np.full(50, diagonal ** (1 / 50)))
     # A step beyond the last edge cannot occur inside the bbox, but would count in the last bin.
     side = load_side(table([[(0, 0), (31, 31)]]), BBOX, "real")[0]
-    from duckmob.evaluate.fine import step_histogram
+    from duckmob.metrics.fine import step_histogram
 
     assert step_histogram(side, edges[:-5]).tolist()[-1] == 1.0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from duckmob.evaluate.common import (DAY_US, Metric, Options, Side, integer_histograms, jsd, pattern_counts,
+from duckmob.metrics.common import (DAY_US, Metric, Options, Side, integer_histograms, jsd, pattern_counts,
                                      require_time, rng, top_patterns)
 from duckmob.grid import cell_center, haversine_m
 

@@ -11,10 +11,10 @@ import pytest
 
 import duckmob
 from duckmob.errors import DuckmobError
-from duckmob.evaluate import load_side
-from duckmob.evaluate.downstream import MarkovPredictor, downstream, labelled_trips
+from duckmob.metrics import load_side
+from duckmob.metrics.downstream import MarkovPredictor, downstream, labelled_trips
 
-from evaluate_helpers import BBOX, city, table
+from metrics_helpers import BBOX, city, table
 
 
 def side(paths, name="x", **kw):

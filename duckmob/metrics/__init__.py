@@ -3,7 +3,7 @@
 ``evaluate(real, synth, bbox, **options)`` returns one row per metric: ``metric``, ``value``, ``reference``,
 ``lower_is_better``, ``source`` (paper and section), ``description`` (one line: what was measured, units).
 ``reference`` is the same metric between two halves of the real table, split by a fixed hash of the trajectory
-key (user_id, traj_id) (:func:`duckmob.evaluate.common.reference_half`; half 0 in the real table's place, half 1
+key (user_id, traj_id) (:func:`duckmob.metrics.common.reference_half`; half 0 in the real table's place, half 1
 in the synthetic one's): how far apart two samples of the real data are, the scale to read ``value`` against.
 It costs a second evaluation on half-size tables, which reuses what the first computed per trajectory
 (:meth:`Side.take`): about 1.2x the time of the values alone (``reference=False`` skips it; the column is then
@@ -33,7 +33,7 @@ from importlib import import_module
 import pyarrow as pa
 
 from duckmob.errors import DuckmobError
-from duckmob.evaluate.common import FAMILIES, Metric, Options, Side, reference_sides, rng
+from duckmob.metrics.common import FAMILIES, Metric, Options, Side, reference_sides, rng
 from duckmob.grid import BBox
 from duckmob.source.schema import literal
 from duckmob.trajectories import Trajectories, from_points
@@ -84,7 +84,7 @@ def _info(name: str, n: int, notes: str) -> Metric:
 
 
 def family_module(name: str):
-    return import_module(f"duckmob.evaluate.{name}")
+    return import_module(f"duckmob.metrics.{name}")
 
 
 def evaluate(real, synth, bbox, timings: dict | None = None, **options) -> list[dict]:
@@ -93,7 +93,7 @@ def evaluate(real, synth, bbox, timings: dict | None = None, **options) -> list[
 
     ``real`` and ``synth`` are Arrow tables / struct arrays of points (traj_id, ts, lat, lon, optional user_id,
     seq) or :class:`Trajectories`. ``bbox`` is the public ``[min_lat, min_lon, max_lat, max_lon]``; points
-    outside it are dropped on both sides. Options: see :class:`duckmob.evaluate.common.Options` (``families``,
+    outside it are dropped on both sides. Options: see :class:`duckmob.metrics.common.Options` (``families``,
     ``w``, ``bins``, ``n_queries``, ``seed``, ``reference``, ...). ``timings``, if given, receives seconds per
     family (``reference``: all families again between the real halves).
     A value is None where a metric is undefined (e.g. time-based metrics without timestamps); a reference is

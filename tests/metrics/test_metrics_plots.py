@@ -7,7 +7,7 @@ import pytest
 
 import duckmob
 
-from evaluate_helpers import BBOX, city, table
+from metrics_helpers import BBOX, city, table
 
 
 @pytest.fixture
@@ -48,8 +48,8 @@ def test_density_compares_shares_not_counts():
     # times brighter; on shares the two panels are the same image.
     import numpy as np
 
-    from duckmob.evaluate import load_side
-    from duckmob.evaluate.plots import density_figure
+    from duckmob.metrics import load_side
+    from duckmob.metrics.plots import density_figure
 
     paths = [[(10, 10), (10, 11), (11, 11), (12, 13)], [(20, 5), (20, 6), (21, 6)]]
     real = load_side(table(paths), BBOX, "real")[0]
@@ -67,9 +67,9 @@ def test_density_compares_shares_not_counts():
 
 def test_density_panels_keep_the_bbox_shape_in_metres(tmp_path):
     # The test box is square in degrees, about 0.77 as wide as tall in metres at 40 N: so is each panel.
-    from duckmob.evaluate import load_side
-    from duckmob.evaluate.common import bbox_sides_m
-    from duckmob.evaluate.plots import density_figure
+    from duckmob.metrics import load_side
+    from duckmob.metrics.common import bbox_sides_m
+    from duckmob.metrics.plots import density_figure
 
     side = load_side(table(city()), BBOX, "real")[0]
     fig = density_figure(side, side, w=32)

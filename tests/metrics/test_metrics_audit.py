@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import duckmob
-from duckmob.evaluate import load_side
-from duckmob.evaluate.audit import auc_and_accuracy, audit, resampled
+from duckmob.metrics import load_side
+from duckmob.metrics.audit import auc_and_accuracy, audit, resampled
 
-from evaluate_helpers import BBOX, city, table
+from metrics_helpers import BBOX, city, table
 
 
 def sides(members, non_members, synth):

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from scipy.stats import rankdata
 
 from duckmob.errors import DuckmobError
-from duckmob.evaluate.common import DAY_US, Metric, Side, binary_matrix, rng
+from duckmob.metrics.common import DAY_US, Metric, Side, binary_matrix, rng
 from duckmob.grid import EARTH_RADIUS_M
 
 SOURCE = "PateGail, Privacy Risk Analysis"

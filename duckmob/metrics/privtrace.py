@@ -6,7 +6,7 @@ whose route passes through random circles; transition patterns are counted on a 
 
 from __future__ import annotations
 
-from duckmob.evaluate.common import (Metric, Options, Side, are, bbox_sides_m, circle_counts, circle_queries,
+from duckmob.metrics.common import (Metric, Options, Side, are, bbox_sides_m, circle_counts, circle_queries,
                                      jsd, pattern_are, shared_histograms)
 
 SOURCE = "PrivTrace §5.1, App. B.4"
