@@ -62,7 +62,6 @@ ledger's budget when the release core gives the source's prior); ``fit`` trains 
 from __future__ import annotations
 
 import dataclasses
-import io
 import math
 import time
 from dataclasses import dataclass
@@ -88,6 +87,7 @@ from duckmob.synth.cleanslate.prior import (ENDPOINTS, coarse_of, coarse_probabi
 from duckmob.synth.cleanslate.transitions import Transitions
 from duckmob.synth.cleanslate.trips import grams, trips, visits
 from duckmob.synth.config import Config, param
+from duckmob.synth.neural import NeuralModel
 from duckmob.trajectories import Trajectories
 
 US_PER_DAY = 86_400_000_000
@@ -252,7 +252,7 @@ def upgrade_format_1(stored: dict) -> dict:
     return {**stored, "config": config, "info": info}
 
 
-class CleanSlateModel(Model):
+class CleanSlateModel(NeuralModel):
     """A fitted clean-slate model: public configuration, DP weights of TI and TPG, the spent event."""
 
     method = "cleanslate"
@@ -263,16 +263,6 @@ class CleanSlateModel(Model):
         self.bbox, self.config, self.state = bbox, config, state
         self.event_json, self.info, self.timings = event_json, info, timings
         self._nets = None
-
-    @property
-    def default_n(self) -> int:
-        """The noisy trajectory count of the training data (the SQL layer's default n)."""
-        return max(1, int(round(self.info["n_noisy"])))
-
-    @property
-    def event(self):
-        """The accounting event this fit spent (record it in the ledger once)."""
-        return accounting.Event.from_json(self.event_json)
 
     def networks(self) -> tuple[Initialiser, Transitions]:
         if self._nets is None:
@@ -366,17 +356,14 @@ class CleanSlateModel(Model):
         ts = np.repeat(start, lengths) + np.round(elapsed * 1e6).astype(np.int64)
         return trajectories_from_cells(lengths, lat, lon, ts)
 
-    def payload(self) -> bytes:
-        """``torch.save`` of bbox, config (without the machine's choices), state, event_json and info; no timings:
-        wall-clock durations are not part of the release."""
-        buf = io.BytesIO()
-        torch.save(dict(bbox=self.bbox, config=_stored_config(self.config), state=self.state,
-                        event_json=self.event_json, info=self.info), buf)
-        return buf.getvalue()
+    def stored(self) -> dict[str, Any]:
+        """bbox, config (without the machine's choices), state, event_json and info; no timings: wall-clock
+        durations are not part of the release."""
+        return dict(bbox=self.bbox, config=_stored_config(self.config), state=self.state,
+                    event_json=self.event_json, info=self.info)
 
     @classmethod
-    def load(cls, payload: bytes, version: int, method: str) -> "CleanSlateModel":
-        stored = torch.load(io.BytesIO(payload), weights_only=True)
+    def restore(cls, stored: dict[str, Any], version: int, method: str) -> "CleanSlateModel":
         if version == 1:
             stored = upgrade_format_1(stored)
         return cls(stored["bbox"], CleanSlateConfig.parse(stored["config"]), stored["state"], stored["event_json"],

@@ -42,7 +42,6 @@ at the public ``max_len``, time slots are fixed fractions of the day. What the d
 
 from __future__ import annotations
 
-import io
 import math
 import time
 from dataclasses import dataclass
@@ -61,9 +60,10 @@ from duckmob.privacy.normcut import normcut
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source.batches import as_batches
 from duckmob.synth import placement
-from duckmob.synth.base import Model, Plan, ReleaseContext, Synthesizer, trajectories_from_cells
+from duckmob.synth.base import Plan, ReleaseContext, Synthesizer, trajectories_from_cells
 from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.config import param
+from duckmob.synth.neural import NeuralModel
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.synth.hrnet.generate import (DECODES, one_cell_twice, sample_sequences, slot_times, to_trajectories,
                                          zorder_to_grid)
@@ -226,7 +226,7 @@ def upgrade_format_1(stored: dict) -> dict:
     return {**stored, "config": config, "info": info}
 
 
-class FittedModel(Model):
+class FittedModel(NeuralModel):
     """A fitted HRNet or baseline (``kind``): public configuration, DP weights, the DP length distribution and
     fine statistics (``extra``: numpy arrays), the spent event and timings.
 
@@ -250,16 +250,6 @@ class FittedModel(Model):
 
     def stored_method(self) -> str:
         return self.kind
-
-    @property
-    def default_n(self) -> int:
-        """The noisy trajectory count of the training data (the SQL layer's default n)."""
-        return max(1, int(round(self.info["n_noisy"])))
-
-    @property
-    def event(self):
-        """The accounting event this fit spent."""
-        return accounting.Event.from_json(self.event_json)
 
     def network(self) -> torch.nn.Module:
         if self._net is None:
@@ -345,15 +335,12 @@ class FittedModel(Model):
         """The config's fields but :data:`MACHINE_SETTINGS` (what the payload stores)."""
         return {name: v for name, v in self.config.as_dict().items() if name not in MACHINE_SETTINGS}
 
-    def payload(self) -> bytes:
-        buf = io.BytesIO()
-        torch.save(dict(bbox=self.bbox, config=self.stored_config(), state=self.state, event_json=self.event_json,
-                        info=self.info, extra={k: torch.as_tensor(v) for k, v in self.extra.items()}), buf)
-        return buf.getvalue()
+    def stored(self) -> dict[str, Any]:
+        return dict(bbox=self.bbox, config=self.stored_config(), state=self.state, event_json=self.event_json,
+                    info=self.info, extra={k: torch.as_tensor(v) for k, v in self.extra.items()})
 
     @classmethod
-    def load(cls, payload: bytes, version: int, method: str) -> "FittedModel":
-        stored = torch.load(io.BytesIO(bytes(payload)), weights_only=True)
+    def restore(cls, stored: dict[str, Any], version: int, method: str) -> "FittedModel":
         if version == 1:
             # a format-1 payload names its method itself (its stored row may not have: HRNet's and the
             # baseline's models share this class)

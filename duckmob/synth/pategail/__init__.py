@@ -39,7 +39,6 @@ generated episode's start position and home from a real trajectory, and hard-cod
 
 from __future__ import annotations
 
-import io
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -54,9 +53,10 @@ from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source.batches import as_batches
-from duckmob.synth.base import Model, Plan, ReleaseContext, Synthesizer, points_in_cells, trajectories_from_cells
+from duckmob.synth.base import Plan, ReleaseContext, Synthesizer, points_in_cells, trajectories_from_cells
 from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.config import Config, param
+from duckmob.synth.neural import NeuralModel
 from duckmob.synth.dpsgd import torch_generator
 from duckmob.synth.pategail import aggregate, mdp
 from duckmob.synth.pategail.discriminators import Ensemble, sample_own
@@ -127,7 +127,7 @@ def upgrade_format_1(stored: dict) -> dict:
     return {**stored, "info": info}
 
 
-class PateGailModel(Model):
+class PateGailModel(NeuralModel):
     """A fitted PateGail: public configuration, the DP start model and policy weights, the spent event.
 
     Payload (format 2): ``torch.save`` of a dict ``bbox`` (list), ``config`` (the config's fields), ``start``
@@ -142,15 +142,6 @@ class PateGailModel(Model):
         self.state, self.event_json, self.info = state, event_json, dict(info)
         self.timings: dict = {}
         self._policy = None
-
-    @property
-    def default_n(self) -> int:
-        """The noisy trajectory count."""
-        return max(int(round(self.info["n_noisy"])), 0)
-
-    @property
-    def event(self):
-        return accounting.Event.from_json(self.event_json)
 
     def policy(self) -> ActorCritic:
         if self._policy is None:
@@ -186,16 +177,13 @@ class PateGailModel(Model):
         ts = base + (ep.first_slot[rows] + cols) * slot_us
         return trajectories_from_cells(ep.steps + 1, lat[inverse.reshape(-1)], lon[inverse.reshape(-1)], ts)
 
-    def payload(self) -> bytes:
-        buf = io.BytesIO()
-        torch.save(dict(bbox=self.bbox, config=self.config.as_dict(),
-                        start={n: torch.from_numpy(v) for n, v in self.start.items()},
-                        state=self.state, event_json=self.event_json, info=self.info), buf)
-        return buf.getvalue()
+    def stored(self) -> dict[str, Any]:
+        return dict(bbox=self.bbox, config=self.config.as_dict(),
+                    start={n: torch.from_numpy(v) for n, v in self.start.items()},
+                    state=self.state, event_json=self.event_json, info=self.info)
 
     @classmethod
-    def load(cls, payload: bytes, version: int, method: str) -> "PateGailModel":
-        stored = torch.load(io.BytesIO(bytes(payload)), weights_only=True)
+    def restore(cls, stored: dict[str, Any], version: int, method: str) -> "PateGailModel":
         if version == 1:
             stored = upgrade_format_1(stored)
         return cls(stored["bbox"], PateGailConfig.parse(stored["config"]),
