@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from duckmob.metrics.common import (Metric, Options, Side, are, bbox_sides_m, circle_counts, circle_queries,
+from duckmob.metrics.common import (Metric, Options, Side, bbox_sides_m, circle_queries, circle_query_are,
                                      jsd, kendall_tau, pattern_counts, shared_histograms, top_patterns)
 
 SOURCE = "AdaTrace (Gursoy et al. 2018), as in PrivTrace §5.1"
@@ -29,12 +29,9 @@ def trip_distribution(side: Side, w: int) -> np.ndarray:
 def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
     out = []
     phi = opts.phi * real.n
-    scale = real.n / synth.n
     radius = opts.adatrace_radius * max(bbox_sides_m(real.bbox))
     circles = circle_queries(real.bbox, opts.adatrace_queries, radius, generator)
-    co, cs = circle_counts([real.routes(opts.query_w), synth.routes(opts.query_w)], real.bbox, opts.query_w,
-                           circles)
-    out.append(Metric("adatrace_query_avre", are(co, scale * cs, phi), True, SOURCE,
+    out.append(Metric("adatrace_query_avre", circle_query_are(real, synth, circles, opts.query_w, phi), True, SOURCE,
                       f"ARE of trajectories passing {opts.adatrace_queries} circles of radius {radius:.0f} m; "
                       f"phi {phi:g}"))
 

@@ -636,6 +636,14 @@ def circle_counts(mats: list[sp.csr_matrix], bbox, w: int, circles) -> list[np.n
     return [query_counts(m[:, used], inside) for m in mats]
 
 
+def circle_query_are(real: "Side", synth: "Side", circles, w: int, phi: float) -> float:
+    """ARE (:func:`are`, sanity bound ``phi``) of the trajectories passing each circle (:func:`circle_counts` on
+    the sides' w x w routes), the synthetic counts scaled to the real table's size: the range-query error of
+    PrivTrace (§5.1) and AdaTrace."""
+    co, cs = circle_counts([real.routes(w), synth.routes(w)], real.bbox, w, circles)
+    return are(co, real.n / synth.n * cs, phi)
+
+
 def unit_vectors(lat, lon) -> np.ndarray:
     """(n x 3) points on the unit sphere for latitudes/longitudes in degrees."""
     la, lo = np.radians(np.asarray(lat, dtype=np.float64)), np.radians(np.asarray(lon, dtype=np.float64))
@@ -667,5 +675,5 @@ __all__ = ["LN2", "DEFAULT_SEED", "NO_TIME", "Metric", "Side", "CellSeq", "jsd",
            "reference_half", "reference_sides",
            "shared_histograms", "integer_histograms", "Options",
            "path_lengths_m", "diameters_m", "kendall_tau", "pattern_counts", "top_patterns",
-           "lookup", "query_counts", "circle_queries", "circle_counts", "bbox_sides_m", "rng",
+           "lookup", "query_counts", "circle_queries", "circle_counts", "circle_query_are", "bbox_sides_m", "rng",
            "require_time", "time_of_day_us"]

@@ -6,7 +6,7 @@ whose route passes through random circles; transition patterns are counted on a 
 
 from __future__ import annotations
 
-from duckmob.metrics.common import (Metric, Options, Side, are, bbox_sides_m, circle_counts, circle_queries,
+from duckmob.metrics.common import (Metric, Options, Side, bbox_sides_m, circle_queries, circle_query_are,
                                      jsd, pattern_are, shared_histograms)
 
 SOURCE = "PrivTrace §5.1, App. B.4"
@@ -25,9 +25,7 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
     longer = max(bbox_sides_m(real.bbox))
     lo, hi = opts.radius_range
     circles = circle_queries(real.bbox, opts.n_queries, (lo * longer, hi * longer), generator)
-    co, cs = circle_counts([real.routes(opts.query_w), synth.routes(opts.query_w)], real.bbox, opts.query_w,
-                           circles)
-    out.append(Metric("privtrace_density_are", are(co, scale * cs, phi), True, SOURCE,
+    out.append(Metric("privtrace_density_are", circle_query_are(real, synth, circles, opts.query_w, phi), True, SOURCE,
                       f"ARE of trajectories passing {opts.n_queries} random circles of radius "
                       f"{lo * longer:.0f}-{hi * longer:.0f} m; phi {phi:g}"))
 

@@ -386,14 +386,15 @@ def first_order_support(n_states: int, support=None, w: int | None = None) -> np
 
 # -- noisy release --------------------------------------------------------------------------------------------
 
-def _bounded_batches(batches, n_states, privacy_unit, max_trajectories_per_user, max_length, noise):
-    """(n_states, k, iterator of (offsets, cells) per batch) after the checks, the truncation and contribution
-    bounding, the batches taken in order as one table.
+def _bounded_batches(batches, n_states, order, eps, privacy_unit, max_trajectories_per_user, max_length, noise):
+    """(order, Laplace scale k / eps, n_states, iterator of (offsets, cells) per batch) after the checks, the
+    truncation and contribution bounding, the batches taken in order as one table.
 
     ``batches()`` yields ``(offsets, cells, user_id)`` per batch (a callable: the user unit reads them twice).
     Trajectories with an invalid cell are dropped (``_sequences``), then every sequence is truncated, then the
     privacy unit's contributions are bounded over ALL batches at once: ``bound_contributions`` draws its random
     numbers over the trajectories of every batch in order, exactly as on their concatenation."""
+    order, eps = _order(order), positive("eps", eps)   # public arguments, checked before any batch is read
     if privacy_unit not in PRIVACY_UNITS:
         raise DuckmobError(f"privacy_unit must be 'trajectory' or 'user'; got {privacy_unit!r}")
     user = privacy_unit == "user"
@@ -420,7 +421,7 @@ def _bounded_batches(batches, n_states, privacy_unit, max_trajectories_per_user,
             yield offsets, cells
 
     n_states = count("n_states", n_states, example="n_states := 1024 (public: w * w grid cells)")
-    return n_states, k, bounded()
+    return order, k / eps, n_states, bounded()
 
 
 def _one_batch(offsets, cells, user_id):
@@ -457,11 +458,8 @@ def noisy_transition_counts_batches(batches, n_states, order, eps, noise: NoiseS
     """:func:`noisy_transition_counts` of the sequences ``batches()`` yields as ``(offsets, cells, user_id)``, read
     in batches (out of core): the same release as on their concatenation, bit for bit. Each batch's windows are
     summed in whole noise-grid steps (exact integers) and the sums added up; the noise is drawn once."""
-    order = _order(order)
-    eps = positive("eps", eps)
-    n_states, k, bounded = _bounded_batches(batches, n_states, privacy_unit, max_trajectories_per_user, max_length,
-                                            noise)
-    scale = k / eps
+    order, scale, n_states, bounded = _bounded_batches(batches, n_states, order, eps, privacy_unit,
+                                                       max_trajectories_per_user, max_length, noise)
     kk = n_states + 2
     size = kk ** (order + 1)
     parts = []
@@ -547,11 +545,8 @@ def noisy_transition_counts_sparse_batches(batches, n_states, order, eps, noise:
                                           cut: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """:func:`noisy_transition_counts_sparse` of sequences read in batches (as
     :func:`noisy_transition_counts_batches`): exact integer sums per batch, added up, noised once."""
-    order = _order(order)
-    eps = positive("eps", eps)
-    n_states, k, bounded = _bounded_batches(batches, n_states, privacy_unit, max_trajectories_per_user, max_length,
-                                            noise)
-    scale = k / eps
+    order, scale, n_states, bounded = _bounded_batches(batches, n_states, order, eps, privacy_unit,
+                                                       max_trajectories_per_user, max_length, noise)
     kk = n_states + 2
     entries = support_entries(n_states, order, support, w)
     sums = np.zeros(len(entries), dtype=np.int64)
