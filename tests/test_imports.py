@@ -88,3 +88,27 @@ def test_methods_input_path_and_mechanisms_do_not_reach_sql_or_the_release_core(
 
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+METHOD_PACKAGES = ("privtrace", "hrnet", "pategail", "cleanslate")
+
+
+def test_no_method_imports_another():
+    """Each method package reads only shared modules (synth/base, placement, dpsgd, neural, cells, privacy/...)."""
+    graph = _graph()
+    for method in METHOD_PACKAGES:
+        own = f"duckmob.synth.{method}"
+        others = tuple(f"duckmob.synth.{m}" for m in METHOD_PACKAGES if m != method)
+        for module in (m for m in graph if m == own or m.startswith(own + ".")):
+            bad = {m for m in graph[module] if m.startswith(others)}
+            assert not bad, (module, bad)
+    shared = [m for m in graph if m.startswith("duckmob.synth") and not m.startswith(
+        tuple(f"duckmob.synth.{m}" for m in METHOD_PACKAGES))]
+    for module in shared:   # nor does a shared module reach into a method
+        bad = {m for m in graph[module] if m.startswith(tuple(f"duckmob.synth.{m}" for m in METHOD_PACKAGES))}
+        assert not bad, (module, bad)
+
+
+def test_no_module_is_over_700_lines():
+    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > 700}
+    assert long == {}
