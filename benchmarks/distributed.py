@@ -20,7 +20,6 @@ import copy
 import os
 import time
 
-import numpy as np
 import pyarrow.parquet as pq
 import torch
 

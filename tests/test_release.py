@@ -15,7 +15,7 @@ import pytest
 
 import duckmob
 from duckmob import release
-from duckmob.errors import BudgetError, DuckmobError, one_line
+from duckmob.errors import DuckmobError, one_line
 from duckmob.privacy import accounting, ledger
 from duckmob.synth.privtrace import PrivTrace
 
@@ -400,7 +400,7 @@ def test_an_edit_of_a_release_in_progress_is_refused_at_its_end(con):
 def test_dropping_every_ledger_object_is_detected_by_the_process_that_saw_the_budget(filedb):
     path, con = filedb
     con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
-    con.execute(f"FROM mob_noisy_count('trips', eps := 1.0)").fetchall()
+    con.execute("FROM mob_noisy_count('trips', eps := 1.0)").fetchall()
     con.execute("DROP TABLE duckmob_ledger; DROP TABLE duckmob_budget; DROP SEQUENCE duckmob_ledger_id; "
                 "DROP SEQUENCE duckmob_budget_seq")
     with pytest.raises(duckdb.Error, match="were dropped after this process saw a privacy budget"):

@@ -73,7 +73,7 @@ def test_column_mapping_and_queries(trips):
 
 def test_input_table_untouched(trips):
     before = trips.execute("SELECT * FROM trips ORDER BY ALL").fetchall()
-    trips.execute(f"FROM mob_cell_sequences('trips', bbox := [39.5, 115.0, 41.0, 117.0], outside := 'drop')").fetchall()
+    trips.execute("FROM mob_cell_sequences('trips', bbox := [39.5, 115.0, 41.0, 117.0], outside := 'drop')").fetchall()
     assert trips.execute("SELECT * FROM trips ORDER BY ALL").fetchall() == before
 
 

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
+from duckmob.privacy.unit import PrivacyUnit
 from duckmob.release import counting, fitting
 from duckmob.release.protocol import read_ledger, set_budget as declare
 from duckmob.release.registry import Database
@@ -190,8 +191,7 @@ def noisy_count(db: Database, con, relation: str, *, mapping: Mapping, caller_ch
     prepared = prepare(con, relation, mapping, home=home(db), shape="ids")
 
     def count(what: str, unit: PrivacyUnit) -> int:
-        return int(con.sql(count_query(prepared.select, what=what, privacy_unit=unit.kind,
-                                       k=unit.max_trajectories_per_user)).fetchall()[0][0])
+        return int(con.sql(count_query(prepared.select, what=what, unit=unit)).fetchall()[0][0])
 
     key = _key("count", prepared.lineage.source, prepared.select, request)
     return _remembered(db, key, lambda: counting.noisy_count(
@@ -205,7 +205,7 @@ def noisy_count_gathered(db: Database, relation: str, temp_tables, has_user: boo
     user_id) arrays (-1: NULL)."""
     def count(what: str, unit: PrivacyUnit) -> int:
         traj, user = pairs()
-        return pair_count(traj, user, what=what, privacy_unit=unit.kind, k=unit.max_trajectories_per_user)
+        return pair_count(traj, user, what=what, unit=unit)
 
     source = gathered_key(relation, temp_tables)
     return _remembered(db, _key("count", source, "", request), lambda: counting.noisy_count(

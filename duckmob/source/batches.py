@@ -203,13 +203,14 @@ def _load(bucket) -> Trajectories:
         return from_lists(pa.ipc.open_file(source).read_all())
 
 
-def bound_keys(traj_id: np.ndarray, user_id: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+def bound_keys(traj_id: np.ndarray, user_id: np.ndarray, max_trajectories_per_user: int,
+               rng: np.random.Generator) -> np.ndarray:
     """Keep mask (in the given order) of the user unit's contribution bounding over trajectories listed in any
     order, drawn as the in-memory path draws it: ``counting.bound_contributions`` over them in from_points'
     (traj_id, user_id) order, so the same trajectories are kept whichever batches they came in."""
     order = np.lexsort((user_id, traj_id))
     mask = np.empty(len(order), dtype=bool)
-    mask[order] = bound_contributions(user_id[order], k, rng)
+    mask[order] = bound_contributions(user_id[order], max_trajectories_per_user, rng)
     return mask
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source import PointSource
 from duckmob.source.batches import Batches, clean
 from duckmob.source.lineage import Lineage, resolve
@@ -166,23 +167,23 @@ def _remove_folders() -> None:
 
 # -- the per-trajectory rows of the counting releases -------------------------------------------------------------
 
-def count_query(select: str, *, what: str, privacy_unit: str, k: int) -> str:
+def count_query(select: str, *, what: str, unit: PrivacyUnit) -> str:
     """The exact count mob_noisy_count noises, as one DuckDB aggregate over ``select`` (:func:`prepare`, shape
     'ids': values already TRY_CAST), equal to what :func:`pair_count` counts in memory: the distinct (traj_id,
     user_id) pairs with a traj_id (a NULL user is -1, no user); 'users': distinct user ids >= 0; the user unit: per
-    user id >= 0, min(trajectories, k), which is how many ``counting.bound_contributions`` keeps whichever it keeps.
-    ``what``, ``privacy_unit`` and ``k`` are the release's validated public arguments."""
+    user id >= 0, min(trajectories, max_trajectories_per_user), which is how many ``counting.bound_contributions``
+    keeps whichever it keeps. ``what`` and ``unit`` are the release's validated public arguments."""
     pairs = (f"SELECT DISTINCT traj_id, coalesce(user_id, -1) AS user_id FROM ({select}) "
              f"WHERE traj_id IS NOT NULL")
     if what == "users":
         return f"SELECT count(DISTINCT user_id) FILTER (WHERE user_id >= 0) FROM ({pairs})"
-    if privacy_unit == "user":
-        return (f"SELECT coalesce(sum(least(n, {int(k)})), 0)::BIGINT FROM "
+    if unit.is_user:
+        return (f"SELECT coalesce(sum(least(n, {int(unit.max_trajectories_per_user)})), 0)::BIGINT FROM "
                 f"(SELECT user_id, count(*) AS n FROM ({pairs}) WHERE user_id >= 0 GROUP BY user_id)")
     return f"SELECT count(*) FROM ({pairs})"
 
 
-def pair_count(traj_id: np.ndarray, user_id: np.ndarray, *, what: str, privacy_unit: str, k: int) -> int:
+def pair_count(traj_id: np.ndarray, user_id: np.ndarray, *, what: str, unit: PrivacyUnit) -> int:
     """:func:`count_query` on pairs in memory (``traj_id`` -1 or below: no id, not counted; ``user_id`` -1: no
     user)."""
     ok = traj_id >= 0
@@ -190,9 +191,9 @@ def pair_count(traj_id: np.ndarray, user_id: np.ndarray, *, what: str, privacy_u
     users = pairs[:, 1]
     if what == "users":
         return int(np.unique(users[users >= 0]).size)
-    if privacy_unit == "user":
+    if unit.is_user:
         _, n = np.unique(users[users >= 0], return_counts=True)
-        return int(np.minimum(n, k).sum())
+        return int(np.minimum(n, unit.max_trajectories_per_user).sum())
     return int(len(pairs))
 
 

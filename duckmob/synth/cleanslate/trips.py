@@ -123,7 +123,6 @@ class Grams:
 def grams(t: Trips, w: int, r: int, max_grams: int) -> Grams:
     """The 1-grams ``(c_j, d, t) -> c_{j+1}`` of every trajectory, at most ``max_grams`` of them: a trajectory
     with more keeps ``max_grams`` evenly spaced ones (a per-record choice from public parameters)."""
-    n = t.n
     lengths = np.diff(t.offsets)
     total = np.maximum(lengths - 1, 0)                     # grams of each trajectory
     count = np.minimum(total, max_grams)

@@ -187,7 +187,7 @@ def transition_sums(support: Support, seq_offsets: np.ndarray, states: np.ndarra
     """The EXACT statistics of :func:`release_transitions` (never release them): int64 noise-grid steps on every
     support entry of the first-order table (start row, then state rows) and of the second-order one
     (``counting.normalised_sums``); integers, so sums over batches of whole trajectories are exact."""
-    m, D = support.m, support.width
+    m = support.m
     win = transition_windows(support, seq_offsets, states)
     entries1 = np.concatenate([np.arange(m), m + np.flatnonzero(support.mask1().reshape(-1))])
     entries2 = np.flatnonzero(support.mask2().reshape(-1))
