@@ -1,6 +1,6 @@
 """duckmob: differentially private synthetic trajectories from SQL, as a DuckDB extension in Python.
 
-Public Python API: :func:`connect`, :func:`register`, :func:`synthesize`, :func:`evaluate` (from
+Public Python API: :func:`connect`, :func:`register`, :func:`synthesize`, :func:`sample`, :func:`evaluate` (from
 :mod:`duckmob.api`).
 
 The metrics behind :func:`evaluate` live in the package :mod:`duckmob.metrics` (one function per metric, with
@@ -9,10 +9,10 @@ its formula); ``duckmob.evaluate`` is the plain function.
 
 from __future__ import annotations
 
-from duckmob.api import (BudgetError, DuckmobError, __version__, connect, evaluate, noisy_count, register,
+from duckmob.api import (BudgetError, DuckmobError, __version__, connect, evaluate, noisy_count, register, sample,
                          synthesize, transitions)
 
-__all__ = ["connect", "register", "evaluate", "synthesize", "noisy_count", "transitions", "DuckmobError",
+__all__ = ["connect", "register", "evaluate", "synthesize", "sample", "noisy_count", "transitions", "DuckmobError",
            "BudgetError", "__version__"]
 
 

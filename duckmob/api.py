@@ -1,5 +1,5 @@
 """The public Python API (re-exported by :mod:`duckmob`): :func:`connect`, :func:`register`, :func:`synthesize`,
-:func:`evaluate`, :func:`noisy_count`, :func:`transitions`. Entry points (the shell, the demo, notebooks) import it
+:func:`sample`, :func:`evaluate`, :func:`noisy_count`, :func:`transitions`. Entry points (the shell, the demo, notebooks) import it
 from here, so nothing imports the package root."""
 
 from __future__ import annotations
@@ -43,18 +43,34 @@ def evaluate(con: duckdb.DuckDBPyConnection, real: str, synth: str, bbox=None, *
     return to_table(evaluate_points(table_points(con, real), table_points(con, synth), bbox, **options))
 
 
-def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: str = "privtrace", **params):
+def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: str = "privtrace", *,
+               stream: bool = False, batch_size: int | None = None, **params):
     """Fit ``method`` on ``table`` under (eps, delta)-DP (one spend of its budget) and sample a synthetic table.
 
     The Python twin of ``FROM synthesize('table', eps := ..., method := ..., bbox := [...], ...)``: the same
     keyword parameters (``bbox``, ``delta``, ``n``, ``seed``, ``privacy_unit``, ``max_trajectories_per_user``,
-    ``outside``, the column mapping ``traj_col`` ... ``user_col``, ``params``) plus method hyper-parameters as
-    keywords (e.g. ``K=8``). Returns a pyarrow Table (traj_id, seq, lat, lon, ts), already materialised, so
-    reading it again spends nothing.
+    ``outside``, ``max_rows``, the column mapping ``traj_col`` ... ``user_col``, ``params``) plus method
+    hyper-parameters as keywords (e.g. ``K=8``). Returns a pyarrow Table (traj_id, seq, lat, lon, ts), already
+    materialised, so reading it again spends nothing. ``stream=True`` returns a ``pyarrow.RecordBatchReader``
+    instead, drawn block by block (2048 trajectories) as it is read, in memory bounded by one block whatever ``n``
+    (batches of at most ``batch_size`` rows when given): the same rows as the table and as the SQL output under a
+    seed. The spend happens at the call; reading the reader spends nothing.
     """
     from duckmob.sql.synth import synthesize_table
 
-    return synthesize_table(con, table, eps, method, **params)
+    return synthesize_table(con, table, eps, method, stream=stream, batch_size=batch_size, **params)
+
+
+def sample(con: duckdb.DuckDBPyConnection, name: str, n: int | None = None, seed: int | None = None, *,
+           stream: bool = False, max_rows: int | None = None, batch_size: int | None = None):
+    """Draw ``n`` trajectories (None: the model's noisy count) from the model stored as ``name`` by ``mob_fit``:
+    free post-processing, no data read, nothing spent. The Python twin of ``FROM mob_sample('name', n := ...,
+    seed := ...)``, with the same rows under a seed. A pyarrow Table, or with ``stream=True`` a
+    ``pyarrow.RecordBatchReader`` drawn block by block as it is read. Refused before any row is drawn when the output
+    could have more than ``max_rows`` rows (n times the method's public cap on points per trajectory)."""
+    from duckmob.sql.synth import sample_table
+
+    return sample_table(con, name, n, seed, max_rows=max_rows, stream=stream, batch_size=batch_size)
 
 
 def noisy_count(con: duckdb.DuckDBPyConnection, table: str, *, eps, seed=None, privacy_unit: str = "trajectory",
@@ -92,5 +108,5 @@ def transitions(con: duckdb.DuckDBPyConnection, table: str, *, order=1, eps, n_s
                               support=support, w=w)
 
 
-__all__ = ["connect", "register", "evaluate", "synthesize", "noisy_count", "transitions", "DuckmobError",
+__all__ = ["connect", "register", "evaluate", "synthesize", "sample", "noisy_count", "transitions", "DuckmobError",
            "BudgetError", "__version__"]

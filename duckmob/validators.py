@@ -15,11 +15,13 @@ PRIVACY_UNITS = PrivacyUnit.KINDS
 OUTSIDE = ("drop", "fail")
 # Largest eps of one release: above it the guarantee means nothing and the noise grid cannot honour it.
 MAX_EPSILON = 100.0
-# Largest n a synthesize / mob_sample call may ask for (rows are materialised in memory; ask again for more).
+# Largest n a synthesize / mob_sample call may ask for (ask again, under another seed, for more).
 MAX_N = 50_000_000
-# Most rows (points) one synthetic table may have: sampling stops and refuses past it, whatever n and the points
-# per trajectory (each method's own cap, e.g. max_points) would give, so one query cannot fill the machine's memory.
-MAX_ROWS = 100_000_000
+# The default of max_rows, the public cap on the rows (points) of one synthetic table: an output of n trajectories is
+# refused before anything is drawn when n times the method's public cap on points per trajectory (its max_points)
+# exceeds it. Output streams in bounded memory, so the cap guards disk and time, not memory: 30 billion admits the
+# default output of a 300 M-fix table (2.6 M trajectories times PrivTrace's 5,000) under every method's default caps.
+MAX_ROWS = 30_000_000_000
 # Largest delta a budget or a release may have. delta is the chance that the guarantee fails outright (a release
 # may then expose someone entirely), so it must be far below 1 / the number of people in the table: 1e-3 already
 # suits only tables of well over a thousand people. A larger one would also let a raise of delta buy eps (after
@@ -97,6 +99,13 @@ def n_trajectories(value) -> int | None:
     return count("n", value, maximum=MAX_N, example="n := 1000")
 
 
+def max_rows(value) -> int:
+    """``max_rows`` of synthesize / mob_sample: None (the default :data:`MAX_ROWS`) or a positive integer."""
+    if value is None:
+        return MAX_ROWS
+    return count("max_rows", value, example="max_rows := 50000000000")
+
+
 def seed(value) -> int | None:
     """None (OS entropy) or a non-negative integer."""
     if value is None:
@@ -158,5 +167,5 @@ def outside(value) -> str:
 
 
 __all__ = ["positive", "epsilon", "delta_value", "release_delta", "count", "n_trajectories", "seed", "source_name", "model_name",
-           "privacy_unit", "outside", "PRIVACY_UNITS", "MAX_N", "MAX_ROWS", "MAX_EPSILON",
+           "privacy_unit", "outside", "PRIVACY_UNITS", "MAX_N", "MAX_ROWS", "max_rows", "MAX_EPSILON",
            "MAX_DELTA"]

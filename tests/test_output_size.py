@@ -93,19 +93,34 @@ def test_a_step_histogram_that_is_mostly_noise_spaces_points_one_fine_cell_apart
     assert lengths[0] > 20 and chords.max() <= cell * 1.001 and np.median(chords) > 0.9 * cell
 
 
-def test_the_output_as_a_whole_is_capped_and_large_outputs_come_in_parts(con, monkeypatch):
-    """Sampling draws SAMPLE_CHUNK trajectories at a time, numbered on, and refuses past MAX_ROWS rows, naming an
-    n that fits; an output within one part is the model's one call (the same rows as before under a seed)."""
+def test_an_output_that_could_pass_max_rows_is_refused_before_anything_is_drawn_or_spent(con):
+    """The cap is n times the model's public max_points, checked before any row is drawn; with an explicit n, before
+    the reservation (the ledger gains no row); the message says how to raise it."""
     from duckmob import release
     from duckmob.release import fitting
     from duckmob.synth import store
 
     con.execute(f"FROM mob_fit('trips', 'cap', eps := 1.0, bbox := {BBOX}, seed := 1)").fetchall()
     _, model = release.read_ledger(release.database(con), lambda cur: store.load(cur, "cap"))
+    assert model.max_points == 5000
     whole = fitting.sample(model, 250, np.random.default_rng(3))
     assert whole.traj_id.tolist() == list(range(250))
-    monkeypatch.setattr(fitting, "SAMPLE_CHUNK", 100)
-    parts = fitting.sample(model, 250, np.random.default_rng(3))
-    assert sorted(parts.traj_id.tolist()) == list(range(250)) and parts.n_points > 500
-    with pytest.raises(DuckmobError, match=r"more than 2,000 rows .* \(about n := [0-9,]+ fit\)"):
+    with pytest.raises(DuckmobError, match=r"up to 1,250,000 rows .* max_rows := 2,000: raise it \(max_rows := "
+                                           r"1,250,000\).*Nothing was spent"):
         fitting.sample(model, 250, np.random.default_rng(3), max_rows=2_000)
+    with pytest.raises(duckdb.Error, match="max_rows := 1,000,000: raise it"):
+        con.sql("FROM mob_sample('cap', n := 201, max_rows := 1000000)").fetchall()
+    assert con.sql("SELECT count(DISTINCT traj_id) FROM mob_sample('cap', n := 200, max_rows := 1000000)"
+                   ).fetchall()[0][0] == 200
+    rows = con.sql("SELECT count(*) FROM mob_ledger()").fetchall()[0][0]
+    with pytest.raises(duckdb.Error, match=r"max_rows := 1,000: raise it.*Nothing was spent"):
+        con.sql(f"FROM synthesize('trips', eps := 1.0, bbox := {BBOX}, n := 10, max_rows := 1000)").fetchall()
+    with pytest.raises(DuckmobError, match="Nothing was spent"):
+        duckmob.synthesize(con, "trips", 1.0, bbox=BBOX, n=10, max_rows=1000)
+    assert con.sql("SELECT count(*) FROM mob_ledger()").fetchall()[0][0] == rows     # nothing reserved
+    # the default n is known after the fit only: refused before any row is drawn, saying how to check it first
+    with pytest.raises(duckdb.Error, match=r"spend stands .* pass n := \.\.\. to have this checked before"):
+        con.sql(f"FROM synthesize('trips', eps := 1.0, bbox := {BBOX}, max_rows := 1000)").fetchall()
+    assert con.sql("SELECT count(*) FROM mob_ledger()").fetchall()[0][0] == rows + 1
+    with pytest.raises(duckdb.Error, match="max_rows must be an integer of at least 1"):
+        con.sql("FROM mob_sample('cap', n := 2, max_rows := 0)").fetchall()

@@ -197,7 +197,13 @@ class NoiseSource:
         """A fresh, independent ``numpy.random.Generator`` derived from this source, for post-processing
         randomness (sampling synthetic data, shuffles, Dirichlet mixing, dropping extra trajectories).
         Each call returns a new child stream; reproducible when the source is seeded."""
-        return np.random.Generator(np.random.PCG64(self._seeds.spawn(1)[0]))
+        return np.random.Generator(np.random.PCG64(self.output_seed()))
+
+    def output_seed(self) -> np.random.SeedSequence:
+        """A fresh child ``SeedSequence`` of this source: the seed of one synthetic output, from which
+        :func:`duckmob.release.sampling.block_generator` derives one stream per block of trajectories (so any
+        engine can draw any block). Each call returns a new child; reproducible when the source is seeded."""
+        return self._seeds.spawn(1)[0]
 
 
 __all__ = ["BITS", "MAX_SCALE", "NoiseSource", "granularity", "epsilon_rounded", "check_scale"]

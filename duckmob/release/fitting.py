@@ -11,6 +11,7 @@ import numpy as np
 
 from duckmob import validators
 from duckmob.errors import DuckmobError
+from duckmob.release import sampling
 from duckmob.release.protocol import Release, Request, run
 from duckmob.release.registry import Database
 from duckmob.privacy import ledger
@@ -18,7 +19,6 @@ from duckmob.privacy.accounting import Event
 from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source import PointSource
-from duckmob.source.batches import concat
 from duckmob import synth
 from duckmob.synth import store
 from duckmob.synth.base import Plan
@@ -39,11 +39,12 @@ class FitRequest:
     seed: int | None
     name: str | None = None
     n: int | None = None
+    max_rows: int = validators.MAX_ROWS
 
 
 def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, privacy_unit="trajectory",
                 max_trajectories_per_user=None, params=None, outside="drop", seed=None, name=None,
-                n=None) -> FitRequest:
+                n=None, max_rows=None) -> FitRequest:
     """Validate every public argument of a fit (before anything is reserved or read)."""
     source = validators.source_name(source)
     cls = synth.get(method)
@@ -56,7 +57,7 @@ def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, priva
                                                      method=cls.method, mechanism=cls.mechanism),
                       method=cls.method, synthesizer=synthesizer, unit=unit, params=params,
                       seed=validators.seed(seed), name=None if name is None else validators.model_name(name),
-                      n=validators.n_trajectories(n))
+                      n=validators.n_trajectories(n), max_rows=validators.max_rows(max_rows))
 
 
 def fit(db: Database, request: FitRequest, source: PointSource):
@@ -78,8 +79,11 @@ def fit(db: Database, request: FitRequest, source: PointSource):
     def plan(prior: ledger.Prior) -> Event:
         # the protocol reserves the event of the last plan it asked for (or reserves nothing), so plans[-1] is the
         # plan the reservation pays for
-        plans.append(synthesizer.plan(r.eps, r.delta, r.unit, prior))
-        return plans[-1].event
+        planned = synthesizer.plan(r.eps, r.delta, r.unit, prior)
+        if r.n is not None:   # an output of a size given in public: refused here, before the reservation
+            sampling.check_rows(r.n, planned.max_points, r.max_rows)
+        plans.append(planned)
+        return planned.event
 
     def compute(release: Release):
         planned = plans[-1]
@@ -162,27 +166,22 @@ def default_size(model) -> int:
     return n
 
 
-# Trajectories sampled at a time: an output of at most this many is one call of the model (the same rows as ever
-# under a seed); a larger one is drawn in parts, the rows counted against MAX_ROWS as they come.
-SAMPLE_CHUNK = 100_000
-
-
-def sample(model, n: int | None, rng: np.random.Generator, max_rows: int | None = None):
-    """``n`` trajectories from a fitted model (None: :func:`default_size`): free post-processing. Refused once the
-    rows drawn pass ``max_rows`` (the public :data:`duckmob.validators.MAX_ROWS`), before more memory is taken."""
+def output(model, n: int | None, seed: np.random.SeedSequence, max_rows: int | None = None, *,
+           desc: str = "output") -> sampling.Output:
+    """The output of ``n`` trajectories of a fitted model (None: :func:`default_size`) under ``seed``: free
+    post-processing, drawn block by block as it is read (:mod:`duckmob.release.sampling`). Refused before any row is
+    drawn when it could have more than ``max_rows`` rows (None: :data:`duckmob.validators.MAX_ROWS`):
+    :func:`~duckmob.release.sampling.check_rows` on ``n`` and the model's public ``max_points``."""
+    given = n is not None
     n = validators.n_trajectories(default_size(model) if n is None else n)
-    cap = validators.MAX_ROWS if max_rows is None else max_rows
-    parts, rows = [], 0
-    for start in range(0, n, SAMPLE_CHUNK):
-        part = model.sample(min(SAMPLE_CHUNK, n - start), rng)
-        rows += part.n_points
-        if rows > cap:   # synthetic rows only: how many fit is post-processing of the model
-            fit = max(int(cap * (start + part.n_trajectories) / rows), 1)
-            raise DuckmobError(f"the synthetic table would have more than {cap:,} rows (duckmob's limit on one "
-                               f"output): ask for fewer trajectories (about n := {fit:,} fit), or draw several "
-                               "tables with mob_sample")
-        if start:
-            part = Trajectories(part.offsets, np.asarray(part.traj_id) + start, part.user_id, part.ts, part.lat,
-                                part.lon)
-        parts.append(part)
-    return parts[0] if len(parts) == 1 else concat(parts)
+    sampling.check_rows(n, model.max_points, validators.max_rows(max_rows), after_fit=not given)
+    return sampling.Output(model, n, seed, desc=desc)
+
+
+def sample(model, n: int | None, seed, max_rows: int | None = None) -> Trajectories:
+    """``n`` trajectories of a fitted model (None: :func:`default_size`), all at once (memory: the whole output;
+    :func:`output` streams). ``seed``: the output's SeedSequence (:meth:`NoiseSource.output_seed`), or a Generator
+    derived from a NoiseSource, which seeds one."""
+    if isinstance(seed, np.random.Generator):
+        seed = np.random.SeedSequence(seed.integers(2 ** 63, size=4).tolist())
+    return output(model, n, seed, max_rows).trajectories()

@@ -48,6 +48,7 @@ class Database:
         self.lock, self.active, self.pending_names = shared.lock, shared.active, shared.pending_names
         self.verified = ledger.Verified()
         self.recent = Recent()
+        self.outputs = Outputs()
 
     def _connect(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         """The core's own connection, which the UDFs are registered on and which must outlive the user's.
@@ -122,6 +123,33 @@ class Recent:
             self._items[key] = (time.monotonic(), value)
             while len(self._items) > self.SIZE:
                 self._items.pop(next(iter(self._items)))
+
+
+class Outputs(Recent):
+    """The synthetic outputs SQL is streaming, by handle (:class:`duckmob.release.sampling.Output`: a model, n and
+    the output's seed; never its rows). ``_mob_sample`` / ``_mob_synthesize`` open one and return its handle; the
+    macro's ``_mob_draw`` calls draw its blocks by handle, so the model is not loaded again per call. An entry lives
+    ``WINDOW`` seconds after its LAST use (a long COPY keeps its own alive) and at most ``SIZE`` are kept (the
+    oldest opened goes first), so the registry never grows without bound."""
+
+    WINDOW = 3600.0
+    SIZE = 16
+
+    def get(self, key: str):
+        with self._lock:
+            hit = self._items.get(key)
+            now = time.monotonic()
+            if hit is None or now - hit[0] > self.WINDOW:
+                self._items.pop(key, None)
+                return None
+            self._items[key] = (now, hit[1])   # used now: the window starts again, the order (age) stays
+            return hit[1]
+
+    def open(self, output) -> str:
+        """Keep ``output`` under a new handle and return it."""
+        handle = uuid.uuid4().hex
+        self.put(handle, output)
+        return handle
 
 
 @dataclass

@@ -11,17 +11,28 @@ API, Spark executors) or which call draws the block. Memory is one block at a ti
 
 ``BLOCK`` matches DuckDB's vector size (2048 rows): a SQL table macro feeds a drawing UDF one trajectory id per row,
 2048 at a time, so each call draws exactly one block.
+
+An :class:`Output` is what an output needs besides the ids (model, n, seed): SQL keeps it under a handle
+(:class:`duckmob.release.registry.Outputs`), the Python API reads it whole (:meth:`Output.table`) or as a
+``pyarrow.RecordBatchReader`` (:meth:`Output.reader`). Its size was checked before anything was drawn
+(:func:`check_rows`: ``n * max_points <= max_rows``, public values only). Long outputs report their progress
+(:class:`Progress`: trajectories and rows written, lines on stderr).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import numpy as np
+import pyarrow as pa
 
 from duckmob.errors import DuckmobError
 from duckmob.source.batches import concat
-from duckmob.trajectories import Trajectories
+from duckmob.trajectories import Trajectories, synthetic_table
 
 BLOCK = 2048
 
@@ -75,3 +86,112 @@ def blocks(model, n: int, seed: np.random.SeedSequence, *,
         if progress is not None:
             progress(done, n)
         yield part
+
+
+def check_rows(n: int, max_points: int | None, max_rows: int, *, after_fit: bool = False) -> None:
+    """Refuse an output of ``n`` trajectories that could have more than ``max_rows`` rows: ``n`` times the method's
+    public cap on the points of one trajectory (``max_points``; None: no cap known, nothing checked). Public values
+    only (``n`` is the caller's or the model's released noisy count), so the message may say them. ``after_fit``:
+    n came from the model's noisy count, known only once the fit was spent."""
+    if max_points is None or int(n) * int(max_points) <= int(max_rows):
+        return
+    fits = max(int(max_rows) // int(max_points), 0)
+    when = (" The fit's spend stands (n came from its noisy count, known only after the fit): pass n := ... to have"
+            " this checked before anything is spent." if after_fit else " Nothing was spent.")
+    raise DuckmobError(f"the synthetic table could have up to {int(n) * int(max_points):,} rows ({int(n):,} "
+                       f"trajectories of at most {int(max_points):,} points each, the method's public cap), more than "
+                       f"max_rows := {int(max_rows):,}: raise it (max_rows := {int(n) * int(max_points):,}), ask for "
+                       f"fewer trajectories{f' (n := {fits:,} fits)' if fits else ''} or lower the method's cap on points per trajectory "
+                       f"(params max_points / max_len).{when}")
+
+
+def progress_enabled() -> bool:
+    """Whether long outputs report progress: ``DUCKMOB_PROGRESS=1`` / ``0`` decides; otherwise on (a shell, a
+    notebook, a log), off in CI and under pytest."""
+    asked = os.environ.get("DUCKMOB_PROGRESS")
+    if asked is not None:
+        return asked.strip().lower() not in ("", "0", "false", "no", "off")
+    return not (os.environ.get("CI") or os.environ.get("PYTEST_CURRENT_TEST"))
+
+
+class Progress:
+    """Progress of a long output as stderr lines, like a fit's (``duckmob: mob_sample: 40% (819,200/2,048,000
+    trajectories, 95,840,211 rows)``): the first after ``QUIET`` seconds (a short output prints nothing), then at
+    most one every ``EVERY`` seconds, and one at the end. Counts of synthetic rows only (post-processing)."""
+
+    QUIET = 5.0
+    EVERY = 10.0
+
+    def __init__(self, desc: str, n: int, enabled: bool | None = None):
+        self.desc, self.n = desc, max(int(n), 1)
+        self.enabled = progress_enabled() if enabled is None else enabled
+        self.done = self.rows = 0
+        self.start = time.monotonic()
+        self.last: float | None = None
+
+    def update(self, trajectories: int, rows: int) -> None:
+        """Count one drawn block (``trajectories`` and their ``rows``)."""
+        self.done += int(trajectories)
+        self.rows += int(rows)
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        finished = self.done >= self.n
+        due = now - self.start >= self.QUIET and (self.last is None or now - self.last >= self.EVERY)
+        if due or (finished and self.last is not None):
+            self.last = now
+            sys.stderr.write(f"duckmob: {self.desc}: {self.done * 100 // self.n}% ({self.done:,}/{self.n:,} "
+                             f"trajectories, {self.rows:,} rows)\n")
+            sys.stderr.flush()
+
+
+@dataclass
+class Output:
+    """One synthetic output: ``n`` trajectories of ``model`` under ``seed`` (its rows are fixed by these three,
+    see the module docstring). ``desc`` names it in progress lines."""
+
+    model: Any
+    n: int
+    seed: np.random.SeedSequence
+    desc: str = "output"
+    progress: Progress | None = None
+
+    def __post_init__(self):
+        if self.progress is None:
+            self.progress = Progress(self.desc, self.n)
+
+    def draw(self, ids) -> Trajectories:
+        """The trajectories ``ids`` (:func:`draw_ids`), counted for progress."""
+        out = draw_ids(self.model, self.n, self.seed, ids)
+        self.progress.update(out.n_trajectories, out.n_points)
+        return out
+
+    def blocks(self) -> Iterator[Trajectories]:
+        """Every block in order (:func:`blocks`), counted for progress."""
+        for b in range(n_blocks(self.n)):
+            part = draw_block(self.model, self.n, self.seed, b)
+            self.progress.update(part.n_trajectories, part.n_points)
+            yield part
+
+    def trajectories(self) -> Trajectories:
+        """The whole output at once (memory: all of it)."""
+        parts = list(self.blocks())
+        return parts[0] if len(parts) == 1 else concat(parts)
+
+    def table(self) -> pa.Table:
+        """The whole output as one synthetic table (traj_id, seq, lat, lon, ts): memory all of it."""
+        return pa.concat_tables([synthetic_table(p) for p in self.blocks()]).combine_chunks()
+
+    def reader(self, batch_size: int | None = None) -> pa.RecordBatchReader:
+        """The output as a RecordBatchReader drawn block by block as it is read (memory: one block). Batches hold
+        one block each, cut to at most ``batch_size`` rows when given; the rows are the same whatever the cut."""
+        if batch_size is not None and int(batch_size) < 1:
+            raise DuckmobError(f"batch_size must be a positive integer, got {batch_size!r}")
+
+        def batches():
+            for part in self.blocks():
+                yield from synthetic_table(part).to_batches(max_chunksize=batch_size)
+        return pa.RecordBatchReader.from_batches(SCHEMA, batches())
+
+
+SCHEMA = synthetic_table(Trajectories.empty()).schema

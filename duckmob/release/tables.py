@@ -17,17 +17,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from duckmob import validators
 from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
+from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.unit import PrivacyUnit
-from duckmob.release import counting, fitting
+from duckmob.release import counting, fitting, sampling
 from duckmob.release.protocol import read_ledger, set_budget as declare
 from duckmob.release.registry import Database
 from duckmob.source import ArrowSource, lineage
 from duckmob.source.schema import Mapping
 from duckmob.source.table import (Prepared, TableSource, count_query, pair_count, prepare, read_sequences,
                                   sequence_arrays)
-from duckmob.trajectories import synthetic_table
+from duckmob.synth import store
 
 
 def home(db: Database) -> str:
@@ -95,9 +97,11 @@ def fit(db: Database, con, relation: str, *, mapping: Mapping, owned: bool = Fal
 
 
 def synthesize(db: Database, con, relation: str, *, mapping: Mapping, owned: bool = False,
-               caller_checked: bool = False, **request) -> pa.Table:
-    """Fit and sample (``synthesize``): the synthetic table. The same request again within a few minutes (a lazy
-    DuckDB relation printed, then fetched) gets the same table back, charged once (:class:`Recent`)."""
+               caller_checked: bool = False, **request) -> sampling.Output:
+    """Fit and open the output (``synthesize``): the synthetic table's :class:`~duckmob.release.sampling.Output`,
+    drawn block by block as it is read. The same request again within a few minutes (a lazy DuckDB relation
+    printed, then fetched) gets the same model and output seed back, so the same rows, charged once
+    (:class:`Recent`)."""
     prepared, r = _prepared_fit(db, con, relation, mapping, owned, caller_checked, request)
     key = _key("synthesize", r.source, prepared.select, request)
     return _synthesized(db, key, r, lambda: TableSource(con, prepared.select, owned=owned),
@@ -105,7 +109,7 @@ def synthesize(db: Database, con, relation: str, *, mapping: Mapping, owned: boo
 
 
 def synthesize_gathered(db: Database, relation: str, temp_tables: list[str] | None, has_user: bool, points,
-                        **request) -> pa.Table:
+                        **request) -> sampling.Output:
     """:func:`synthesize` of rows a SQL macro gathered from the caller's temporary table (:func:`fit_gathered`)."""
     r = _gathered_fit(relation, temp_tables, has_user, request)
     return _synthesized(db, _key("synthesize", r.source, "", request), r, lambda: ArrowSource(points), None)
@@ -117,21 +121,31 @@ def _key(kind: str, source: str, select: str, request: dict) -> str:
     return json.dumps([kind, source, select, request], sort_keys=True, default=str)
 
 
-def _synthesized(db: Database, key: str, r, source, close) -> pa.Table:
-    """Sample the release ``key`` made within the window, or make it (fit with ``source()``) and keep its model and
-    the state of its sampling generator, so that the same request draws the same rows."""
+def _synthesized(db: Database, key: str, r, source, close) -> sampling.Output:
+    """The output of the release ``key`` made within the window, or make it (fit with ``source()``) and keep its
+    model and output seed (a SeedSequence of its NoiseSource), so that the same request draws the same rows. The
+    size check (:func:`fitting.output`) runs before any row is drawn; with an explicit n it ran before the
+    reservation too (:func:`fitting.fit`)."""
     hit = _recent(db, key)
     if hit is None:
         model, _, noise = fitting.fit(db, r, source())
-        rng = noise.generator()
-        db.recent.put(key, (model, rng.bit_generator.state))
+        seed = noise.output_seed()
+        db.recent.put(key, (model, seed))
     else:
         if close is not None:
             close()
-        model, state = hit
-        rng = np.random.Generator(getattr(np.random, state["bit_generator"])())
-        rng.bit_generator.state = state
-    return synthetic_table(fitting.sample(model, r.n, rng))
+        model, seed = hit
+    return fitting.output(model, r.n, seed, r.max_rows, desc=f"synthesize {r.method}")
+
+
+def sample(db: Database, name, n=None, seed=None, max_rows=None) -> sampling.Output:
+    """The output of ``mob_sample``: ``n`` trajectories (None: the model's noisy count) of the stored model
+    ``name`` under ``seed`` (None: OS entropy). Reads no data and spends nothing; refused before any row is drawn
+    when it could have more than ``max_rows`` rows."""
+    name = validators.model_name(name)
+    n, seed, max_rows = validators.n_trajectories(n), validators.seed(seed), validators.max_rows(max_rows)
+    _method, model = read_ledger(db, lambda cur: store.load(cur, name))
+    return fitting.output(model, n, NoiseSource(seed).output_seed(), max_rows, desc=f"mob_sample {name}")
 
 
 def _recent(db: Database, key: str):
@@ -264,6 +278,6 @@ def gathered_pairs(rows):
             np.asarray(rows.field("user_id").fill_null(-1).to_numpy(zero_copy_only=False), np.int64))
 
 
-__all__ = ["fit", "fit_gathered", "synthesize", "synthesize_gathered", "noisy_count", "noisy_count_gathered",
+__all__ = ["fit", "fit_gathered", "synthesize", "synthesize_gathered", "sample", "noisy_count", "noisy_count_gathered",
            "transitions", "transitions_gathered", "set_budget", "check_shadowing", "gathered_key", "home",
            "gathered_pairs"]

@@ -2,7 +2,10 @@
 
 Only decoding and encoding: the gathered columns and one request STRUCT (:class:`duckmob.sql.udf.Request`) arrive as
 constant columns and are handed to the release core (:mod:`duckmob.release`), which validates them, reserves the
-budget, reads the points, fits and records; rows go back as one LIST(STRUCT). The request's ``out_of_core`` (decided
+budget, reads the points, fits and records. ``synthesize`` and ``mob_sample`` stream: their UDF opens the output (a
+:class:`~duckmob.release.sampling.Output` kept under a handle in :class:`~duckmob.release.registry.Outputs`) and
+returns (handle, n, blocks); the macro then calls ``_mob_draw(handle, id)`` on the trajectory ids, 2048 at a time,
+which returns each id's points as one LIST(STRUCT). The request's ``out_of_core`` (decided
 once when the statement is planned) says whether the release reads the table itself, out of core, or gets the
 gathered rows of a temporary table. Sampling a stored model reads no data and spends nothing.
 
@@ -11,7 +14,8 @@ method's default, 0 for PrivTrace), ``method``, ``bbox`` (required, public), ``n
 trajectory count), ``seed`` (NULL: OS entropy; a seed makes noise and sampling reproducible and is recorded as
 "seeded, not for release"), ``privacy_unit`` ('trajectory' or 'user'), ``max_trajectories_per_user`` (k,
 required for 'user': a random subset of at most k trajectories per user is kept and every sensitivity is
-multiplied by k), ``params`` (method-specific hyper-parameters as a JSON string '{"K": 8}' or a STRUCT/MAP
+multiplied by k), ``max_rows`` (the public cap on the output's rows; NULL: :data:`duckmob.validators.MAX_ROWS`),
+``params`` (method-specific hyper-parameters as a JSON string '{"K": 8}' or a STRUCT/MAP
 {'K': 8}), ``outside`` ('drop': points outside the bbox are dropped; a private release cannot refuse because
 of them) and the column mapping (``traj_col``, ``ts_col``, ``lat_col``, ``lon_col``, ``user_col``) of mob_points.
 """
@@ -20,19 +24,22 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from duckmob import release, synth, validators
 from duckmob.errors import DuckmobError
-from duckmob.privacy.noise import NoiseSource
-from duckmob.release import tables
+from duckmob.release import sampling, tables
 from duckmob.source.schema import Mapping, check_points
 from duckmob.sql.privacy import CALLER_TYPE, core_cursor, mapping, path, shadow_checked
 from duckmob.sql.udf import Request, Udf, one_row
 from duckmob.synth import store
+from duckmob.source.batches import concat
 from duckmob.trajectories import synthetic_table
 
 ROWS_TYPE = "STRUCT(traj_id BIGINT, seq BIGINT, lat DOUBLE, lon DOUBLE, ts TIMESTAMP)[]"
 FIT_TYPE = "STRUCT(name VARCHAR, method VARCHAR, source VARCHAR, eps DOUBLE, delta DOUBLE, params VARCHAR)[]"
+# An opened output: its handle in the registry, its number of trajectories and of blocks (sampling.BLOCK each).
+OPEN_TYPE = "STRUCT(handle VARCHAR, n BIGINT, blocks BIGINT)"
 
 
 rows = synthetic_table   # the synthetic table's rows (kept under its old name for callers)
@@ -112,8 +119,8 @@ MAPPING_TYPE = "STRUCT(traj_col VARCHAR, ts_col VARCHAR, lat_col VARCHAR, lon_co
 FIT = Request(source=CALLER_TYPE, out_of_core="BOOLEAN", types="VARCHAR[]", mapping=MAPPING_TYPE, eps="DOUBLE",
               delta="DOUBLE", method="VARCHAR", bbox="DOUBLE[]", privacy_unit="VARCHAR",
               max_trajectories_per_user="BIGINT", params="VARCHAR", outside="VARCHAR", seed="BIGINT", n="BIGINT",
-              name="VARCHAR")
-SAMPLE = Request(name="VARCHAR", n="BIGINT", seed="BIGINT")
+              max_rows="BIGINT", name="VARCHAR")
+SAMPLE = Request(name="VARCHAR", n="BIGINT", seed="BIGINT", max_rows="BIGINT")
 COLUMNS = ["BIGINT[]", "BIGINT[]", "TIMESTAMP[]", "DOUBLE[]", "DOUBLE[]", "BIGINT[]"]   # traj, user, ts, lat, lon, seq
 
 
@@ -121,6 +128,38 @@ def _named(request: dict) -> dict:
     if request["name"] is None:
         raise DuckmobError("a model needs a name: FROM mob_fit('trips', 'my_model', eps := 1.0, ...)")
     return request
+
+
+def _opened(db, output: sampling.Output) -> pa.Array:
+    """Keep ``output`` under a new handle: the one row (handle, n, blocks) the macro streams from."""
+    return pa.array([{"handle": db.outputs.open(output), "n": output.n, "blocks": sampling.n_blocks(output.n)}],
+                    pa.struct([("handle", pa.string()), ("n", pa.int64()), ("blocks", pa.int64())]))
+
+
+def _column(arg) -> pa.Array:
+    if isinstance(arg, pa.ChunkedArray):
+        return arg.combine_chunks() if arg.num_chunks != 1 else arg.chunk(0)
+    return arg
+
+
+def draw(db, handle, ids) -> pa.ListArray:
+    """``_mob_draw``: the points of each trajectory id (one LIST(STRUCT) per row) of the outputs named by
+    ``handle`` (one per query, in practice one per call). Whole blocks are drawn (:func:`sampling.draw_ids`)."""
+    handle, ids = _column(handle), _column(ids).to_numpy(zero_copy_only=False).astype(np.int64)
+    names = pc.unique(handle).to_pylist()
+    parts, order = [], []
+    for name in names:
+        output = db.outputs.get(name) if name is not None else None
+        if output is None:
+            raise DuckmobError("duckmob: this synthetic output is no longer open (unused for an hour, or many outputs "
+                               "were opened since): run the query again")
+        where = np.flatnonzero(pc.equal(handle, name).to_numpy(zero_copy_only=False)) if len(names) > 1 else None
+        parts.append(output.draw(ids if where is None else ids[where]))
+        order.append(where)
+    traj = parts[0] if len(parts) == 1 else concat(parts).take(np.argsort(np.concatenate(order), kind="stable"))
+    struct = synthetic_table(traj).combine_chunks().to_struct_array()
+    struct = struct.chunk(0) if struct.num_chunks else pa.array([], struct.type)
+    return pa.ListArray.from_arrays(pa.array(np.asarray(traj.offsets, np.int64).astype(np.int32)), struct)
 
 
 def udfs(db) -> list[Udf]:
@@ -148,19 +187,17 @@ def udfs(db) -> list[Udf]:
         return one_row(_summary(r.name, r.method, r.source, r.eps, r.delta, model))
 
     def _synthesize(traj, user, ts, lat, lon, seq, request):
-        return one_row(fit_or_synthesize("_mob_synthesize", (traj, user, ts, lat, lon, seq), request, fit=False))
+        return _opened(db, fit_or_synthesize("_mob_synthesize", (traj, user, ts, lat, lon, seq), request, fit=False))
 
     def _sample(request):
-        r = SAMPLE.parse(request, "_mob_sample")
-        name = validators.model_name(r["name"])
-        n, seed = validators.n_trajectories(r["n"]), validators.seed(r["seed"])
-        _method, model = release.read_ledger(db, lambda cur: store.load(cur, name))
-        return one_row(rows(release.sample(model, n, NoiseSource(seed).generator())))
+        return _opened(db, tables.sample(db, **SAMPLE.parse(request, "_mob_sample")))
 
     return [
         Udf("_mob_fit", _fit, COLUMNS, FIT_TYPE, FIT, side_effects=True, special_nulls=True),
-        Udf("_mob_sample", _sample, [], ROWS_TYPE, SAMPLE, side_effects=True, special_nulls=True),
-        Udf("_mob_synthesize", _synthesize, COLUMNS, ROWS_TYPE, FIT, side_effects=True, special_nulls=True),
+        Udf("_mob_sample", _sample, [], OPEN_TYPE, SAMPLE, side_effects=True, special_nulls=True),
+        Udf("_mob_synthesize", _synthesize, COLUMNS, OPEN_TYPE, FIT, side_effects=True, special_nulls=True),
+        Udf("_mob_draw", lambda handle, ids: draw(db, handle, ids), ["VARCHAR", "BIGINT"], ROWS_TYPE,
+            side_effects=True),
     ]
 
 
@@ -175,9 +212,11 @@ def setup(con) -> None:
 def synthesize_table(con, table: str, eps, method: str = "privtrace", *, delta=None, bbox=None, n=None, seed=None,
                      privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None,
                      outside: str = "drop", traj_col: str = "traj_id", ts_col: str = "ts", lat_col: str = "lat",
-                     lon_col: str = "lon", user_col: str = "user_id", **method_params) -> pa.Table:
+                     lon_col: str = "lon", user_col: str = "user_id", max_rows=None, stream: bool = False,
+                     batch_size: int | None = None, **method_params):
     """Python twin of ``FROM synthesize(...)``: fit + sample, one spend of the budget of every base table ``table``
-    reads; a pyarrow Table.
+    reads; a pyarrow Table, or with ``stream=True`` a ``pyarrow.RecordBatchReader`` drawn block by block as it is
+    read (batches of at most ``batch_size`` rows when given). The same rows either way under a seed.
 
     ``table`` is resolved and read on ``con`` (which sees its temporary tables and views), out of core, after the
     reservation. The ledger is written on the release core's own connection: a ROLLBACK of ``con``'s transaction
@@ -186,9 +225,21 @@ def synthesize_table(con, table: str, eps, method: str = "privtrace", *, delta=N
 
     register(con)
     db = release.database(con)
-    return tables.synthesize(
+    output = tables.synthesize(
         db, con, validators.source_name(table),
         mapping=Mapping.of(traj_col=traj_col, ts_col=ts_col, lat_col=lat_col, lon_col=lon_col, user_col=user_col),
         eps=eps, delta=delta, method=method, bbox=bbox, privacy_unit=privacy_unit,
         max_trajectories_per_user=max_trajectories_per_user, params={**synth.parse_params(params), **method_params},
-        outside=outside, seed=seed, n=n)
+        outside=outside, seed=seed, n=n, max_rows=max_rows)
+    return output.reader(batch_size) if stream else output.table()
+
+
+def sample_table(con, name: str, n=None, seed=None, *, max_rows=None, stream: bool = False,
+                 batch_size: int | None = None):
+    """Python twin of ``FROM mob_sample('name', n := ..., seed := ...)``: ``n`` trajectories of the stored model
+    ``name`` (free: no data read, nothing spent), a pyarrow Table or, with ``stream=True``, a RecordBatchReader."""
+    from duckmob.sql import register
+
+    register(con)
+    output = tables.sample(release.database(con), name, n=n, seed=seed, max_rows=max_rows)
+    return output.reader(batch_size) if stream else output.table()

@@ -4,8 +4,17 @@
 --   [min_lat, min_lon, max_lat, max_lon], public), n (NULL: the model's noisy trajectory count), seed (NULL:
 --   OS entropy), privacy_unit ('trajectory' | 'user'), max_trajectories_per_user (k, for 'user'),
 --   params (method-specific: a JSON string '{"K": 8}' or a STRUCT {'K': 8}), outside ('drop': a private
---   release drops points outside the bbox, it cannot refuse because of them),
+--   release drops points outside the bbox, it cannot refuse because of them), max_rows (NULL: 30 billion; an output
+--   that could have more rows, n times the method's public cap on points per trajectory, is refused before any row
+--   is drawn, and with an explicit n before anything is spent),
 --   and the column mapping of mob_points (traj_col, ts_col, lat_col, lon_col, user_col).
+--
+-- Output streams: synthesize and mob_sample open the output once per query (a MATERIALIZED CTE: the fit, or the
+-- stored model loaded, and the output's seed, kept under a handle), then hand _mob_draw the trajectory ids 0 .. n-1,
+-- 2048 at a time, one block per block of ids (ranges of 2048 per block: no list of n ids is built). Each call draws
+-- exactly its block from its own seed stream (duckmob/release/sampling.py), so memory stays one block whatever n
+-- is, and the rows under a seed do not depend on how DuckDB cuts them. The CTEs' columns are named _mob_*: a plain
+-- `n` there would be the macro's parameter n (NULL by default), not the column.
 
 -- params as a JSON string whether given as JSON text, a STRUCT or a MAP.
 CREATE OR REPLACE TEMP MACRO _mob_params_json(params) AS
@@ -29,8 +38,9 @@ CREATE OR REPLACE TEMP MACRO synthesize(tbl, eps := NULL, delta := NULL, method 
                                        n := NULL, seed := NULL, privacy_unit := 'trajectory',
                                        max_trajectories_per_user := NULL, params := NULL, outside := 'drop',
                                        traj_col := 'traj_id', ts_col := 'ts', lat_col := 'lat', lon_col := 'lon',
-                                       user_col := 'user_id') AS TABLE
-SELECT unnest(_mob_synthesize(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id AS BIGINT)),
+                                       user_col := 'user_id', max_rows := NULL) AS TABLE
+WITH _mob_out AS MATERIALIZED (
+SELECT _mob_synthesize(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id AS BIGINT)),
                               list(TRY_CAST(ts AS TIMESTAMP)), list(TRY_CAST(lat AS DOUBLE)),
                               list(TRY_CAST(lon AS DOUBLE)),
                               list(TRY_CAST(seq AS BIGINT)) FILTER (WHERE TRY_CAST(ts AS TIMESTAMP) IS NULL),
@@ -41,9 +51,14 @@ SELECT unnest(_mob_synthesize(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(u
                                'eps': eps, 'delta': delta, 'method': method, 'bbox': bbox,
                                'privacy_unit': privacy_unit, 'max_trajectories_per_user': max_trajectories_per_user,
                                'params': _mob_params_json(params), 'outside': outside, 'seed': seed, 'n': n,
-                               'name': NULL}), recursive := true)
+                               'max_rows': max_rows, 'name': NULL}) AS _mob_o
 FROM _mob_raw_points(tbl, traj_col, ts_col, lat_col, lon_col, user_col)
-WHERE NOT _mob_readable(tbl);
+WHERE NOT _mob_readable(tbl)),
+_mob_blocks AS (SELECT struct_extract(_mob_o, 'handle') AS _mob_h, struct_extract(_mob_o, 'n') AS _mob_n,
+                       unnest(range(struct_extract(_mob_o, 'blocks'))) AS _mob_b FROM _mob_out),
+_mob_ids AS (SELECT _mob_h, unnest(range(_mob_b * 2048, least(_mob_b * 2048 + 2048, _mob_n))) AS _mob_i
+             FROM _mob_blocks)
+SELECT unnest(_mob_draw(_mob_h, _mob_i), recursive := true) FROM _mob_ids;
 
 -- Fit once (one ledger entry) and store the model in duckmob_models under `name`; returns one summary row.
 CREATE OR REPLACE TEMP MACRO mob_fit(tbl, name, eps := NULL, delta := NULL, method := 'privtrace', bbox := NULL,
@@ -59,13 +74,20 @@ SELECT unnest(_mob_fit(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id 
                                     'user_col': user_col},
                         'eps': eps, 'delta': delta, 'method': method, 'bbox': bbox, 'privacy_unit': privacy_unit,
                         'max_trajectories_per_user': max_trajectories_per_user, 'params': _mob_params_json(params),
-                        'outside': outside, 'seed': seed, 'n': NULL, 'name': name}), recursive := true)
+                        'outside': outside, 'seed': seed, 'n': NULL, 'max_rows': NULL, 'name': name}),
+              recursive := true)
 FROM _mob_raw_points(tbl, traj_col, ts_col, lat_col, lon_col, user_col)
 WHERE NOT _mob_readable(tbl);
 
--- Draw n trajectories from a stored model: no data is read and no budget is spent.
-CREATE OR REPLACE TEMP MACRO mob_sample(name, n := NULL, seed := NULL) AS TABLE
-SELECT unnest(_mob_sample({'name': name, 'n': n, 'seed': seed}), recursive := true);
+-- Draw n trajectories from a stored model: no data is read and no budget is spent. Streams as synthesize does.
+CREATE OR REPLACE TEMP MACRO mob_sample(name, n := NULL, seed := NULL, max_rows := NULL) AS TABLE
+WITH _mob_out AS MATERIALIZED (
+    SELECT _mob_sample({'name': name, 'n': n, 'seed': seed, 'max_rows': max_rows}) AS _mob_o),
+_mob_blocks AS (SELECT struct_extract(_mob_o, 'handle') AS _mob_h, struct_extract(_mob_o, 'n') AS _mob_n,
+                       unnest(range(struct_extract(_mob_o, 'blocks'))) AS _mob_b FROM _mob_out),
+_mob_ids AS (SELECT _mob_h, unnest(range(_mob_b * 2048, least(_mob_b * 2048 + 2048, _mob_n))) AS _mob_i
+             FROM _mob_blocks)
+SELECT unnest(_mob_draw(_mob_h, _mob_i), recursive := true) FROM _mob_ids;
 
 -- The stored models with their method, privacy unit, parameters (JSON), spend and whether the fit was seeded
 -- ("seeded, not for release").

@@ -41,8 +41,10 @@ class Plan:
     ``event``: the accounting event to reserve; ``bbox`` and ``needs_time``: what the method reads of a trajectory
     (the source drops points outside the bbox and, with ``needs_time``, points without a time); ``sample_rate``:
     DP-SGD's Poisson sampling rate (None for a method without DP-SGD); ``default_size``: the public number of
-    trajectories the plan assumes before its noisy count is known (None when the spend does not depend on it). A
-    method subclasses it with the rest of its schedule (noise multipliers, steps, budget shares)."""
+    trajectories the plan assumes before its noisy count is known (None when the spend does not depend on it);
+    ``max_points``: the public cap on the points of one sampled trajectory, from the config (the model's
+    :attr:`Model.max_points`), so that an output's size (``n * max_points``) is checked before anything is spent.
+    A method subclasses it with the rest of its schedule (noise multipliers, steps, budget shares)."""
 
     eps: float
     delta: float
@@ -50,6 +52,7 @@ class Plan:
     event: Event
     bbox: BBox
     needs_time: bool
+    max_points: int
     sample_rate: float | None = None
     default_size: int | None = None
 
@@ -105,6 +108,12 @@ class Model(ABC):
         if self.default_n is None or "count_scale" not in info:
             return None
         return {"value": self.default_n, "eps": info["count_eps"], "k": info["count_k"], "scale": info["count_scale"]}
+
+    @property
+    @abstractmethod
+    def max_points(self) -> int:
+        """The most points one sampled trajectory can have: a public cap from the config (what :meth:`sample`
+        really cuts at), so an output of ``n`` trajectories has at most ``n * max_points`` rows."""
 
     @abstractmethod
     def sample(self, n: int, rng: np.random.Generator) -> Trajectories:

@@ -49,6 +49,10 @@ class FakeModel(Model):
     def default_n(self) -> int:
         return max(int(round(self.n_noisy)), 0)
 
+    @property
+    def max_points(self) -> int:
+        return 2
+
     def sample(self, n: int, rng: np.random.Generator):
         lat = (self.bbox[0] + self.bbox[2]) / 2 + rng.normal(0, 1e-4, 2 * n)
         lon = (self.bbox[1] + self.bbox[3]) / 2 + rng.normal(0, 1e-4, 2 * n)
@@ -73,6 +77,7 @@ class Fake(Synthesizer):
     def plan(self, eps: float, delta: float, unit: PrivacyUnit = PrivacyUnit(), prior=None) -> FakePlan:
         count_eps = accounting.split(eps, {"count": self.config.count_share})["count"]
         return FakePlan(eps=eps, delta=delta, unit=unit, event=accounting.laplace(count_eps), bbox=self.bbox,
+                        max_points=2,
                         needs_time=self.needs_time, count_eps=count_eps)
 
     def fit(self, source, plan: FakePlan, release) -> FakeModel:

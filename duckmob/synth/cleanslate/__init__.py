@@ -189,6 +189,12 @@ def chained_paths(router: "Router", source, dest, slot, stops: list[np.ndarray],
     return path
 
 
+def max_points(config: CleanSlateConfig) -> int:
+    """The public cap on the points of one sampled trajectory: ``max_path`` (default ``3 w``) cells, one point per
+    cell (a one-cell path gets two)."""
+    return max(int(config.max_path or 3 * config.w), 2)
+
+
 def budget_parts(eps: float, config: CleanSlateConfig) -> tuple[float, float]:
     """``(eps_count, eps_prior)``: the count's share of eps, and the prior's share of what the count leaves
     (module docstring, 1-2)."""
@@ -272,6 +278,11 @@ class CleanSlateModel(NeuralModel):
             tpg.load_state_dict(self.state["tpg"], strict=False)   # log_mask is public structure, rebuilt
             self._nets = (ti.eval(), tpg.eval())
         return self._nets
+
+    @property
+    def max_points(self) -> int:
+        """``max_path`` cells, one point each (every path is cut there, waypoint chains included)."""
+        return max_points(self.config)
 
     def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
         """Draw ``n`` synthetic trajectories (post-processing; vectorised over trajectories) on the config's
@@ -407,7 +418,8 @@ class CleanSlate(Synthesizer):
         sigma_tpg = accounting.calibrate_noise_multiplier(fixed + [ti], q, steps_tpg, eps, delta, prior=prior)
         event = accounting.compose(fixed + [ti, accounting.dp_sgd(sigma_tpg, q, steps_tpg)])
         return CleanSlatePlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox,
-                              needs_time=self.needs_time, sample_rate=q, default_size=config.n_hint,
+                              needs_time=self.needs_time, max_points=max_points(config), sample_rate=q,
+                              default_size=config.n_hint,
                               eps_count=eps_count, eps_prior=eps_prior, steps_ti=steps_ti, steps_tpg=steps_tpg,
                               sigma_ti=sigma_ti, sigma_tpg=sigma_tpg)
 

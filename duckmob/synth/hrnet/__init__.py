@@ -189,6 +189,13 @@ def build_network(method: str, config: HRNetConfig) -> torch.nn.Module:
     return BaselineModel(depth, config.n_time, config.loc_dim, config.time_dim, config.hidden)
 
 
+def max_points(config: HRNetConfig) -> int:
+    """The public cap on the points of one sampled trajectory: placement's ``max_points`` when points are routed
+    (``output := 'points'``); else ``max_len`` cells, one point each (a one-cell sequence gets two)."""
+    routed = config.placing and config.pois is None and config.output == "points"
+    return int(config.max_points) if routed else max(int(config.max_len), 2)
+
+
 def release_lengths(lengths: np.ndarray, max_len: int, eps: float, noise,
                     max_trajectories_per_user: int = 1) -> np.ndarray | None:
     """The eps-DP length distribution over 1 .. ``max_len`` cells (module docstring, release 2).
@@ -268,6 +275,11 @@ class FittedModel(NeuralModel):
                 self.fine, bbox, placement.coarse_of_fine(self.fine.w, bbox, lambda la, lo: cell_of(la, lo, bbox, w)),
                 w * w, config.anchors, config.route_draws, config.step_m)
         return self._placement
+
+    @property
+    def max_points(self) -> int:
+        """:func:`max_points` of the config; ``max_len`` (at least 2) for a model without a fine stage."""
+        return max_points(self.config) if self.fine is not None else max(int(self.config.max_len), 2)
 
     def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
         """Draw ``n`` synthetic trajectories (post-processing; vectorised over trajectories).
@@ -413,7 +425,7 @@ class _Base(Synthesizer):
         sigma = calibrate_noise_multiplier(fixed, q, steps, eps, delta, prior=prior)
         event = accounting.compose(fixed + [accounting.dp_sgd(sigma, q, steps)])
         return HRNetPlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox, needs_time=self.needs_time,
-                         sample_rate=q, default_size=default_size,
+                         max_points=max_points(config), sample_rate=q, default_size=default_size,
                          eps_count=eps_count, eps_lengths=eps_lengths, eps_fine=eps_fine, eps_pretrain=eps_pretrain,
                          expected_batch=q * units, steps=steps, noise_multiplier=sigma)
 

@@ -160,6 +160,11 @@ class PateGailModel(NeuralModel):
             rollout(self.policy(), env, torch_generator(rng, torch.device("cpu")))
         return env.episodes()
 
+    @property
+    def max_points(self) -> int:
+        """``max_steps + 1``: one point at the start of the first slot and one at the end of every step."""
+        return int(self.config.max_steps) + 1
+
     def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
         """``n`` trajectories: one point per (episode, cell) uniformly inside the cell (an episode that comes
         back to a cell comes back to its point), at the start of the first slot and the end of every slot."""
@@ -244,7 +249,7 @@ class PateGail(Synthesizer):
         sigma = accounting.calibrate_gaussian_rounds(fixed, config.rounds, eps, delta)
         event = accounting.compose(fixed + [accounting.gaussian_rounds(sigma, config.rounds)])
         return PateGailPlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox, needs_time=self.needs_time,
-                            eps_start=eps_start, count_eps=count_eps, sigma_round=sigma, rounds=config.rounds)
+                            max_points=int(config.max_steps) + 1, eps_start=eps_start, count_eps=count_eps, sigma_round=sigma, rounds=config.rounds)
 
     # -- data ------------------------------------------------------------------------------------------------
     def devices(self, data: Trajectories, max_trajectories_per_user: int) -> np.ndarray:

@@ -213,6 +213,11 @@ class PrivTraceModel(Model):
                                   hazard_by_len=hazard(self.len_edges, probs / probs.sum()))
         return self._prepared
 
+    @property
+    def max_points(self) -> int:
+        """Placement's ``max_points`` with the fine stage; else ``max_len`` (one point per visited state)."""
+        return int(self.config.max_points) if self.fine is not None else int(self.config.max_len)
+
     def sample_states(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``n`` synthetic state sequences: (offsets (n+1), states)."""
         return random_walks(int(n), rng, end_bias=float(self.config.end_bias), backtrack=float(self.config.backtrack),
@@ -302,7 +307,7 @@ class PrivTrace(Synthesizer):
         fine_events = placement.privacy_events(eps, config, k)
         event = accounting.compose([accounting.laplace(e) for e in part_eps.values()] + fine_events)
         return PrivTracePlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox, needs_time=self.needs_time,
-                             part_eps=part_eps, scales=scales,
+                             max_points=int(config.max_points if config.placing else config.max_len), part_eps=part_eps, scales=scales,
                              fine_scales=placement.scales(eps, config, k) if config.placing else None)
 
     def fit(self, source, plan: PrivTracePlan, release: ReleaseContext) -> PrivTraceModel:
