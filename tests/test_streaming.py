@@ -1,0 +1,185 @@
+"""Streamed output (issue 31): synthesize and mob_sample draw their rows block by block, in memory bounded by one
+block whatever n is; a seed fixes the rows whatever the chunk or batch size (SQL, the Python table, the Python
+reader); every method's public max_points really bounds its sampled trajectories; the registry of open outputs
+stays bounded; long outputs report progress."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import duckmob
+from duckmob.errors import DuckmobError
+from duckmob.release import registry, sampling
+
+BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
+
+
+@pytest.fixture(scope="module")
+def con():
+    c = duckmob.connect()
+    c.execute("CREATE TABLE trips AS FROM mob_geolife_sample()")
+    c.execute("FROM mob_set_budget('trips', eps := 100, delta := 1e-5)").fetchall()
+    c.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {BBOX}, seed := 1)").fetchall()
+    yield c
+    c.close()
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    return table.sort_by([("traj_id", "ascending"), ("seq", "ascending")])
+
+
+def test_a_seed_gives_the_same_rows_whatever_the_chunk_or_batch_size(con):
+    n = 5000   # three blocks, the last one partial
+    sql = con.sql("FROM mob_sample('m', n := 5000, seed := 3)").to_arrow_table()
+    assert sql.column("traj_id").to_pylist() == sorted(sql.column("traj_id").to_pylist())   # in order, as drawn
+    assert len(set(sql.column("traj_id").to_pylist())) == n
+    table = duckmob.sample(con, "m", n, seed=3)
+    assert table.equals(sql)
+    for batch_size in (None, 1, 777, 100_000):
+        reader = duckmob.sample(con, "m", n, seed=3, stream=True, batch_size=batch_size)
+        assert isinstance(reader, pa.RecordBatchReader)
+        assert reader.read_all().equals(sql)
+    for batch_size in (100, 5000):   # DuckDB's own batches of the streamed query
+        reader = con.sql("FROM mob_sample('m', n := 5000, seed := 3)").to_arrow_reader(batch_size)
+        assert reader.read_all().equals(sql)
+    assert not duckmob.sample(con, "m", n, seed=4).equals(sql)
+    # a trajectory's rows depend on (model, seed, n, its id) only: the first 2048 of a smaller output differ (n is
+    # part of the block's size), but any ids, in any order and misaligned, give the rows of the whole output
+    from duckmob import release
+    from duckmob.synth import store
+
+    _, model = release.read_ledger(release.database(con), lambda cur: store.load(cur, "m"))
+    seed = np.random.SeedSequence(42)
+    whole = sampling.Output(model, n, seed).trajectories()
+    ids = np.array([4999, 17, 2047, 2048, 3000, 0])
+    part = sampling.draw_ids(model, n, seed, ids)
+    assert part.traj_id.tolist() == ids.tolist()
+    for k, i in enumerate(ids):
+        a, b = part.offsets[k], part.offsets[k + 1]
+        c, d = whole.offsets[i], whole.offsets[i + 1]
+        assert np.array_equal(part.lat[a:b], whole.lat[c:d]) and np.array_equal(part.lon[a:b], whole.lon[c:d])
+
+
+def test_synthesize_streams_the_same_rows_as_its_table_and_as_sql(con):
+    sql = con.sql(f"FROM synthesize('trips', eps := 1.0, bbox := {BBOX}, seed := 8, n := 3000)").to_arrow_table()
+    table = duckmob.synthesize(con, "trips", 1.0, bbox=BBOX, seed=8, n=3000)
+    reader = duckmob.synthesize(con, "trips", 1.0, bbox=BBOX, seed=8, n=3000, stream=True, batch_size=999)
+    assert isinstance(reader, pa.RecordBatchReader)
+    assert table.equals(sql) and reader.read_all().equals(sql)
+    assert len(set(sql.column("traj_id").to_pylist())) == 3000
+
+
+def test_one_query_opens_its_output_once_and_the_registry_stays_bounded(con):
+    from duckmob import release
+
+    db = release.database(con)
+    before = len(db.outputs._items)
+    got = con.sql("SELECT count(*), count(DISTINCT traj_id) FROM mob_sample('m', n := 4100, seed := 1)").fetchall()
+    assert got[0][1] == 4100
+    assert len(db.outputs._items) == min(before + 1, registry.Outputs.SIZE)
+    outputs = registry.Outputs()
+    handles = [outputs.open(k) for k in range(registry.Outputs.SIZE + 3)]
+    assert len(outputs._items) == registry.Outputs.SIZE
+    assert outputs.get(handles[0]) is None and outputs.get(handles[-1]) == registry.Outputs.SIZE + 2
+    from duckmob.sql.synth import draw
+
+    with pytest.raises(DuckmobError, match="no longer open .* run the query again"):
+        draw(db, pa.array(["no-such-handle"]), pa.array([0], pa.int64()))
+
+
+def test_progress_lines_say_trajectories_and_rows_and_are_off_under_pytest(capsys, monkeypatch):
+    assert not sampling.progress_enabled()
+    monkeypatch.setenv("DUCKMOB_PROGRESS", "1")
+    assert sampling.progress_enabled()
+    monkeypatch.setattr(sampling.Progress, "QUIET", 0.0)
+    monkeypatch.setattr(sampling.Progress, "EVERY", 0.0)
+    p = sampling.Progress("mob_sample m", 4096)
+    p.update(2048, 90_000)
+    p.update(2048, 91_000)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["duckmob: mob_sample m: 50% (2,048/4,096 trajectories, 90,000 rows)",
+                     "duckmob: mob_sample m: 100% (4,096/4,096 trajectories, 181,000 rows)"]
+    quiet = sampling.Progress("x", 10, enabled=False)
+    quiet.update(10, 10)
+    assert capsys.readouterr().err == ""
+
+
+# method -> (small public hyper-parameters that keep a fit to seconds, with caps small enough to bind)
+CAPPED = {
+    "privtrace": {"max_points": 12},
+    "privtrace_cells": {"output": "cells", "max_len": 4},
+    "hrnet": {"epochs": 1, "pretrain_iterations": 10, "n_hint": 200, "max_len": 3},
+    "hrnet_points": {"epochs": 1, "pretrain_iterations": 10, "n_hint": 200, "output": "points", "max_points": 9},
+    "cleanslate": {"ti_epochs": 1, "tpg_epochs": 1, "n_hint": 200, "max_path": 5},
+    "pategail": {"rounds": 1, "episodes": 16, "max_steps": 3},
+    "fake": {},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CAPPED))
+def test_every_methods_max_points_bounds_its_sampled_trajectories(case):
+    from duckmob import synth
+    from duckmob.privacy.noise import NoiseSource
+    from duckmob.synth.base import fit_unrecorded
+    from duckmob.trajectories import from_points
+
+    if case == "fake":
+        from tests.synth import fake_method
+
+        cls = fake_method.Fake
+    else:
+        cls = synth.get(case.split("_")[0])
+    c = duckdb.connect()
+    c.execute("CREATE TABLE t AS SELECT * FROM read_parquet(?) WHERE traj_id IN (SELECT DISTINCT traj_id FROM "
+              "read_parquet(?) ORDER BY traj_id LIMIT 200)", [_sample_path()] * 2)
+    data, _ = from_points(c.sql("FROM t").to_arrow_table(), private=True, bbox=BBOX, outside="drop")
+    c.close()
+    synthesizer = cls(BBOX, **CAPPED[case])
+    plan = synthesizer.plan(4.0, synthesizer.default_delta or 1e-3)
+    model = fit_unrecorded(synthesizer, data, 4.0, synthesizer.default_delta or 1e-3, NoiseSource(5))
+    assert plan.max_points == model.max_points >= 2
+    out = model.sample(400, np.random.default_rng(2))
+    assert out.n_trajectories == 400
+    assert out.lengths.max() <= model.max_points, (case, int(out.lengths.max()), model.max_points)
+
+
+def _sample_path():
+    from duckmob.demo import sample_path
+
+    return str(sample_path())
+
+
+def test_streamed_copy_stays_in_bounded_memory_and_matches_a_smaller_batch_size(tmp_path):
+    """COPY (FROM mob_sample(...)) TO parquet, in a fresh process: the peak RSS grows far less than the whole output
+    would take in memory, and the file holds the rows that a Python reader with small batches gives."""
+    script = textwrap.dedent(f"""
+        import json, resource, sys
+        import duckmob
+        con = duckmob.connect()
+        con.execute("CREATE TABLE trips AS FROM mob_geolife_sample()")
+        con.execute("FROM mob_set_budget('trips', eps := 10, delta := 1e-5)").fetchall()
+        con.execute("FROM mob_fit('trips', 'm', eps := 1.0, bbox := {BBOX}, seed := 1)").fetchall()
+        con.sql("FROM mob_sample('m', n := 3000, seed := 2)").fetchall()   # warm: code paths, the model
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        con.execute("COPY (FROM mob_sample('m', n := 100000, seed := 9)) TO '{tmp_path}/x.parquet'")
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        q = "SELECT count(*), count(DISTINCT traj_id), sum(hash(traj_id, seq, lat, lon, ts)) FROM "
+        copied = con.sql(q + "read_parquet('{tmp_path}/x.parquet')").fetchall()[0]
+        reader = duckmob.sample(con, 'm', 100000, seed=9, stream=True, batch_size=1000)
+        streamed = con.sql(q + "reader").fetchall()[0]
+        con.close()
+        print(json.dumps({{"grew_mb": (peak - before) / 1024, "rows": copied[0], "copied": str(copied),
+                          "streamed": str(streamed)}}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["copied"] == got["streamed"]
+    whole_mb = got["rows"] * 40 / 2 ** 20   # the output as Arrow columns: 5 x 8 bytes a row (and more in DuckDB)
+    assert got["rows"] > 2_000_000 and got["grew_mb"] < whole_mb / 3, got
