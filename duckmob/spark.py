@@ -15,8 +15,14 @@ the same two things the out-of-core DuckDB path gives (:mod:`duckmob.source`):
   integer noise-grid steps) runs on each partition in ``mapInArrow``; only those integer tables, bounded by the
   public grid and state sizes, are collected and summed on the driver, where the release core adds the noise once.
 
-So a Spark release equals the DuckDB one on the same rows under the same seed (tests/test_spark.py). The
-synthetic table comes back as a Spark DataFrame. Pointing it at a cluster: build the SparkSession with your master
+So a Spark release fits the same model as the DuckDB one on the same rows under the same seed (tests/test_spark.py).
+
+The synthetic table is sampled on the executors (:func:`sample`): the model's stored bytes are broadcast, and a
+DataFrame of block ids (``spark.range``) is turned into rows by ``mapInArrow``, each partition loading the model
+once and drawing its blocks with :func:`duckmob.release.sampling.draw_block` (2,048 trajectories a block, each
+block from its own stream keyed by the output's seed and the block id). Nothing of the output passes through the
+driver, and the rows are those :func:`duckmob.release.sampling.blocks` draws in one process for the same model and
+seed, whatever the partitioning. Pointing it at a cluster: build the SparkSession with your master
 (``SparkSession.builder.master("yarn")`` or ``spark://...``); duckmob and its dependencies must be installed on the
 executors (the statistics functions are shipped by cloudpickle and import duckmob there). See docs/scale.md.
 """
@@ -33,9 +39,12 @@ from duckmob.source import PointSource
 from duckmob.source import batches as source_batches
 from duckmob.source.schema import Mapping, check_points
 from duckmob.errors import DuckmobError
-from duckmob.trajectories import Trajectories, from_points
+from duckmob.release import fitting, sampling
+from duckmob.trajectories import Trajectories, from_points, synthetic_table
 
 _SUMS_SCHEMA = "name string, sums binary"
+# the synthetic table (duckmob.trajectories.synthetic_table) as Spark types: its ts is a zone-less timestamp
+_ROWS_DDL = "traj_id long, seq long, lat double, lon double, ts timestamp_ntz"
 # source_batches.to_lists' columns as Spark types (Spark's arrays are Arrow lists with 32-bit offsets)
 _LISTS_DDL = "traj_id long, user_id long, ts array<long>, lat array<double>, lon array<double>"
 _LISTS32 = pa.schema([("traj_id", pa.int64()), ("user_id", pa.int64()), ("ts", pa.list_(pa.int64())),
@@ -205,22 +214,56 @@ def set_budget(ledger: str, source: str, eps: float, delta: float) -> dict:
         con.close()
 
 
+def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partitions: int | None = None,
+           max_rows: int | None = None):
+    """``n`` trajectories of ``model`` (None: its noisy count, :func:`duckmob.release.fitting.default_size`) as a
+    Spark DataFrame (traj_id, seq, lat, lon, ts) sampled on the executors: free post-processing of the model. n and
+    the output's size are checked on the driver as the release core checks them (:func:`fitting.output`: refused,
+    before any Spark job, when the output could have more than ``max_rows`` rows).
+
+    The output's blocks of :data:`~duckmob.release.sampling.BLOCK` trajectories are spread over ``partitions``
+    partitions (default: at most four per core of the session, never more than the blocks); each partition reads the
+    broadcast model once and draws its blocks, block ``b`` from its own stream ``block_generator(seed, b)``. So the
+    rows equal those of :func:`duckmob.release.sampling.blocks` for the same model, n and seed (sorted by traj_id,
+    seq), and no partition holds more than one block's rows in Python at a time. Lazy, as any DataFrame: the
+    blocks are drawn when an action (write, count) runs, again at each action (the same rows each time)."""
+    n = fitting.output(model, n, seed, max_rows).n   # the core's n and size checks; its rows are drawn below
+    blocks = sampling.n_blocks(n)
+    if partitions is None:
+        partitions = 4 * spark.sparkContext.defaultParallelism
+    partitions = max(1, min(int(partitions), blocks))
+    stored = spark.sparkContext.broadcast(model.to_bytes())
+    load, method = type(model).from_bytes, model.stored_method()
+    entropy, spawn_key = seed.entropy, tuple(seed.spawn_key)   # a SeedSequence travels as these two
+
+    def draw(batches):
+        here = load(stored.value, method)
+        out_seed = np.random.SeedSequence(entropy, spawn_key=spawn_key)
+        for batch in batches:
+            for block in batch.column(0).to_numpy():
+                yield from synthetic_table(sampling.draw_block(here, n, out_seed, int(block))).to_batches()
+
+    return spark.range(blocks, numPartitions=partitions).mapInArrow(draw, _ROWS_DDL)
+
+
 def synthesize(df, *, source: str, ledger: str, eps, method: str = "privtrace", delta=None, bbox=None, n=None,
                seed=None, privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None,
-               partitions: int | None = None, traj_col="traj_id", ts_col="ts", lat_col="lat", lon_col="lon",
-               user_col="user_id", **method_params):
+               max_rows=None, partitions: int | None = None, output_partitions: int | None = None,
+               traj_col="traj_id", ts_col="ts", lat_col="lat", lon_col="lon", user_col="user_id", **method_params):
     """``synthesize`` on a Spark DataFrame: fit + sample, one spend of ``source``'s budget recorded in the DuckDB
     file ``ledger`` (declare it first with :func:`set_budget`); returns the synthetic table as a Spark DataFrame
-    (traj_id, seq, lat, lon, ts). Arguments as the SQL macro's; ``source`` is the name the ledger records."""
+    (traj_id, seq, lat, lon, ts) sampled on the executors (:func:`sample`, in ``output_partitions`` partitions).
+    Arguments as the SQL macro's (``max_rows`` too: an explicit n is checked before the reservation); ``source`` is
+    the name the ledger records; ``partitions`` are the input's."""
     from duckmob import synth
-    from duckmob.sql.synth import rows
 
     con = _ledger(ledger)
     try:
         db = release.database(con)
         r = release.fit_request(source=source, eps=eps, delta=delta, method=method, bbox=bbox,
                                 privacy_unit=privacy_unit, max_trajectories_per_user=max_trajectories_per_user,
-                                params={**synth.parse_params(params), **method_params}, seed=seed, n=n)
+                                params={**synth.parse_params(params), **method_params}, seed=seed, n=n,
+                                max_rows=max_rows)
         src = SparkSource(df, partitions=partitions, traj_col=traj_col, ts_col=ts_col, lat_col=lat_col,
                           lon_col=lon_col, user_col=user_col)
         if r.unit.is_user and not src.has_user:
@@ -228,10 +271,10 @@ def synthesize(df, *, source: str, ledger: str, eps, method: str = "privtrace", 
                                "each trajectory is: name its user column with user_col=..., or use "
                                "privacy_unit='trajectory'")
         model, _, noise = release.fit(db, r, src)
-        out = rows(release.sample(model, r.n, noise.generator()))
     finally:
         con.close()
-    return df.sparkSession.createDataFrame(out)
+    return sample(df.sparkSession, model, r.n, noise.output_seed(), partitions=output_partitions,
+                  max_rows=r.max_rows)
 
 
-__all__ = ["SparkSource", "SparkBatches", "synthesize", "set_budget"]
+__all__ = ["SparkSource", "SparkBatches", "sample", "synthesize", "set_budget"]

@@ -1,13 +1,16 @@
 """duckmob.spark on local[2]: Spark and DuckDB give the same reduced tables, and the same release, on the same rows.
 
 pyspark comes with the [test] extra (duckmob[spark]); skipped when it or Java is missing. One SparkSession for the
-module, 300 trajectories: under a minute, mostly Spark's start and its first job."""
+module, 300 trajectories: under a minute, mostly Spark's start and its first job. The synthetic table is sampled on
+the executors (Spark's Python workers are processes of their own: what the driver's monkeypatches forbid, they may
+do)."""
 
 import shutil
 import sys
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pytest
 
 pyspark = pytest.importorskip("pyspark")
@@ -16,13 +19,19 @@ if shutil.which("java") is None:
     pytest.skip("Spark needs Java", allow_module_level=True)
 
 import duckmob  # noqa: E402
+from duckmob import release  # noqa: E402
 from duckmob import spark as dspark  # noqa: E402
+from duckmob.release import fitting, sampling  # noqa: E402
+from duckmob.release.fitting import default_size  # noqa: E402
 from duckmob.privacy.unit import PrivacyUnit  # noqa: E402
 from duckmob.source import batches as source_batches, table as stream  # noqa: E402
 from duckmob.sql.synth import synthesize_table  # noqa: E402
 from duckmob.synth import placement  # noqa: E402
+from duckmob.synth.base import fit_unrecorded  # noqa: E402
+from duckmob.synth.privtrace import PrivTrace  # noqa: E402
 from duckmob.synth.privtrace.markov import density_sums  # noqa: E402
 from duckmob.synth.cells import state_sequences, uniform_grid  # noqa: E402
+from duckmob.trajectories import from_points, synthetic_table  # noqa: E402
 
 SAMPLE = "duckmob/data/geolife_sample.parquet"
 BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
@@ -101,12 +110,24 @@ def test_spark_and_duckdb_reduce_to_the_same_tables(data):
         assert np.array_equal(getattr(got_visits, name), getattr(want_visits, name)), name
 
 
+def _shares(table, w: int = 8) -> np.ndarray:
+    """Each cell's share of a synthetic table's points on a w x w grid of BBOX (the density compared by eye in
+    mob_plot_density)."""
+    lat, lon = table.column("lat").to_numpy(), table.column("lon").to_numpy()
+    i = np.clip(((lat - BBOX[0]) / (BBOX[2] - BBOX[0]) * w).astype(int), 0, w - 1)
+    j = np.clip(((lon - BBOX[1]) / (BBOX[3] - BBOX[1]) * w).astype(int), 0, w - 1)
+    return np.bincount(i * w + j, minlength=w * w) / len(lat)
+
+
 def test_spark_synthesize_equals_duckdb(data, monkeypatch):
     """One PrivTrace release on Spark and on DuckDB (read out of core in several buckets): the method's own reduced
-    tables (both passes) are equal, only they reach the driver (no point is collected), and the release core
-    records the same spend and returns the same synthetic table."""
+    tables (both passes) are equal, only they reach the driver (no point is collected), and the release core records
+    the same spend and fits the same model. The synthetic table is sampled on the executors, nothing on the driver:
+    three blocks over two partitions give, row for row, what sampling.blocks draws in one process from that model and
+    the release's output seed, which is DuckDB's table; under another seed, other rows in the same distribution."""
     folder, path, session = data
     reduced = {"spark": [], "duckdb": []}
+    models, samples = [], []
 
     def record(cls, key):
         reduce = cls.reduce
@@ -120,26 +141,59 @@ def test_spark_synthesize_equals_duckdb(data, monkeypatch):
     def collected(self):
         raise AssertionError("points were collected to the driver")
 
+    fit, sample = PrivTrace.fit, dspark.sample
+
+    def fit_spy(self, *args, **kwargs):
+        models.append(fit(self, *args, **kwargs))
+        return models[-1]
+
+    def sample_spy(spark, model, n, seed, **kwargs):
+        samples.append((model, n, seed))
+        return sample(spark, model, n, seed, **kwargs)
+
     record(dspark.SparkBatches, "spark")
     record(source_batches.Batches, "duckdb")
     monkeypatch.setattr(dspark.SparkBatches, "__iter__", collected)
     monkeypatch.setattr(stream, "BUCKET_POINTS", 3000)
+    monkeypatch.setattr(PrivTrace, "fit", fit_spy)
+    monkeypatch.setattr(dspark, "sample", sample_spy)
     ledger = str(folder / "ledger.duckdb")
     dspark.set_budget(ledger, "trips", 10.0, 1e-5)
+    n = 2 * sampling.BLOCK + 100
     out = dspark.synthesize(session.read.parquet(path), source="trips", ledger=ledger, eps=2.0, bbox=BBOX, seed=3,
-                            n=20, privacy_unit="user", max_trajectories_per_user=20, partitions=3)
-    got = [tuple(r) for r in out.collect()]
+                            n=n, privacy_unit="user", max_trajectories_per_user=20, partitions=3,
+                            output_partitions=2)
+    [(model, n_drawn, seed)] = samples
+    assert model is models[0] and n_drawn == n and seed.entropy == 3   # the release's model and seeded stream
+    with monkeypatch.context() as driver:   # the driver draws nothing: the executors' Python workers do
+        def drawn_here(*args, **kwargs):
+            raise AssertionError("the synthetic table was sampled on the driver")
+        for owner, name in ((type(model), "sample"), (sampling, "draw_block"), (release, "sample")):
+            driver.setattr(owner, name, drawn_here)
+        assert out.rdd.getNumPartitions() == 2
+        got = out.toArrow().sort_by([("traj_id", "ascending"), ("seq", "ascending")])
+    want = synthetic_table(source_batches.concat(list(sampling.blocks(model, n, seed))))
+    assert got.schema == want.schema and got.num_rows > 2 * n
+    assert got.equals(want)
+    assert got.column("traj_id").to_numpy()[-1] == n - 1
+
     con = duckdb.connect()
     duckmob.register(con)
     con.execute(f"CREATE TABLE trips AS FROM '{path}'")
     con.execute("FROM mob_set_budget('trips', eps := 10, delta := 1e-5)").fetchall()
-    want = synthesize_table(con, "trips", 2.0, bbox=BBOX, seed=3, n=20, privacy_unit="user",
-                            max_trajectories_per_user=20)
+    ddb = synthesize_table(con, "trips", 2.0, bbox=BBOX, seed=3, n=n, privacy_unit="user",
+                           max_trajectories_per_user=20)
     spend = "SELECT source, mechanism, epsilon, delta, privacy_unit, params, event, seeded, status FROM duckmob_ledger"
     want_spend = con.sql(spend).fetchall()
     con.close()
-    assert got == [tuple(r.values()) for r in want.to_pylist()]
-    assert len(got) > 40
+    assert len(models) == 2 and models[0].to_bytes() == models[1].to_bytes()
+    # DuckDB derives its output seed as Spark does (NoiseSource.output_seed after the fit): the same rows
+    assert ddb.equals(want)
+    # another seed, drawn on the executors: other rows, the DuckDB table's size and density
+    other = dspark.sample(session, model, n, np.random.SeedSequence(99), partitions=3).toArrow()
+    assert other.num_rows != ddb.num_rows and len(set(other.column("traj_id").to_pylist())) == n
+    assert abs(other.num_rows / ddb.num_rows - 1) < 0.05
+    assert 0.5 * np.abs(_shares(other) - _shares(ddb)).sum() < 0.05
     assert len(reduced["spark"]) == len(reduced["duckdb"]) == 2      # PrivTrace's two passes
     for a, b in zip(reduced["spark"], reduced["duckdb"]):
         assert a.keys() == b.keys()
@@ -150,6 +204,31 @@ def test_spark_synthesize_equals_duckdb(data, monkeypatch):
     rows = led.sql(spend).fetchall()
     led.close()
     assert rows == want_spend and len(rows) == 1 and rows[0][-1] == "spent"
+
+
+def test_spark_sample_sizes_and_checks_like_the_core(data):
+    """dspark.sample without n draws the model's noisy count (default_size), in one block and partition here; an n
+    or a size (n * max_points over max_rows) the release core refuses is refused before any Spark job, with the
+    core's message."""
+    _folder, path, session = data
+    con = duckdb.connect()
+    points = con.sql(f"FROM '{path}'").arrow()
+    points = points if isinstance(points, pa.Table) else points.read_all()
+    con.close()
+    trajectories, _ = from_points(points, bbox=BBOX, outside="drop", private=True)
+    model = fit_unrecorded(PrivTrace(BBOX), trajectories, 2.0)
+    seed = np.random.SeedSequence(11)
+    out = dspark.sample(session, model, None, seed)
+    assert out.rdd.getNumPartitions() == 1
+    got = out.toArrow().sort_by([("traj_id", "ascending"), ("seq", "ascending")])
+    want = synthetic_table(sampling.draw_block(model, default_size(model), seed, 0))
+    assert got.equals(want) and len(set(got.column("traj_id").to_pylist())) == default_size(model)
+    for bad, max_rows in ((0, None), (-3, None), (2.5, None), (10, 9 * model.max_points)):
+        with pytest.raises(duckmob.DuckmobError) as err:
+            dspark.sample(session, model, bad, seed, max_rows=max_rows)
+        with pytest.raises(duckmob.DuckmobError) as core:
+            fitting.output(model, bad, seed, max_rows)
+        assert str(err.value) == str(core.value)
 
 
 @pytest.mark.parametrize("column,value", [("lat", "'39.9xyz'"), ("traj_id", "'secret-4242'")])
