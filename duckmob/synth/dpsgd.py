@@ -287,7 +287,8 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
                 lr: float, expected_batch_size: float, rng: np.random.Generator, device: torch.device,
                 progress: bool | None = None, unit_of_row: np.ndarray | None = None,
                 max_trajectories_per_user: int = 1, ema: float = 0.0, lr_final: float = 1.0,
-                check_interrupt: Callable[[], None] | None = None, desc: str = "DP-SGD", group=None) -> TrainingLog:
+                check_interrupt: Callable[[], None] | None = None, desc: str = "DP-SGD", group=None,
+                split_rows: Callable[[np.ndarray], list[np.ndarray]] | None = None) -> TrainingLog:
     """:func:`train` without materialising per-example gradients: opacus's ghost clipping
     (``GradSampleModuleFastGradientClipping``: each row's gradient norm from its layer inputs and output
     gradients; Li et al. 2022; embedding tables by :func:`embedding_norm_sample`) for models built of
@@ -306,6 +307,10 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
     ``k * C_row = max_grad_norm`` (triangle inequality); with ``unit_of_row`` None each row is a unit (k must be
     1). Accounted as ``dp_sgd(noise_multiplier, sample_rate, steps)``. ``group``: as in :func:`train` (a unit's
     rows are all on one worker, so the bound holds per worker and for the all-reduced sum).
+
+    ``split_rows(rows)``: the batch's rows in parts (every row in exactly one), each part's clipped sum computed
+    by its own two passes and the parts' sums added before the noise: the same clipped sum (each row is clipped
+    alone), for less padding when rows are ragged (e.g. parts of similar length). None: one part.
     """
     from opacus.optimizers import DistributedDPOptimizerFastGradientClipping, DPOptimizerFastGradientClipping
 
@@ -331,15 +336,24 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
                 p.grad = torch.zeros_like(p)
             return
         rows, _ = rows_of(units)
-        loss = row_losses(wrapped, rows)
-        loss.sum().backward(retain_graph=True)           # hooks: every row's gradient norm
-        coeff = wrapped.get_clipping_coef().detach()
-        optimizer.zero_grad(set_to_none=True)
-        wrapped.disable_hooks()
-        try:
-            (coeff * loss).sum().backward()               # the sum of the clipped row gradients
-        finally:
-            wrapped.enable_hooks()
+        parts = [rows] if split_rows is None else [part for part in split_rows(rows) if len(part)]
+        total = None
+        for part in parts:
+            loss = row_losses(wrapped, part)
+            loss.sum().backward(retain_graph=True)           # hooks: every row's gradient norm
+            coeff = wrapped.get_clipping_coef().detach()
+            optimizer.zero_grad(set_to_none=True)
+            wrapped.disable_hooks()
+            try:
+                (coeff * loss).sum().backward()               # the sum of the clipped row gradients
+            finally:
+                wrapped.enable_hooks()
+            if len(parts) > 1:
+                grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+                total = grads if total is None else [t.add_(g) for t, g in zip(total, grads)]
+        if total is not None:
+            for p, t in zip(params, total):
+                p.grad = t
 
     try:
         with warnings.catch_warnings():

@@ -68,3 +68,15 @@ class Transitions(nn.Module):
 def loss_of_one(call, current, dest, slot, label, count):
     """One trajectory's loss through ``call`` (the model with the parameters being differentiated)."""
     return call(current[None], dest[None], slot[None], label[None], count[None])[0]
+
+
+def by_width(count: np.ndarray, widths=(4, 8, 16)):
+    """``split_rows`` for :func:`duckmob.synth.dpsgd.train_ghost`: a batch's rows in parts of at most 4, 8, 16
+    and more grams (public edges), so each part is padded to its own longest row rather than the batch's (a few
+    long trajectories would make every row of a batch ``max_grams`` wide). Rows' order kept within a part."""
+    edges = np.asarray(widths)
+
+    def split(rows: np.ndarray) -> list[np.ndarray]:
+        part = np.searchsorted(edges, count[rows])
+        return [rows[part == j] for j in range(len(edges) + 1)]
+    return split
