@@ -19,7 +19,7 @@ from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.release.fitting import fit_request
 from duckmob.synth.base import fit_unrecorded, pack
-from duckmob.synth.pategail import PateGail, PateGailConfig, PateGailModel, PateGailPlan, aggregate, mdp
+from duckmob.synth.pategail import PateGail, PateGailConfig, PateGailModel, PateGailPlan, aggregate, mdp, student
 from duckmob.synth.pategail.discriminators import Ensemble, sample_own
 from duckmob.trajectories import Trajectories
 
@@ -270,3 +270,46 @@ def test_a_model_stored_in_format_1_is_upgraded_and_a_newer_format_refused():
     assert again.describe() == model.describe()
     with pytest.raises(DuckmobError, match="format 3"):
         PateGailModel.from_bytes(pack("pategail", 3, model.payload()))
+
+
+# ------------------------------------------------------------------------------------------- the PATE student
+
+def test_the_student_is_post_processing_the_plan_spends_the_same():
+    """The student reads released sums and generated pairs only: with or without it the plan, its event and the
+    per-round noise multiplier are identical, and every round is still one accounted Gaussian release."""
+    for unit in (PrivacyUnit.trajectory(), PrivacyUnit.user(5)):
+        a = PateGail(BOX, rounds=12).plan(2.0, 1e-5, unit)
+        b = PateGail(BOX, rounds=12, student=False).plan(2.0, 1e-5, unit)
+        assert a.event.to_json() == b.event.to_json() and a.sigma_round == b.sigma_round and a.rounds == 12
+        assert accounting.epsilon(a.event, 1e-5) == pytest.approx(2.0, abs=5e-3)
+    # a fit with the student spends exactly its plan's event, and its model samples
+    rng = np.random.default_rng(1)
+    data = _traj([[(mdp.DAY_US + i * SLOT, *rng.random(2) * 0.9 + 0.05) for i in range(4)] for _ in range(30)])
+    synth = PateGail(BOX, student=True, **FAST)
+    model = fit_unrecorded(synth, data, 2.0, 1e-5, NoiseSource(7))
+    assert model.event_json == synth.plan(2.0, 1e-5).event.to_json()
+    assert model.sample(5, np.random.default_rng(0)).n_trajectories == 5
+
+
+def test_the_student_regresses_the_noised_votes_and_averages_their_noise_out():
+    """Labels at the released noise scale (sd sigma_1 sqrt(B) / n per mean) are mostly noise one by one; the
+    student's prediction over thousands of them is close to the noiseless mean."""
+    rng = np.random.default_rng(0)
+    gen = torch.Generator().manual_seed(0)
+    b, n, sigma = 1000, 1000, 10.0
+    sd = aggregate.split_sigma(sigma, 0.0)[0] * np.sqrt(b) / n         # noise sd of one released mean, 0.32
+    trainer = student.StudentTrainer(mdp.N_FEATURES, 16, 1, 1e-2, 60, 1024, gen)
+    truth = lambda x: 0.3 + 0.4 * (x[:, -1] > 0.5)                     # votes depend on the action
+    for _ in range(20):
+        x = rng.random((b, mdp.N_FEATURES)).astype(np.float32)
+        x[:, -4:] = np.eye(4, dtype=np.float32)[rng.integers(0, 4, b)]
+        s1 = truth(x) * n
+        x1, _ = aggregate.release_round(s1, None, sigma, 0.0, rng)
+        assert np.std(x1 / n - truth(x)) == pytest.approx(sd, rel=0.1)
+        trainer.add(x, aggregate.moments(x1, None, n))
+        trainer.fit()
+    pred = aggregate.moment_rewards(trainer.predict(x), 0.0)
+    assert np.abs(pred - truth(x)).mean() < sd / 4
+    # eq. 3 from the predicted moments: mean - beta sd, the variance clipped to [0, 1/4]
+    m = np.array([[0.5, 0.5], [0.5, 0.1], [0.2, 0.04]])
+    assert aggregate.moment_rewards(m, 0.5).tolist() == pytest.approx([0.5 - 0.25, 0.5, 0.2])

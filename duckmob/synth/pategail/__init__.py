@@ -29,7 +29,9 @@ rounds          per round: B reward sums over devices, and the B sums of        
 sigma_round is calibrated (``accounting.calibrate_gaussian_rounds``) so that the composition of the count, the
 start model and ``rounds`` Gaussian rounds is (eps, delta)-DP by the PLD accountant. It depends on public
 parameters only, so the plan's event (:class:`PateGailPlan`) is exactly what ``fit`` spends. Everything else is
-post-processing: the policy sees generated data and noised rewards only; the start (home = first cell, first slot,
+post-processing: the policy sees generated data and noised rewards only (with ``student := true`` it is
+rewarded by a student network regressed on every round's released sums, PATE's student, ``student.py``: more
+post-processing, nothing more spent); the start (home = first cell, first slot,
 length) of every synthetic episode is drawn from the released histograms, never copied from a real user; the
 discriminators (the "teachers") are never released.
 
@@ -61,6 +63,7 @@ from duckmob.synth.dpsgd import torch_generator
 from duckmob.synth.pategail import aggregate, mdp
 from duckmob.synth.pategail.discriminators import Ensemble, sample_own
 from duckmob.synth.pategail.policy import ActorCritic, ppo_update, rollout
+from duckmob.synth.pategail.student import StudentTrainer
 from duckmob.trajectories import Trajectories
 
 
@@ -91,6 +94,13 @@ class PateGailConfig(Config):
     gamma: float = param(0.9, float, low=0, high=1, doc="discount factor")
     lam: float = param(0.95, float, low=0, high=1, doc="GAE lambda")
     variance_weight: float = param(0.5, float, low=0, doc="beta of eq. 3: reward = mean - beta * sd (0: eq. 2)")
+    student: bool = param(False, bool, doc="reward the policy with a student network regressed on every released "
+                                           "noised aggregate so far (PATE's student, student.py; false: the noised "
+                                           "rewards themselves, as the paper)")
+    student_hidden: int = param(32, int, low=1, high=4096, doc="student MLP width")
+    student_steps: int = param(64, int, low=1, high=100_000, doc="student Adam steps per round")
+    student_lr: float = param(3e-3, float, low=0, low_open=True, doc="student Adam learning rate")
+    student_batch: int = param(1024, int, low=1, doc="student minibatch (labelled pairs)")
     variance_share: float = param(0.2, float, low=0, high=1, high_open=True,
                                   doc="share of each round's Gaussian budget (1/sigma^2) spent on the variance")
     start_share: float = param(0.2, float, low=0, high=0.9, low_open=True, doc="share of eps for the start model")
@@ -324,6 +334,10 @@ class PateGail(Synthesizer):
         x_real_t = torch.from_numpy(x_real).to(device)
         with_var = config.variance_weight > 0
         sigma = plan.sigma_round
+        # the student (post-processing of the released sums): its own torch stream, drawn only when it is used
+        student = StudentTrainer(mdp.N_FEATURES, config.student_hidden, 2 if with_var else 1, config.student_lr,
+                                 config.student_steps, config.student_batch,
+                                 torch_generator(noise.generator(), torch.device("cpu"))) if config.student else None
         for _ in range(plan.rounds):
             release.check_interrupt()
             env = sample_env(start, config, ranks, config.episodes, rng)
@@ -342,7 +356,12 @@ class PateGail(Synthesizer):
             s1, s2 = aggregate.device_sums(outputs, with_var)
             x1, x2 = aggregate.release_round(s1, s2, sigma, config.variance_share if with_var else 0.0, noise_rng)
             r = np.zeros(ro.live.shape)
-            r[rows, cols] = aggregate.rewards(x1, x2, n_dev_noisy, config.variance_weight)
+            if student is None:
+                r[rows, cols] = aggregate.rewards(x1, x2, n_dev_noisy, config.variance_weight)
+            else:
+                student.add(x_fake, aggregate.moments(x1, x2, n_dev_noisy))
+                student.fit()
+                r[rows, cols] = aggregate.moment_rewards(student.predict(x_fake), config.variance_weight)
             ppo_update(policy, opt, ro, r, gamma=config.gamma, lam=config.lam, clip=config.clip,
                        epochs=config.ppo_epochs, minibatch=config.minibatch, entropy=config.entropy, gen=gen)
         info = dict(eps=plan.eps, delta=plan.delta, epsilon_accounted=accounting.epsilon(plan.event, plan.delta),

@@ -94,3 +94,20 @@ def rewards(x1: np.ndarray, x2: np.ndarray | None, n_devices: float, beta: float
         return mean
     var = np.clip(x2 / n - np.clip(mean, 0.0, 1.0) ** 2, 0.0, VARIANCE_MAX)
     return mean - beta * np.sqrt(var)
+
+
+def moments(x1: np.ndarray, x2: np.ndarray | None, n_devices: float) -> np.ndarray:
+    """The released sums as per-query moments (B, 1 or 2): ``X1 / n~`` and ``X2 / n~`` (post-processing; the
+    student's regression targets, unbiased up to the noisy count)."""
+    n = max(float(n_devices), 1.0)
+    cols = [x1 / n] if x2 is None else [x1 / n, x2 / n]
+    return np.stack(cols, axis=1)
+
+
+def moment_rewards(m: np.ndarray, beta: float) -> np.ndarray:
+    """Eq. 2-3 from predicted moments (B, 1 or 2): ``mean - beta sqrt(variance)``, variance clipped to [0, 1/4]."""
+    mean = m[:, 0]
+    if m.shape[1] < 2 or beta == 0:
+        return mean
+    var = np.clip(m[:, 1] - np.clip(mean, 0.0, 1.0) ** 2, 0.0, VARIANCE_MAX)
+    return mean - beta * np.sqrt(var)
