@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from duckmob import validators

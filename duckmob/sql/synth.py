@@ -32,8 +32,8 @@ from duckmob.release import sampling, tables
 from duckmob.source.schema import Mapping, check_points
 from duckmob.sql.privacy import CALLER_TYPE, core_cursor, mapping, path, shadow_checked
 from duckmob.sql.udf import Request, Udf, one_row
-from duckmob.synth import store
 from duckmob.source.batches import concat
+from duckmob.synth import store
 from duckmob.trajectories import synthetic_table
 
 ROWS_TYPE = "STRUCT(traj_id BIGINT, seq BIGINT, lat DOUBLE, lon DOUBLE, ts TIMESTAMP)[]"
