@@ -418,8 +418,9 @@ def test_the_event_is_the_rate_trained_with_and_matches_dp_accounting(fitted):
     eps, delta = 1.0, 1e-5
     info = model.info
     leaves = model.event.leaves()
-    assert [e.kind for e in leaves] == ["laplace"] * 5 + ["dp_sgd", "dp_sgd"]   # count, 4 prior histograms
-    ti, tpg = leaves[5], leaves[6]
+    # count, 4 prior histograms, the step histogram
+    assert [e.kind for e in leaves] == ["laplace"] * 6 + ["dp_sgd", "dp_sgd"]
+    ti, tpg = leaves[6], leaves[7]
     assert rates == [info["sample_rate"]] * 2 == [ti.param("sample_rate"), tpg.param("sample_rate")]
     assert info["sample_rate"] == 8 / 200          # batch_size / n_hint: public
     assert (ti.param("steps"), tpg.param("steps")) == (info["steps_ti"], info["steps_tpg"]) == (25, 25)
@@ -441,14 +442,17 @@ def test_the_event_is_the_rate_trained_with_and_matches_dp_accounting(fitted):
     count = dp_accounting.LaplaceDpEvent(1 / leaves[0].param("eps"))
     eps_count = 0.01 * eps
     eps_prior = 0.8 * (eps - eps_count)                     # prior_share of what the count leaves
+    eps_steps = 0.05 * (eps - eps_count)                    # step_share of it
     assert [e.param("eps") for e in leaves[1:5]] == pytest.approx([eps_prior / 4] * 4, rel=1e-12)
-    assert info["eps_prior"] == pytest.approx(eps_prior)
-    prior = [dp_accounting.LaplaceDpEvent(4 / eps_prior)] * 4
+    assert leaves[5].param("eps") == pytest.approx(eps_steps, rel=1e-12)
+    assert info["eps_prior"] == pytest.approx(eps_prior) and info["eps_steps"] == pytest.approx(eps_steps)
+    prior = [dp_accounting.LaplaceDpEvent(4 / eps_prior)] * 4 + [dp_accounting.LaplaceDpEvent(1 / eps_steps)]
     total = independent([count, *prior, dp_sgd(ti), dp_sgd(tpg)])
     assert total <= eps * 1.0001 and total >= eps * 0.99
     assert abs(total - accounting.epsilon(model.event, delta)) < 1e-6
     first = independent([count, *prior, dp_sgd(ti)])
-    assert abs(first - (eps_count + eps_prior + 0.5 * (eps - eps_count - eps_prior))) < 0.01 * eps
+    spent = eps_count + eps_prior + eps_steps
+    assert abs(first - (spent + 0.5 * (eps - spent))) < 0.01 * eps
 
 
 # -- trace generation ---------------------------------------------------------------------------------------
@@ -607,11 +611,12 @@ def test_neighbouring_tables_spend_the_same_plan_and_one_event_each(db, monkeypa
     spent = _spent(db)
     assert [s for s, _ in spent] == ["trips", "trips_less"] and spent[0][1] == spent[1][1] == reserved[0]
     for _, event in spent:
-        assert [e.kind for e in event.leaves()] == ["laplace"] * 5 + ["dp_sgd", "dp_sgd"]
+        assert [e.kind for e in event.leaves()] == ["laplace"] * 6 + ["dp_sgd", "dp_sgd"]
         assert accounting.epsilon(event, 1e-5) <= 1.0 + 1e-9
     # synthesize with the user unit: k = 2, counts of (trajectories, users) and per-user clipping
     out = db.execute(f"FROM synthesize('trips', eps := 1.0, method := 'cleanslate', bbox := {SQL_BOX}, n := 10, "
                      f"seed := 4, privacy_unit := 'user', max_trajectories_per_user := 2, "
                      f"params := {SQL_TINY})").fetchall()
     assert len({r[0] for r in out}) == 10
-    assert [e.kind for e in _spent(db)[-1][1].leaves()] == ["laplace"] * 6 + ["dp_sgd", "dp_sgd"]
+    # the user unit: two counts (trajectories, users), 4 prior histograms, the step histogram
+    assert [e.kind for e in _spent(db)[-1][1].leaves()] == ["laplace"] * 7 + ["dp_sgd", "dp_sgd"]

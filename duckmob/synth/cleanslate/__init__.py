@@ -74,6 +74,7 @@ from duckmob.errors import DuckmobError
 from duckmob.grid import cell_center, haversine_m
 from duckmob.privacy import accounting
 from duckmob.privacy.counting import count_events, count_record, count_shares, noisy_unit_counts
+from duckmob.privacy.noise import check_scale
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source.batches import as_batches
 from duckmob.synth import dpsgd
@@ -84,7 +85,8 @@ from duckmob.synth.cleanslate.paths import Router, replace, through
 from duckmob.synth.cleanslate.prior import (ENDPOINTS, coarse_of, coarse_probabilities, coarse_width, destinations,
                                             detours, draw_detours, gravity, hops, log_bias, prior_block,
                                             prior_events, refine, release_prior, waypoints)
-from duckmob.synth.cleanslate.transitions import Transitions
+from duckmob.synth.cleanslate.spacing import corner_vertices, release_steps, space
+from duckmob.synth.cleanslate.transitions import Transitions, by_width
 from duckmob.synth.cleanslate.trips import grams, trips, visits
 from duckmob.synth.config import Config, param
 from duckmob.synth.neural import NeuralModel
@@ -117,6 +119,9 @@ class CleanSlateConfig(Config):
                                       "paper; null: ceil(w / 8), an 8 x 8 TI grid)")
     prior_share: float = param(0.8, float, low=0, high=1, high_open=True,
                                doc="share of eps (after the count) for the prior histograms (0: no prior)")
+    step_share: float = param(0.05, float, low=0, high=1, high_open=True,
+                              doc="share of eps (after the count) for the step-length histogram that spaces the "
+                                  "points along each path (0: one point per path cell, the paper)")
     prior_cells: int | None = param(None, int, low=1, high=256,
                                     doc="cells per side of the end and distance histograms (null: from the noisy "
                                         "count, prior.prior_block; at most w)")
@@ -147,6 +152,9 @@ class CleanSlateConfig(Config):
     def check(self) -> None:
         if self.r >= self.w:
             raise DuckmobError(f"cleanslate parameter r must be below w (got r = {self.r}, w = {self.w})")
+        if self.prior_share + self.step_share >= 1:
+            raise DuckmobError(f"cleanslate parameters prior_share + step_share must be below 1, what DP-SGD gets "
+                               f"is the rest (got {self.prior_share:g} + {self.step_share:g})")
 
 
 # Nats per hop of the shortest-path router: far above any path's summed -log p, so the fewest hops come first and
@@ -191,24 +199,26 @@ def chained_paths(router: "Router", source, dest, slot, stops: list[np.ndarray],
 
 def max_points(config: CleanSlateConfig) -> int:
     """The public cap on the points of one sampled trajectory: ``max_path`` (default ``3 w``) cells, one point per
-    cell (a one-cell path gets two)."""
+    cell (a one-cell path gets two); points spaced by the step histogram are cut to the same number."""
     return max(int(config.max_path or 3 * config.w), 2)
 
 
-def budget_parts(eps: float, config: CleanSlateConfig) -> tuple[float, float]:
-    """``(eps_count, eps_prior)``: the count's share of eps, and the prior's share of what the count leaves
-    (module docstring, 1-2)."""
+def budget_parts(eps: float, config: CleanSlateConfig) -> tuple[float, float, float]:
+    """``(eps_count, eps_prior, eps_steps)``: the count's share of eps, and the prior's and the step histogram's
+    shares of what the count leaves (module docstring, 1-3)."""
     eps_count = accounting.split(eps, {"count": config.count_share})["count"]
-    return eps_count, accounting.split(eps - eps_count, {"prior": config.prior_share})["prior"]
+    rest = accounting.split(eps - eps_count, {"prior": config.prior_share, "steps": config.step_share})
+    return eps_count, rest["prior"], rest["steps"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class CleanSlatePlan(Plan):
     """The schedule of one clean-slate fit (module docstring, 1-4), from public values only: the count's and the
-    prior's epsilons, and each DP-SGD run's steps and noise multiplier (both at ``sample_rate``)."""
+    prior's and the step histogram's epsilons, and each DP-SGD run's steps and noise multiplier (both at ``sample_rate``)."""
 
     eps_count: float
     eps_prior: float
+    eps_steps: float
     steps_ti: int
     steps_tpg: int
     sigma_ti: float
@@ -236,6 +246,8 @@ def build_networks(config: CleanSlateConfig) -> tuple[Initialiser, Transitions]:
 _MACHINE = ("device", "progress")
 # What a stored model's info must hold for sampling (checked when an older format is read: nothing is filled in)
 _INFO_NEEDED = ("n_noisy", "has_time")
+# Config fields added after format 2, which upgrade_format_2 sets (the older models' behaviour)
+_SINCE_FORMAT_3 = ("step_share",)
 
 
 def _stored_config(config: CleanSlateConfig) -> dict[str, Any]:
@@ -248,7 +260,7 @@ def upgrade_format_1(stored: dict) -> dict:
     ``max_trajectories_per_user``. Nothing is filled in: a format-1 model lacking a parameter its sampling reads
     (e.g. ``hop_cost``, which the very first ones did not store) is refused, not given today's default."""
     config, info = dict(stored["config"]), dict(stored["info"])
-    fields = {f.name for f in dataclasses.fields(CleanSlateConfig)} - set(_MACHINE)
+    fields = {f.name for f in dataclasses.fields(CleanSlateConfig)} - set(_MACHINE) - set(_SINCE_FORMAT_3)
     missing = sorted(fields - set(config)) + [f"info.{key}" for key in _INFO_NEEDED if key not in info]
     if missing:
         raise DuckmobError(f"this cleanslate model was stored by an older duckmob and lacks {', '.join(missing)}, "
@@ -258,11 +270,17 @@ def upgrade_format_1(stored: dict) -> dict:
     return {**stored, "config": config, "info": info}
 
 
+def upgrade_format_2(stored: dict) -> dict:
+    """A format-2 model (before the step histogram) in format 3's layout: ``step_share`` 0, what it did: no step
+    histogram was released, and sampling keeps one point per path cell."""
+    return {**stored, "config": {**stored["config"], "step_share": 0.0}}
+
+
 class CleanSlateModel(NeuralModel):
     """A fitted clean-slate model: public configuration, DP weights of TI and TPG, the spent event."""
 
     method = "cleanslate"
-    format_version: ClassVar[int] = 2
+    format_version: ClassVar[int] = 3
 
     def __init__(self, bbox: list, config: CleanSlateConfig, state: dict, event_json: str, info: dict,
                  timings: dict):
@@ -344,7 +362,10 @@ class CleanSlateModel(NeuralModel):
 
     def _points(self, lengths, cells, slot, rng) -> Trajectories:
         """One point per cell, uniform inside it (a one-cell path gets two points there, so every trajectory
-        has the input contract's two points); times from the slot and the public speed."""
+        has the input contract's two points); with a released step histogram those points are the vertices of a
+        polyline along which the output's points are spaced by steps drawn from it (:func:`.spacing.space`, at
+        most ``max_points``). Times from the slot and the public speed along the path (cell centres without
+        the step histogram)."""
         config = self.config
         first = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         reps = np.ones(len(cells), dtype=np.int64)
@@ -352,15 +373,23 @@ class CleanSlateModel(NeuralModel):
         cells = np.repeat(cells, reps)
         lengths = np.maximum(lengths, 2)
         lat, lon = points_in_cells(cells, self.bbox, config.w, rng)
+        steps = self.state.get("steps")
+        spaced = steps is not None and float(steps.sum()) > 0
+        if spaced:
+            vertices = corner_vertices(lengths, cells, lat, lon, self.bbox, config.w)
+            lengths, lat, lon, along_m = space(*vertices, steps.numpy(), self.bbox, max_points(config), rng)
         if not self.info["has_time"]:
             return trajectories_from_cells(lengths, lat, lon)
-        clat, clon = cell_center(cells, self.bbox, config.w)
-        step_s = np.zeros(len(cells))
-        step_s[1:] = haversine_m(clat[:-1], clon[:-1], clat[1:], clon[1:]) / config.speed_mps
         offsets = np.concatenate([[0], np.cumsum(lengths)])
-        step_s[offsets[:-1]] = 0.0
-        elapsed = np.cumsum(step_s)
-        elapsed -= np.repeat(elapsed[offsets[:-1]], lengths)
+        if spaced:
+            elapsed = along_m / config.speed_mps
+        else:
+            clat, clon = cell_center(cells, self.bbox, config.w)
+            step_s = np.zeros(len(cells))
+            step_s[1:] = haversine_m(clat[:-1], clon[:-1], clat[1:], clon[1:]) / config.speed_mps
+            step_s[offsets[:-1]] = 0.0
+            elapsed = np.cumsum(step_s)
+            elapsed -= np.repeat(elapsed[offsets[:-1]], lengths)
         slot_us = US_PER_DAY // config.n_time
         base = int(np.datetime64(config.base_date, "us").astype(np.int64))
         start = base + slot * slot_us + (rng.random(len(slot)) * slot_us).astype(np.int64)
@@ -377,6 +406,8 @@ class CleanSlateModel(NeuralModel):
     def restore(cls, stored: dict[str, Any], version: int, method: str) -> "CleanSlateModel":
         if version == 1:
             stored = upgrade_format_1(stored)
+        if version <= 2:
+            stored = upgrade_format_2(stored)
         return cls(stored["bbox"], CleanSlateConfig.parse(stored["config"]), stored["state"], stored["event_json"],
                    stored["info"], {})
 
@@ -406,13 +437,17 @@ class CleanSlate(Synthesizer):
         TI's noise multiplier calibrated to its target alone, TPG's to (eps, delta) and within ``prior`` (the
         source's budget and other releases) when given."""
         config, k = self.config, unit.max_trajectories_per_user
-        eps_count, eps_prior = budget_parts(eps, config)
+        eps_count, eps_prior, eps_steps = budget_parts(eps, config)
         units = max(config.n_hint / k, 1.0)
         batch = float(config.batch_size or config.batch_factor * math.sqrt(units))
         q = min(1.0, batch / units)
         steps_ti, steps_tpg = int(math.ceil(config.ti_epochs / q)), int(math.ceil(config.tpg_epochs / q))
         fixed = count_events(eps_count, k) + prior_events(eps_prior, config.prior_endpoints, config.prior_refine)
-        target_ti = eps_count + eps_prior + config.ti_share * (eps - eps_count - eps_prior)
+        if eps_steps > 0:
+            check_scale(k / eps_steps)
+            fixed.append(accounting.laplace(eps_steps))
+        spent = eps_count + eps_prior + eps_steps
+        target_ti = spent + config.ti_share * (eps - spent)
         sigma_ti = accounting.calibrate_noise_multiplier(fixed, q, steps_ti, target_ti, delta)
         ti = accounting.dp_sgd(sigma_ti, q, steps_ti)
         sigma_tpg = accounting.calibrate_noise_multiplier(fixed + [ti], q, steps_tpg, eps, delta, prior=prior)
@@ -420,7 +455,7 @@ class CleanSlate(Synthesizer):
         return CleanSlatePlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox,
                               needs_time=self.needs_time, max_points=max_points(config), sample_rate=q,
                               default_size=config.n_hint,
-                              eps_count=eps_count, eps_prior=eps_prior, steps_ti=steps_ti, steps_tpg=steps_tpg,
+                              eps_count=eps_count, eps_prior=eps_prior, eps_steps=eps_steps, steps_ti=steps_ti, steps_tpg=steps_tpg,
                               sigma_ti=sigma_ti, sigma_tpg=sigma_tpg)
 
     def fit(self, source, plan: CleanSlatePlan, release: ReleaseContext) -> CleanSlateModel:
@@ -445,6 +480,8 @@ class CleanSlate(Synthesizer):
         hist = release_prior(tr.source, tr.dest, tr.slot, config.w, config.n_time, eps_prior, noise, k,
                              config.prior_endpoints, detour, config.max_path, block, config.prior_refine) \
             if eps_prior > 0 else None
+        # (3) the step histogram that spaces the points along the paths (.spacing)
+        steps = release_steps(source, self.bbox, plan.eps_steps, noise, k, n_noisy) if plan.eps_steps > 0 else None
         batch = plan.sample_rate * max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(rng.integers(2 ** 62)))
@@ -485,12 +522,13 @@ class CleanSlate(Synthesizer):
                           label[idx, :width].to(device), cnt.to(device))
 
         log = dpsgd.train_ghost(tpg, tpg_losses, tr.n, steps=plan.steps_tpg, noise_multiplier=plan.sigma_tpg,
-                                rng=rng, desc="cleanslate TPG", **common)
+                                rng=rng, desc="cleanslate TPG", split_rows=by_width(gr.count), **common)
         timings.update(tpg_s=log.seconds, total_s=time.perf_counter() - t0)
         event = plan.event
         info = dict(method=self.method, eps=plan.eps, delta=plan.delta,
                     epsilon_accounted=accounting.epsilon(event, plan.delta),
                     n_noisy=n_noisy, units_noisy=units_noisy, eps_count=eps_count, eps_prior=eps_prior,
+                    eps_steps=plan.eps_steps,
                     **count_record(count_shares(eps_count, k)[0], k),
                     prior_block=block, sample_rate=plan.sample_rate, expected_batch=batch, steps_ti=plan.steps_ti,
                     steps_tpg=plan.steps_tpg, noise_multiplier_ti=plan.sigma_ti,
@@ -503,6 +541,8 @@ class CleanSlate(Synthesizer):
             state["prior"] = {h: torch.as_tensor(v, dtype=torch.float64) for h, v in
                               (("source", hist["source"]), ("dest", hist["dest"]), ("g", g), ("f", f),
                                ("detour", hist["detour"]))}
+        if steps is not None:
+            state["steps"] = torch.as_tensor(steps, dtype=torch.float64)
         return CleanSlateModel(self.bbox.as_list(), config, state, event.to_json(), info, timings)
 
 
