@@ -110,6 +110,40 @@ def test_routes_follow_the_dense_cells_and_move_between_neighbours():
     assert (c[off[1] - 1] >= 8) and (c[off[2] - 1] < 8)     # each ends in its last coarse cell
 
 
+def test_route_tables_are_computed_once_per_move_and_do_not_depend_on_which_moves_come_together():
+    """Routes are cached per model (issue 32: the streamed output samples block by block, and each block used
+    to recompute every route table): a move's routes are the same computed alone, with others, or from the
+    cache, and the perturbed draws come from a public fixed seed, not from the caller's generator."""
+    rng = np.random.default_rng(5)
+    w = 16
+    density = (rng.random(w * w) ** 3).astype(np.float32)
+    coarse = (np.arange(w * w) // w // 8) * 2 + (np.arange(w * w) % w >= 8)       # 2 x 2 coarse cells
+    stats = FineStats(w, density, np.ones(len(STEP_EDGES_M) - 1))
+
+    def fresh():
+        return Placement(stats, BOX, coarse, 4, anchors=3, route_draws=3)
+
+    def routes(pl, moves):
+        first, off, cells, _ = pl.route_tables(np.asarray(moves))
+        return [[cells[off[r]:off[r + 1]].tolist() for r in range(first[d, i], first[d, i] + 3)]
+                for d in range(3) for i in range(len(moves))]
+
+    all_moves = [0 * 4 + 1, 1 * 4 + 3, 2 * 4 + 0, 3 * 4 + 3]
+    together = routes(fresh(), all_moves)
+    pl = fresh()
+    one_by_one = [routes(pl, [m]) for m in all_moves[::-1]][::-1]     # filled in another order
+    assert pl._cache["moves"]["keys"].size == 3 * len(all_moves)
+    assert routes(pl, all_moves) == together                            # from the cache
+    assert [r for d in range(3) for i in range(4) for r in [one_by_one[i][d]]] == together
+    assert routes(fresh(), all_moves) == together                       # the draws are public, fixed
+    # draw 0 is the released costs; the others differ from it somewhere
+    assert np.array_equal(pl.cost_field(0), pl.cost) and not np.array_equal(pl.cost_field(1), pl.cost)
+    # a one-cell leg is cached too and equals the uncached route table
+    off, cells = pl.leg_paths(np.array([1, 1]), pl.anchor_cells[[pl.anchor_offsets[1]] * 2], np.array([2, 2]))
+    first, r_off, r_cells, _ = Placement.route_table(fresh(), np.array([1 * 5]), target=2)
+    assert cells[off[0]:off[1]].tolist() == r_cells[r_off[first[0]]:r_off[first[0] + 1]].tolist()
+
+
 def test_moves_between_far_cells_are_bridged_and_follow_the_streets_the_whole_way():
     """HRNet's stays are often far apart: the cells between two non-neighbouring ones are inserted, so the route
     never jumps, follows the dense road, and its pieces still number the ORIGINAL sequence's cells."""

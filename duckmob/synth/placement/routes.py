@@ -35,10 +35,15 @@ from duckmob.synth.placement.releases import STEP_EDGES_M, FineStats, _local_xy
 from duckmob.trajectories import ragged_gather
 
 # Floor of a fine cell's probability in the route costs, relative to the mean cell (so routes may cross cells
-# the release left empty, at a high cost).
+# the release left empty, at a high cost: forbidding them, or keeping the draws below from making them cheaper,
+# concentrated routes on fewer streets and raised the point and trajectory density JSD on GeoLife, issue 32 and
+# docs/methods/privtrace.md).
 FLOOR = 1e-3
 # Spread of the per-cell cost factors of the extra route draws (Placement.route_tables): log-normal sigma.
 ROUTE_SPREAD = 1.0
+# Public seed of those factors: fixed, so a move's routes are the same in every block of an output (they are
+# computed once per model and cached, whichever block first needs them).
+ROUTE_SEED = 32
 
 _DELTAS = np.array([(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)], dtype=np.int64)
 
@@ -66,6 +71,7 @@ class Placement:
         # weights and drops zero ones: + 1e-3 per step)
         q = self.p + floor
         self.cost = np.log(q.max() / q) + 1e-3
+        self._fields, self._cache = {}, {}
         # fine cells grouped by coarse cell, densest first; ties (cells of one evenly spread block) in a fixed
         # scrambled order, so anchors do not crowd into a block's corner
         scramble = (np.arange(w * w, dtype=np.uint64) * np.uint64(2654435761)) % np.uint64(1 << 32)
@@ -224,24 +230,62 @@ class Placement:
         end_cell = cells[offsets[1:] - 1]
         return first, offsets, cells, self.rank[end_cell]
 
-    def route_tables(self, moves: np.ndarray, rng: np.random.Generator):
-        """:meth:`route_table` under ``self.route_draws`` cost fields: the first with the released costs, the
-        others with each fine cell's cost multiplied by an independent log-normal factor (sigma
-        ``ROUTE_SPREAD``). Real trips between two areas use several streets; one most probable path per move
-        sends every synthetic trip down the same one. Returns ``(first (draws, moves), offsets, cells, end)`` over all draws together."""
-        firsts, offs, cells, ends = [], [], [], []
-        n_routes = n_cells = 0
-        for d in range(self.route_draws):
-            cost = self.cost if d == 0 else self.cost * np.exp(ROUTE_SPREAD * rng.standard_normal(len(self.cost)))
-            first, r_off, r_cells, r_end = self.route_table(moves, cost)
-            firsts.append(first[:-1] + n_routes)
-            offs.append(r_off[:-1] + n_cells)
-            cells.append(r_cells)
-            ends.append(r_end)
-            n_routes += len(r_end)
-            n_cells += len(r_cells)
-        return (np.stack(firsts), np.concatenate(offs + [np.array([n_cells])]).astype(np.int64),
-                np.concatenate(cells), np.concatenate(ends))
+    def cost_field(self, draw: int) -> np.ndarray:
+        """Per-fine-cell route costs of route draw ``draw``: the released costs (draw 0), else those times an
+        independent log-normal factor per cell (sigma ``ROUTE_SPREAD``) from the public seed ``ROUTE_SEED``."""
+        if draw not in self._fields:
+            noise = np.random.default_rng([ROUTE_SEED, int(draw)]).standard_normal(len(self.cost))
+            self._fields[draw] = self.cost if draw == 0 else self.cost * np.exp(ROUTE_SPREAD * noise)
+        return self._fields[draw]
+
+    def _cached(self, name, keys: np.ndarray, compute):
+        """Route tables from the cache ``name``, filled key by key: the routes of ``keys`` (int64) as
+        ``(first per key, offsets, cells, end)`` over the cache's arrays, computing only the keys not yet there
+        with ``compute(sorted new keys) -> (first (k + 1), offsets, cells, end)`` (:meth:`route_table`'s
+        layout). A key's routes do not depend on the other keys computed with it (one block of the Dijkstra
+        graph each), so the cache gives what a fresh computation would."""
+        keys = np.asarray(keys, dtype=np.int64)
+        c = self._cache.get(name)
+        if c is None:
+            z = np.zeros(0, dtype=np.int64)
+            c = self._cache[name] = dict(keys=z, first=z, offsets=np.zeros(1, np.int64), cells=z, end=z)
+        new = np.setdiff1d(keys, c["keys"])
+        if len(new):
+            first, off, cells, end = compute(new)
+            n_routes, n_cells = len(c["end"]), len(c["cells"])
+            all_keys = np.concatenate([c["keys"], new])
+            order = np.argsort(all_keys, kind="stable")
+            c.update(keys=all_keys[order], first=np.concatenate([c["first"], first[:-1] + n_routes])[order],
+                     offsets=np.concatenate([c["offsets"], off[1:] + n_cells]),
+                     cells=np.concatenate([c["cells"], cells]), end=np.concatenate([c["end"], end]))
+        return c["first"][np.searchsorted(c["keys"], keys)], c["offsets"], c["cells"], c["end"]
+
+    def route_tables(self, moves: np.ndarray, rng: np.random.Generator | None = None):
+        """:meth:`route_table` under ``self.route_draws`` cost fields (:meth:`cost_field`): the released costs
+        and perturbed ones. Real trips between two areas use several streets; one most probable path per move
+        sends every synthetic trip down the same one. Computed once per move and model (cached; ``rng`` is not
+        used: the perturbations are public and fixed). Returns ``(first (draws, moves), offsets, cells, end)``
+        over all draws together."""
+        moves = np.asarray(moves, dtype=np.int64)
+        space = self.n_coarse * self.n_coarse
+        keys = np.arange(self.route_draws, dtype=np.int64)[:, None] * space + moves[None, :]
+
+        def compute(new):
+            draw, move = np.divmod(new, space)
+            parts = [self.route_table(move[draw == d], self.cost_field(int(d))) for d in np.unique(draw)]
+            firsts, offs, cells, ends = [np.zeros(0, np.int64)], [np.zeros(1, np.int64)], [], []
+            n_routes = n_cells = 0
+            for first, off, cell, end in parts:
+                firsts.append(first[:-1] + n_routes)
+                offs.append(off[1:] + n_cells)
+                cells.append(cell)
+                ends.append(end)
+                n_routes, n_cells = n_routes + len(end), n_cells + len(cell)
+            return (np.concatenate(firsts + [[n_routes]]).astype(np.int64), np.concatenate(offs),
+                    np.concatenate(cells), np.concatenate(ends))
+
+        first, offsets, cells, end = self._cached("moves", keys.reshape(-1), compute)
+        return first.reshape(keys.shape), offsets, cells, end
 
     def leg_paths(self, coarse: np.ndarray, start: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Most probable fine paths inside one coarse cell each: from the anchor cell ``start[i]`` of
@@ -251,9 +295,10 @@ class Placement:
         pieces, owners = [], []
         for t in np.unique(target):
             sel = np.flatnonzero(target == t)
-            moves, move_of = np.unique(coarse[sel] * (self.n_coarse + 1), return_inverse=True)
-            first, r_off, r_cells, _ = self.route_table(moves, target=int(t))
-            r = first[move_of] + self.rank[start[sel]]
+            first, r_off, r_cells, _ = self._cached(
+                ("leg", int(t)), coarse[sel],
+                lambda cells, t=int(t): self.route_table(cells * (self.n_coarse + 1), target=t))
+            r = first + self.rank[start[sel]]
             n_r = np.diff(r_off)[r]
             pieces.append(r_cells[ragged_gather(r_off[r], n_r)])
             owners.append(np.repeat(sel, n_r))
