@@ -348,8 +348,10 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
                 (coeff * loss).sum().backward()               # the sum of the clipped row gradients
             finally:
                 wrapped.enable_hooks()
-            if len(parts) > 1:
+            if len(parts) > 1:   # taken off the parameters: the next part's first pass would add to them
                 grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+                for p in params:
+                    p.grad = None
                 total = grads if total is None else [t.add_(g) for t, g in zip(total, grads)]
         if total is not None:
             for p, t in zip(params, total):

@@ -620,3 +620,102 @@ def test_neighbouring_tables_spend_the_same_plan_and_one_event_each(db, monkeypa
     assert len({r[0] for r in out}) == 10
     # the user unit: two counts (trajectories, users), 4 prior histograms, the step histogram
     assert [e.kind for e in _spent(db)[-1][1].leaves()] == ["laplace"] * 7 + ["dp_sgd", "dp_sgd"]
+
+
+# -- speed (issue 32 item 3): the embedding norms and split batches give the same clipped sums --------------------
+
+@pytest.mark.parametrize("lookups", [1, 4, 32])
+def test_embedding_norms_equal_opacus(lookups):
+    from opacus.grad_sample.embedding_norm_sample import compute_embedding_norm_sample
+
+    layer = torch.nn.Embedding(20, 5)
+    gen = torch.Generator().manual_seed(lookups)
+    ids = torch.randint(0, 6, (40, lookups), generator=gen)          # repeated ids within rows
+    grads = torch.randn(40, lookups, 5, generator=gen)
+    ours = dpsgd.embedding_norm_sample(layer, [ids], grads)[layer.weight]
+    theirs = compute_embedding_norm_sample(layer, [ids], grads)[layer.weight]
+    assert torch.allclose(ours, theirs, atol=1e-5)
+
+
+def test_split_rows_give_the_same_training():
+    """train_ghost with the batch split by width (by_width) takes the same noisy steps as with one part: each row
+    is clipped alone either way, and the noise comes from the same generator."""
+    from duckmob.synth.cleanslate.transitions import by_width
+
+    data = straight_lines(60)
+    t = trips(data, BOX, 8, 1, 4)
+    gr = grams(t, 8, 1, 32)
+    current, label, count = (torch.as_tensor(a) for a in (gr.current, gr.label, gr.count))
+    dest, slot = torch.as_tensor(t.dest), torch.as_tensor(t.slot)
+
+    def losses(module, rows):
+        idx = torch.as_tensor(rows)
+        width = max(1, int(count[idx].max()))
+        return module(current[idx, :width], dest[idx], slot[idx], label[idx, :width], count[idx])
+
+    weights = []
+    for split in (None, by_width(gr.count, widths=(2, 3))):
+        torch.manual_seed(0)
+        model = Transitions(8, 1, 4, 4, 8)
+        dpsgd.train_ghost(model, losses, t.n, sample_rate=0.5, steps=4, noise_multiplier=1.0, max_grad_norm=0.1,
+                          lr=1e-2, expected_batch_size=30, rng=np.random.default_rng(5), device=torch.device("cpu"),
+                          progress=False, split_rows=split)
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.allclose(weights[0], weights[1], atol=1e-5)
+
+
+# -- the step histogram and the spacing (issue 32 item 3) ------------------------------------------------------------
+
+def test_the_step_histogram_is_laplace_at_k_over_eps_steps_on_every_bin():
+    from duckmob.synth.cleanslate.spacing import N_BINS, release_steps
+
+    scales = []
+
+    class Recording(NoiseSource):
+        def laplace(self, scale, size=None):
+            scales.append((scale, size))
+            return super().laplace(scale, size)
+
+    out = release_steps(straight_lines(200), BOX, 0.5, Recording(1), 2, 200.0)
+    assert scales == [(2 / 0.5, N_BINS)]
+    assert out.shape == (N_BINS,) and (out >= 0).all() and out.sum() == pytest.approx(1.0)
+    # no trajectory: the histogram is noise only and is dropped (one point per cell)
+    empty = Trajectories(offsets=np.array([0]), traj_id=np.zeros(0, np.int64), user_id=np.zeros(0, np.int64),
+                         ts=np.zeros(0, np.int64), lat=np.zeros(0), lon=np.zeros(0))
+    assert not release_steps(empty, BOX, 0.5, NoiseSource(1), 1, 1.0).any()
+
+
+def test_points_are_spaced_by_the_released_steps_and_capped():
+    from duckmob.synth.cleanslate.spacing import N_BINS, corner_vertices, space
+    from duckmob.synth.placement import STEP_EDGES_M
+    from duckmob.grid import cell_of
+
+    # a path of 4 cells on a 4 x 4 grid over a ~111 km box, one diagonal move
+    cells = np.array([0, 1, 6, 7])
+    lat, lon = np.array([0.1, 0.1, 0.4, 0.4]), np.array([0.1, 0.4, 0.6, 0.9])
+    lengths, vlat, vlon = corner_vertices(np.array([4]), cells, lat, lon, BOX, 4)
+    assert lengths.tolist() == [5] and (vlat[2], vlon[2]) == (0.25, 0.5)     # the corner of cells 1 and 6
+    probs = np.zeros(N_BINS)
+    probs[np.searchsorted(STEP_EDGES_M, 5000.0) - 1] = 1.0                    # steps of a few km
+    out_len, plat, plon, along = space(lengths, vlat, vlon, probs, BOX, 1000, np.random.default_rng(0))
+    assert out_len[0] > 10 and (plat[0], plon[0], plat[-1], plon[-1]) == (0.1, 0.1, 0.4, 0.9)
+    assert np.all(np.diff(along) >= 0)
+    assert set(cell_of(plat, plon, BOX, 4).tolist()) <= set(cells.tolist())   # no cell beside the path
+    capped = space(lengths, vlat, vlon, probs, BOX, 6, np.random.default_rng(0))
+    assert 4 <= capped[0][0] <= 6 and capped[3][-1] == pytest.approx(along[-1])
+
+
+def test_a_format_2_model_samples_one_point_per_cell(fitted):
+    """A model stored before the step histogram (format 2) loads with step_share 0, as it was fitted."""
+    import io
+
+    model, _ = fitted
+    stored = torch.load(io.BytesIO(unpack(model.to_bytes())[2]), weights_only=True)
+    old = dict(stored, config={k: v for k, v in stored["config"].items() if k != "step_share"},
+               state={k: v for k, v in stored["state"].items() if k != "steps"})
+    buf = io.BytesIO()
+    torch.save(old, buf)
+    loaded = CleanSlateModel.from_bytes(pack("cleanslate", 2, buf.getvalue()), "cleanslate")
+    assert loaded.config.step_share == 0.0
+    out = loaded.sample(20, np.random.default_rng(3))
+    assert np.diff(out.offsets).max() <= loaded.config.max_path
