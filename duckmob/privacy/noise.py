@@ -206,4 +206,11 @@ class NoiseSource:
         return self._seeds.spawn(1)[0]
 
 
-__all__ = ["BITS", "MAX_SCALE", "NoiseSource", "granularity", "epsilon_rounded", "check_scale"]
+def public_generator(*key: int) -> np.random.Generator:
+    """A generator from a public, fixed seed ``key`` (no entropy, no data): for post-processing choices that must
+    come out the same in every output block and every process, such as the perturbed route costs of the fine
+    placement. Never for privacy noise: what it draws is public to anyone who reads the code."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(k) for k in key])))
+
+
+__all__ = ["BITS", "MAX_SCALE", "NoiseSource", "public_generator", "granularity", "epsilon_rounded", "check_scale"]

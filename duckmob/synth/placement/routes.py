@@ -30,6 +30,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
 from duckmob.grid import BBox
+from duckmob.privacy.noise import public_generator
 from duckmob.synth.cells import state_sequences, uniform_grid
 from duckmob.synth.placement.releases import STEP_EDGES_M, FineStats, _local_xy
 from duckmob.trajectories import ragged_gather
@@ -234,7 +235,7 @@ class Placement:
         """Per-fine-cell route costs of route draw ``draw``: the released costs (draw 0), else those times an
         independent log-normal factor per cell (sigma ``ROUTE_SPREAD``) from the public seed ``ROUTE_SEED``."""
         if draw not in self._fields:
-            noise = np.random.default_rng([ROUTE_SEED, int(draw)]).standard_normal(len(self.cost))
+            noise = public_generator(ROUTE_SEED, draw).standard_normal(len(self.cost))
             self._fields[draw] = self.cost if draw == 0 else self.cost * np.exp(ROUTE_SPREAD * noise)
         return self._fields[draw]
 
