@@ -197,10 +197,17 @@ def chained_paths(router: "Router", source, dest, slot, stops: list[np.ndarray],
     return path
 
 
+# Points per path cell that the spacing may place on average (public): steps far below a cell (GeoLife's fixes every
+# few seconds) need many; a cap of one point per cell stretched them over long paths until they skipped cells.
+POINTS_PER_CELL = 16
+
+
 def max_points(config: CleanSlateConfig) -> int:
     """The public cap on the points of one sampled trajectory: ``max_path`` (default ``3 w``) cells, one point per
-    cell (a one-cell path gets two); points spaced by the step histogram are cut to the same number."""
-    return max(int(config.max_path or 3 * config.w), 2)
+    cell (a one-cell path gets two); with a step histogram the spaced points, at most ``POINTS_PER_CELL`` per cell
+    of ``max_path``."""
+    cells = max(int(config.max_path or 3 * config.w), 2)
+    return cells * POINTS_PER_CELL if config.step_share > 0 else cells
 
 
 def budget_parts(eps: float, config: CleanSlateConfig) -> tuple[float, float, float]:
