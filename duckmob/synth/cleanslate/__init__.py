@@ -25,8 +25,9 @@ post-processing:
   trip draws a detour from the prior and takes the path that makes it: the most probable path, the most probable
   of the shortest paths (detour 0), or -- when the drawn detour exceeds the most probable path's -- a chain of up
   to ``MAX_WAYPOINTS`` waypoints joined by shortest legs (:func:`chain_waypoints`, :func:`.prior.waypoints`);
-  cut at the public ``max_path`` cells; one point per cell, uniform inside it;
-  times from a uniform instant in the slot plus cell-centre distances at the public ``speed_mps``.
+  cut at the public ``max_path`` cells; one point per cell, uniform inside it, then (with a step histogram) the
+  output's points spaced along the polyline through them by steps drawn from it (:mod:`.spacing`); times from a
+  uniform instant in the slot plus the distance along the path at the public ``speed_mps``.
 
 What ``fit`` spends, composed by the PLD accountant into ONE event (``model.event``, recorded in the ledger once):
 
@@ -38,10 +39,12 @@ What ``fit`` spends, composed by the PLD accountant into ONE event (``model.even
    adding mass 1 to each (L1 sensitivity 1 per histogram, k for a user), Laplace(H k / eps_prior) on every bin,
    ``eps_prior = prior_share (eps - eps_count)`` (H ``laplace(eps_prior / H)`` events; none when ``prior_share``
    is 0);
-3. DP-SGD of TI: ``ceil(ti_epochs / q)`` Poisson-sampled steps at rate q, clip ``max_grad_norm``, noise
-   multiplier ``sigma_TI`` calibrated so that (1) + (2) + (3) reach
-   ``eps_count + eps_prior + ti_share (eps - eps_count - eps_prior)``;
-4. DP-SGD of TPG: ``ceil(tpg_epochs / q)`` steps at rate q, ``sigma_TPG`` calibrated so that (1) + ... + (4)
+3. the step histogram (:func:`.spacing.release_steps`): Laplace(k / eps_steps) on every public bin,
+   ``eps_steps = step_share (eps - eps_count)`` (one ``laplace(eps_steps)`` event; none when ``step_share`` is 0);
+4. DP-SGD of TI: ``ceil(ti_epochs / q)`` Poisson-sampled steps at rate q, clip ``max_grad_norm``, noise
+   multiplier ``sigma_TI`` calibrated so that (1) + ... + (4) reach ``s + ti_share (eps - s)`` with
+   ``s = eps_count + eps_prior + eps_steps``;
+5. DP-SGD of TPG: ``ceil(tpg_epochs / q)`` steps at rate q, ``sigma_TPG`` calibrated so that (1) + ... + (5)
    is (eps, delta)-DP by the PLD accountant (and, given the ledger's earlier releases, within the budget).
 
 The shares are :func:`duckmob.privacy.accounting.split`; the noise multipliers are
