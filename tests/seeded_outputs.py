@@ -98,6 +98,11 @@ def record() -> dict:
     return {"platform": platform_key(), "cases": cases}
 
 
+# What each first-format model of models_v1/ drew when it was recorded (``loaded_digest``), kept apart from the
+# record: a later change of a method changes what a new fit draws, never what an old stored model draws.
+STORED_SAMPLES = MODELS / "samples.json"
+
+
 if __name__ == "__main__":
     MODELS.mkdir(parents=True, exist_ok=True)
     RECORD.write_text(json.dumps(record(), indent=1, sort_keys=True) + "\n")
