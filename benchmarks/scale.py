@@ -18,8 +18,11 @@ Cases: ``privtrace-old`` (the synthesize macro over a TEMP table: the whole tabl
 the macro over a view: counted out of core), ``transitions-old`` / ``transitions-new`` / ``transitions-sql`` (the
 same three for mob_transitions and duckmob.transitions), ``hrnet-prep-old`` / ``hrnet-prep-new`` (HRNet's data
 preparation, stay points to training arrays, without training: the table in memory / batch by batch), and the
-same for clean-slate (cell visits to trips) and PateGail (the fixes its episodes read, to episodes). eps 1,
-seed 1, the default PrivTrace parameters, bbox of HRNet's Beijing box.
+same for clean-slate (cell visits to trips) and PateGail (the fixes its episodes read, to episodes), and issue
+31's streamed output: ``synthesize-parquet`` (``COPY (FROM synthesize(...)) TO`` Parquet with the default n, a
+synthetic table as large as the real one; ``out`` is its rows) and ``sample-parquet`` (``COPY (FROM mob_sample('m',
+n := 300000)) TO`` Parquet of a model fitted on the table first; wall and CPU time are the sample's alone, rows a
+second = out / wall_s). eps 1, seed 1, the default PrivTrace parameters, bbox of HRNet's Beijing box.
 Delete DIR afterwards (``--clean`` does it).
 """
 
@@ -39,7 +42,9 @@ SOURCE_VARIABLE = "DUCKMOB_SCALE_SOURCE"
 BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
 CASES = ["privtrace-old", "privtrace-new", "count-old", "count-new", "count-sql", "transitions-old",
          "transitions-new", "transitions-sql", "hrnet-prep-old", "hrnet-prep-new", "cleanslate-prep-old",
-         "cleanslate-prep-new", "pategail-prep-old", "pategail-prep-new"]
+         "cleanslate-prep-new", "pategail-prep-old", "pategail-prep-new", "synthesize-parquet", "sample-parquet"]
+# issue 31's streamed output: n of the sample-parquet case (mob_sample of a model fitted on the table)
+SAMPLE_N = 300_000
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -91,7 +96,15 @@ def child(case: str, points: str, cells: str) -> dict:
     start = time.perf_counter()
     use = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = use.ru_utime + use.ru_stime
-    if case.startswith("privtrace"):
+    if case == "synthesize-parquet":   # the default n (the noisy count): a synthetic copy as large as the table
+        out = _copy(con, f"FROM synthesize('trips', eps := 1.0, bbox := {BBOX}, seed := 1)", points)
+    elif case == "sample-parquet":     # the fit is timed apart: wall_s and cpu_s are the streamed sample alone
+        con.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {BBOX}, seed := 1)").fetchall()
+        start = time.perf_counter()
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        cpu0 = use.ru_utime + use.ru_stime
+        out = _copy(con, f"FROM mob_sample('m', n := {SAMPLE_N}, seed := 2)", points)
+    elif case.startswith("privtrace"):
         out = con.sql(f"SELECT count(*) FROM synthesize('trips', eps := 1.0, bbox := {BBOX}, seed := 1, "
                       "n := 1000)").fetchall()[0][0]
     elif case in ("count-old", "count-sql"):   # the macro over a TEMP view (lists) / a view (out of core)
@@ -112,6 +125,17 @@ def child(case: str, points: str, cells: str) -> dict:
     con.close()
     return {"case": case, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mb": peak_rss_mb(),
             "out": float(out)}
+
+
+def _copy(con, query: str, points: str) -> int:
+    """``COPY (query) TO`` a Parquet file beside ``points`` (removed after); the rows written."""
+    target = points + ".synthetic.parquet"
+    try:
+        con.execute(f"COPY ({query}) TO '{target}' (FORMAT parquet)")
+        return con.sql(f"SELECT count(*) FROM '{target}'").fetchall()[0][0]
+    finally:
+        if os.path.exists(target):
+            os.remove(target)
 
 
 def prep(con, method: str, out_of_core: bool) -> int:
