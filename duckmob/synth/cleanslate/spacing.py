@@ -28,8 +28,8 @@ from duckmob.privacy.counting import normalised_sums, release_sums
 from duckmob.privacy.normcut import normcut
 from duckmob.source.batches import as_batches
 from duckmob.synth.cells import truncate_tail
-from duckmob.synth.placement import STEP_EDGES_M, STEP_TAU, _local_xy, step_bins, step_block, steps_mostly_noise
-from duckmob.trajectories import ragged_gather
+from duckmob.synth.placement import (STEP_EDGES_M, STEP_TAU, _local_xy, spaced, step_bins, step_block,
+                                      steps_mostly_noise)
 
 N_BINS = len(STEP_EDGES_M) - 1
 
@@ -110,26 +110,6 @@ def space(lengths: np.ndarray, lat: np.ndarray, lon: np.ndarray, probs: np.ndarr
     expect = route / mean_step
     cap = max(int(max_points), 2)
     want = np.minimum(np.ceil(expect * 1.2 + 3 * np.sqrt(expect)).astype(np.int64) + 4, cap - 2)
-    s_owner = np.repeat(np.arange(n), want)
-    step = draw_steps(probs, len(s_owner), rng)
-    cover = np.bincount(s_owner, weights=step, minlength=n)
-    step = step * np.where(cover < route, route / np.maximum(cover, 1e-300), 1.0)[s_owner]
-    s_first = np.concatenate([[0], np.cumsum(want)])[:-1]
-    csum = np.cumsum(step)
-    dist = csum - np.repeat(csum[s_first] - step[s_first], want)
-    keep = dist < route[s_owner]
-    kept = np.bincount(s_owner[keep], minlength=n)
-    out_len = kept + 2
-    out_off = np.concatenate([[0], np.cumsum(out_len)]).astype(np.int64)
-    p_owner = np.repeat(np.arange(n), out_len)
-    p_dist = np.empty(int(out_off[-1]))
-    p_dist[out_off[:-1]] = 0.0
-    p_dist[out_off[1:] - 1] = route
-    p_dist[ragged_gather(out_off[:-1] + 1, kept)] = dist[keep]
-    target = start[p_owner] + p_dist
-    idx = np.searchsorted(along, target, side="right") - 1
-    idx = np.clip(idx, off[p_owner], np.maximum(off[p_owner + 1] - 2, off[p_owner]))
-    nxt = np.minimum(idx + 1, off[p_owner + 1] - 1)
-    span = along[nxt] - along[idx]
-    frac = np.where(span > 0, np.clip((target - along[idx]) / np.where(span > 0, span, 1.0), 0, 1), 0.0)
+    step = draw_steps(probs, int(want.sum()), rng)
+    out_len, _, p_dist, _, idx, nxt, frac = spaced(along, off, start, route, step, want)
     return (out_len, lat[idx] + (lat[nxt] - lat[idx]) * frac, lon[idx] + (lon[nxt] - lon[idx]) * frac, p_dist)

@@ -502,32 +502,7 @@ class Placement:
             t = rng.random(len(s_owner))
             lo_b = np.maximum(lo[b], 1e-12)
             step = np.where(lo[b] > 0, np.exp(np.log(lo_b) + t * np.log(hi[b] / lo_b)), hi[b] * t)
-        # a route longer than max_points draws cover: its steps stretched to reach the end (evenly spaced, not a
-        # jump from the last draw to the end)
-        cover = np.bincount(s_owner, weights=step, minlength=n)
-        stretch = np.where(cover < route_len, route_len / np.maximum(cover, 1e-300), 1.0)
-        step = step * stretch[s_owner]
-        s_first = np.concatenate([[0], np.cumsum(want)])[:-1]
-        csum = np.cumsum(step)
-        dist = csum - np.repeat(csum[s_first] - step[s_first], want)   # distance of each draw along its route
-        keep = dist < route_len[s_owner]
-        d_owner, d = s_owner[keep], dist[keep]
-        # every trajectory: its start (distance 0), its kept draws (increasing), its end; placed without a sort
-        kept = np.bincount(d_owner, minlength=n)
-        lengths = kept + 2
-        out_off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        p_owner = np.repeat(np.arange(n), lengths)
-        p_dist = np.empty(int(out_off[-1]))
-        p_dist[out_off[:-1]] = 0.0
-        p_dist[out_off[1:] - 1] = route_len
-        p_dist[ragged_gather(out_off[:-1] + 1, kept)] = d           # d_owner is sorted, d increasing in it
-        target = route_start[p_owner] + p_dist
-        # interpolate on the owner's polyline
-        idx = np.searchsorted(along, target, side="right") - 1
-        idx = np.clip(idx, f_off[p_owner], np.maximum(f_off[p_owner + 1] - 2, f_off[p_owner]))
-        nxt = np.minimum(idx + 1, f_off[p_owner + 1] - 1)
-        span = along[nxt] - along[idx]
-        frac = np.where(span > 0, np.clip((target - along[idx]) / np.where(span > 0, span, 1.0), 0, 1), 0.0)
+        lengths, p_owner, p_dist, target, idx, nxt, frac = spaced(along, f_off, route_start, route_len, step, want)
         lat = vlat[idx] + (vlat[nxt] - vlat[idx]) * frac
         lon = vlon[idx] + (vlon[nxt] - vlon[idx]) * frac
         if times is None:
@@ -571,3 +546,38 @@ def coarse_of_fine(w: int, bbox, locate) -> np.ndarray:
     lat = b.min_lat + (r + 0.5) * (b.max_lat - b.min_lat) / w
     lon = b.min_lon + (c + 0.5) * (b.max_lon - b.min_lon) / w
     return np.asarray(locate(lat, lon), dtype=np.int64)
+
+
+def spaced(along: np.ndarray, offsets: np.ndarray, route_start: np.ndarray, route_len: np.ndarray,
+           step: np.ndarray, want: np.ndarray):
+    """Points along polylines at drawn steps (post-processing, vectorised over polylines).
+
+    ``along``: each vertex's cumulative distance (metres; polyline i is vertices ``offsets[i]:offsets[i + 1]``,
+    starting at ``route_start[i]``, ``route_len[i]`` long); ``step``: ``want[i]`` drawn step lengths for each
+    polyline in turn. A polyline whose draws do not cover it has its steps stretched to reach the end (evenly
+    spaced, not a jump from the last draw to the end); draws past the end are dropped. Each polyline gives its
+    start, the kept draws (increasing) and its end. Returns ``(lengths, owner, distance along, target, idx, nxt,
+    frac)``: a point lies ``frac`` of the way from vertex ``idx`` to ``nxt``."""
+    n = len(route_len)
+    s_owner = np.repeat(np.arange(n), want)
+    cover = np.bincount(s_owner, weights=step, minlength=n)
+    step = step * np.where(cover < route_len, route_len / np.maximum(cover, 1e-300), 1.0)[s_owner]
+    s_first = np.concatenate([[0], np.cumsum(want)])[:-1]
+    csum = np.cumsum(step)
+    dist = csum - np.repeat(csum[s_first] - step[s_first], want)   # distance of each draw along its polyline
+    keep = dist < route_len[s_owner]
+    kept = np.bincount(s_owner[keep], minlength=n)
+    lengths = kept + 2
+    out_off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    p_owner = np.repeat(np.arange(n), lengths)
+    p_dist = np.empty(int(out_off[-1]))
+    p_dist[out_off[:-1]] = 0.0
+    p_dist[out_off[1:] - 1] = route_len
+    p_dist[ragged_gather(out_off[:-1] + 1, kept)] = dist[keep]     # owners sorted, distances increasing in each
+    target = route_start[p_owner] + p_dist
+    idx = np.searchsorted(along, target, side="right") - 1
+    idx = np.clip(idx, offsets[p_owner], np.maximum(offsets[p_owner + 1] - 2, offsets[p_owner]))
+    nxt = np.minimum(idx + 1, offsets[p_owner + 1] - 1)
+    span = along[nxt] - along[idx]
+    frac = np.where(span > 0, np.clip((target - along[idx]) / np.where(span > 0, span, 1.0), 0, 1), 0.0)
+    return lengths, p_owner, p_dist, target, idx, nxt, frac
