@@ -32,6 +32,7 @@ Headline columns (lower is better unless marked ^; the JSON keeps every metric):
     python benchmarks/methods.py --methods privtrace --eps 1 --limit 200 --out /tmp/m   # a quick check
     python benchmarks/methods.py --method-limit pategail=500            # a smaller draw for one method
     python benchmarks/methods.py --show benchmarks/results/methods.json  # print a saved run
+    python benchmarks/methods.py --data taxi --eps 1 --out benchmarks/results/methods_taxi   # taxi-like trips
 
 Timings are wall seconds on whatever machine runs it (the JSON records the load average before and after each
 fit); on a shared machine compare rows of one run only.
@@ -68,8 +69,16 @@ def table_stats(con, name: str) -> tuple[int, float]:
     return int(n), rows / max(n, 1)
 
 
+def load_taxi(con, limits: dict[str, int | None]) -> dict[str, int]:
+    """``--data taxi``: one table per cap of taxi-like trips (``benchmarks/cleanslate.py``'s ``taxi_like``: GeoLife
+    in BOX, one fix a minute, cut into trips of 10 fixes, a fixed public draw), as ``load_real`` for GeoLife."""
+    from cleanslate import taxi_like
+
+    return {name: taxi_like(con, name, n=limit or 20_000) for name, limit in limits.items()}
+
+
 def run(methods: list[str], eps_list: list[float], seeds: list[int], limit: int | None,
-        method_limits: dict[str, int]) -> dict:
+        method_limits: dict[str, int], data: str = "geolife") -> dict:
     import duckmob
 
     import dp_accounting  # noqa: F401  the accountant's import (3 s) would be timed in the first fit otherwise
@@ -78,7 +87,8 @@ def run(methods: list[str], eps_list: list[float], seeds: list[int], limit: int 
     con = duckmob.connect()
     limits = {m: min(method_limits.get(m, limit or 10**9), limit or 10**9) for m in methods}
     tables = {lim: f"trips_{lim}" for lim in sorted(set(limits.values()))}
-    sizes = load_real(con, {name: (None if lim >= 10**9 else lim) for lim, name in tables.items()})
+    caps = {name: (None if lim >= 10**9 else lim) for lim, name in tables.items()}
+    sizes = (load_taxi if data == "taxi" else load_real)(con, caps)
     n_fits = len(eps_list) * len(seeds) * len(methods)
     reals = {}
     for name in tables.values():
@@ -119,7 +129,8 @@ def run(methods: list[str], eps_list: list[float], seeds: list[int], limit: int 
                 print(f"{method} eps {eps} seed {seed}: fit {fit_s:.1f} s, sample {sample_s:.1f} s "
                       f"(load {load0:.1f} -> {load1:.1f}), {pts:.1f} points/traj", flush=True)
     con.close()
-    return dict(setting=dict(data=DATA, bbox=BOX, limit=limit, limit_seed=LIMIT_SEED, method_limits=limits,
+    return dict(setting=dict(data=DATA if data == "geolife" else f"{DATA}, taxi-like trips", bbox=BOX, limit=limit,
+                             limit_seed=LIMIT_SEED, method_limits=limits,
                              eps=eps_list, seeds=seeds, delta=DELTA, families=FAMILIES, code=code_version(),
                              cores=os.cpu_count()),
                 reals=reals, runs=runs)
@@ -156,7 +167,8 @@ def table(result: dict) -> str:
     s = result["setting"]
     head = (f"{'method':11s} {'eps':>3s} {'n real':>6s} " + " ".join(f"{short:>8s}" for short, _ in COLUMNS)
             + f" {'fit s':>7s} {'sample s':>8s} {'pts/traj':>8s}")
-    lines = [f"GeoLife in HRNet's box, fixed draw (seed {s['limit_seed']}), each method's defaults, trajectory unit, "
+    what = "taxi-like trips (one fix a minute, 10 fixes a trip) of GeoLife" if "taxi" in s["data"] else "GeoLife"
+    lines = [f"{what} in HRNet's box, fixed draw (seed {s['limit_seed']}), each method's defaults, trajectory unit, "
              f"mean of {len(s['seeds'])} seeded fit(s), code {s['code']}", head]
     for row in mean_rows(result):
         lines.append(f"{row['method']:11s} {row['eps']:3g} {row['n_real']:6d} "
@@ -166,8 +178,8 @@ def table(result: dict) -> str:
         lines.append(f"{'real halves':11s} {'':3s} {real['n_real']:6d} "
                      + " ".join(f"{cell(k, real['reference'].get(k)):>8s}" for _, k in COLUMNS)
                      + f" {'':7s} {'':8s} {real['points_per_traj']:8.1f}")
-    lines.append("JSD in nats (ln 2 = 0.693 at most); ^ higher is better; OD km: Lestyan's OD EMD in km; 'real halves': "
-                 "the same metric between two halves of the real table (pts/traj: the real table's mean)")
+    lines.append("JSD in nats (ln 2 = 0.693 at most); ^ higher is better; OD km: Lestyan's OD EMD in km; 'real "
+                 "halves': the same metric between two halves of the real table (pts/traj: the real table's mean)")
     loads = [r["load_before"] for r in result["runs"]] + [r["load_after"] for r in result["runs"]]
     if loads:
         lines.append(f"wall seconds on {s['cores']} cores; 1-minute load average during the fits "
@@ -181,6 +193,9 @@ def main() -> None:
     parser.add_argument("--eps", default="1,2", help="comma-separated epsilons (default 1,2)")
     parser.add_argument("--seeds", default="1", help="one seeded fit per seed; rows show the mean (default 1)")
     parser.add_argument("--limit", type=int, default=1000, help="real trajectories in the draw (0: all)")
+    parser.add_argument("--data", default="geolife", choices=("geolife", "taxi"),
+                        help="geolife: the GeoLife trajectories; taxi: taxi-like trips cut from them (one fix a "
+                             "minute, 10 fixes a trip; benchmarks/cleanslate.py's taxi_like)")
     parser.add_argument("--method-limit", action="append", default=[], metavar="METHOD=N",
                         help="a smaller draw for one method (repeatable); the 'n real' column shows it")
     parser.add_argument("--out", default=DEFAULT_OUT, help="write OUT.json and OUT.txt (default "
@@ -203,7 +218,7 @@ def main() -> None:
             parser.error(f"--method-limit {item!r}: write METHOD=N")
         method_limits[name.strip().lower()] = int(value)
     result = run(methods, [float(e) for e in args.eps.split(",")], [int(s) for s in args.seeds.split(",")],
-                 args.limit or None, method_limits)
+                 args.limit or None, method_limits, args.data)
     text = table(result)
     print(text)
     if args.out:
