@@ -3,10 +3,10 @@
 Setting: the fixes of /work/shared/data/geolife_beijing.parquet inside HRNet's box [39.8477, 116.1956, 40.1133,
 116.4880], trajectories with >= 2 distinct timestamps there, a fixed public draw of ``--limit`` of them (default
 1,000; ``benchmarks/fidelity.py``'s ``load_real``, the same draw). Each method is fitted through the public API
-with its defaults (trajectory unit): ``mob_set_budget`` once (a budget large enough that only each fit's own
-(eps, delta) binds), then per (method, eps, seed) ``FROM mob_fit(...)`` with that seed (timed: "fit s") and
-``duckmob.sample`` of as many trajectories as the real table has (timed: "sample s"), compared with the real table
-by ``duckmob.evaluate`` (all six families, ``reference=False``; the real halves' reference is computed once and
+with its defaults (trajectory unit): per (method, eps, seed) a copy of the real table (a new lineage: an empty
+ledger, as a first release) with ``mob_set_budget`` of exactly that (eps, delta), ``FROM mob_fit(...)`` with
+the seed (timed: "fit s") and ``duckmob.sample`` of as many trajectories as the real table has (timed: "sample
+s"), compared with the real table by ``duckmob.evaluate`` (all six families, ``reference=False``; the real halves' reference is computed once and
 printed as the "real halves" row). Delta 1e-5 for every method but PrivTrace (pure eps-DP, delta 0). Seeded fits:
 reproducible, not for release. NOT private: the evaluation reads the real table exactly.
 
@@ -89,12 +89,8 @@ def run(methods: list[str], eps_list: list[float], seeds: list[int], limit: int 
     tables = {lim: f"trips_{lim}" for lim in sorted(set(limits.values()))}
     caps = {name: (None if lim >= 10**9 else lim) for lim, name in tables.items()}
     sizes = (load_taxi if data == "taxi" else load_real)(con, caps)
-    n_fits = len(eps_list) * len(seeds) * len(methods)
     reals = {}
     for name in tables.values():
-        # generous: each fit is then calibrated to its own (eps, delta), whatever ran before it
-        con.execute(f"FROM mob_set_budget('{name}', eps := {10 * sum(eps_list) * len(seeds) * len(methods) + 10}, "
-                    f"delta := 1e-3)").fetchall()
         n, pts = table_stats(con, name)
         reference = duckmob.evaluate(con, name, name, bbox=BOX, families=FAMILIES).to_pylist()
         reals[name] = dict(n_real=n, points_per_traj=pts,
@@ -108,9 +104,15 @@ def run(methods: list[str], eps_list: list[float], seeds: list[int], limit: int 
             for seed in seeds:
                 model = f"{method}_e{str(eps).replace('.', '_')}_s{seed}"
                 delta = 0.0 if method == "privtrace" else DELTA
+                # each fit on its own copy (a new lineage, an empty ledger) with a budget of exactly its (eps,
+                # delta): as a first release on a fresh table, so that no fit composes (or is timed composing) the
+                # ledger of the fits before it
+                source = f"{table_name}_{model}"
+                con.execute(f"CREATE OR REPLACE TABLE {source} AS FROM {table_name}")
+                con.execute(f"FROM mob_set_budget('{source}', eps := {eps}, delta := {delta})").fetchall()
                 load0 = os.getloadavg()[0]
                 t0 = time.perf_counter()
-                con.execute(f"FROM mob_fit('{table_name}', '{model}', eps := {eps}, delta := {delta}, "
+                con.execute(f"FROM mob_fit('{source}', '{model}', eps := {eps}, delta := {delta}, "
                             f"method := '{method}', bbox := {BOX}, seed := {seed})").fetchall()
                 fit_s = time.perf_counter() - t0
                 t1 = time.perf_counter()
@@ -122,6 +124,7 @@ def run(methods: list[str], eps_list: list[float], seeds: list[int], limit: int 
                                         reference=False).to_pylist()
                 n_synth, pts = table_stats(con, "synth")
                 con.unregister("synth")
+                con.execute(f"DROP TABLE {source}")
                 metrics = {r["metric"]: r["value"] for r in rows}
                 runs.append(dict(method=method, eps=eps, seed=seed, real=table_name, n_real=n_real,
                                  n_synth=n_synth, fit_s=fit_s, sample_s=sample_s, points_per_traj=pts,
