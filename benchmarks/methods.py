@@ -6,9 +6,9 @@ Setting: the fixes of /work/shared/data/geolife_beijing.parquet inside HRNet's b
 with its defaults (trajectory unit): per (method, eps, seed) a copy of the real table (a new lineage: an empty
 ledger, as a first release) with ``mob_set_budget`` of exactly that (eps, delta), ``FROM mob_fit(...)`` with
 the seed (timed: "fit s") and ``duckmob.sample`` of as many trajectories as the real table has (timed: "sample
-s"), compared with the real table by ``duckmob.evaluate`` (all six families, ``reference=False``; the real halves' reference is computed once and
-printed as the "real halves" row). Delta 1e-5 for every method but PrivTrace (pure eps-DP, delta 0). Seeded fits:
-reproducible, not for release. NOT private: the evaluation reads the real table exactly.
+s"), compared with the real table by ``duckmob.evaluate`` (all six families, ``reference=False``; the real
+halves' reference is computed once and printed as the "real halves" row). Delta 1e-5 for every method but
+PrivTrace (pure eps-DP, delta 0). Seeded fits: reproducible, not for release. NOT private: the evaluation reads the real table exactly.
 
 Headline columns (lower is better unless marked ^; the JSON keeps every metric):
 
@@ -32,6 +32,7 @@ Headline columns (lower is better unless marked ^; the JSON keeps every metric):
     python benchmarks/methods.py --methods privtrace --eps 1 --limit 200 --out /tmp/m   # a quick check
     python benchmarks/methods.py --method-limit pategail=500            # a smaller draw for one method
     python benchmarks/methods.py --show benchmarks/results/methods.json  # print a saved run
+    python benchmarks/methods.py --show benchmarks/results/methods.json --markdown   # as in docs/methods/README.md
     python benchmarks/methods.py --data taxi --eps 1 --out benchmarks/results/methods_taxi   # taxi-like trips
 
 Timings are wall seconds on whatever machine runs it (the JSON records the load average before and after each
@@ -147,6 +148,12 @@ def cell(key: str, value) -> str:
     return fmt(value)
 
 
+def short_cell(key: str, value) -> str:
+    """As :func:`cell`, without the leading zero of a fraction (.4200)."""
+    text = cell(key, value)
+    return text[1:] if text.startswith("0.") else text
+
+
 def mean_rows(result: dict) -> list[dict]:
     """One row per (method, eps): each metric's mean over the seeds (None where a seed has none)."""
     out = []
@@ -190,6 +197,33 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown(result: dict) -> str:
+    """The table as Markdown (docs/methods/README.md): the best method of each column at each eps in bold."""
+    higher = {"adatrace_pattern_f1"}
+    rows = mean_rows(result)
+    best = {}
+    for eps in dict.fromkeys(r["eps"] for r in rows):
+        for _, k in COLUMNS:
+            values = [r["metrics"][k] for r in rows if r["eps"] == eps and r["metrics"][k] is not None]
+            if values:
+                best[eps, k] = max(values) if k in higher else min(values)
+    head = ["method", "eps", *(short for short, _ in COLUMNS), "fit s", "sample s", "pts/traj"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [f"`{r['method']}`", f"{r['eps']:g}"]
+        for _, k in COLUMNS:
+            text = short_cell(k, r["metrics"][k])
+            cells.append(f"**{text}**" if r["metrics"][k] is not None and r["metrics"][k] == best.get((r["eps"], k))
+                         else text)
+        cells += [f"{r['fit_s']:.1f}", f"{r['sample_s']:.1f}", f"{r['points_per_traj']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    for real in result["reals"].values():
+        cells = (["real halves", ""] + [short_cell(k, real["reference"].get(k)) for _, k in COLUMNS]
+                 + ["", "", f"{real['points_per_traj']:.1f}"])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated (default {','.join(METHODS)})")
@@ -204,11 +238,13 @@ def main() -> None:
     parser.add_argument("--out", default=DEFAULT_OUT, help="write OUT.json and OUT.txt (default "
                                                            "benchmarks/results/methods)")
     parser.add_argument("--show", default=None, help="print a saved JSON's table and exit")
+    parser.add_argument("--markdown", action="store_true", help="with --show: the table as Markdown")
     args = parser.parse_args()
     os.environ.setdefault("CI", "1")   # no progress bars in logs
     os.environ.setdefault("DUCKMOB_PROGRESS", "0")
     if args.show:
-        print(table(json.loads(open(args.show).read())))
+        saved = json.loads(open(args.show).read())
+        print(markdown(saved) if args.markdown else table(saved))
         return
     methods = [m.strip().lower() for m in args.methods.split(",") if m.strip()]
     bad = sorted(set(methods) - set(METHODS))
