@@ -8,7 +8,8 @@ ledger, as a first release) with ``mob_set_budget`` of exactly that (eps, delta)
 the seed (timed: "fit s") and ``duckmob.sample`` of as many trajectories as the real table has (timed: "sample
 s"), compared with the real table by ``duckmob.evaluate`` (all six families, ``reference=False``; the real
 halves' reference is computed once and printed as the "real halves" row). Delta 1e-5 for every method but
-PrivTrace (pure eps-DP, delta 0). Seeded fits: reproducible, not for release. NOT private: the evaluation reads the real table exactly.
+PrivTrace (pure eps-DP, delta 0). Seeded fits: reproducible, not for release. NOT private: the evaluation reads
+the real table exactly.
 
 Headline columns (lower is better unless marked ^; the JSON keeps every metric):
 
