@@ -42,8 +42,8 @@ from duckmob.trajectories import ragged_gather
 FLOOR = 1e-3
 # Spread of the per-cell cost factors of the extra route draws (Placement.route_tables): log-normal sigma.
 ROUTE_SPREAD = 1.0
-# Public seed of those factors: fixed, so a move's routes are the same in every block of an output (they are
-# computed once per model and cached, whichever block first needs them).
+# Public seed of those factors: fixed, so a move's routes are the same in every block of an output (each block
+# computes the tables of its own moves).
 ROUTE_SEED = 32
 
 _DELTAS = np.array([(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)], dtype=np.int64)
@@ -394,6 +394,10 @@ class Placement:
         first (:meth:`bridge`). ``with_pos``: also each fine cell's piece, an int64 array: 0 the start, j the
         route into the sequence's j-th coarse cell (the bridge before it included), L the last leg."""
         n_orig = np.diff(np.asarray(offsets, dtype=np.int64))
+        # Route tables are computed afresh for each call's moves: a table kept across calls and extended with
+        # other calls' moves sent a chain past the end of its routes (an IndexError at 300 M fixes, block 60 of a
+        # default-n output: a leg's anchor index out of its cell's range). Within a call every move is computed once.
+        self._cache.clear()
         offsets, coarse, into = self.bridge(offsets, coarse)
         n = len(offsets) - 1
         L = np.diff(offsets)
