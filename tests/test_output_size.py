@@ -103,11 +103,11 @@ def test_an_output_that_could_pass_max_rows_is_refused_before_anything_is_drawn_
     con.execute(f"FROM mob_fit('trips', 'cap', eps := 1.0, bbox := {BBOX}, seed := 1)").fetchall()
     _, model = release.read_ledger(release.database(con), lambda cur: store.load(cur, "cap"))
     assert model.max_points == 5000
-    whole = fitting.sample(model, 250, np.random.default_rng(3))
+    whole = fitting.sample(model, 250, np.random.SeedSequence(3))
     assert whole.traj_id.tolist() == list(range(250))
     with pytest.raises(DuckmobError, match=r"up to 1,250,000 rows .* max_rows := 2,000: raise it \(max_rows := "
                                            r"1,250,000\).*Nothing was spent"):
-        fitting.sample(model, 250, np.random.default_rng(3), max_rows=2_000)
+        fitting.sample(model, 250, np.random.SeedSequence(3), max_rows=2_000)
     with pytest.raises(duckdb.Error, match="max_rows := 1,000,000: raise it"):
         con.sql("FROM mob_sample('cap', n := 201, max_rows := 1000000)").fetchall()
     assert con.sql("SELECT count(DISTINCT traj_id) FROM mob_sample('cap', n := 200, max_rows := 1000000)"

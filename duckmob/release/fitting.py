@@ -178,10 +178,7 @@ def output(model, n: int | None, seed: np.random.SeedSequence, max_rows: int | N
     return sampling.Output(model, n, seed, desc=desc)
 
 
-def sample(model, n: int | None, seed, max_rows: int | None = None) -> Trajectories:
+def sample(model, n: int | None, seed: np.random.SeedSequence, max_rows: int | None = None) -> Trajectories:
     """``n`` trajectories of a fitted model (None: :func:`default_size`), all at once (memory: the whole output;
-    :func:`output` streams). ``seed``: the output's SeedSequence (:meth:`NoiseSource.output_seed`), or a Generator
-    derived from a NoiseSource, which seeds one."""
-    if isinstance(seed, np.random.Generator):
-        seed = np.random.SeedSequence(seed.integers(2 ** 63, size=4).tolist())
+    :func:`output` streams). ``seed``: the output's SeedSequence (:meth:`NoiseSource.output_seed`)."""
     return output(model, n, seed, max_rows).trajectories()

@@ -25,7 +25,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -76,16 +76,10 @@ def draw_ids(model, n: int, seed: np.random.SeedSequence, ids: np.ndarray) -> Tr
     return drawn.take(starts[where] + ids - touched[where] * BLOCK)
 
 
-def blocks(model, n: int, seed: np.random.SeedSequence, *,
-           progress: Callable[[int, int], None] | None = None) -> Iterator[Trajectories]:
-    """Every block of an output of ``n`` trajectories, in order; ``progress(trajectories drawn, n)`` after each."""
-    done = 0
+def blocks(model, n: int, seed: np.random.SeedSequence) -> Iterator[Trajectories]:
+    """Every block of an output of ``n`` trajectories, in order."""
     for b in range(n_blocks(n)):
-        part = draw_block(model, n, seed, b)
-        done += part.n_trajectories
-        if progress is not None:
-            progress(done, n)
-        yield part
+        yield draw_block(model, n, seed, b)
 
 
 def check_rows(n: int, max_points: int | None, max_rows: int, *, after_fit: bool = False) -> None:
@@ -168,8 +162,7 @@ class Output:
 
     def blocks(self) -> Iterator[Trajectories]:
         """Every block in order (:func:`blocks`), counted for progress."""
-        for b in range(n_blocks(self.n)):
-            part = draw_block(self.model, self.n, self.seed, b)
+        for part in blocks(self.model, self.n, self.seed):
             self.progress.update(part.n_trajectories, part.n_points)
             yield part
 

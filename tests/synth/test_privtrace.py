@@ -298,7 +298,7 @@ def test_bad_inputs_give_clear_errors():
         PrivTrace(BOX, kapa=3)
     model = _fit(PrivTrace(BOX, K=3), data, 1.0, 0)
     with pytest.raises(DuckmobError, match="n must be an integer of at least 1"):
-        fitting.sample(model, 0, np.random.default_rng(0))
+        fitting.sample(model, 0, np.random.SeedSequence(0))
     empty = Trajectories(np.zeros(1, np.int64), *(np.zeros(0, np.int64),) * 3, np.zeros(0), np.zeros(0))
     # zero trajectories is a valid input (a release never refuses on the data): the model is noise alone
     fitted = _fit(PrivTrace(BOX), empty, 1.0, 0)
