@@ -329,3 +329,61 @@ def test_a_public_step_m_spends_the_whole_share_on_the_density_and_spaces_points
     assert d.max() <= 50.0 + 1e-6 and np.mean(d > 40.0) > 0.5
     again = PrivTraceModel.from_bytes(model.to_bytes())
     assert again.config.step_m == 50.0
+
+
+def test_a_coarse_cell_without_fine_cells_is_routed_as_the_owner_of_the_fine_cell_at_its_centre():
+    """A coarse cell smaller than a fine cell holds no fine cell centre, so it has no anchor and no route; it
+    used to read another cell's routes (wrong cells silently, or an IndexError: the 300 M-fix crash)."""
+    w = 8
+    density = (np.random.default_rng(1).random(w * w) ** 3).astype(np.float32)
+    coarse = (np.arange(w * w) % w >= w // 2).astype(np.int64) * 2          # cells 0 (west) and 2 (east) only
+    stats = FineStats(w, density, np.ones(len(STEP_EDGES_M) - 1))
+    lon = BOX[1] + np.array([0.1, 0.4, 0.6, 0.9]) * (BOX[3] - BOX[1])
+    centres = (np.full(4, (BOX[0] + BOX[2]) / 2), lon)                     # 1 lies in the west, 3 in the east
+    with pytest.raises(ValueError, match="centres"):
+        Placement(stats, BOX, coarse, 4, anchors=3)
+    pl = Placement(stats, BOX, coarse, 4, anchors=3, centres=centres)
+    assert pl.proxy.tolist() == [0, 0, 2, 2]
+    seqs = [[0, 2, 3], [3], [1, 2], [0, 1], [1, 3, 1]]
+    off = np.concatenate([[0], np.cumsum([len(s) for s in seqs])])
+    f_off, cells = pl.fine_paths(off, np.concatenate(seqs), np.random.default_rng(0))
+    side = coarse[cells]
+    first, last = side[f_off[:-1]], side[f_off[1:] - 1]
+    assert first.tolist() == [0, 2, 0, 0, 0] and last.tolist() == [2, 2, 2, 0, 0]
+    lengths, lat, lon_ = pl.points(off, np.concatenate(seqs), np.random.default_rng(0))
+    assert (lengths >= 2).all() and np.isfinite(lat).all()
+
+
+def test_routes_on_evenly_costed_cells_do_not_depend_on_the_moves_computed_with_them():
+    """Equal-cost staircases tie everywhere on an even density: the next hop breaks ties by the lowest fine
+    cell, not by the Dijkstra heap's order over the other moves, so cached routes equal fresh ones in any order."""
+    w = 16
+    coarse = (np.arange(w * w) // w // 8) * 2 + (np.arange(w * w) % w >= 8)
+    stats = FineStats(w, np.ones(w * w, np.float32), np.ones(len(STEP_EDGES_M) - 1))
+
+    def routes(pl, moves):
+        first, off, cells, _ = pl.route_table(np.asarray(moves))
+        return [cells[off[r]:off[r + 1]].tolist() for i in range(len(moves)) for r in range(first[i], first[i + 1])]
+
+    moves = [0 * 4 + 1, 0 * 4 + 3, 1 * 4 + 2, 2 * 4 + 3, 3 * 4 + 0]
+    together = routes(Placement(stats, BOX, coarse, 4, anchors=4), moves)
+    alone = [r for m in moves for r in routes(Placement(stats, BOX, coarse, 4, anchors=4), [m])]
+    assert together == alone
+    # and each route is a shortest one: as many diagonal-or-straight steps as the Chebyshev distance
+    first, off, cells, _ = Placement(stats, BOX, coarse, 4, anchors=4).route_table(np.asarray(moves))
+    for r in range(len(off) - 1):
+        rr, cc = np.divmod(cells[off[r]:off[r + 1]], w)
+        assert (np.maximum(np.abs(np.diff(rr)), np.abs(np.diff(cc))) == 1).all()
+
+
+def test_privtrace_with_a_fine_grid_coarser_than_its_cells_samples_in_any_block_order():
+    """fine_w := 4 under 36 first-layer cells: most coarse cells hold no fine centre. Sampling works, and the route
+    cache kept across blocks gives the same rows as fresh placements (block order reversed)."""
+    data = _random_walks(300, seed=2)
+    model = fit_unrecorded(PrivTrace(BOX, K=6, fine_w=4), data, 5.0, 0.0, NoiseSource(3))
+    assert (np.bincount(model.placement().coarse, minlength=model.grid.m) == 0).any()
+    ahead = [model.sample(40, np.random.default_rng(s)) for s in range(4)]
+    fresh = PrivTraceModel.from_bytes(model.to_bytes())
+    behind = [fresh.sample(40, np.random.default_rng(s)) for s in range(3, -1, -1)][::-1]
+    for a, b in zip(ahead, behind):
+        assert np.array_equal(a.offsets, b.offsets) and np.array_equal(a.lat, b.lat)

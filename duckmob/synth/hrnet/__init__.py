@@ -273,7 +273,7 @@ class FittedModel(NeuralModel):
             w = config.w
             self._placement = placement.Placement(
                 self.fine, bbox, placement.coarse_of_fine(self.fine.w, bbox, lambda la, lo: cell_of(la, lo, bbox, w)),
-                w * w, config.anchors, config.route_draws, config.step_m)
+                w * w, config.anchors, config.route_draws, config.step_m, centres=placement.cell_centres(w, bbox))
         return self._placement
 
     @property

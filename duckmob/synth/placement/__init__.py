@@ -15,9 +15,9 @@ from duckmob.synth.placement.releases import (EARTH_M_PER_DEG, MAX_POINTS, PARTS
                                               adaptive_density, fine_cells, fine_width, part_eps, parts,
                                               privacy_events, release, release_statistics, scales, statistics,
                                               step_bins, step_block, steps_mostly_noise)
-from duckmob.synth.placement.routes import FLOOR, ROUTE_SPREAD, Placement, coarse_of_fine, spaced
+from duckmob.synth.placement.routes import FLOOR, ROUTE_SPREAD, Placement, cell_centres, coarse_of_fine, spaced
 
 __all__ = ["PlacementConfig", "FineStats", "Placement", "release", "release_statistics", "statistics",
            "privacy_events", "part_eps", "parts", "scales", "fine_width", "fine_cells", "step_bins", "step_block",
-           "steps_mostly_noise", "adaptive_density", "coarse_of_fine", "spaced", "PARTS", "STEP_EDGES_M", "STEP_BLOCKS_C",
-           "STEP_TAU", "TAU", "SIGNAL_SHARE", "EARTH_M_PER_DEG", "MAX_POINTS", "FLOOR", "ROUTE_SPREAD"]
+           "steps_mostly_noise", "adaptive_density", "coarse_of_fine", "cell_centres", "spaced", "PARTS",
+           "STEP_EDGES_M", "STEP_BLOCKS_C", "STEP_TAU", "TAU", "SIGNAL_SHARE", "EARTH_M_PER_DEG", "MAX_POINTS", "FLOOR", "ROUTE_SPREAD"]

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
-from duckmob.grid import BBox
+from duckmob.grid import BBox, cell_of
 from duckmob.privacy.noise import public_generator
 from duckmob.synth.cells import state_sequences, uniform_grid
 from duckmob.synth.placement.releases import STEP_EDGES_M, FineStats, _local_xy
@@ -53,10 +53,12 @@ class Placement:
     """Routes and points for coarse cell sequences, from :class:`~.releases.FineStats` and the coarse partition.
 
     ``coarse_of_fine`` (w * w,) gives the coarse cell of each fine cell (by its centre), ``n_coarse`` their
-    number. Everything here is post-processing of released statistics and public parameters."""
+    number. ``centres`` (lat, lon per coarse cell) places a coarse cell that holds no fine cell centre (one finer
+    than the fine grid): it is routed as the coarse cell owning the fine cell at its centre (:attr:`proxy`).
+    Everything here is post-processing of released statistics and public parameters."""
 
     def __init__(self, stats: FineStats, bbox, coarse_of_fine: np.ndarray, n_coarse: int, anchors: int = 8,
-                 route_draws: int = 4, step_m: float | None = None):
+                 route_draws: int = 4, step_m: float | None = None, centres: tuple | None = None):
         self.stats, self.bbox, self.w = stats, BBox.of(bbox), stats.w
         self.coarse = np.asarray(coarse_of_fine, dtype=np.int64)
         self.n_coarse = int(n_coarse)
@@ -79,6 +81,7 @@ class Placement:
         order = np.lexsort((scramble, -self.p, self.coarse))
         self.cell_order = order
         counts = np.bincount(self.coarse, minlength=self.n_coarse)
+        self.proxy = proxy_cells(self.coarse, counts, self.bbox, w, centres)
         self.cell_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.rank = np.empty(w * w, dtype=np.int64)
         self.rank[order] = np.arange(w * w) - self.cell_offsets[self.coarse[order]]
@@ -179,11 +182,11 @@ class Placement:
             src_nodes = ragged_gather(base[:-1] + off_b, n_anchor_b)
         else:
             src_nodes = (base[:-1] + off_b + target)[n_anchor_b > target]
-        if n_nodes == 0 or len(src_nodes) == 0:
-            pred = np.full(n_nodes, -9999, dtype=np.int64)
-        else:
-            _, pred = dijkstra(graph, directed=True, indices=src_nodes, return_predecessors=True, min_only=True)[:2]
-        return base, fine, np.asarray(pred, dtype=np.int64)
+        pred = np.full(n_nodes, -9999, dtype=np.int64)
+        if n_nodes and len(src_nodes):
+            dist = dijkstra(graph, directed=True, indices=src_nodes, min_only=True)
+            pred = _next_hops(src, dst, wt, dist, fine, pred)
+        return base, fine, pred
 
     def route_table(self, moves: np.ndarray, cost: np.ndarray | None = None, target: int | None = None):
         """For the coarse moves ``moves`` (distinct, as ``a * n_coarse + b``): the route from every anchor of A,
@@ -246,19 +249,20 @@ class Placement:
         layout). A key's routes do not depend on the other keys computed with it (one block of the Dijkstra
         graph each), so the cache gives what a fresh computation would."""
         keys = np.asarray(keys, dtype=np.int64)
-        c = self._cache.get(name)
+        c = self._cache.get(name)          # a snapshot: an entry is replaced whole, never changed in place
         if c is None:
             z = np.zeros(0, dtype=np.int64)
-            c = self._cache[name] = dict(keys=z, first=z, offsets=np.zeros(1, np.int64), cells=z, end=z)
+            c = dict(keys=z, first=z, offsets=np.zeros(1, np.int64), cells=z, end=z)
         new = np.setdiff1d(keys, c["keys"])
         if len(new):
             first, off, cells, end = compute(new)
             n_routes, n_cells = len(c["end"]), len(c["cells"])
             all_keys = np.concatenate([c["keys"], new])
             order = np.argsort(all_keys, kind="stable")
-            c.update(keys=all_keys[order], first=np.concatenate([c["first"], first[:-1] + n_routes])[order],
+            c = dict(keys=all_keys[order], first=np.concatenate([c["first"], first[:-1] + n_routes])[order],
                      offsets=np.concatenate([c["offsets"], off[1:] + n_cells]),
                      cells=np.concatenate([c["cells"], cells]), end=np.concatenate([c["end"], end]))
+            self._cache[name] = c          # one assignment: a concurrent reader sees the old or the new table
         return c["first"][np.searchsorted(c["keys"], keys)], c["offsets"], c["cells"], c["end"]
 
     def route_tables(self, moves: np.ndarray, rng: np.random.Generator | None = None):
@@ -394,10 +398,7 @@ class Placement:
         first (:meth:`bridge`). ``with_pos``: also each fine cell's piece, an int64 array: 0 the start, j the
         route into the sequence's j-th coarse cell (the bridge before it included), L the last leg."""
         n_orig = np.diff(np.asarray(offsets, dtype=np.int64))
-        # Route tables are computed afresh for each call's moves: a table kept across calls and extended with
-        # other calls' moves sent a chain past the end of its routes (an IndexError at 300 M fixes, block 60 of a
-        # default-n output: a leg's anchor index out of its cell's range). Within a call every move is computed once.
-        self._cache.clear()
+        coarse = self.proxy[np.asarray(coarse, dtype=np.int64)]     # cells without fine cells: their proxy
         offsets, coarse, into = self.bridge(offsets, coarse)
         n = len(offsets) - 1
         L = np.diff(offsets)
@@ -543,13 +544,53 @@ class Placement:
         return ts
 
 
-def coarse_of_fine(w: int, bbox, locate) -> np.ndarray:
-    """The coarse cell of every fine cell's centre, by ``locate(lat, lon)`` (the method's own cell function)."""
+def _next_hops(src: np.ndarray, dst: np.ndarray, wt: np.ndarray, dist: np.ndarray, fine: np.ndarray,
+               pred: np.ndarray) -> np.ndarray:
+    """The next node of each node's shortest route, from the distances ``dist`` (to the sources) over edges
+    ``src -> dst`` of cost ``wt``: the neighbour minimising ``wt + dist[dst]``, ties (equal up to 1e-9, as
+    equal-cost staircases on evenly costed cells are) broken by the lowest fine cell. So a route depends on its
+    own move's graph only, not on the heap order of the moves computed with it, and the route cache gives
+    exactly what a fresh computation would, in any block order. ``pred`` (-9999 filled) is written and
+    returned; sources and unreachable nodes keep -9999."""
+    via = wt + dist[dst]
+    ok = np.isfinite(via) & np.isfinite(dist[src]) & (dist[src] > 0)
+    s, d, via = src[ok], dst[ok], via[ok]
+    best = np.full(len(dist), np.inf)
+    np.minimum.at(best, s, via)
+    tie = via <= best[s] * (1 + 1e-9)
+    s, d = s[tie], d[tie]
+    order = np.lexsort((fine[d], s))
+    s, d = s[order], d[order]
+    head = np.concatenate([[True], s[1:] != s[:-1]]) if len(s) else np.zeros(0, dtype=bool)
+    pred[s[head]] = d[head]
+    return pred
+
+
+def cell_centres(w: int, bbox) -> tuple[np.ndarray, np.ndarray]:
+    """(lat, lon) of the centre of every cell of the w x w grid over ``bbox``, in cell-id order (row * w + col)."""
     b = BBox.of(bbox)
     r, c = np.divmod(np.arange(w * w), w)
-    lat = b.min_lat + (r + 0.5) * (b.max_lat - b.min_lat) / w
-    lon = b.min_lon + (c + 0.5) * (b.max_lon - b.min_lon) / w
-    return np.asarray(locate(lat, lon), dtype=np.int64)
+    return (b.min_lat + (r + 0.5) * (b.max_lat - b.min_lat) / w, b.min_lon + (c + 0.5) * (b.max_lon - b.min_lon) / w)
+
+
+def coarse_of_fine(w: int, bbox, locate) -> np.ndarray:
+    """The coarse cell of every fine cell's centre, by ``locate(lat, lon)`` (the method's own cell function)."""
+    return np.asarray(locate(*cell_centres(w, bbox)), dtype=np.int64)
+
+
+def proxy_cells(coarse_of_fine: np.ndarray, counts: np.ndarray, bbox, w: int, centres: tuple | None) -> np.ndarray:
+    """For every coarse cell, the coarse cell it is routed as: itself where it holds fine cells; else (a coarse cell
+    smaller than a fine cell, as a deep PrivTrace split gives under the 512-cell cap) the owner of the fine cell
+    at its centre, which holds that fine cell. Without it such a cell had no anchors, and a route through it read
+    another cell's routes (an IndexError at 300 M fixes). Public: the grids only."""
+    proxy = np.arange(len(counts), dtype=np.int64)
+    empty = np.flatnonzero(counts == 0)
+    if len(empty):
+        if centres is None:
+            raise ValueError("coarse cells without a fine cell need their centres to be placed")
+        lat, lon = (np.asarray(x, dtype=np.float64)[empty] for x in centres)
+        proxy[empty] = coarse_of_fine[np.maximum(cell_of(lat, lon, bbox, w), 0)]
+    return proxy
 
 
 def spaced(along: np.ndarray, offsets: np.ndarray, route_start: np.ndarray, route_len: np.ndarray,

@@ -248,7 +248,7 @@ class PrivTraceModel(Model):
             w, bbox = self.fine.w, self.grid.bbox
             self._placement = placement.Placement(
                 self.fine, bbox, placement.coarse_of_fine(w, bbox, self.grid.state_of), self.grid.m,
-                self.config.anchors, self.config.route_draws, self.config.step_m)
+                self.config.anchors, self.config.route_draws, self.config.step_m, centres=self.grid.centres())
         return self._placement
 
     def describe(self) -> dict[str, Any]:
