@@ -60,6 +60,7 @@ from duckmob.validators import count, positive
 from duckmob.privacy import accounting
 from duckmob.privacy.noise import NoiseSource, granularity
 from duckmob.privacy.normcut import normcut
+from duckmob.privacy.steps import grid_steps as _grid_steps, positions as _positions
 
 PRIVACY_UNITS = ("trajectory", "user")
 # Largest released count, in steps of the noise grid g (public): a count is clamped to [0, MAX_UNITS] steps before
@@ -252,24 +253,6 @@ def _distinct(keys: np.ndarray) -> np.ndarray:
     return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
 
 
-def _grid_steps(owner: np.ndarray, n_windows: np.ndarray, scale: float) -> tuple[np.ndarray, float]:
-    """Each window's weight in steps of the noise grid g, and g.
-
-    A trajectory with W windows holds exactly ``G = 1/g`` steps (its mass 1): ``G // W`` on every window and one
-    more on its first ``G % W`` windows (``owner`` must list windows trajectory by trajectory, in order). A
-    trajectory whose windows are a subset (HRNet's distinct pairs, at most W of them) holds at most G steps.
-    """
-    g = granularity(scale)
-    if g > 1:
-        raise DuckmobError(f"eps is too small for this sensitivity (noise scale {scale:.3g} > 2^20): the release "
-                           "would carry no information; use a larger eps")
-    total = int(round(1.0 / g))  # g is a power of two <= 1: exact
-    w = np.maximum(n_windows, 1)[owner]
-    first = np.concatenate([[0], np.flatnonzero(owner[1:] != owner[:-1]) + 1]) if len(owner) else owner
-    position = np.arange(len(owner), dtype=np.int64) - np.repeat(first, np.diff(np.append(first, len(owner))))
-    return total // w + (position < total % w), g
-
-
 # -- the one length-normalised counting mechanism -------------------------------------------------------------
 
 def normalised_release(index, owner, n_windows, entries, scale: float, noise: NoiseSource) -> np.ndarray:
@@ -283,8 +266,8 @@ def normalised_release(index, owner, n_windows, entries, scale: float, noise: No
     lowers the sensitivity). ``scale`` is ``k / eps`` (k trajectories per privacy unit).
 
     Sensitivity, by construction: each trajectory's mass 1 is split into ``G = 1/g`` steps of the noise grid g
-    (:func:`_grid_steps`), ``G // W_t`` per window and one more on its first ``G % W_t`` windows, so its entries
-    are non-negative and sum to at most 1: adding or removing one trajectory moves the table by at most 1 in L1,
+    (:func:`duckmob.privacy.steps.grid_steps`), ``G // W_t`` per window and one more on its first ``G % W_t``
+    windows, so its entries are non-negative and sum to at most 1: adding or removing one trajectory moves the table by at most 1 in L1,
     one privacy unit by at most k. Every entry is clamped to ``[0, MAX_UNITS]`` steps (1-Lipschitz per coordinate),
     then ``Laplace(scale)`` from the vetted sampler is added to EVERY support entry, zero or not: eps-DP, accounted
     as ``accounting.laplace(k / scale)``. Sums are whole grid steps, so ``counts + noise`` is exact (no Mironov
@@ -311,9 +294,8 @@ def normalised_sums(index, owner, n_windows, entries, scale: float) -> np.ndarra
     else:
         entries = np.asarray(entries, dtype=np.int64)
         size = len(entries)
-        pos = np.searchsorted(entries, index)
-        inside = (pos < size) & (entries[np.minimum(pos, size - 1)] == index) if size else \
-            np.zeros(len(index), dtype=bool)
+        pos = _positions(entries, index)
+        inside = pos >= 0
         sums = np.bincount(pos[inside], weights=steps[inside], minlength=size)
     return sums.astype(np.int64)
 

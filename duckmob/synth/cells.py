@@ -82,6 +82,8 @@ class StateGrid:
     def state_of_base(self, R: np.ndarray, C: np.ndarray) -> np.ndarray:
         """State id of integer base cells (R, C)."""
         R, C = np.asarray(R, dtype=np.int64), np.asarray(C, dtype=np.int64)
+        if self.depth == 0:        # no split cell: state = first-layer cell, row-major (the formula below, simplified)
+            return R * self.K + C
         cell = (R >> self.depth) * self.K + (C >> self.depth)
         e = self.split[cell]
         mask = (1 << self.depth) - 1
@@ -187,10 +189,18 @@ def line_cells(R0: np.ndarray, C0: np.ndarray, R1: np.ndarray,
     dC = np.asarray(C1, dtype=np.int64) - C0
     n = np.maximum(np.maximum(np.abs(dR), np.abs(dC)), 1)
     seg = np.repeat(np.arange(len(n), dtype=np.int64), n)
-    k = np.arange(len(seg), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
-    two_n = 2 * n[seg]
-    R = R0[seg] + np.floor_divide(2 * k * dR[seg] + n[seg], two_n)
-    C = C0[seg] + np.floor_divide(2 * k * dC[seg] + n[seg], two_n)
+    # cell k = 0 of every segment is (R0, C0) (floor(n / 2n) = 0); the formula is evaluated only for k >= 1 of
+    # the segments longer than one cell (most fixes are one cell from the next): the same integers, fewer divisions
+    R, C = np.repeat(R0, n), np.repeat(C0, n)
+    long = np.flatnonzero(n > 1)
+    if len(long):
+        more = n[long] - 1
+        lseg = np.repeat(long, more)
+        k = np.arange(1, len(lseg) + 1, dtype=np.int64) - np.repeat(np.cumsum(more) - more, more)
+        pos = (np.cumsum(n) - n)[lseg] + k
+        nl = n[lseg]
+        R[pos] += np.floor_divide(2 * k * dR[lseg] + nl, 2 * nl)
+        C[pos] += np.floor_divide(2 * k * dC[lseg] + nl, 2 * nl)
     return seg, R, C
 
 
