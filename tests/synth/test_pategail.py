@@ -19,7 +19,8 @@ from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.release.fitting import fit_request
 from duckmob.synth.base import fit_unrecorded, pack
-from duckmob.synth.pategail import PateGail, PateGailConfig, PateGailModel, PateGailPlan, aggregate, mdp, student
+from duckmob.synth import pategail
+from duckmob.synth.pategail import PateGail, PateGailConfig, PateGailModel, PateGailPlan, aggregate, mdp, render, student
 from duckmob.synth.pategail.discriminators import Ensemble, sample_own
 from duckmob.trajectories import Trajectories
 
@@ -313,3 +314,53 @@ def test_the_student_regresses_the_noised_votes_and_averages_their_noise_out():
     # eq. 3 from the predicted moments: mean - beta sd, the variance clipped to [0, 1/4]
     m = np.array([[0.5, 0.5], [0.5, 0.1], [0.2, 0.04]])
     assert aggregate.moment_rewards(m, 0.5).tolist() == pytest.approx([0.5 - 0.25, 0.5, 0.2])
+
+
+# ---------------------------------------------------------------------------- gravity exploration and rendering
+
+def test_gravity_exploration_weighs_the_rank_by_the_released_start_share():
+    """attraction(): the start share to the power gravity, floored at a tenth of uniform (None at gravity 0); an
+    exploring agent picks the k-th nearest cell with probability k^-alpha attraction / sum, measured."""
+    p = np.array([0.0, 0.1, 0.6, 0.3])
+    assert pategail.attraction(p, 0.0) is None
+    np.testing.assert_allclose(pategail.attraction(p, 1.0), [0.025, 0.1, 0.6, 0.3])
+    np.testing.assert_allclose(pategail.attraction(p, 0.5), np.sqrt([0.025, 0.1, 0.6, 0.3]))
+    w, n = 4, 20_000
+    ranks = mdp.nearest_ranks(w, 15)
+    attract = np.ones(16)
+    attract[15] = 50.0                       # the far corner: rank 15 of cell 0
+    env = mdp.Env(np.zeros(n, np.int64), np.zeros(n, np.int64), np.ones(n, np.int64), w=w, n_slots=48,
+                  max_steps=1, alpha=0.6, ranks=ranks, rng=np.random.default_rng(3), attraction=attract)
+    env.step(np.full(n, mdp.EXPLORE))
+    weight = np.arange(1, 16) ** -0.6 * attract[ranks[0]]
+    expect = weight / weight.sum()
+    got = np.bincount(env.cur, minlength=16)[ranks[0]] / n
+    assert np.abs(got - expect).max() < 4 * np.sqrt(expect.max() / n)
+    assert got[-1] > 0.5                     # without gravity the corner would get 3%
+
+
+def test_line_rendering_draws_each_move_as_fixes_at_most_step_m_apart():
+    rng = np.random.default_rng(0)
+    ep = mdp.Episodes(np.array([[0, 15, 15, 0, -1], [5, 5, 6, 6, 10]]), np.array([3, 4]), np.array([10, 47]),
+                      np.array([-1, -1]))
+    box = [39.8, 116.2, 40.1, 116.5]
+    slot = mdp.DAY_US // 48
+    plain = render.render(ep, box, 4, 48, 0, np.random.default_rng(1))
+    assert plain.lengths.tolist() == [4, 5]
+    assert plain.ts[:4].tolist() == [10 * slot, 11 * slot, 12 * slot, 13 * slot]
+    lines = render.render(ep, box, 4, 48, 0, np.random.default_rng(1), step_m=500.0, slot_points=1000)
+    # the slot-end points are the plain rendering's points, in order, at the same times
+    keep = np.isin(lines.ts, plain.ts)
+    assert np.array_equal(lines.lat[keep][[0, 1, 3, 4]], plain.lat[[0, 1, 3, 4]])
+    from duckmob.grid import haversine_m
+    own = np.repeat(np.arange(2), lines.lengths)
+    d = haversine_m(lines.lat[:-1], lines.lon[:-1], lines.lat[1:], lines.lon[1:])[own[1:] == own[:-1]]
+    # equal steps in degrees: equal in metres to well under 1% over a few kilometres
+    assert d.max() <= 500.0 * 1.005 and (d > 0).sum() > 2 * (plain.n_points - 2)
+    assert (np.diff(lines.ts)[own[1:] == own[:-1]] >= 0).all()      # times spread over each slot, in order
+    # a stay is one fix; the public cap bounds the fixes per slot, and max_points bounds every trajectory
+    capped = render.render(ep, box, 4, 48, 0, np.random.default_rng(1), step_m=1.0, slot_points=3)
+    assert capped.lengths.tolist() == [1 + 3 + 1 + 3, 1 + 1 + 3 + 1 + 3]
+    config = PateGailConfig.parse({"step_m": 1.0, "slot_points": 3, "max_steps": 4})
+    assert pategail.max_points(config) == 13 and pategail.max_points(PateGailConfig.parse({})) == 49
+    assert PateGail(BOX, step_m=1.0, slot_points=3).plan(1.0, 1e-5).max_points == 48 * 3 + 1

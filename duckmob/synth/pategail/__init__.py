@@ -55,7 +55,7 @@ from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source.batches import as_batches
-from duckmob.synth.base import Plan, ReleaseContext, Synthesizer, points_in_cells, trajectories_from_cells
+from duckmob.synth.base import Plan, ReleaseContext, Synthesizer
 from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.config import Config, param
 from duckmob.synth.neural import NeuralModel
@@ -63,6 +63,7 @@ from duckmob.synth.dpsgd import torch_generator
 from duckmob.synth.pategail import aggregate, mdp
 from duckmob.synth.pategail.discriminators import Ensemble, sample_own
 from duckmob.synth.pategail.policy import ActorCritic, ppo_update, rollout
+from duckmob.synth.pategail.render import render as render_episodes
 from duckmob.synth.pategail.student import StudentTrainer
 from duckmob.trajectories import Trajectories
 
@@ -78,6 +79,8 @@ class PateGailConfig(Config):
     max_steps: int = param(48, int, low=1, high=1440, doc="public cap on slots per episode (later fixes ignored)")
     alpha: float = param(0.6, float, low=0, doc="exploration rank exponent: P(k-th nearest) ~ k^-alpha")
     max_rank: int = param(64, int, low=1, doc="exploration considers the max_rank nearest cells")
+    gravity: float = param(0.0, float, low=0, high=4, doc="exploration weighs the k-th nearest cell by k^-alpha "
+                                                          "times its released start share to this power")
     rounds: int = param(60, int, low=1, high=100_000, doc="training rounds (each one Gaussian release)")
     episodes: int = param(256, int, low=1, high=1_000_000, doc="generated episodes per round")
     disc_steps: int = param(4, int, low=1, high=1000, doc="discriminator Adam steps per round")
@@ -105,6 +108,10 @@ class PateGailConfig(Config):
                                   doc="share of each round's Gaussian budget (1/sigma^2) spent on the variance")
     start_share: float = param(0.2, float, low=0, high=0.9, low_open=True, doc="share of eps for the start model")
     count_share: float = param(0.02, float, low=0, high=0.5, low_open=True, doc="share of eps for the counts")
+    step_m: float = param(0.0, float, low=0, doc="sample: draw each slot's move as a line of fixes about step_m "
+                                                 "metres apart (public; 0: one point per slot, the paper's output)")
+    slot_points: int = param(64, int, low=1, high=1440, doc="sample with step_m > 0: at most this many fixes per "
+                                                            "slot (public cap)")
     base_date: str = param("2008-01-01", str, date=True, doc="public date of the synthetic times")
     device: str | None = param(None, str, doc="torch device of the discriminators; null: CUDA when available")
     threads: int = param(1, int, low=1, high=1024,
@@ -125,7 +132,23 @@ def sample_env(start: dict, config: PateGailConfig, ranks: np.ndarray, n: int, r
     slot = rng.choice(len(start["p_slot"]), size=n, p=start["p_slot"])
     steps = rng.choice(len(start["p_steps"]), size=n, p=start["p_steps"]) + 1
     return mdp.Env(cell, slot, steps, w=config.w, n_slots=config.n_slots, max_steps=config.max_steps,
-                   alpha=config.alpha, ranks=ranks, rng=rng)
+                   alpha=config.alpha, ranks=ranks, rng=rng, attraction=attraction(start["p_cell"], config.gravity))
+
+
+def attraction(p_cell: np.ndarray, gravity: float) -> np.ndarray | None:
+    """Each cell's weight as an exploration target: its released start share to the power ``gravity`` (a gravity
+    model's mass; TimeGeo's exploration weighs rank alone, gravity 0), floored at a tenth of the uniform share so
+    that no cell is unreachable. Post-processing of the start model."""
+    if gravity == 0:
+        return None
+    return np.maximum(np.asarray(p_cell, dtype=np.float64), 0.1 / len(p_cell)) ** float(gravity)
+
+
+def max_points(config: PateGailConfig) -> int:
+    """``max_steps + 1`` (one point at the start of the first slot and one at the end of every step), or with
+    ``step_m > 0`` ``max_steps * slot_points + 1`` (up to ``slot_points`` fixes per slot)."""
+    per_slot = int(config.slot_points) if config.step_m > 0 else 1
+    return int(config.max_steps) * per_slot + 1
 
 
 def upgrade_format_1(stored: dict) -> dict:
@@ -172,25 +195,17 @@ class PateGailModel(NeuralModel):
 
     @property
     def max_points(self) -> int:
-        """``max_steps + 1``: one point at the start of the first slot and one at the end of every step."""
-        return int(self.config.max_steps) + 1
+        """The public cap on points per trajectory: :func:`max_points` of the config."""
+        return max_points(self.config)
 
     def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
         """``n`` trajectories: one point per (episode, cell) uniformly inside the cell (an episode that comes
-        back to a cell comes back to its point), at the start of the first slot and the end of every slot."""
+        back to a cell comes back to its point), at the start of the first slot and the end of every slot; with
+        ``step_m > 0`` each slot's move drawn as a line of fixes about ``step_m`` metres apart (``render.py``)."""
         config = self.config
         ep = self.sample_episodes(int(n), rng)
-        m = ep.cells.shape[1]
-        valid = np.arange(m)[None, :] <= ep.steps[:, None]
-        rows, cols = np.nonzero(valid)
-        cells = ep.cells[rows, cols]
-        c = config.w * config.w
-        visits, inverse = np.unique(rows * c + cells, return_inverse=True)
-        lat, lon = points_in_cells(visits % c, self.bbox, config.w, rng)
-        slot_us = mdp.DAY_US // config.n_slots
         base = int(np.datetime64(config.base_date, "us").astype(np.int64))
-        ts = base + (ep.first_slot[rows] + cols) * slot_us
-        return trajectories_from_cells(ep.steps + 1, lat[inverse.reshape(-1)], lon[inverse.reshape(-1)], ts)
+        return render_episodes(ep, self.bbox, config.w, config.n_slots, base, rng, config.step_m, config.slot_points)
 
     def stored(self) -> dict[str, Any]:
         return dict(bbox=self.bbox, config=self.config.as_dict(),
@@ -259,7 +274,7 @@ class PateGail(Synthesizer):
         sigma = accounting.calibrate_gaussian_rounds(fixed, config.rounds, eps, delta)
         event = accounting.compose(fixed + [accounting.gaussian_rounds(sigma, config.rounds)])
         return PateGailPlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox, needs_time=self.needs_time,
-                            max_points=int(config.max_steps) + 1, eps_start=eps_start, count_eps=count_eps, sigma_round=sigma, rounds=config.rounds)
+                            max_points=max_points(config), eps_start=eps_start, count_eps=count_eps, sigma_round=sigma, rounds=config.rounds)
 
     # -- data ------------------------------------------------------------------------------------------------
     def devices(self, data: Trajectories, max_trajectories_per_user: int) -> np.ndarray:

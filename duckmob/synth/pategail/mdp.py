@@ -211,8 +211,11 @@ class Env:
     """
 
     def __init__(self, start_cell: np.ndarray, first_slot: np.ndarray, steps: np.ndarray, *, w: int, n_slots: int,
-                 max_steps: int, alpha: float, ranks: np.ndarray, rng: np.random.Generator):
+                 max_steps: int, alpha: float, ranks: np.ndarray, rng: np.random.Generator,
+                 attraction: np.ndarray | None = None):
         self.n = len(start_cell)
+        # per cell weight multiplying the rank weight of an exploration (None: rank alone, the paper's rule)
+        self.attraction = attraction
         self.w, self.n_slots, self.max_steps = w, n_slots, max_steps
         self.rng, self.ranks = rng, ranks
         self.rank_weight = np.arange(1, ranks.shape[1] + 1, dtype=np.float64) ** -float(alpha)
@@ -260,7 +263,9 @@ class Env:
         if len(exp):
             cand = self.ranks[self.cur[exp]]
             fresh = self.visits[exp[:, None], cand] == 0
-            idx, ok = self._categorical(np.where(fresh, self.rank_weight[None, :], 0.0))
+            weight = self.rank_weight[None, :] if self.attraction is None else \
+                self.rank_weight[None, :] * self.attraction[cand]
+            idx, ok = self._categorical(np.where(fresh, weight, 0.0))
             nxt[exp[ok]] = cand[ok, idx[ok]]
         moved = live & (nxt != self.cur)
         self.run = np.where(moved, 1, self.run + live)
