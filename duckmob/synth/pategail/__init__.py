@@ -33,7 +33,9 @@ post-processing: the policy sees generated data and noised rewards only (with ``
 rewarded by a student network regressed on every round's released sums, PATE's student, ``student.py``: more
 post-processing, nothing more spent); the start (home = first cell, first slot,
 length) of every synthetic episode is drawn from the released histograms, never copied from a real user; the
-discriminators (the "teachers") are never released.
+discriminators (the "teachers") are never released. With ``gravity > 0`` exploration also weighs each candidate
+cell by its released start share (``attraction``: post-processing of the start model); with ``step_m > 0``
+``sample`` draws each slot's move as a line of fixes (``render.py``: post-processing of the model).
 
 The published system (tsinghua-fib-lab/PateGail) noises each reward query but composes nothing, copies each
 generated episode's start position and home from a real trajectory, and hard-codes CUDA; none of that here.
