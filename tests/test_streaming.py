@@ -15,6 +15,7 @@ import pytest
 
 import duckmob
 from duckmob.errors import DuckmobError
+from duckmob import progress
 from duckmob.release import registry, sampling
 
 BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
@@ -94,20 +95,43 @@ def test_one_query_opens_its_output_once_and_the_registry_stays_bounded(con):
 
 
 def test_progress_lines_say_trajectories_and_rows_and_are_off_under_pytest(capsys, monkeypatch):
-    assert not sampling.progress_enabled()
+    assert not progress.enabled()
     monkeypatch.setenv("DUCKMOB_PROGRESS", "1")
-    assert sampling.progress_enabled()
-    monkeypatch.setattr(sampling.Progress, "QUIET", 0.0)
-    monkeypatch.setattr(sampling.Progress, "EVERY", 0.0)
-    p = sampling.Progress("mob_sample m", 4096)
+    assert progress.enabled()
+    monkeypatch.setattr(progress.Rows, "QUIET", 0.0)
+    monkeypatch.setattr(progress.Rows, "EVERY", 0.0)
+    p = progress.Rows("mob_sample m", 4096)
     p.update(2048, 90_000)
     p.update(2048, 91_000)
     lines = capsys.readouterr().err.splitlines()
     assert lines == ["duckmob: mob_sample m: 50% (2,048/4,096 trajectories, 90,000 rows)",
                      "duckmob: mob_sample m: 100% (4,096/4,096 trajectories, 181,000 rows)"]
-    quiet = sampling.Progress("x", 10, enabled=False)
+    quiet = progress.Rows("x", 10, progress=False)
     quiet.update(10, 10)
     assert capsys.readouterr().err == ""
+
+
+def test_one_switch_governs_fits_and_outputs(capsys, monkeypatch):
+    """DUCKMOB_PROGRESS turns the DP-SGD and pre-training counters on and off like the output's lines; a
+    method's explicit progress parameter wins over it."""
+    import torch
+
+    from duckmob.synth import dpsgd
+
+    def fit(progress=None):
+        model = torch.nn.Linear(2, 1)
+        x = torch.ones(8, 2)
+        dpsgd.train_ghost(model, lambda m, rows: m(x[torch.as_tensor(rows)]).sum(1), 8, sample_rate=0.5, steps=5,
+                          noise_multiplier=1.0, max_grad_norm=1.0, lr=0.1, expected_batch_size=4.0,
+                          rng=np.random.default_rng(0), device=torch.device("cpu"), desc="toy DP-SGD",
+                          progress=progress)
+        return capsys.readouterr().err
+
+    monkeypatch.setenv("DUCKMOB_PROGRESS", "0")
+    assert fit() == "" and not progress.enabled()
+    monkeypatch.setenv("DUCKMOB_PROGRESS", "1")
+    assert "duckmob: toy DP-SGD: 100% (5/5 steps)" in fit().splitlines()   # stderr is no terminal here: lines
+    assert fit(progress=False) == ""
 
 
 # method -> (small public hyper-parameters that keep a fit to seconds, with caps small enough to bind)

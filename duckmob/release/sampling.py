@@ -16,14 +16,11 @@ An :class:`Output` is what an output needs besides the ids (model, n, seed): SQL
 (:class:`duckmob.release.registry.Outputs`), the Python API reads it whole (:meth:`Output.table`) or as a
 ``pyarrow.RecordBatchReader`` (:meth:`Output.reader`). Its size was checked before anything was drawn
 (:func:`check_rows`: ``n * max_points <= max_rows``, public values only). Long outputs report their progress
-(:class:`Progress`: trajectories and rows written, lines on stderr).
+(:class:`duckmob.progress.Rows`: trajectories and rows written, lines on stderr).
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -31,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from duckmob.errors import DuckmobError
+from duckmob.progress import Rows
 from duckmob.source.batches import concat
 from duckmob.trajectories import Trajectories, synthetic_table
 
@@ -99,46 +97,6 @@ def check_rows(n: int, max_points: int | None, max_rows: int, *, after_fit: bool
                        f"(params max_points / max_len).{when}")
 
 
-def progress_enabled() -> bool:
-    """Whether long outputs report progress: ``DUCKMOB_PROGRESS=1`` / ``0`` decides; otherwise on (a shell, a
-    notebook, a log), off in CI and under pytest."""
-    asked = os.environ.get("DUCKMOB_PROGRESS")
-    if asked is not None:
-        return asked.strip().lower() not in ("", "0", "false", "no", "off")
-    return not (os.environ.get("CI") or os.environ.get("PYTEST_CURRENT_TEST"))
-
-
-class Progress:
-    """Progress of a long output as stderr lines, like a fit's (``duckmob: mob_sample: 40% (819,200/2,048,000
-    trajectories, 95,840,211 rows)``): the first after ``QUIET`` seconds (a short output prints nothing), then at
-    most one every ``EVERY`` seconds, and one at the end. Counts of synthetic rows only (post-processing)."""
-
-    QUIET = 5.0
-    EVERY = 10.0
-
-    def __init__(self, desc: str, n: int, enabled: bool | None = None):
-        self.desc, self.n = desc, max(int(n), 1)
-        self.enabled = progress_enabled() if enabled is None else enabled
-        self.done = self.rows = 0
-        self.start = time.monotonic()
-        self.last: float | None = None
-
-    def update(self, trajectories: int, rows: int) -> None:
-        """Count one drawn block (``trajectories`` and their ``rows``)."""
-        self.done += int(trajectories)
-        self.rows += int(rows)
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        finished = self.done >= self.n
-        due = now - self.start >= self.QUIET and (self.last is None or now - self.last >= self.EVERY)
-        if due or (finished and self.last is not None):
-            self.last = now
-            sys.stderr.write(f"duckmob: {self.desc}: {self.done * 100 // self.n}% ({self.done:,}/{self.n:,} "
-                             f"trajectories, {self.rows:,} rows)\n")
-            sys.stderr.flush()
-
-
 @dataclass
 class Output:
     """One synthetic output: ``n`` trajectories of ``model`` under ``seed`` (its rows are fixed by these three,
@@ -148,11 +106,11 @@ class Output:
     n: int
     seed: np.random.SeedSequence
     desc: str = "output"
-    progress: Progress | None = None
+    progress: Rows | None = None
 
     def __post_init__(self):
         if self.progress is None:
-            self.progress = Progress(self.desc, self.n)
+            self.progress = Rows(self.desc, self.n)
 
     def draw(self, ids) -> Trajectories:
         """The trajectories ``ids`` (:func:`draw_ids`), counted for progress."""

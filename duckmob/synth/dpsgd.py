@@ -21,8 +21,6 @@ adds the noise once (rank 0) and all-reduces the sum; the privacy map and the ac
 from __future__ import annotations
 
 import math
-import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -35,31 +33,8 @@ from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from torch.func import functional_call, grad, vmap
 
 from duckmob.errors import DuckmobError
+from duckmob.progress import steps as progress_steps
 from duckmob.trajectories import ragged_gather
-
-
-def progress_enabled() -> bool:
-    """tqdm on in a terminal, off in CI or when stderr is not a terminal."""
-    return sys.stderr.isatty() and not os.environ.get("CI")
-
-
-class _Lines:
-    """Progress as one stderr line per tenth of the steps, where no terminal shows a bar (a log, a notebook's
-    stream, CI): a long fit says it is alive. Only step counts, which follow from public parameters."""
-
-    def __init__(self, desc: str, steps: int):
-        self.desc, self.steps, self.done, self.next = desc, max(int(steps), 1), 0, 1
-
-    def update(self, n: int = 1) -> None:
-        self.done += n
-        if self.done * 10 >= self.next * self.steps:
-            self.next = self.done * 10 // self.steps + 1
-            sys.stderr.write(f"duckmob: {self.desc}: {self.done * 100 // self.steps}% ({self.done:,}/{self.steps:,} "
-                             "steps)\n")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        pass
 
 
 def torch_generator(rng: np.random.Generator, device: torch.device) -> torch.Generator:
@@ -143,12 +118,7 @@ def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool]
         sampler = [[]] * steps   # no unit: every Poisson batch is empty (opacus's sampler refuses 0 samples)
     steps_per_epoch = max(1, round(1 / sample_rate))
     log = TrainingLog(epoch_seconds=[])
-    show = progress_enabled() if progress is None else progress
-    from tqdm import tqdm
-
-    # a bar in a terminal; lines elsewhere unless progress was turned off
-    bar = tqdm(total=steps, desc=desc, unit="step", leave=False) if show else \
-        _Lines(desc, steps) if progress is None else tqdm(total=steps, disable=True)
+    bar = progress_steps(desc, steps, progress)   # a bar in a terminal, lines elsewhere, unless off
     start = epoch_start = time.perf_counter()
     average = [p.detach().clone() for p in params] if ema > 0 else None
     try:
@@ -368,4 +338,4 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
         wrapped._close()   # the hooks and per-layer state go; ``model`` is left a plain module
 
 
-__all__ = ["train", "train_ghost", "per_example_gradients", "TrainingLog", "torch_generator", "cosine_lr", "progress_enabled"]
+__all__ = ["train", "train_ghost", "per_example_gradients", "TrainingLog", "torch_generator", "cosine_lr"]

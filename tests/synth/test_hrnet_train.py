@@ -119,9 +119,9 @@ def test_without_a_check_training_runs_all_steps(optimizer_steps):
 def test_without_a_terminal_a_fit_says_it_is_alive_in_ten_lines(capsys):
     """Off a terminal (a log, CI, a notebook's stream) the DP-SGD loop writes one line per tenth of its steps,
     step counts only; with progress=False nothing."""
-    from duckmob.synth.dpsgd import _Lines
+    from duckmob.progress import Steps
 
-    lines = _Lines("HRNet DP-SGD", 37)
+    lines = Steps("HRNet DP-SGD", 37)
     for _ in range(37):
         lines.update(1)
     err = capsys.readouterr().err.splitlines()

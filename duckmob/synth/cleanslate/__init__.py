@@ -150,7 +150,7 @@ class CleanSlateConfig(Config):
     n_hint: int = param(10_000, int, low=1, doc="public guess of N: sets the Poisson rate q = batch / n_hint")
     base_date: str = param("2008-01-01", str, date=True, doc="public date of the synthetic times")
     device: str | None = param(None, str, doc="null: CUDA when available, else CPU")
-    progress: bool | None = param(None, bool, doc="null: a progress bar in a terminal, off in CI")
+    progress: bool | None = param(None, bool, doc="null: DUCKMOB_PROGRESS decides (on except in CI and pytest)")
 
     def check(self) -> None:
         if self.r >= self.w:

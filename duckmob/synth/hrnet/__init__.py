@@ -135,7 +135,7 @@ class HRNetConfig(placement.PlacementConfig):
     temperature: float = param(1.0, float, low=0, low_open=True, doc="sampling temperature (1: the model's)")
     base_date: str = param("2008-01-01", str, date=True, doc="public date of the synthetic times")
     device: str | None = param(None, str, doc="null: CUDA when available, else CPU")
-    progress: bool | None = param(None, bool, doc="null: a progress bar in a terminal, off in CI")
+    progress: bool | None = param(None, bool, doc="null: DUCKMOB_PROGRESS decides (on except in CI and pytest)")
 
     def check(self) -> None:
         if self.decode == "finest" and self.multitask and self.multitask_loss == "conditional":

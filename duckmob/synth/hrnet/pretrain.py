@@ -29,7 +29,8 @@ from duckmob.privacy.counting import noisy_region_transition_counts
 from duckmob.privacy.normcut import normcut
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.synth.hrnet.model import HRNetModel
-from duckmob.synth.hrnet.train import progress_enabled, torch_generator
+from duckmob.progress import steps as progress_steps
+from duckmob.synth.hrnet.train import torch_generator
 from duckmob.trajectories import CellSequences
 
 PRETRAIN_LEVEL = 2  # HRNet §4.2.3: first-order transitions from the 4 x 4 regions
@@ -83,8 +84,6 @@ def pretrain(model: HRNetModel, noisy: np.ndarray, *, iterations: int, batch: in
 
     ``check_interrupt``: called with no arguments before every iteration (a cheap flag check); whatever it raises
     propagates unchanged, leaving the model partly pre-trained."""
-    from tqdm import tqdm
-
     depth = model.depth
     w = 1 << depth
     n_regions = 4 ** level
@@ -102,9 +101,8 @@ def pretrain(model: HRNetModel, noisy: np.ndarray, *, iterations: int, batch: in
     params = (list(model.encoding.parameters()) + list(model.f_query.parameters())
               + list(model.f_key_t.parameters()) + list(temp.parameters()))
     opt = torch.optim.Adam(params, lr=lr)
-    show = progress_enabled() if progress is None else progress
     gen = torch_generator(rng, torch.device("cpu"))
-    bar = tqdm(total=iterations, desc="hrnet pre-training", disable=not show, leave=False)
+    bar = progress_steps("hrnet pre-training", iterations, progress)
     try:
         for _ in range(iterations):
             if check_interrupt is not None:

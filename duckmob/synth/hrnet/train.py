@@ -28,7 +28,7 @@ from torch.func import functional_call, grad, vmap
 from duckmob.grid import time_slot
 from duckmob.synth import dpsgd
 # the generic DP-SGD pieces live in duckmob.synth.dpsgd (shared with other methods); re-exported for HRNet's callers
-from duckmob.synth.dpsgd import TrainingLog, cosine_lr, progress_enabled, torch_generator  # noqa: F401
+from duckmob.synth.dpsgd import TrainingLog, cosine_lr, torch_generator  # noqa: F401
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.trajectories import NO_TIME, CellSequences
 
