@@ -227,16 +227,13 @@ def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, unit: Priva
     per user, chosen at random: ``unit.max_trajectories_per_user``), so the sensitivities of the mechanisms downstream are unchanged."""
     kept: list = []
     ids: list[tuple[np.ndarray, np.ndarray]] = []
-    for data in _cleaned(buckets, bbox, time_required):
+    for bucket, traj_user in _cleaned(buckets, bbox, time_required, folder):
         if unit.is_user:
-            ids.append((data.traj_id, data.user_id))
-        if folder is not None and kept:     # a second bucket: every bucket goes to disk
-            if isinstance(kept[0], Trajectories):
-                kept[0] = _save(kept[0], folder, 0)
-            kept.append(_save(data, folder, len(kept)))
-        else:
-            kept.append(data)
-        del data
+            ids.append(traj_user)
+        kept.append(bucket)
+        del bucket
+    if len(kept) > 1 and isinstance(kept[0], Trajectories):   # a second bucket: every bucket goes to disk
+        kept[0] = _save(kept[0], folder, 0)
     keep: list[np.ndarray | None] = [None] * len(kept)
     if unit.is_user:
         traj = np.concatenate([t for t, _ in ids]) if ids else np.zeros(0, np.int64)
@@ -247,13 +244,19 @@ def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, unit: Priva
     return Cleaned(kept, keep, folder)
 
 
-def _cleaned(buckets: Iterable[pa.Table], bbox, time_required: bool) -> Iterator[Trajectories]:
+def _cleaned(buckets: Iterable[pa.Table], bbox, time_required: bool,
+             folder: str | None) -> Iterator[tuple[Trajectories | tuple, tuple[np.ndarray, np.ndarray]]]:
     """``from_points(private=True)`` of each bucket, in bucket order, ``REDUCE_THREADS`` buckets at a time
-    (threads: NumPy and Arrow release the GIL in their sorts and copies); at most that many raw buckets held."""
-    def one(table):
-        return from_points(table, bbox=bbox, outside="drop", time_required=time_required, private=True)[0]
+    (threads: NumPy and Arrow release the GIL in their sorts, copies and writes); at most that many raw buckets
+    held. Yields each cleaned bucket -- in memory, or with ``folder`` from the second on written there by its thread
+    (``_save``: (path, trajectories)) -- and its trajectories' (traj_id, user_id)."""
+    def one(item):
+        i, table = item
+        data = from_points(table, bbox=bbox, outside="drop", time_required=time_required, private=True)[0]
+        del table
+        return (data if folder is None or i == 0 else _save(data, folder, i)), (data.traj_id, data.user_id)
 
-    return in_threads(one, buckets)
+    return in_threads(one, enumerate(buckets))
 
 
 def in_threads(fn: Callable, items: Iterable) -> Iterator:

@@ -83,7 +83,8 @@ def route(reader: pa.RecordBatchReader, n: int, folder: str | None) -> Iterator[
     try:
         for batch in reader:
             b = batch.column("_bucket").to_numpy(zero_copy_only=False).astype(np.int64)
-            order = np.argsort(b, kind="stable")       # stable: each bucket keeps table order
+            # stable: each bucket keeps table order (a stable order is unique; on 16-bit keys NumPy's is a radix sort)
+            order = np.argsort(b.astype(np.int16) if n <= np.iinfo(np.int16).max else b, kind="stable")
             counts = np.bincount(b, minlength=n)
             routed = batch.drop_columns(["_bucket"]).take(pa.array(order))
             start = 0
@@ -95,8 +96,9 @@ def route(reader: pa.RecordBatchReader, n: int, folder: str | None) -> Iterator[
             w.close()
             s.close()
     for p in paths:
-        with pa.OSFile(p, "rb") as source:
-            table = pa.ipc.open_file(source).read_all()
+        # mapped, then copied once into one chunk per column (what cleaning reads: from_points combines chunks)
+        with pa.memory_map(p) as source:
+            table = pa.ipc.open_file(source).read_all().combine_chunks()
         os.remove(p)
         yield table
 
