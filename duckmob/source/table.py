@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from duckmob.grid import BBox
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source import PointSource
 from duckmob.source.batches import Batches, clean
@@ -103,21 +104,43 @@ def route(reader: pa.RecordBatchReader, n: int, folder: str | None) -> Iterator[
         yield table
 
 
-def read_points(cur, query: str, *, bucket_points: int = BUCKET_POINTS,
-                folder: str | None = None) -> Iterator[pa.Table]:
+def read_points(cur, query: str, *, bucket_points: int = BUCKET_POINTS, folder: str | None = None,
+                bbox=None, time_required: bool = False) -> Iterator[pa.Table]:
     """Point tables of whole trajectories from ``query`` (the contract's columns traj_id, user_id, ts, lat, lon,
     seq: :func:`prepare`), read by DuckDB on the cursor ``cur`` in record batches: one scan routes the points to
     ``hash(traj_id)`` buckets of about ``bucket_points`` points each (the number of buckets follows the row count;
     it only sets how the work is cut, and nothing of it is released). ``seq`` is kept only when no row has a
-    timestamp, as the in-memory path does (otherwise timeless trajectories keep table order)."""
+    timestamp, as the in-memory path does (otherwise timeless trajectories keep table order).
+
+    The scan already drops the points that ``from_points(private=True)`` drops one by one before anything else
+    (:func:`point_filter`), so they are neither routed nor written; the cleaning that follows is unchanged."""
     n_rows, n_ts = cur.sql(f"SELECT count(*), count(ts) FROM ({query})").fetchall()[0]
     n = n_buckets(int(n_rows), bucket_points)
     if n > 1 and folder is None:
         raise ValueError("several buckets need a folder")
     seq = ", seq" if n_ts == 0 and n_rows else ""
     reader = cur.sql(f"SELECT traj_id, user_id, ts, lat, lon{seq}, (hash(traj_id) % {n})::BIGINT AS _bucket "
-                     f"FROM ({query})").to_arrow_reader(batch_size=READ_ROWS)
-    yield from route(reader, n, folder)
+                     f"FROM ({query}) WHERE {point_filter(bbox, time_required)}")
+    yield from route(reader.to_arrow_reader(batch_size=READ_ROWS), n, folder)
+
+
+def point_filter(bbox, time_required: bool) -> str:
+    """SQL true exactly for the points that steps 1 and 2 of ``from_points(private=True)`` keep, each point on its
+    own: a traj_id, a lat and a lon that are neither NULL nor NaN, within [-90, 90] and [-180, 180] and inside the
+    public ``bbox`` (edges included; None: no bbox), and a ts when ``time_required``. DuckDB orders NaN above every
+    number, so BETWEEN is false on NaN as on NULL; the bounds are the bbox's float64 values written exactly
+    (``repr`` round-trips and DuckDB's string-to-DOUBLE rounds correctly). A per-point transformation of public
+    parameters: what the later cleaning and every release see is unchanged."""
+    lat, lon = (-90.0, 90.0), (-180.0, 180.0)
+    if bbox is not None:
+        box = BBox.of(bbox)
+        lat, lon = (box.min_lat, box.max_lat), (box.min_lon, box.max_lon)
+
+    def between(col, lo, hi):
+        return f"{col} BETWEEN '{float(lo)!r}'::DOUBLE AND '{float(hi)!r}'::DOUBLE"
+
+    ts = " AND ts IS NOT NULL" if time_required else ""
+    return f"traj_id IS NOT NULL AND {between('lat', *lat)} AND {between('lon', *lon)}{ts}"
 
 
 class TableSource(PointSource):
@@ -133,14 +156,14 @@ class TableSource(PointSource):
         self.folder: str | None = None
 
     def batches(self, *, bbox, time_required, unit, rng) -> Batches:
-        return clean(self.open(), bbox=bbox, time_required=time_required, unit=unit, rng=rng,
-                     folder=self.folder)
+        return clean(self.open(bbox=bbox, time_required=time_required), bbox=bbox, time_required=time_required,
+                     unit=unit, rng=rng, folder=self.folder)
 
-    def open(self) -> Iterator[pa.Table]:
+    def open(self, *, bbox=None, time_required: bool = False) -> Iterator[pa.Table]:
         self.folder = tempfile.mkdtemp(prefix="duckmob-")
         _FOLDERS.add(self.folder)
         return read_points(self.con, self.query, bucket_points=self.bucket_points or BUCKET_POINTS,
-                           folder=self.folder)
+                           folder=self.folder, bbox=bbox, time_required=time_required)
 
     def close(self) -> None:
         if self.owned and self.con is not None:
@@ -234,5 +257,5 @@ def read_sequences(cur, select: str, privacy_unit: str) -> Iterator[tuple[np.nda
         yield sequence_arrays(pa.StructArray.from_arrays(rb.columns, names=rb.schema.names))
 
 
-__all__ = ["Prepared", "prepare", "TableSource", "read_points", "route", "n_buckets", "count_query", "pair_count",
+__all__ = ["Prepared", "prepare", "TableSource", "read_points", "point_filter", "route", "n_buckets", "count_query", "pair_count",
            "sequences_query", "sequence_arrays", "read_sequences", "BUCKET_POINTS", "READ_ROWS", "SEQUENCE_ROWS"]
