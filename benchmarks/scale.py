@@ -13,7 +13,9 @@ threads: on a machine shared with other work it is the steadier figure), peak RS
 buffers included).
 
 Cases: ``privtrace-old`` (the synthesize macro over a TEMP table: the whole table gathered as lists),
-``privtrace-new`` (over a view: read out of core by the release, duckmob.source), ``count-old`` / ``count-new`` /
+``privtrace-new`` (over a view: read out of core by the release, duckmob.source), ``privtrace-fit`` (its statistics
+stage alone: ``mob_fit`` over the view, no sampling; ``stats-sql`` is plain SQL computing comparable counts, and the
+table ends with each PrivTrace case's wall and CPU ratio to it), ``count-old`` / ``count-new`` /
 ``count-sql`` (the mob_noisy_count macro over a TEMP table: its pairs gathered as one list / duckmob.noisy_count /
 the macro over a view: counted out of core), ``transitions-old`` / ``transitions-new`` / ``transitions-sql`` (the
 same three for mob_transitions and duckmob.transitions), ``hrnet-prep-old`` / ``hrnet-prep-new`` (HRNet's data
@@ -43,7 +45,7 @@ BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
 CASES = ["privtrace-old", "privtrace-new", "count-old", "count-new", "count-sql", "transitions-old",
          "transitions-new", "transitions-sql", "hrnet-prep-old", "hrnet-prep-new", "cleanslate-prep-old",
          "cleanslate-prep-new", "pategail-prep-old", "pategail-prep-new", "synthesize-parquet", "sample-parquet",
-         "stats-sql"]
+         "stats-sql", "privtrace-fit"]
 # issue 31's streamed output: n of the sample-parquet case (mob_sample of a model fitted on the table)
 SAMPLE_N = 300_000
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,6 +109,8 @@ def child(case: str, points: str, cells: str) -> dict:
         out = _copy(con, f"FROM mob_sample('m', n := {SAMPLE_N}, seed := 2)", points)
     elif case == "stats-sql":          # plain DuckDB SQL computing counts comparable to PrivTrace's statistics
         out = con.sql(STATS_SQL.format(a=BBOX[0], b=BBOX[1], c=BBOX[2], d=BBOX[3], w=64)).fetchall()[0][0]
+    elif case == "privtrace-fit":      # PrivTrace's statistics stage alone: mob_fit over the view, no sampling
+        out = len(con.sql(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {BBOX}, seed := 1)").fetchall())
     elif case.startswith("privtrace"):
         out = con.sql(f"SELECT count(*) FROM synthesize('trips', eps := 1.0, bbox := {BBOX}, seed := 1, "
                       "n := 1000)").fetchall()[0][0]
@@ -209,6 +213,17 @@ def prep(con, method: str, out_of_core: bool) -> int:
     return build(reduced)
 
 
+def ratios(rows: list[dict]) -> list[str]:
+    """Issue 31's yardstick: each PrivTrace case's wall and CPU time over stats-sql's at the same size, same run."""
+    out = []
+    for base in (r for r in rows if r["case"] == "stats-sql" and r.get("cpu_s")):
+        for r in rows:
+            if r["fixes"] == base["fixes"] and r["case"].startswith("privtrace") and r.get("cpu_s"):
+                out.append(f"{r['fixes']:>12,} {r['case']} / stats-sql: wall {r['wall_s'] / base['wall_s']:.1f}x, "
+                           f"CPU {r['cpu_s'] / base['cpu_s']:.1f}x")
+    return out
+
+
 def peak_rss_mb() -> int:
     """This process's peak resident memory (MB): VmHWM of /proc/self/status, which starts afresh at exec
     (ru_maxrss keeps the high-water mark of the parent that forked it)."""
@@ -278,6 +293,7 @@ def main(argv=None) -> None:
         per = "-" if r.get("cpu_s") is None else f"{r['cpu_s'] / (r['fixes'] / 1e6):.2f}"
         lines.append(f"{r['fixes']:>12,} {r['case']:<17} {wall:>8} {cpu:>8} {rss:>12} {per:>16}" +
                      (f"  ({r['error']})" if "error" in r else ""))
+    lines += ratios(rows)
     table = "\n".join(lines)
     print(table)
     if a.out:
