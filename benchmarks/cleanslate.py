@@ -192,7 +192,7 @@ def taxi_like(con, name: str = "taxi", n: int = 20_000, interval_s: int = 60, po
     return len(pick)
 
 
-def timing(n: int = 20_000, seeds=(1,)) -> str:
+def timing(n: int = 20_000, seeds=(1,), threads: int | None = None) -> str:
     """cleanslate: fit on ``n`` taxi-like trips (:func:`taxi_like`) and sample ``n`` (wall and CPU seconds, this
     machine), with the step-length JSD of the sample (``fine_step_jsd``) per seed."""
     import duckmob
@@ -208,7 +208,7 @@ def timing(n: int = 20_000, seeds=(1,)) -> str:
     con.close()
     lines = []
     for seed in seeds:
-        synth = CleanSlate(BOX, progress=False)
+        synth = CleanSlate(BOX, progress=False, threads=threads)
         t0, c0 = time.perf_counter(), time.process_time()
         model = fit_unrecorded(synth, data, 1.0, DELTA, NoiseSource(seed))
         fit_s, fit_c = time.perf_counter() - t0, time.process_time() - c0
@@ -219,7 +219,7 @@ def timing(n: int = 20_000, seeds=(1,)) -> str:
         t = model.timings
         lines.append(
             f"cleanslate speed, seed {seed}, {data.n_trajectories:,} taxi-like trips ({data.n_points:,} fixes), eps 1, "
-            f"defaults, {os.cpu_count()} CPU cores, {__import__('torch').get_num_threads()} torch thread(s), load "
+            f"defaults, {os.cpu_count()} CPU cores, {threads or 1} torch thread(s), load "
             f"average {os.getloadavg()[0]:.1f}: fit {fit_s:.1f} s wall / {fit_c:.1f} s CPU (prepare "
             f"{t['prepare_s']:.1f}, TI {t['ti_s']:.1f}, TPG {t['tpg_s']:.1f} s wall), sample {n:,} {sample_s:.1f} s "
             f"wall / {sample_c:.1f} s CPU; total {fit_s + sample_s:.1f} s wall (target < 30); step JSD "

@@ -91,6 +91,7 @@ from duckmob.synth.cleanslate.prior import (ENDPOINTS, coarse_of, coarse_probabi
 from duckmob.synth.cleanslate.spacing import corner_vertices, release_steps, space
 from duckmob.synth.cleanslate.transitions import Transitions, by_width
 from duckmob.synth.cleanslate.trips import grams, trips, visits
+from duckmob.synth.compute import cpu_threads
 from duckmob.synth.config import Config, param
 from duckmob.synth.neural import NeuralModel
 from duckmob.trajectories import Trajectories
@@ -150,6 +151,7 @@ class CleanSlateConfig(Config):
     n_hint: int = param(10_000, int, low=1, doc="public guess of N: sets the Poisson rate q = batch / n_hint")
     base_date: str = param("2008-01-01", str, date=True, doc="public date of the synthetic times")
     device: str | None = param(None, str, doc="null: CUDA when available, else CPU")
+    threads: int | None = param(None, int, low=1, high=1024, doc="torch CPU threads; null: 1 (duckmob.synth.compute)")
     progress: bool | None = param(None, bool, doc="null: DUCKMOB_PROGRESS decides (on except in CI and pytest)")
 
     def check(self) -> None:
@@ -253,7 +255,7 @@ def build_networks(config: CleanSlateConfig) -> tuple[Initialiser, Transitions]:
 
 # What a model stores of its config: the machine's choices (where to compute, whether to show progress) are no
 # part of it; a loaded model computes where its machine can (``device`` null).
-_MACHINE = ("device", "progress")
+_MACHINE = ("device", "threads", "progress")
 # What a stored model's info must hold for sampling (checked when an older format is read: nothing is filled in)
 _INFO_NEEDED = ("n_noisy", "has_time")
 # Config fields added after format 2, which upgrade_format_2 sets (the older models' behaviour)
@@ -314,7 +316,11 @@ class CleanSlateModel(NeuralModel):
 
     def sample(self, n: int, rng: np.random.Generator) -> Trajectories:
         """Draw ``n`` synthetic trajectories (post-processing; vectorised over trajectories) on the config's
-        device."""
+        device, with its ``threads``."""
+        with cpu_threads(self.config.threads):
+            return self._sample(n, rng)
+
+    def _sample(self, n: int, rng: np.random.Generator) -> Trajectories:
         config = self.config
         device = _device(config.device)
         ti, tpg = self.networks()
@@ -470,7 +476,11 @@ class CleanSlate(Synthesizer):
 
     def fit(self, source, plan: CleanSlatePlan, release: ReleaseContext) -> CleanSlateModel:
         """One release of ``plan`` (module docstring): the count and the prior from ``release.noise``, then TI and
-        TPG by DP-SGD with the plan's rate, steps and noise multipliers."""
+        TPG by DP-SGD with the plan's rate, steps and noise multipliers, with the config's ``threads``."""
+        with cpu_threads(self.config.threads):
+            return self._fit(source, plan, release)
+
+    def _fit(self, source, plan: CleanSlatePlan, release: ReleaseContext) -> CleanSlateModel:
         config = self.config
         t0 = time.perf_counter()
         device = _device(config.device)
