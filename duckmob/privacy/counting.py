@@ -267,11 +267,12 @@ def normalised_release(index, owner, n_windows, entries, scale: float, noise: No
 
     Sensitivity, by construction: each trajectory's mass 1 is split into ``G = 1/g`` steps of the noise grid g
     (:func:`duckmob.privacy.steps.grid_steps`), ``G // W_t`` per window and one more on its first ``G % W_t``
-    windows, so its entries are non-negative and sum to at most 1: adding or removing one trajectory moves the table by at most 1 in L1,
-    one privacy unit by at most k. Every entry is clamped to ``[0, MAX_UNITS]`` steps (1-Lipschitz per coordinate),
-    then ``Laplace(scale)`` from the vetted sampler is added to EVERY support entry, zero or not: eps-DP, accounted
-    as ``accounting.laplace(k / scale)``. Sums are whole grid steps, so ``counts + noise`` is exact (no Mironov
-    leak). Returns the noisy values, one per support entry, before any NormCut (post-processing is the caller's).
+    windows, so its entries are non-negative and sum to at most 1: adding or removing one trajectory moves the table
+    by at most 1 in L1, one privacy unit by at most k. Every entry is clamped to ``[0, MAX_UNITS]`` steps
+    (1-Lipschitz per coordinate), then ``Laplace(scale)`` from the vetted sampler is added to EVERY support entry,
+    zero or not: eps-DP, accounted as ``accounting.laplace(k / scale)``. Sums are whole grid steps, so ``counts +
+    noise`` is exact (no Mironov leak). Returns the noisy values, one per support entry, before any NormCut
+    (post-processing is the caller's).
     """
     return release_sums(normalised_sums(index, owner, n_windows, entries, scale), scale, noise)
 

@@ -257,5 +257,6 @@ def read_sequences(cur, select: str, privacy_unit: str) -> Iterator[tuple[np.nda
         yield sequence_arrays(pa.StructArray.from_arrays(rb.columns, names=rb.schema.names))
 
 
-__all__ = ["Prepared", "prepare", "TableSource", "read_points", "point_filter", "route", "n_buckets", "count_query", "pair_count",
-           "sequences_query", "sequence_arrays", "read_sequences", "BUCKET_POINTS", "READ_ROWS", "SEQUENCE_ROWS"]
+__all__ = ["Prepared", "prepare", "TableSource", "read_points", "point_filter", "route", "n_buckets", "count_query",
+           "pair_count", "sequences_query", "sequence_arrays", "read_sequences", "BUCKET_POINTS", "READ_ROWS",
+           "SEQUENCE_ROWS"]
