@@ -173,6 +173,7 @@ class Placement:
             src.append(u)
             dst.append(v[u])
             wt.append(cost[nb[u]] * math.hypot(dr, dc))
+        edges = list(zip(src, dst, wt))       # per direction: each node has at most one edge in each
         src, dst, wt = np.concatenate(src), np.concatenate(dst), np.concatenate(wt)
         # reversed graph (search from B's anchors back): edge v -> u carries the cost of moving u -> v
         graph = sp.csr_matrix((wt, (dst, src)), shape=(n_nodes, n_nodes))
@@ -185,7 +186,7 @@ class Placement:
         pred = np.full(n_nodes, -9999, dtype=np.int64)
         if n_nodes and len(src_nodes):
             dist = dijkstra(graph, directed=True, indices=src_nodes, min_only=True)
-            pred = _next_hops(src, dst, wt, dist, fine, pred)
+            pred = _next_hops(edges, dist, fine, pred)
         return base, fine, pred
 
     def route_table(self, moves: np.ndarray, cost: np.ndarray | None = None, target: int | None = None):
@@ -544,25 +545,28 @@ class Placement:
         return ts
 
 
-def _next_hops(src: np.ndarray, dst: np.ndarray, wt: np.ndarray, dist: np.ndarray, fine: np.ndarray,
-               pred: np.ndarray) -> np.ndarray:
-    """The next node of each node's shortest route, from the distances ``dist`` (to the sources) over edges
-    ``src -> dst`` of cost ``wt``: the neighbour minimising ``wt + dist[dst]``, ties (equal up to 1e-9, as
-    equal-cost staircases on evenly costed cells are) broken by the lowest fine cell. So a route depends on its
-    own move's graph only, not on the heap order of the moves computed with it, and the route cache gives
-    exactly what a fresh computation would, in any block order. ``pred`` (-9999 filled) is written and
-    returned; sources and unreachable nodes keep -9999."""
-    via = wt + dist[dst]
-    ok = np.isfinite(via) & np.isfinite(dist[src]) & (dist[src] > 0)
-    s, d, via = src[ok], dst[ok], via[ok]
+def _next_hops(edges: list, dist: np.ndarray, fine: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """The next node of each node's shortest route, from the distances ``dist`` (to the sources) over ``edges``,
+    one ``(src, dst, cost)`` triple of arrays per direction (a node has at most one edge in each): the neighbour
+    minimising ``cost + dist[dst]``, ties (equal up to 1e-9, as equal-cost staircases on evenly costed cells
+    are) broken by the lowest fine cell. So a route depends on its own move's graph only, not on the heap order
+    of the moves computed with it, and the route cache gives exactly what a fresh computation would, in any
+    block order. ``pred`` (-9999 filled) is written and returned; sources and unreachable nodes keep -9999.
+    Gathers and scatters per direction (no sort, no ``ufunc.at``)."""
     best = np.full(len(dist), np.inf)
-    np.minimum.at(best, s, via)
-    tie = via <= best[s] * (1 + 1e-9)
-    s, d = s[tie], d[tie]
-    order = np.lexsort((fine[d], s))
-    s, d = s[order], d[order]
-    head = np.concatenate([[True], s[1:] != s[:-1]]) if len(s) else np.zeros(0, dtype=bool)
-    pred[s[head]] = d[head]
+    vias = []
+    for u, v, w in edges:
+        via = w + dist[v]
+        vias.append(via)
+        best[u] = np.minimum(best[u], via)
+    low = np.full(len(dist), np.iinfo(np.int64).max)
+    for (u, v, _), via in zip(edges, vias):       # a node's neighbours are distinct fine cells
+        cand = np.where(via <= best[u] * (1 + 1e-9), fine[v], np.iinfo(np.int64).max)
+        low[u] = np.minimum(low[u], cand)
+    inner = np.isfinite(best) & (dist > 0)          # not a source, and reaches one
+    for u, v, _ in edges:
+        take = inner[u] & (fine[v] == low[u])
+        pred[u[take]] = v[take]
     return pred
 
 
