@@ -254,7 +254,9 @@ class Placement:
         if c is None:
             z = np.zeros(0, dtype=np.int64)
             c = dict(keys=z, first=z, offsets=np.zeros(1, np.int64), cells=z, end=z)
-        new = np.setdiff1d(keys, c["keys"])
+        known = c["keys"]                   # sorted, distinct
+        pos = np.minimum(np.searchsorted(known, keys), max(len(known) - 1, 0))
+        new = np.unique(keys[known[pos] != keys] if len(known) else keys)
         if len(new):
             first, off, cells, end = compute(new)
             n_routes, n_cells = len(c["end"]), len(c["cells"])
@@ -421,11 +423,16 @@ class Placement:
         table = rng.integers(0, len(first), len(i)) if len(i) else np.zeros(0, np.int64)   # which route draw
         anchor = self.rank[start]                           # index among the first cell's anchors
         cur_anchor = anchor.copy()
-        for t in range(int(step_pos.max()) + 1 if len(i) else 0):
-            at = np.flatnonzero(step_pos == t)
-            who = owner_pt[i[at]]
-            r = first[table[at], move_of[at]] + cur_anchor[who]
-            route[at] = r
+        # the moves grouped by position (a stable sort), so step t touches only the sequences still moving
+        by_pos = np.argsort(step_pos, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(step_pos))]) if len(i) else np.zeros(1, np.int64)
+        base = first[table, move_of][by_pos] if len(i) else np.zeros(0, np.int64)
+        who_all = owner_pt[i][by_pos]
+        for t in range(len(bounds) - 1):
+            lo, hi = bounds[t], bounds[t + 1]
+            who = who_all[lo:hi]
+            r = base[lo:hi] + cur_anchor[who]
+            route[by_pos[lo:hi]] = r
             cur_anchor[who] = r_end[r]
         pieces_owner, pieces_cells, pieces_pos = [np.arange(n)], [start], [np.zeros(n)]
         if len(i):
