@@ -248,7 +248,8 @@ class Placement:
         ``(first per key, offsets, cells, end)`` over the cache's arrays, computing only the keys not yet there
         with ``compute(sorted new keys) -> (first (k + 1), offsets, cells, end)`` (:meth:`route_table`'s
         layout). A key's routes do not depend on the other keys computed with it (one block of the Dijkstra
-        graph each), so the cache gives what a fresh computation would."""
+        graph each, ties broken by fine cell: :func:`_next_hops`), so the cache gives what a fresh computation
+        would. Its size is bounded by the model (coarse moves x route draws), not by the output's n."""
         keys = np.asarray(keys, dtype=np.int64)
         c = self._cache.get(name)          # a snapshot: an entry is replaced whole, never changed in place
         if c is None:
