@@ -93,8 +93,8 @@ def check_rows(n: int, max_points: int | None, max_rows: int, *, after_fit: bool
     raise DuckmobError(f"the synthetic table could have up to {int(n) * int(max_points):,} rows ({int(n):,} "
                        f"trajectories of at most {int(max_points):,} points each, the method's public cap), more than "
                        f"max_rows := {int(max_rows):,}: raise it (max_rows := {int(n) * int(max_points):,}), ask for "
-                       f"fewer trajectories{f' (n := {fits:,} fits)' if fits else ''} or lower the method's cap on points per trajectory "
-                       f"(params max_points / max_len).{when}")
+                       f"fewer trajectories{f' (n := {fits:,} fits)' if fits else ''} or lower the method's cap on "
+                       f"points per trajectory (params max_points / max_len).{when}")
 
 
 @dataclass

@@ -42,7 +42,6 @@ FIT_TYPE = "STRUCT(name VARCHAR, method VARCHAR, source VARCHAR, eps DOUBLE, del
 OPEN_TYPE = "STRUCT(handle VARCHAR, n BIGINT, blocks BIGINT)"
 
 
-rows = synthetic_table   # the synthetic table's rows (kept under its old name for callers)
 
 
 def _values(arg) -> pa.Array | None:

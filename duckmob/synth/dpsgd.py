@@ -20,6 +20,7 @@ adds the noise once (rank 0) and all-reduces the sum; the privacy map and the ac
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import warnings
@@ -235,21 +236,18 @@ def embedding_norm_sample(layer: torch.nn.Embedding, activations: list, backprop
 
 # Lookups per row up to which embedding_norm_sample uses the Gram matrix (B L^2 values).
 GRAM_LOOKUPS = 256
-_GHOST_MODULE = None
 
 
+@functools.cache
 def ghost_module():
     """opacus's ``GradSampleModuleFastGradientClipping`` with :func:`embedding_norm_sample` for ``nn.Embedding``
-    (a subclass: opacus's own registry is left as it is for every other user)."""
-    global _GHOST_MODULE
-    if _GHOST_MODULE is None:
-        from opacus.grad_sample import GradSampleModuleFastGradientClipping
+    (a subclass, made once: opacus's own registry is left as it is for every other user)."""
+    from opacus.grad_sample import GradSampleModuleFastGradientClipping
 
-        class GhostClipping(GradSampleModuleFastGradientClipping):
-            NORM_SAMPLERS = {**GradSampleModuleFastGradientClipping.NORM_SAMPLERS,
-                             torch.nn.Embedding: embedding_norm_sample}
-        _GHOST_MODULE = GhostClipping
-    return _GHOST_MODULE
+    class GhostClipping(GradSampleModuleFastGradientClipping):
+        NORM_SAMPLERS = {**GradSampleModuleFastGradientClipping.NORM_SAMPLERS,
+                         torch.nn.Embedding: embedding_norm_sample}
+    return GhostClipping
 
 
 def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, np.ndarray], torch.Tensor],

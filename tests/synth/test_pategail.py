@@ -340,7 +340,6 @@ def test_gravity_exploration_weighs_the_rank_by_the_released_start_share():
 
 
 def test_line_rendering_draws_each_move_as_fixes_at_most_step_m_apart():
-    rng = np.random.default_rng(0)
     ep = mdp.Episodes(np.array([[0, 15, 15, 0, -1], [5, 5, 6, 6, 10]]), np.array([3, 4]), np.array([10, 47]),
                       np.array([-1, -1]))
     box = [39.8, 116.2, 40.1, 116.5]

@@ -226,7 +226,8 @@ def budget_parts(eps: float, config: CleanSlateConfig) -> tuple[float, float, fl
 @dataclass(frozen=True, kw_only=True)
 class CleanSlatePlan(Plan):
     """The schedule of one clean-slate fit (module docstring, 1-4), from public values only: the count's and the
-    prior's and the step histogram's epsilons, and each DP-SGD run's steps and noise multiplier (both at ``sample_rate``)."""
+    prior's and the step histogram's epsilons, and each DP-SGD run's steps and noise multiplier (both at
+    ``sample_rate``)."""
 
     eps_count: float
     eps_prior: float
@@ -471,8 +472,8 @@ class CleanSlate(Synthesizer):
         return CleanSlatePlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox,
                               needs_time=self.needs_time, max_points=max_points(config), sample_rate=q,
                               default_size=config.n_hint,
-                              eps_count=eps_count, eps_prior=eps_prior, eps_steps=eps_steps, steps_ti=steps_ti, steps_tpg=steps_tpg,
-                              sigma_ti=sigma_ti, sigma_tpg=sigma_tpg)
+                              eps_count=eps_count, eps_prior=eps_prior, eps_steps=eps_steps, steps_ti=steps_ti,
+                              steps_tpg=steps_tpg, sigma_ti=sigma_ti, sigma_tpg=sigma_tpg)
 
     def fit(self, source, plan: CleanSlatePlan, release: ReleaseContext) -> CleanSlateModel:
         """One release of ``plan`` (module docstring): the count and the prior from ``release.noise``, then TI and

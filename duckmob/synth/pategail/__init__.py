@@ -276,7 +276,8 @@ class PateGail(Synthesizer):
         sigma = accounting.calibrate_gaussian_rounds(fixed, config.rounds, eps, delta)
         event = accounting.compose(fixed + [accounting.gaussian_rounds(sigma, config.rounds)])
         return PateGailPlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox, needs_time=self.needs_time,
-                            max_points=max_points(config), eps_start=eps_start, count_eps=count_eps, sigma_round=sigma, rounds=config.rounds)
+                            max_points=max_points(config), eps_start=eps_start, count_eps=count_eps,
+                            sigma_round=sigma, rounds=config.rounds)
 
     # -- data ------------------------------------------------------------------------------------------------
     def devices(self, data: Trajectories, max_trajectories_per_user: int) -> np.ndarray:

@@ -20,4 +20,5 @@ from duckmob.synth.placement.routes import FLOOR, ROUTE_SPREAD, Placement, cell_
 __all__ = ["PlacementConfig", "FineStats", "Placement", "release", "release_statistics", "statistics",
            "privacy_events", "part_eps", "parts", "scales", "fine_width", "fine_cells", "step_bins", "step_block",
            "steps_mostly_noise", "adaptive_density", "coarse_of_fine", "cell_centres", "spaced", "PARTS",
-           "STEP_EDGES_M", "STEP_BLOCKS_C", "STEP_TAU", "TAU", "SIGNAL_SHARE", "EARTH_M_PER_DEG", "MAX_POINTS", "FLOOR", "ROUTE_SPREAD"]
+           "STEP_EDGES_M", "STEP_BLOCKS_C", "STEP_TAU", "TAU", "SIGNAL_SHARE", "EARTH_M_PER_DEG", "MAX_POINTS",
+           "FLOOR", "ROUTE_SPREAD"]

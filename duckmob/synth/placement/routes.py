@@ -259,39 +259,26 @@ class Placement:
         pos = np.minimum(np.searchsorted(known, keys), max(len(known) - 1, 0))
         new = np.unique(keys[known[pos] != keys] if len(known) else keys)
         if len(new):
-            first, off, cells, end = compute(new)
-            n_routes, n_cells = len(c["end"]), len(c["cells"])
+            held = (np.append(c["first"], len(c["end"])), c["offsets"], c["cells"], c["end"])
+            first, offsets, cells, end = _joined([held, compute(new)])
             all_keys = np.concatenate([c["keys"], new])
             order = np.argsort(all_keys, kind="stable")
-            c = dict(keys=all_keys[order], first=np.concatenate([c["first"], first[:-1] + n_routes])[order],
-                     offsets=np.concatenate([c["offsets"], off[1:] + n_cells]),
-                     cells=np.concatenate([c["cells"], cells]), end=np.concatenate([c["end"], end]))
+            c = dict(keys=all_keys[order], first=first[:-1][order], offsets=offsets, cells=cells, end=end)
             self._cache[name] = c          # one assignment: a concurrent reader sees the old or the new table
         return c["first"][np.searchsorted(c["keys"], keys)], c["offsets"], c["cells"], c["end"]
 
-    def route_tables(self, moves: np.ndarray, rng: np.random.Generator | None = None):
+    def route_tables(self, moves: np.ndarray):
         """:meth:`route_table` under ``self.route_draws`` cost fields (:meth:`cost_field`): the released costs
         and perturbed ones. Real trips between two areas use several streets; one most probable path per move
-        sends every synthetic trip down the same one. Computed once per move and model (cached; ``rng`` is not
-        used: the perturbations are public and fixed). Returns ``(first (draws, moves), offsets, cells, end)``
-        over all draws together."""
+        sends every synthetic trip down the same one. Computed once per move and model (cached: the perturbations
+        are public and fixed). Returns ``(first (draws, moves), offsets, cells, end)`` over all draws together."""
         moves = np.asarray(moves, dtype=np.int64)
         space = self.n_coarse * self.n_coarse
         keys = np.arange(self.route_draws, dtype=np.int64)[:, None] * space + moves[None, :]
 
         def compute(new):
             draw, move = np.divmod(new, space)
-            parts = [self.route_table(move[draw == d], self.cost_field(int(d))) for d in np.unique(draw)]
-            firsts, offs, cells, ends = [np.zeros(0, np.int64)], [np.zeros(1, np.int64)], [], []
-            n_routes = n_cells = 0
-            for first, off, cell, end in parts:
-                firsts.append(first[:-1] + n_routes)
-                offs.append(off[1:] + n_cells)
-                cells.append(cell)
-                ends.append(end)
-                n_routes, n_cells = n_routes + len(end), n_cells + len(cell)
-            return (np.concatenate(firsts + [[n_routes]]).astype(np.int64), np.concatenate(offs),
-                    np.concatenate(cells), np.concatenate(ends))
+            return _joined([self.route_table(move[draw == d], self.cost_field(int(d))) for d in np.unique(draw)])
 
         first, offsets, cells, end = self._cached("moves", keys.reshape(-1), compute)
         return first.reshape(keys.shape), offsets, cells, end
@@ -417,7 +404,7 @@ class Placement:
         i = np.flatnonzero(has_next)
         keys = coarse[i] * self.n_coarse + coarse[i + 1]
         moves, move_of = np.unique(keys, return_inverse=True)
-        first, r_off, r_cells, r_end = self.route_tables(moves, rng) if len(moves) else (None,) * 4
+        first, r_off, r_cells, r_end = self.route_tables(moves) if len(moves) else (None,) * 4
         # chain: the route taken at each move (its anchor index in A follows from the previous route)
         route = np.empty(len(i), dtype=np.int64)
         step_pos = i - offsets[owner_pt[i]]                 # 0 for the first move of a sequence
@@ -551,6 +538,21 @@ class Placement:
         end = np.concatenate([edge[1:], [True]]) if len(p_owner) else edge
         ts[end] = t[t_first[p_owner[end]] + n_piece[p_owner[end]]]
         return ts
+
+
+def _joined(tables: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Route tables in :meth:`Placement.route_table`'s layout ``(first (k + 1), offsets, cells, end)``, one after
+    the other as one table of that layout (the keys of each in turn)."""
+    firsts, offs, cells, ends = [np.zeros(0, np.int64)], [np.zeros(1, np.int64)], [], []
+    n_routes = n_cells = 0
+    for first, off, cell, end in tables:
+        firsts.append(first[:-1] + n_routes)
+        offs.append(off[1:] + n_cells)
+        cells.append(cell)
+        ends.append(end)
+        n_routes, n_cells = n_routes + len(end), n_cells + len(cell)
+    return (np.concatenate(firsts + [[n_routes]]).astype(np.int64), np.concatenate(offs).astype(np.int64),
+            np.concatenate(cells), np.concatenate(ends))
 
 
 def _next_hops(edges: list, dist: np.ndarray, fine: np.ndarray, pred: np.ndarray) -> np.ndarray:

@@ -307,7 +307,8 @@ class PrivTrace(Synthesizer):
         fine_events = placement.privacy_events(eps, config, k)
         event = accounting.compose([accounting.laplace(e) for e in part_eps.values()] + fine_events)
         return PrivTracePlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox, needs_time=self.needs_time,
-                             max_points=int(config.max_points if config.placing else config.max_len), part_eps=part_eps, scales=scales,
+                             max_points=int(config.max_points if config.placing else config.max_len),
+                             part_eps=part_eps, scales=scales,
                              fine_scales=placement.scales(eps, config, k) if config.placing else None)
 
     def fit(self, source, plan: PrivTracePlan, release: ReleaseContext) -> PrivTraceModel:
