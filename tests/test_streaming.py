@@ -207,3 +207,74 @@ def test_streamed_copy_stays_in_bounded_memory_and_matches_a_smaller_batch_size(
     assert got["copied"] == got["streamed"]
     whole_mb = got["rows"] * 40 / 2 ** 20   # the output as Arrow columns: 5 x 8 bytes a row (and more in DuckDB)
     assert got["rows"] > 2_000_000 and got["grew_mb"] < whole_mb / 3, got
+
+
+def _model(con):
+    from duckmob import release
+    from duckmob.synth import store
+
+    return release.read_ledger(release.database(con), lambda cur: store.load(cur, "m"))[1]
+
+
+def test_blocks_drawn_ahead_on_threads_are_the_rows_drawn_on_one(con):
+    """PrivTrace draws blocks ahead on worker threads (its sample is concurrent-safe); the rows are the same with
+    1, 2 or 4 threads, in SQL too under SET threads = 1, and the workers are gone once the last block is out."""
+    model = _model(con)
+    assert model.concurrent_sample
+    n, seed = 9000, np.random.SeedSequence(5)       # five blocks, the last one partial
+    one = sampling.Output(model, n, seed, threads=1).table()
+    for threads in (2, 4):
+        out = sampling.Output(model, n, seed, threads=threads)
+        assert out._ahead.threads == threads
+        assert out.table().equals(one)
+        assert out._ahead.pool is None and not out._ahead.pending     # shut down after the last block
+    sql = con.sql("FROM mob_sample('m', n := 9000, seed := 6)").to_arrow_table()
+    con.execute("SET threads = 1")
+    try:
+        assert con.sql("FROM mob_sample('m', n := 9000, seed := 6)").to_arrow_table().equals(sql)
+    finally:
+        con.execute("RESET threads")
+
+
+def test_drawing_ahead_is_bounded_and_skips_and_errors_behave():
+    """At most threads + 1 blocks are held or drawn at once; a caller that jumps ahead cancels what it skipped; an
+    error in a block drawn ahead reaches the caller asking for that block."""
+    import threading
+    import time
+
+    drawn, live, peak, lock = [], [0], [0], threading.Lock()
+
+    def draw(b):
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+        time.sleep(0.01)
+        with lock:
+            live[0] -= 1
+            drawn.append(b)
+        if b == 7:
+            raise ValueError("block 7 failed")
+        return b
+
+    ahead = sampling._Ahead(draw, 10, threads=2)
+    assert [ahead.get(b) for b in range(4)] == [0, 1, 2, 3]
+    assert peak[0] <= 3 and set(ahead.pending) == {4, 5}
+    assert ahead.get(6) == 6                         # 4 and 5 skipped: no longer pending
+    assert set(ahead.pending) <= {7, 8}
+    with pytest.raises(ValueError, match="block 7"):
+        ahead.get(7)
+    assert ahead.get(9) == 9 and ahead.pool is None
+
+
+def test_torch_methods_draw_on_the_reading_thread_only():
+    """Their sampling sets the process's torch thread count, so they never draw on several threads at once."""
+    from types import SimpleNamespace
+
+    from duckmob.synth.cleanslate import CleanSlateModel
+    from duckmob.synth.hrnet import FittedModel
+    from duckmob.synth.pategail import PateGailModel
+
+    assert not any(c.concurrent_sample for c in (CleanSlateModel, FittedModel, PateGailModel))
+    assert sampling.Output(SimpleNamespace(), 5000, np.random.SeedSequence(1), threads=4)._ahead.threads == 1
+    assert sampling.Output(SimpleNamespace(concurrent_sample=True), 5000, np.random.SeedSequence(1),
+                           threads=64)._ahead.threads == sampling.MAX_THREADS

@@ -12,6 +12,12 @@ API, Spark executors) or which call draws the block. Memory is one block at a ti
 ``BLOCK`` matches DuckDB's vector size (2048 rows): a SQL table macro feeds a drawing UDF one trajectory id per row,
 2048 at a time, so each call draws exactly one block.
 
+Drawing ahead: DuckDB asks for the blocks in order on one thread, and a block's draw is mostly NumPy work that
+releases the GIL. So an output whose model says its :meth:`~duckmob.synth.base.Model.sample` may run on several
+threads at once (``concurrent_sample``: PrivTrace) draws the next ``threads - 1`` blocks on worker threads while the
+caller converts and writes the current one (:class:`_Ahead`). Each block is still one call with its own generator,
+so the rows are the same with any number of threads; memory is ``threads + 1`` blocks at a time instead of one.
+
 An :class:`Output` is what an output needs besides the ids (model, n, seed): SQL keeps it under a handle
 (:class:`duckmob.release.registry.Outputs`), the Python API reads it whole (:meth:`Output.table`) or as a
 ``pyarrow.RecordBatchReader`` (:meth:`Output.reader`). Its size was checked before anything was drawn
@@ -21,7 +27,9 @@ An :class:`Output` is what an output needs besides the ids (model, n, seed): SQL
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
@@ -33,6 +41,9 @@ from duckmob.source.batches import concat
 from duckmob.trajectories import Trajectories, synthetic_table
 
 BLOCK = 2048
+# The most blocks an output draws at once (the caller's thread and its workers): each holds one block in memory,
+# and past two or three threads the GIL held between NumPy calls stops the gain.
+MAX_THREADS = 4
 
 
 def n_blocks(n: int) -> int:
@@ -60,14 +71,25 @@ def draw_block(model, n: int, seed: np.random.SeedSequence, block: int) -> Traje
 def draw_ids(model, n: int, seed: np.random.SeedSequence, ids: np.ndarray) -> Trajectories:
     """The trajectories ``ids`` (each in ``[0, n)``, in the given order) of the output: every block they touch is
     drawn whole, once (a caller handing whole blocks, as DuckDB does, draws nothing twice)."""
-    ids = np.asarray(ids, dtype=np.int64)
-    if len(ids) and (ids.min() < 0 or ids.max() >= n):
-        raise DuckmobError(f"trajectory ids must lie in [0, {n}) for an output of {n} trajectories")
+    ids = _checked_ids(ids, n)
     touched = np.unique(ids // BLOCK)
     if not len(touched):
         return Trajectories.empty()
-    parts = [draw_block(model, n, seed, b) for b in touched]
+    return _taken([draw_block(model, n, seed, b) for b in touched], touched, ids)
+
+
+def _checked_ids(ids, n: int) -> np.ndarray:
+    ids = np.asarray(ids, dtype=np.int64)
+    if len(ids) and (ids.min() < 0 or ids.max() >= n):
+        raise DuckmobError(f"trajectory ids must lie in [0, {n}) for an output of {n} trajectories")
+    return ids
+
+
+def _taken(parts: list[Trajectories], touched: np.ndarray, ids: np.ndarray) -> Trajectories:
+    """The trajectories ``ids`` out of the drawn blocks ``touched`` (``parts``, in that order)."""
     drawn = parts[0] if len(parts) == 1 else concat(parts)
+    if len(parts) == 1 and len(ids) == drawn.n_trajectories and (ids == touched[0] * BLOCK + np.arange(len(ids))).all():
+        return drawn                                      # the whole block in order, as DuckDB asks for it
     # row of id in `drawn`: where its block starts there, plus its place within the block
     starts = np.cumsum([0] + [p.n_trajectories for p in parts[:-1]])
     where = np.searchsorted(touched, ids // BLOCK)
@@ -97,32 +119,84 @@ def check_rows(n: int, max_points: int | None, max_rows: int, *, after_fit: bool
                        f"points per trajectory (params max_points / max_len).{when}")
 
 
+class _Ahead:
+    """Blocks of one output drawn ahead on ``threads`` worker threads, in order: :meth:`get` returns block ``b``
+    (drawn here when it was not started ahead) and starts the next ``threads`` blocks, so at most ``threads + 1``
+    blocks are held or being drawn at once (the caller's, while it converts and writes it, and those ahead). The first block is drawn on the caller's thread before any worker starts, so the
+    model's lazily built tables (PrivTrace's route tables) are built once, not by every thread at the same time.
+    Worker threads end with the output (an idle executor is closed once its last block is handed out)."""
+
+    def __init__(self, draw, n_blocks: int, threads: int):
+        self.draw, self.n_blocks, self.threads = draw, int(n_blocks), max(int(threads), 1)
+        self.pending: dict[int, Future] = {}
+        self.pool: ThreadPoolExecutor | None = None
+        self.lock = threading.Lock()
+
+    def get(self, b: int):
+        with self.lock:
+            future = self.pending.pop(b, None)
+            for stale in [k for k in self.pending if k < b]:    # a caller that skipped blocks: drop their draws
+                self.pending.pop(stale).cancel()
+        part = future.result() if future is not None else self.draw(b)
+        self._start_after(b)
+        return part
+
+    def _start_after(self, b: int) -> None:
+        if self.threads < 2:
+            return
+        with self.lock:
+            wanted = range(b + 1, min(b + 1 + self.threads, self.n_blocks))
+            if self.pool is None and len(wanted):
+                self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="duckmob-draw")
+            for k in wanted:
+                if k not in self.pending:
+                    self.pending[k] = self.pool.submit(self.draw, k)
+            if b + 1 >= self.n_blocks and self.pool is not None:   # the last block: nothing more to draw
+                self.pool.shutdown(wait=False)
+                self.pool = None
+
+
 @dataclass
 class Output:
     """One synthetic output: ``n`` trajectories of ``model`` under ``seed`` (its rows are fixed by these three,
-    see the module docstring). ``desc`` names it in progress lines."""
+    see the module docstring). ``desc`` names it in progress lines. ``threads``: how many blocks may be drawn at
+    once when the model allows it (its ``concurrent_sample``; see the module docstring); the rows do not depend
+    on it."""
 
     model: Any
     n: int
     seed: np.random.SeedSequence
     desc: str = "output"
     progress: Rows | None = None
+    threads: int = 1
+    _ahead: _Ahead | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         if self.progress is None:
             self.progress = Rows(self.desc, self.n)
+        concurrent = getattr(self.model, "concurrent_sample", False)
+        threads = min(max(int(self.threads), 1), MAX_THREADS) if concurrent else 1
+        self._ahead = _Ahead(lambda b: draw_block(self.model, self.n, self.seed, b), n_blocks(self.n), threads)
+
+    def _blocks(self, touched) -> list[Trajectories]:
+        parts = [self._ahead.get(int(b)) for b in touched]
+        for part in parts:
+            self.progress.update(part.n_trajectories, part.n_points)
+        return parts
 
     def draw(self, ids) -> Trajectories:
-        """The trajectories ``ids`` (:func:`draw_ids`), counted for progress."""
-        out = draw_ids(self.model, self.n, self.seed, ids)
-        self.progress.update(out.n_trajectories, out.n_points)
-        return out
+        """The trajectories ``ids`` (as :func:`draw_ids`), counted for progress; blocks are drawn ahead when the
+        model allows it."""
+        ids = _checked_ids(ids, self.n)
+        touched = np.unique(ids // BLOCK)
+        if not len(touched):
+            return Trajectories.empty()
+        return _taken(self._blocks(touched), touched, ids)
 
     def blocks(self) -> Iterator[Trajectories]:
-        """Every block in order (:func:`blocks`), counted for progress."""
-        for part in blocks(self.model, self.n, self.seed):
-            self.progress.update(part.n_trajectories, part.n_points)
-            yield part
+        """Every block in order, counted for progress (drawn ahead when the model allows it)."""
+        for b in range(n_blocks(self.n)):
+            yield self._blocks([b])[0]
 
     def trajectories(self) -> Trajectories:
         """The whole output at once (memory: all of it)."""
@@ -134,8 +208,9 @@ class Output:
         return pa.concat_tables([synthetic_table(p) for p in self.blocks()]).combine_chunks()
 
     def reader(self, batch_size: int | None = None) -> pa.RecordBatchReader:
-        """The output as a RecordBatchReader drawn block by block as it is read (memory: one block). Batches hold
-        one block each, cut to at most ``batch_size`` rows when given; the rows are the same whatever the cut."""
+        """The output as a RecordBatchReader drawn block by block as it is read (memory: one block, or
+        ``threads + 1`` when drawn ahead). Batches hold one block each, cut to at most ``batch_size`` rows when given;
+        the rows are the same whatever the cut."""
         if batch_size is not None and int(batch_size) < 1:
             raise DuckmobError(f"batch_size must be a positive integer, got {batch_size!r}")
 

@@ -134,7 +134,7 @@ def _synthesized(db: Database, key: str, r, source, close) -> sampling.Output:
         if close is not None:
             close()
         model, seed = hit
-    return fitting.output(model, r.n, seed, r.max_rows, desc=f"synthesize {r.method}")
+    return fitting.output(model, r.n, seed, r.max_rows, desc=f"synthesize {r.method}", threads=draw_threads(db))
 
 
 def sample(db: Database, name, n=None, seed=None, max_rows=None) -> sampling.Output:
@@ -144,7 +144,16 @@ def sample(db: Database, name, n=None, seed=None, max_rows=None) -> sampling.Out
     name = validators.model_name(name)
     n, seed, max_rows = validators.n_trajectories(n), validators.seed(seed), validators.max_rows(max_rows)
     _method, model = read_ledger(db, lambda cur: store.load(cur, name))
-    return fitting.output(model, n, NoiseSource(seed).output_seed(), max_rows, desc=f"mob_sample {name}")
+    return fitting.output(model, n, NoiseSource(seed).output_seed(), max_rows, desc=f"mob_sample {name}",
+                          threads=draw_threads(db))
+
+
+def draw_threads(db: Database) -> int:
+    """How many blocks an output may draw at once: DuckDB's ``threads`` setting of the database (``SET threads = 1``
+    draws on the reading thread only), capped by :data:`~duckmob.release.sampling.MAX_THREADS`."""
+    with db.connection() as cur:
+        threads = cur.execute("SELECT current_setting('threads')").fetchone()[0]
+    return min(max(int(threads), 1), sampling.MAX_THREADS)
 
 
 def _recent(db: Database, key: str):

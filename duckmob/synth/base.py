@@ -93,6 +93,10 @@ class Model(ABC):
     method: ClassVar[str]
     methods: ClassVar[tuple[str, ...]] = ()   # the methods whose fits this class holds (default: (method,))
     format_version: ClassVar[int] = 2
+    # Whether :meth:`sample` may run on several threads at once (it reads the model and its own generator only, or
+    # guards what it caches): an output then draws blocks ahead on worker threads (duckmob.release.sampling).
+    # False for the torch methods, whose sampling sets the process's torch thread count.
+    concurrent_sample: ClassVar[bool] = False
 
     @property
     def default_n(self) -> int | None:

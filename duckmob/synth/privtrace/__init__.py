@@ -170,6 +170,9 @@ class PrivTraceModel(Model):
 
     method = "privtrace"
     format_version = 2
+    # sample() reads the released arrays and its own generator; what it builds lazily (the walk's tables, the
+    # placement and its route cache) is assigned whole, so a concurrent reader sees the old or the new one
+    concurrent_sample = True
 
     def __init__(self, *, grid: StateGrid, alive, density, first, second, start, use2, len_edges, len_probs,
                  n_noisy: float, config: PrivTraceConfig, info: dict, fine: placement.FineStats | None = None):
