@@ -23,7 +23,6 @@ and the spacing of points along it.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import scipy.sparse as sp
@@ -47,6 +46,7 @@ ROUTE_SPREAD = 1.0
 ROUTE_SEED = 32
 
 _DELTAS = np.array([(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)], dtype=np.int64)
+_STEP_LEN = np.hypot(_DELTAS[:, 0], _DELTAS[:, 1]).astype(np.float64)     # a step's length in fine cells
 
 
 class Placement:
@@ -140,54 +140,77 @@ class Placement:
         return lat, lon, hi > lo
 
     # -- routes ------------------------------------------------------------------------------------------
-    def _route_table(self, pairs: np.ndarray, cost: np.ndarray, target: int | None = None):
-        """Routes of the coarse moves ``pairs`` (k, 2) from every anchor of A to the cheapest anchor of B (or to
-        B's anchor number ``target``, where B has it) over the fine cells of A and B under per-cell ``cost``: one
-        multi-source Dijkstra over the block-diagonal graph of all moves. A pair with A = B is a leg inside one
-        coarse cell (its graph: that cell's fine cells once)."""
-        w = self.w
+    def _fine_neighbours(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per direction of :data:`_DELTAS`, every fine cell's neighbour (-1 off the grid) and that neighbour's
+        coarse cell (-1 off the grid): two (8, w * w) arrays, built once (public: the grids)."""
+        if "neighbours" not in self._fields:
+            w = self.w
+            r, c = np.divmod(np.arange(w * w), w)
+            nb = np.full((len(_DELTAS), w * w), -1, dtype=np.int64)
+            for d, (dr, dc) in enumerate(_DELTAS):
+                rr, cc = r + dr, c + dc
+                ok = (rr >= 0) & (rr < w) & (cc >= 0) & (cc < w)
+                nb[d, ok] = (rr * w + cc)[ok]
+            self._fields["neighbours"] = nb, np.where(nb >= 0, self.coarse[np.maximum(nb, 0)], -1)
+        return self._fields["neighbours"]
+
+    def _move_graph(self, pairs: np.ndarray):
+        """The graph of the coarse moves ``pairs`` (k, 2): the fine cells of A then B of each move, one block per
+        move (A = B: a leg inside one coarse cell, its fine cells once). ``(base, fine, nbr)``: move m's nodes are
+        ``base[m]:base[m + 1]``, node x is fine cell ``fine[x]``, and ``nbr[x, d]`` (nodes x 8) is x's neighbour in
+        direction ``d`` when that fine cell is in the same move (else -1). The same for every cost field."""
         a, b = pairs[:, 0], pairs[:, 1]
         size_a = np.diff(self.cell_offsets)[a]
         off_b = np.where(a == b, 0, size_a)                 # where B's nodes start inside the move's block
-        size_b = np.diff(self.cell_offsets)[b]
-        size = off_b + size_b
+        size = off_b + np.diff(self.cell_offsets)[b]
         base = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
         n_nodes = int(base[-1])
         move = np.repeat(np.arange(len(pairs)), size)
-        local = np.arange(n_nodes) - base[move]
-        in_a = local < off_b[move]
-        coarse_of_node = np.where(in_a, a[move], b[move])
-        fine = self.cell_order[self.cell_offsets[coarse_of_node] + np.where(in_a, local, local - off_b[move])]
-        # edges u -> v between 8-neighbouring fine cells of the same move (both in A or B)
-        r, c = np.divmod(fine, w)
-        src, dst, wt = [], [], []
-        for dr, dc in _DELTAS:
-            rr, cc = r + dr, c + dc
-            ok = (rr >= 0) & (rr < w) & (cc >= 0) & (cc < w)
-            nb = np.where(ok, rr * w + cc, 0)
-            cb = self.coarse[nb]
-            ok &= (cb == a[move]) | (cb == b[move])
-            # local index of the neighbour inside the move
-            v = base[move] + np.where(cb == a[move], self.rank[nb], off_b[move] + self.rank[nb])
-            u = np.flatnonzero(ok)
-            src.append(u)
-            dst.append(v[u])
-            wt.append(cost[nb[u]] * math.hypot(dr, dc))
-        edges = list(zip(src, dst, wt))       # per direction: each node has at most one edge in each
-        src, dst, wt = np.concatenate(src), np.concatenate(dst), np.concatenate(wt)
-        # reversed graph (search from B's anchors back): edge v -> u carries the cost of moving u -> v
-        graph = sp.csr_matrix((wt, (dst, src)), shape=(n_nodes, n_nodes))
-        # sources: the anchors of B in every move (their local ranks are < anchors of B), or its target-th one
+        base_m, off_m, a_m, b_m = base[move], off_b[move], a[move], b[move]
+        local = np.arange(n_nodes) - base_m
+        in_a = local < off_m
+        fine = self.cell_order[self.cell_offsets[np.where(in_a, a_m, b_m)] + np.where(in_a, local, local - off_m)]
+        nb_fine, nb_coarse = self._fine_neighbours()
+        nbr = np.full((n_nodes, len(_DELTAS)), -1, dtype=np.int64)
+        for d in range(len(_DELTAS)):
+            f, cb = nb_fine[d][fine], nb_coarse[d][fine]
+            to_a = cb == a_m
+            u = np.flatnonzero(to_a | (cb == b_m))
+            nbr[u, d] = base_m[u] + self.rank[f[u]] + np.where(to_a[u], 0, off_m[u])
+        return base, fine, nbr
+
+    def _route_tables(self, pairs: np.ndarray, costs: list, target: int | None = None) -> list:
+        """Routes of the coarse moves ``pairs`` (k, 2) from every anchor of A to the cheapest anchor of B (or to
+        B's anchor number ``target``, where B has it) over the fine cells of A and B, under each per-cell cost
+        of ``costs``: for each, one multi-source Dijkstra over the block-diagonal graph of all moves (built once
+        for all costs, :meth:`_move_graph`). One table per cost in :meth:`route_table`'s layout."""
+        base, fine, nbr = self._move_graph(pairs)
+        n_nodes = len(fine)
+        b = pairs[:, 1]
         n_anchor_b = np.diff(self.anchor_offsets)[b]
-        if target is None:
+        off_b = np.where(pairs[:, 0] == b, 0, np.diff(self.cell_offsets)[pairs[:, 0]])
+        if target is None:      # sources: the anchors of B in every move (their local ranks are < anchors of B)
             src_nodes = ragged_gather(base[:-1] + off_b, n_anchor_b)
         else:
             src_nodes = (base[:-1] + off_b + target)[n_anchor_b > target]
-        pred = np.full(n_nodes, -9999, dtype=np.int64)
-        if n_nodes and len(src_nodes):
-            dist = dijkstra(graph, directed=True, indices=src_nodes, min_only=True)
-            pred = _next_hops(edges, dist, fine, pred)
-        return base, fine, pred
+        # the reversed graph (searched from B's anchors back), row x listing x's neighbours u: edge x -> u carries
+        # the cost of moving u -> x (entering x); its layout is the same under every cost
+        valid = nbr >= 0
+        indices = nbr[valid]
+        indptr = np.concatenate([[0], np.cumsum(valid.sum(axis=1))]).astype(np.int64)
+        nbr_fine = np.where(valid, fine[nbr], -1)
+        tables = []
+        for cost in costs:
+            pred = np.full(n_nodes, -9999, dtype=np.int64)
+            if n_nodes and len(src_nodes):
+                data = (cost[fine][:, None] * _STEP_LEN)[valid]
+                graph = sp.csr_matrix((data, indices, indptr), shape=(n_nodes, n_nodes))
+                dist = dijkstra(graph, directed=True, indices=src_nodes, min_only=True)
+                # a step's cost (inf where there is no neighbour: index -1 reads the appended inf)
+                step = np.append(cost, np.inf)[nbr_fine] * _STEP_LEN
+                pred = _next_hops(nbr, nbr_fine, step, dist, pred)
+            tables.append(self._walked(pairs, base, fine, pred, target))
+        return tables
 
     def route_table(self, moves: np.ndarray, cost: np.ndarray | None = None, target: int | None = None):
         """For the coarse moves ``moves`` (distinct, as ``a * n_coarse + b``): the route from every anchor of A,
@@ -197,7 +220,10 @@ class Placement:
         fine cell (default: the released density's ``-log p`` costs). ``target``: end at B's anchor number
         ``target`` instead of the cheapest (every B must have it); with A = B, a leg inside A."""
         pairs = np.stack(np.divmod(np.asarray(moves, dtype=np.int64), self.n_coarse), axis=1)
-        base, fine, pred = self._route_table(pairs, self.cost if cost is None else cost, target)
+        return self._route_tables(pairs, [self.cost if cost is None else cost], target)[0]
+
+    def _walked(self, pairs, base, fine, pred, target):
+        """:meth:`route_table`'s tables from the next hops ``pred`` over :meth:`_move_graph`'s nodes."""
         a, b = pairs[:, 0], pairs[:, 1]
         n_anchor_a = np.diff(self.anchor_offsets)[a]
         first = np.concatenate([[0], np.cumsum(n_anchor_a)]).astype(np.int64)
@@ -277,8 +303,21 @@ class Placement:
         keys = np.arange(self.route_draws, dtype=np.int64)[:, None] * space + moves[None, :]
 
         def compute(new):
+            # the new keys' moves under each draw they need, one graph for all draws (a draw needing fewer moves
+            # than the union gets the union's routes, then only its own keys are kept)
             draw, move = np.divmod(new, space)
-            return _joined([self.route_table(move[draw == d], self.cost_field(int(d))) for d in np.unique(draw)])
+            union = np.unique(move)
+            draws = np.unique(draw)
+            pairs = np.stack(np.divmod(union, self.n_coarse), axis=1)
+            tables = self._route_tables(pairs, [self.cost_field(int(d)) for d in draws])
+            kept = []
+            for d, (first, offsets, cells, end) in zip(draws, tables):
+                mine = np.searchsorted(union, move[draw == d])
+                if len(mine) == len(union):
+                    kept.append((first, offsets, cells, end))
+                else:
+                    kept.append(_subset(first, offsets, cells, end, mine))
+            return _joined(kept)
 
         first, offsets, cells, end = self._cached("moves", keys.reshape(-1), compute)
         return first.reshape(keys.shape), offsets, cells, end
@@ -555,29 +594,32 @@ def _joined(tables: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
             np.concatenate(cells), np.concatenate(ends))
 
 
-def _next_hops(edges: list, dist: np.ndarray, fine: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """The next node of each node's shortest route, from the distances ``dist`` (to the sources) over ``edges``,
-    one ``(src, dst, cost)`` triple of arrays per direction (a node has at most one edge in each): the neighbour
-    minimising ``cost + dist[dst]``, ties (equal up to 1e-9, as equal-cost staircases on evenly costed cells
+def _next_hops(nbr: np.ndarray, nbr_fine: np.ndarray, step: np.ndarray, dist: np.ndarray,
+               pred: np.ndarray) -> np.ndarray:
+    """The next node of each node's shortest route, from the distances ``dist`` (to the sources): over its
+    neighbours ``nbr`` (nodes x 8; -1 none, fine cells ``nbr_fine``) at costs ``step`` (nodes x 8; inf none), the one
+    minimising ``step + dist[neighbour]``, ties (equal up to 1e-9, as equal-cost staircases on evenly costed cells
     are) broken by the lowest fine cell. So a route depends on its own move's graph only, not on the heap order
     of the moves computed with it, and the route cache gives exactly what a fresh computation would, in any
-    block order. ``pred`` (-9999 filled) is written and returned; sources and unreachable nodes keep -9999.
-    Gathers and scatters per direction (no sort, no ``ufunc.at``)."""
-    best = np.full(len(dist), np.inf)
-    vias = []
-    for u, v, w in edges:
-        via = w + dist[v]
-        vias.append(via)
-        best[u] = np.minimum(best[u], via)
-    low = np.full(len(dist), np.iinfo(np.int64).max)
-    for (u, v, _), via in zip(edges, vias):       # a node's neighbours are distinct fine cells
-        cand = np.where(via <= best[u] * (1 + 1e-9), fine[v], np.iinfo(np.int64).max)
-        low[u] = np.minimum(low[u], cand)
-    inner = np.isfinite(best) & (dist > 0)          # not a source, and reaches one
-    for u, v, _ in edges:
-        take = inner[u] & (fine[v] == low[u])
-        pred[u[take]] = v[take]
+    block order. ``pred`` (-9999 filled) is written and returned; sources and unreachable nodes keep -9999."""
+    via = step + dist[nbr]                          # inf where there is no neighbour (step is)
+    best = via.min(axis=1)
+    low = np.where(via <= (best * (1 + 1e-9))[:, None], nbr_fine, np.iinfo(np.int64).max)
+    pick = low.argmin(axis=1)                       # a node's neighbours are distinct fine cells
+    inner = np.flatnonzero(np.isfinite(best) & (dist > 0))      # not a source, and reaches one
+    pred[inner] = nbr[inner, pick[inner]]
     return pred
+
+
+def _subset(first, offsets, cells, end, keys) -> tuple:
+    """The route table of the keys ``keys`` (indices into ``first[:-1]``) of a table in :meth:`Placement.route_table`'s
+    layout, in that order."""
+    n_routes = np.diff(first)[keys]
+    routes = ragged_gather(first[keys], n_routes)
+    lengths = np.diff(offsets)[routes]
+    return (np.concatenate([[0], np.cumsum(n_routes)]).astype(np.int64),
+            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            cells[ragged_gather(offsets[routes], lengths)], end[routes])
 
 
 def cell_centres(w: int, bbox) -> tuple[np.ndarray, np.ndarray]:
