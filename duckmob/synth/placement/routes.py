@@ -461,13 +461,15 @@ class Placement:
             r = base[lo:hi] + cur_anchor[who]
             route[by_pos[lo:hi]] = r
             cur_anchor[who] = r_end[r]
-        pieces_owner, pieces_cells, pieces_pos = [np.arange(n)], [start], [np.zeros(n)]
+        # each sequence's path: its start, its routes in order (start cells dropped: each ends the previous
+        # piece), then its last leg; the pieces are laid out by owner directly (no sort)
+        routes_n = np.zeros(n, dtype=np.int64)
         if len(i):
-            r_len = np.diff(r_off)[route]
-            # the routes' cells, start cell dropped (it ends the previous piece)
-            pieces_cells.append(r_cells[ragged_gather(r_off[route] + 1, r_len - 1)])
-            pieces_owner.append(np.repeat(owner_pt[i], r_len - 1))
-            pieces_pos.append(np.repeat(into[i + 1].astype(np.float64), r_len - 1))
+            r_len = np.diff(r_off)[route] - 1
+            route_cells = r_cells[ragged_gather(r_off[route] + 1, r_len)]
+            route_owner = np.repeat(owner_pt[i], r_len)
+            route_pos = np.repeat(into[i + 1], r_len)
+            routes_n = np.bincount(route_owner, minlength=n)
         # the last leg, inside the last cell: from where the chain arrived (L > 1; the start for L = 1) to an
         # anchor drawn by density (another one for L = 1), so a trajectory ends where trips end rather than at
         # the border of its last cell nearest the previous one
@@ -475,18 +477,22 @@ class Placement:
         arrived = self.anchor_cells[self.anchor_offsets[last_coarse] + cur_anchor]
         end = self.draw_anchor(last_coarse, rng, exclude=np.where(L == 1, start, -1))
         leg = np.flatnonzero(end != arrived)
+        legs_n = np.zeros(n, dtype=np.int64)
         if len(leg):
             l_off, l_cells = self.leg_paths(last_coarse[leg], arrived[leg], self.rank[end[leg]])
-            l_len = np.diff(l_off)
-            pieces_cells.append(l_cells[ragged_gather(l_off[:-1] + 1, l_len - 1)])
-            pieces_owner.append(np.repeat(leg, l_len - 1))
-            pieces_pos.append(np.repeat(n_orig[leg].astype(np.float64), l_len - 1))
-        owner = np.concatenate(pieces_owner)
-        pos = np.concatenate(pieces_pos)
-        order = np.lexsort((pos, owner))   # stable within a piece
-        lengths = np.bincount(owner, minlength=n)
-        out = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), np.concatenate(pieces_cells)[order]
-        return out + ((pos[order].astype(np.int64),) if with_pos else ())
+            legs_n[leg] = np.diff(l_off) - 1
+            leg_cells = l_cells[ragged_gather(l_off[:-1] + 1, legs_n[leg])]
+        out_off = np.concatenate([[0], np.cumsum(1 + routes_n + legs_n)]).astype(np.int64)
+        cells = np.empty(int(out_off[-1]), dtype=np.int64)
+        pos = np.empty(len(cells), dtype=np.int64)
+        cells[out_off[:-1]], pos[out_off[:-1]] = start, 0
+        if len(i):
+            at = ragged_gather(out_off[:-1] + 1, routes_n)
+            cells[at], pos[at] = route_cells, route_pos
+        if len(leg):
+            at = ragged_gather(out_off[leg] + 1 + routes_n[leg], legs_n[leg])
+            cells[at], pos[at] = leg_cells, np.repeat(n_orig[leg], legs_n[leg])
+        return (out_off, cells) + ((pos,) if with_pos else ())
 
     def cell_m(self) -> float:
         """The side of a fine cell in metres (the mean of its two sides): the spacing of points when the released
@@ -534,14 +540,17 @@ class Placement:
             mean_step = max(float(np.diff(np.concatenate([[0.0], cdf])) @ mid), 1e-3)
         expect = route_len / mean_step
         want = np.minimum(np.ceil(expect * 1.2 + 3 * np.sqrt(expect)).astype(np.int64) + 4, max_points - 2)
-        s_owner = np.repeat(np.arange(n), want)
+        n_steps = int(want.sum())
         if step_m is not None:
-            step = np.full(len(s_owner), step_m)
+            step = np.full(n_steps, step_m)
         else:
-            b = np.minimum(np.searchsorted(cdf, rng.random(len(s_owner)), side="right"), len(lo) - 1)
-            t = rng.random(len(s_owner))
-            lo_b = np.maximum(lo[b], 1e-12)
-            step = np.where(lo[b] > 0, np.exp(np.log(lo_b) + t * np.log(hi[b] / lo_b)), hi[b] * t)
+            b = np.minimum(_bins(cdf, rng.random(n_steps)), len(lo) - 1)
+            t = rng.random(n_steps)
+            lo_1 = np.maximum(lo, 1e-12)                 # per bin, then gathered: the same values per step
+            step = hi[b] * t
+            log_bin = lo[b] > 0
+            bl = b[log_bin]
+            step[log_bin] = np.exp(np.log(lo_1)[bl] + t[log_bin] * np.log(hi / lo_1)[bl])
         lengths, p_owner, p_dist, target, idx, nxt, frac = spaced(along, f_off, route_start, route_len, step, want)
         lat = vlat[idx] + (vlat[nxt] - vlat[idx]) * frac
         lon = vlon[idx] + (vlon[nxt] - vlon[idx]) * frac
@@ -649,6 +658,21 @@ def proxy_cells(coarse_of_fine: np.ndarray, counts: np.ndarray, bbox, w: int, ce
     return proxy
 
 
+def _bins(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(cdf, u, side="right")`` for many ``u`` in [0, 1) and a short non-decreasing ``cdf``,
+    exactly, by a guide table of 4096 equal buckets: a bucket holding no cdf value answers at once (u * 4096 and
+    the bucket edges are exact in floating point); only the few ``u`` in a bucket that does are searched."""
+    k = 4096
+    edges = np.arange(k + 1, dtype=np.float64) / k
+    guide = np.searchsorted(cdf, edges, side="right")
+    bucket = np.minimum((u * k).astype(np.int64), k - 1)
+    out = guide[bucket]
+    open_ = np.flatnonzero(guide[bucket + 1] != out)
+    if len(open_):
+        out[open_] = np.searchsorted(cdf, u[open_], side="right")
+    return out
+
+
 def spaced(along: np.ndarray, offsets: np.ndarray, route_start: np.ndarray, route_len: np.ndarray,
            step: np.ndarray, want: np.ndarray):
     """Points along polylines at drawn steps (post-processing, vectorised over polylines).
@@ -677,8 +701,9 @@ def spaced(along: np.ndarray, offsets: np.ndarray, route_start: np.ndarray, rout
     p_dist[ragged_gather(out_off[:-1] + 1, kept)] = dist[keep]     # owners sorted, distances increasing in each
     target = route_start[p_owner] + p_dist
     idx = np.searchsorted(along, target, side="right") - 1
-    idx = np.clip(idx, offsets[p_owner], np.maximum(offsets[p_owner + 1] - 2, offsets[p_owner]))
-    nxt = np.minimum(idx + 1, offsets[p_owner + 1] - 1)
+    first, last = offsets[p_owner], offsets[p_owner + 1] - 1
+    idx = np.minimum(np.maximum(idx, first), np.maximum(last - 1, first))
+    nxt = np.minimum(idx + 1, last)
     span = along[nxt] - along[idx]
     frac = np.where(span > 0, np.clip((target - along[idx]) / np.where(span > 0, span, 1.0), 0, 1), 0.0)
     return lengths, p_owner, p_dist, target, idx, nxt, frac
