@@ -161,6 +161,33 @@ def ragged_gather(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return base + np.arange(total, dtype=np.int64)
 
 
+def distinct_pairs(owner: np.ndarray, values: np.ndarray, n_values: int,
+                   capacity: int = 1 << 32) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``(owner, value)`` pairs, sorted by owner then value, of ``owner`` (non-decreasing) and
+    ``values`` (each in ``[0, n_values)``): ``(owner, value)``. Pairs are sorted as 32-bit keys (4x faster than 64-bit
+    ones) in slices of owners whose keys ``(owner - first) * n_values + value`` stay below ``capacity``; the slices
+    are owner ranges, so their sorted keys laid end to end are sorted."""
+    owner, values = np.asarray(owner, dtype=np.int64), np.asarray(values, dtype=np.int64)
+    n_values = max(int(n_values), 1)
+    per = max(int(capacity) // n_values, 1)               # owners per slice
+    if not len(owner):
+        return owner, values
+    dtype = np.uint32 if capacity <= 1 << 32 and per * n_values <= 1 << 32 else np.int64
+    first = int(owner[0])
+    bounds = np.searchsorted(owner, np.arange(first, int(owner[-1]) + 1, per), side="left").tolist() + [len(owner)]
+    outs_o, outs_v = [], []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if a == b:
+            continue
+        lo = int(owner[a])
+        key = np.sort(((owner[a:b] - lo) * n_values + values[a:b]).astype(dtype))
+        key = key[np.concatenate([[True], key[1:] != key[:-1]])]
+        o, v = np.divmod(key.astype(np.int64), n_values)
+        outs_o.append(o + lo)
+        outs_v.append(v)
+    return np.concatenate(outs_o), np.concatenate(outs_v)
+
+
 def offsets_from_sorted_keys(keys: np.ndarray) -> np.ndarray:
     """Offsets of runs of equal values in a sorted key array."""
     if len(keys) == 0:

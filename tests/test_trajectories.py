@@ -394,3 +394,17 @@ def test_mob_check_says_it_is_not_private(con):
     assert got["trajectories"] == 3 and got["traj_id shared by several users"] == 1
     assert got["NULL ts"] == 1 and got["lat outside [-90, 90]"] == 1
     assert got["trajectories with fewer than 2 points"] == 1 and got["trajectories left"] == 1
+
+
+@pytest.mark.parametrize("capacity", [1 << 32, 1000, 64])
+def test_distinct_pairs_are_np_unique_of_the_pairs_whatever_the_slicing(capacity):
+    from duckmob.trajectories import distinct_pairs
+
+    rng = np.random.default_rng(3)
+    owner = np.sort(rng.integers(5, 400, 20_000))
+    values = rng.integers(0, 37, len(owner))
+    o, v = distinct_pairs(owner, values, 37, capacity=capacity)
+    want = np.unique(owner * 37 + values)
+    assert np.array_equal(o * 37 + v, want) and o.dtype == np.int64 and v.dtype == np.int64
+    empty = distinct_pairs(np.zeros(0, np.int64), np.zeros(0, np.int64), 37)
+    assert len(empty[0]) == len(empty[1]) == 0

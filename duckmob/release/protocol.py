@@ -157,7 +157,9 @@ def _finish(release: Release, status: str, params: dict | None = None) -> None:
     db = release.db
     with db.lock:
         with db.connection() as cur:
-            ledger.update(cur, release.ledger_id, status=status, params=params, verified=db.verified)
+            # with its event: the epsilon column gets the PLD's value where the reservation wrote a quick bound
+            ledger.update(cur, release.ledger_id, status=status, params=params, event=release.event,
+                          verified=db.verified)
 
 
 def run(db: Database, request: Request, compute: Callable[[Release], T],

@@ -474,3 +474,53 @@ def test_a_head_file_beside_a_database_whose_ledger_is_gone_is_refused(tmp_path)
                                                     r"duckmob-ledger records 0 releases and 1 budget declaration:"):
         ledger.verify(c)   # what knows nothing of this ledger but its head file: a new process
     c.close()
+
+
+def test_a_laplace_spend_whose_sum_fits_is_admitted_without_the_pld(monkeypatch):
+    """The sum of Laplace epsilons bounds the PLD's epsilon at every delta: when it fits, the slow PLD is not built;
+    when it does not, the PLD decides (tighter), and a refusal stays a refusal."""
+    from duckmob.privacy import accounting
+
+    laplace = [accounting.laplace(e) for e in (0.1, 0.3, 0.2)]
+    prior = ledger.Prior("trips", 1.0, 1e-5, tuple(laplace[:2]))
+    calls = []
+    real = accounting.epsilon
+    monkeypatch.setattr(accounting, "epsilon", lambda ev, d: calls.append(ev) or real(ev, d))
+    prior.check(laplace[2])                                   # 0.6 <= 1.0: no PLD
+    assert calls == []
+    tight = ledger.Prior("trips", 0.59, 1e-5, tuple(laplace[:2]))
+    assert tight.fits(laplace[2]) == (real(accounting.compose(laplace), 1e-5) <= 0.59)   # the PLD's answer
+    assert len(calls) == 1
+    with pytest.raises(BudgetError, match="exceeded"):
+        ledger.Prior("trips", 0.4, 1e-5, tuple(laplace[:2])).check(laplace[2])
+    sgd = ledger.Prior("trips", 5.0, 1e-5, ())
+    calls.clear()
+    assert sgd.fits(accounting.dp_sgd(1.0, 0.01, 100)) and len(calls) == 1     # not pure Laplace: the PLD
+
+
+def test_a_reservation_writes_a_quick_bound_and_the_release_end_the_pld_value(con):
+    """Before the PLD's imports are loaded, a reservation of Laplace events writes a valid upper bound (no half
+    second of imports before the data is read) and starts those imports on a thread; the finished row holds the
+    PLD's value."""
+    script = (
+        "import sys, time\n"
+        "from duckmob.privacy import accounting as a\n"
+        "ev = a.compose([a.laplace(0.3), a.laplace(0.2), a.laplace(0.5)])\n"
+        "assert not a.pld_loaded()\n"
+        "q = a.quick_epsilon(ev, 1e-5)\n"
+        "assert q == min(1.0, a.advanced_composition([0.3, 0.2, 0.5], 1e-5)), q\n"
+        "assert a.quick_epsilon(a.laplace(0.5), 1e-5) is None and a.quick_epsilon(ev, 0.0) is None\n"
+        "t = time.monotonic()\n"
+        "while not a.pld_loaded() and time.monotonic() - t < 120: time.sleep(0.05)\n"
+        "assert a.pld_loaded() and a.quick_epsilon(ev, 1e-5) is None\n"
+        "assert a.epsilon(ev, 1e-5) <= q\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    con.execute("CREATE TABLE trips_q AS FROM mob_geolife_sample()")
+    con.execute("FROM mob_set_budget('trips_q', eps := 10, delta := 1e-5)").fetchall()
+    con.execute("FROM mob_fit('trips_q', 'mq', eps := 1.0, bbox := [39.8477, 116.1956, 40.1133, 116.4880], "
+                "seed := 1)").fetchall()
+    eps, event, status = con.execute("SELECT epsilon, event, status FROM duckmob_ledger WHERE source = 'trips_q'"
+                                     ).fetchall()[0]
+    assert status == "spent" and eps == acc.epsilon(acc.Event.from_json(event), 1e-5) < 1.0

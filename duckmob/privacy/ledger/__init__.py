@@ -283,8 +283,14 @@ def set_budget(con, source: str, eps: float, delta: float, verified: Verified | 
     verified.declare(_Declaration(row["seq"], int(fingerprint), seal, source, eps, delta))
 
 
-def _own_epsilon(event: Event, delta: float) -> float | None:
-    own = accounting.epsilon(event, delta)
+def _own_epsilon(event: Event, delta: float, *, quick: bool = False) -> float | None:
+    """The ``epsilon`` column: the event's own epsilon at ``delta`` (what budgets compose are the events, not this
+    column). ``quick`` (a reservation): where the PLD would first need its imports (half a second before any data
+    is read), a valid upper bound of it (:func:`accounting.quick_epsilon`, which starts those imports on a
+    thread); the release's end writes the PLD's value (:func:`update` with the event)."""
+    own = accounting.quick_epsilon(event, delta) if quick else None
+    if own is None:
+        own = accounting.epsilon(event, delta)
     return own if math.isfinite(own) else None
 
 
@@ -294,7 +300,7 @@ def reserve(con, p: Prior, event: Event, *, mechanism: str, privacy_unit: str, p
     then remembers the row; without it the ledger is verified first); returns its id."""
     verified = _current(con, verified, again=False)
     row = {"recorded_at": _now(), "source": p.source, "mechanism": str(mechanism),
-           "epsilon": _own_epsilon(event, p.delta), "delta": p.delta, "privacy_unit": str(privacy_unit),
+           "epsilon": _own_epsilon(event, p.delta, quick=True), "delta": p.delta, "privacy_unit": str(privacy_unit),
            "params": json.dumps(params, default=_jsonable, sort_keys=True), "event": event.to_json(),
            "seeded": bool(seeded), "status": "reserved"}
     # the id is the sequence's next one (verified: the sequence handed out exactly the rows there are), taken by

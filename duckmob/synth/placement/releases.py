@@ -25,6 +25,7 @@ replaces the step histogram, and the density gets the whole share.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -38,7 +39,7 @@ from duckmob.privacy.normcut import normcut
 from duckmob.source.batches import as_batches
 from duckmob.synth.cells import state_sequences, truncate_tail, uniform_grid
 from duckmob.synth.config import Config, param
-from duckmob.trajectories import Trajectories
+from duckmob.trajectories import Trajectories, distinct_pairs
 
 # Each part's fraction of the fine stage's share of eps.
 PARTS = {"density": 0.8, "steps": 0.2}
@@ -158,9 +159,7 @@ def fine_cells(data: Trajectories, bbox, w: int, walk: bool = True) -> tuple[np.
         _, cells, owner = state_sequences(uniform_grid(bbox, w), data.offsets, data.lat, data.lon)
     else:
         cells, owner = cell_of(data.lat, data.lon, bbox, w), data.point_traj()
-    key = np.sort(owner * (w * w) + cells)            # sorted by owner; distinct per trajectory below
-    key = key[np.concatenate([[True], key[1:] != key[:-1]])] if len(key) else key   # (np.unique: 5x slower)
-    owner, cells = np.divmod(key, w * w)
+    owner, cells = distinct_pairs(owner, cells, w * w)   # (np.unique: 5x slower)
     return cells, owner, np.bincount(owner, minlength=data.n_trajectories)
 
 
@@ -172,8 +171,38 @@ def step_bins(data: Trajectories, bbox) -> tuple[np.ndarray, np.ndarray, np.ndar
     same = owner[1:] == owner[:-1]
     d = np.hypot(np.diff(x), np.diff(y))[same]
     step_owner = owner[1:][same]
-    b = np.clip(np.searchsorted(STEP_EDGES_M, d, side="right") - 1, 0, len(STEP_EDGES_M) - 2)
-    return b, step_owner, np.bincount(step_owner, minlength=data.n_trajectories)
+    return step_bin(d), step_owner, np.bincount(step_owner, minlength=data.n_trajectories)
+
+
+def step_bin(d: np.ndarray) -> np.ndarray:
+    """The bin of each step length ``d`` (metres, >= 0) in :data:`STEP_EDGES_M`, the last bin open above: exactly
+    ``clip(searchsorted(STEP_EDGES_M, d, 'right') - 1, 0, bins - 1)``, without its binary search (slow on millions
+    of unsorted values). A non-negative double's bits, read as an integer, are in the order of its value, so their
+    top 20 bits (sign, exponent, 8 bits of mantissa) name a bucket of values; :func:`_step_guide` gives each
+    bucket's bin, and only values in the few buckets an edge cuts are searched."""
+    d = np.asarray(d, dtype=np.float64)
+    bin_of, cut = _step_guide()
+    bucket = np.ascontiguousarray(d).view(np.int64) >> _GUIDE_SHIFT
+    out = bin_of[bucket].astype(np.int64)
+    search = np.flatnonzero(cut[bucket])
+    if len(search):
+        out[search] = np.clip(np.searchsorted(STEP_EDGES_M, d[search], side="right") - 1, 0, len(STEP_EDGES_M) - 2)
+    return out
+
+
+_GUIDE_SHIFT = 44     # 64 - 20 bits
+
+
+@functools.cache
+def _step_guide() -> tuple[np.ndarray, np.ndarray]:
+    """Per bucket of :func:`step_bin` (2^19 for the non-negative doubles): the bin of its smallest value, and
+    whether an edge of :data:`STEP_EDGES_M` falls inside it (then its values are searched). Public constants."""
+    n = 1 << (63 - _GUIDE_SHIFT)
+    low = (np.arange(n + 1, dtype=np.int64) << _GUIDE_SHIFT).view(np.float64)   # each bucket's smallest value
+    low = np.where(np.isnan(low), np.inf, low)
+    bins = np.clip(np.searchsorted(STEP_EDGES_M, low, side="right") - 1, 0, len(STEP_EDGES_M) - 2)
+    # an edge inside bucket k, or the bin changing at its top: bins[k] != bins[k + 1] means values may differ
+    return bins[:-1].astype(np.int8), bins[:-1] != bins[1:]
 
 
 def release(data, bbox, eps: float, config: PlacementConfig, noise, max_trajectories_per_user: int = 1,
