@@ -23,6 +23,7 @@ and the spacing of points along it.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
@@ -44,6 +45,9 @@ ROUTE_SPREAD = 1.0
 # Public seed of those factors: fixed, so a move's routes are the same in every block of an output (each block
 # computes the tables of its own moves).
 ROUTE_SEED = 32
+# Moves from which route tables are computed in two halves on two threads (Placement._route_tables_split): a first
+# block's thousands of moves, not the few new ones of a later block.
+SPLIT_MOVES = 512
 
 _DELTAS = np.array([(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)], dtype=np.int64)
 _STEP_LEN = np.hypot(_DELTAS[:, 0], _DELTAS[:, 1]).astype(np.float64)     # a step's length in fine cells
@@ -212,6 +216,17 @@ class Placement:
             tables.append(self._walked(pairs, base, fine, pred, target))
         return tables
 
+    def _route_tables_split(self, pairs: np.ndarray, costs: list) -> list:
+        """:meth:`_route_tables` of many moves (a first block's thousands) in two halves on two threads: their
+        NumPy work overlaps (the Dijkstra itself holds the GIL). The same tables: a move's routes depend on its
+        own graph only, and the halves are joined per cost in move order."""
+        if len(pairs) < SPLIT_MOVES:
+            return self._route_tables(pairs, costs)
+        halves = np.array_split(np.arange(len(pairs)), 2)
+        with ThreadPoolExecutor(2, thread_name_prefix="duckmob-routes") as pool:
+            parts = list(pool.map(lambda h: self._route_tables(pairs[h], costs), halves))
+        return [_joined([part[c] for part in parts]) for c in range(len(costs))]
+
     def route_table(self, moves: np.ndarray, cost: np.ndarray | None = None, target: int | None = None):
         """For the coarse moves ``moves`` (distinct, as ``a * n_coarse + b``): the route from every anchor of A,
         ``(first, offsets, cells, end)``: route ``first[i] + j`` starts at A's j-th anchor, its fine cells are
@@ -309,7 +324,7 @@ class Placement:
             union = np.unique(move)
             draws = np.unique(draw)
             pairs = np.stack(np.divmod(union, self.n_coarse), axis=1)
-            tables = self._route_tables(pairs, [self.cost_field(int(d)) for d in draws])
+            tables = self._route_tables_split(pairs, [self.cost_field(int(d)) for d in draws])
             kept = []
             for d, (first, offsets, cells, end) in zip(draws, tables):
                 mine = np.searchsorted(union, move[draw == d])
