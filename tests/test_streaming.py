@@ -248,7 +248,7 @@ def test_drawing_ahead_is_bounded_and_skips_and_errors_behave():
         with lock:
             live[0] += 1
             peak[0] = max(peak[0], live[0])
-        time.sleep(0.01)
+        time.sleep(sampling.CHEAP_BLOCK_S + 0.01 if b == 0 else 0.01)    # a first block worth drawing ahead after
         with lock:
             live[0] -= 1
             drawn.append(b)
@@ -278,3 +278,10 @@ def test_torch_methods_draw_on_the_reading_thread_only():
     assert sampling.Output(SimpleNamespace(), 5000, np.random.SeedSequence(1), threads=4)._ahead.threads == 1
     assert sampling.Output(SimpleNamespace(concurrent_sample=True), 5000, np.random.SeedSequence(1),
                            threads=64)._ahead.threads == sampling.MAX_THREADS
+
+
+def test_cheap_blocks_are_drawn_on_the_reading_thread():
+    """Blocks drawn faster than CHEAP_BLOCK_S (the cell outputs') turn drawing ahead off: no worker thread."""
+    ahead = sampling._Ahead(lambda b: b, 6, threads=2)
+    assert [ahead.get(b) for b in range(6)] == list(range(6))
+    assert ahead.threads == 1 and ahead.pool is None and not ahead.pending

@@ -28,6 +28,7 @@ An :class:`Output` is what an output needs besides the ids (model, n, seed): SQL
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -44,6 +45,10 @@ BLOCK = 2048
 # The most blocks an output draws at once (the caller's thread and its workers): each holds one block in memory,
 # and past two or three threads the GIL held between NumPy calls stops the gain.
 MAX_THREADS = 4
+# A block drawn on the caller's thread faster than this (seconds: the cell outputs' blocks) turns drawing ahead off
+# for the rest of the output: handing such blocks between threads costs more than it saves. Speed only: the rows
+# are the same either way.
+CHEAP_BLOCK_S = 0.05
 
 
 def n_blocks(n: int) -> int:
@@ -122,9 +127,11 @@ def check_rows(n: int, max_points: int | None, max_rows: int, *, after_fit: bool
 class _Ahead:
     """Blocks of one output drawn ahead on ``threads`` worker threads, in order: :meth:`get` returns block ``b``
     (drawn here when it was not started ahead) and starts the next ``threads`` blocks, so at most ``threads + 1``
-    blocks are held or being drawn at once (the caller's, while it converts and writes it, and those ahead). The first block is drawn on the caller's thread before any worker starts, so the
-    model's lazily built tables (PrivTrace's route tables) are built once, not by every thread at the same time.
-    Worker threads end with the output (an idle executor is closed once its last block is handed out)."""
+    blocks are held or being drawn at once (the caller's, while it converts and writes it, and those ahead). The
+    first block is drawn on the caller's thread before any worker starts, so the model's lazily built tables
+    (PrivTrace's route tables) are built once, not by every thread at the same time; when it took less than
+    :data:`CHEAP_BLOCK_S`, no worker starts at all. Worker threads end with the output (an idle executor is closed
+    once its last block is handed out)."""
 
     def __init__(self, draw, n_blocks: int, threads: int):
         self.draw, self.n_blocks, self.threads = draw, int(n_blocks), max(int(threads), 1)
@@ -137,21 +144,26 @@ class _Ahead:
             future = self.pending.pop(b, None)
             for stale in [k for k in self.pending if k < b]:    # a caller that skipped blocks: drop their draws
                 self.pending.pop(stale).cancel()
-        part = future.result() if future is not None else self.draw(b)
+        if future is not None:
+            part = future.result()
+        else:
+            start = time.perf_counter()
+            part = self.draw(b)
+            if time.perf_counter() - start < CHEAP_BLOCK_S:     # threads would cost more than they save
+                self.threads = 1
         self._start_after(b)
         return part
 
     def _start_after(self, b: int) -> None:
-        if self.threads < 2:
-            return
         with self.lock:
-            wanted = range(b + 1, min(b + 1 + self.threads, self.n_blocks))
-            if self.pool is None and len(wanted):
-                self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="duckmob-draw")
-            for k in wanted:
-                if k not in self.pending:
-                    self.pending[k] = self.pool.submit(self.draw, k)
-            if b + 1 >= self.n_blocks and self.pool is not None:   # the last block: nothing more to draw
+            last = b + 1 >= self.n_blocks
+            if self.threads >= 2 and not last:
+                if self.pool is None:
+                    self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="duckmob-draw")
+                for k in range(b + 1, min(b + 1 + self.threads, self.n_blocks)):
+                    if k not in self.pending:
+                        self.pending[k] = self.pool.submit(self.draw, k)
+            elif self.pool is not None:     # the last block, or drawing ahead turned off: nothing more to start
                 self.pool.shutdown(wait=False)
                 self.pool = None
 
