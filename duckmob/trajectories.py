@@ -80,6 +80,13 @@ class Trajectories:
 
     def take(self, rows: np.ndarray) -> "Trajectories":
         """Keep trajectories by index (or boolean mask), in the order given."""
+        rows = np.asarray(rows)
+        if rows.dtype == bool:      # a mask keeps the order: the points are compressed by a mask, not gathered
+            lengths = self.lengths[rows]
+            keep = np.repeat(rows, self.lengths)
+            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            return Trajectories(offsets, self.traj_id[rows], self.user_id[rows],
+                                self.ts[keep], self.lat[keep], self.lon[keep])
         rows = np.arange(self.n_trajectories)[rows]
         lengths = self.lengths[rows]
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -250,17 +257,26 @@ def _lex_order(keys: tuple[np.ndarray, ...]) -> np.ndarray | None:
     """The stable order sorting by ``keys`` (primary first), or None when the rows already are in that order.
 
     The check is O(m), so sorted input (the usual case) is never sorted again."""
-    m = len(keys[0])
-    if m < 2:
+    if len(keys[0]) < 2 or _in_order(keys):
         return None
-    ahead = np.zeros(m - 1, dtype=bool)
-    tied = np.ones(m - 1, dtype=bool)
+    # rows in a few runs sorted on the first key (each trajectory's rows together and in order, the trajectories
+    # out of order: tables written by parallel writers): a stable sort on the first key alone, adaptive on runs,
+    # is often the whole answer; when the result is in order it IS the stable lexicographic order
+    if np.count_nonzero(keys[0][1:] < keys[0][:-1]) * 16 < len(keys[0]):
+        first = np.argsort(keys[0], kind="stable")
+        if _in_order(tuple(k[first] for k in keys)):
+            return first
+    return np.lexsort(keys[::-1])
+
+
+def _in_order(keys: tuple[np.ndarray, ...]) -> bool:
+    """Whether the rows are in lexicographic order of ``keys`` (primary first)."""
+    ahead = np.zeros(len(keys[0]) - 1, dtype=bool)
+    tied = np.ones(len(keys[0]) - 1, dtype=bool)
     for k in keys:
         ahead |= tied & (k[1:] > k[:-1])
         tied &= k[1:] == k[:-1]
-    if (ahead | tied).all():
-        return None
-    return np.lexsort(keys[::-1])
+    return bool((ahead | tied).all())
 
 
 def _refuse(report: CleaningReport, lat, lon, lat_bad, lon_bad, time_required: bool, coordinates: bool) -> None:

@@ -408,3 +408,22 @@ def test_distinct_pairs_are_np_unique_of_the_pairs_whatever_the_slicing(capacity
     assert np.array_equal(o * 37 + v, want) and o.dtype == np.int64 and v.dtype == np.int64
     empty = distinct_pairs(np.zeros(0, np.int64), np.zeros(0, np.int64), 37)
     assert len(empty[0]) == len(empty[1]) == 0
+
+
+def test_rows_in_runs_get_the_stable_lexicographic_order():
+    """_lex_order's shortcut (a stable sort on the first key when rows come in a few sorted runs) gives exactly
+    np.lexsort's order, ties included; and the full sort where the shortcut is not the answer."""
+    from duckmob.trajectories import _lex_order
+
+    rng = np.random.default_rng(4)
+    lens = rng.integers(1, 30, 400)
+    traj = np.repeat(np.arange(400), lens)
+    ts = np.concatenate([np.sort(rng.integers(0, 50, n)) for n in lens])     # ties inside trajectories
+    user = traj % 7
+    runs = np.array_split(np.arange(len(traj)), 9)
+    whole = np.concatenate([runs[i] for i in rng.permutation(9)])            # runs cut inside trajectories too
+    by_traj = np.argsort(np.repeat(rng.permutation(400), lens), kind="stable")   # whole trajectories shuffled
+    for perm in (whole, by_traj, rng.permutation(len(traj))):
+        keys = (traj[perm], user[perm], ts[perm])
+        assert np.array_equal(_lex_order(keys), np.lexsort(keys[::-1]))
+    assert _lex_order((traj, user, ts)) is None
