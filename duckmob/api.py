@@ -52,9 +52,9 @@ def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: s
     ``outside``, ``max_rows``, the column mapping ``traj_col`` ... ``user_col``, ``params``) plus method
     hyper-parameters as keywords (e.g. ``K=8``). Returns a pyarrow Table (traj_id, seq, lat, lon, ts), already
     materialised, so reading it again spends nothing. ``stream=True`` returns a ``pyarrow.RecordBatchReader``
-    instead, drawn block by block (2048 trajectories) as it is read, in memory bounded by one block whatever ``n``
-    (batches of at most ``batch_size`` rows when given): the same rows as the table and as the SQL output under a
-    seed. The spend happens at the call; reading the reader spends nothing.
+    instead, drawn block by block (2048 trajectories) as it is read, in memory bounded by a few blocks (one, plus
+    one per drawing thread) whatever ``n`` (batches of at most ``batch_size`` rows when given): the same rows as
+    the table and as the SQL output under a seed. The spend happens at the call; reading the reader spends nothing.
     """
     from duckmob.sql.synth import synthesize_table
 

@@ -6,16 +6,18 @@ Trajectory ``i`` of an output belongs to block ``i // BLOCK``. Block ``b`` is dr
 output's :class:`~numpy.random.SeedSequence` keyed by ``b``) and ``size_b = min(BLOCK, n - b * BLOCK)``; its
 trajectories are numbered ``b * BLOCK ...``. So the rows of trajectory ``i`` depend on the model, the seed, ``n``
 and ``i`` only: not on how the output is cut into chunks or record batches, nor on which engine (DuckDB, the Python
-API, Spark executors) or which call draws the block. Memory is one block at a time per drawing thread: at most
-``BLOCK`` trajectories of at most the model's public :attr:`~duckmob.synth.base.Model.max_points` points each.
+API, Spark executors) or which call draws the block. Memory is one block at a time per drawing thread (see drawing
+ahead below): at most ``BLOCK`` trajectories of at most the model's public
+:attr:`~duckmob.synth.base.Model.max_points` points each.
 
 ``BLOCK`` matches DuckDB's vector size (2048 rows): a SQL table macro feeds a drawing UDF one trajectory id per row,
 2048 at a time, so each call draws exactly one block.
 
 Drawing ahead: DuckDB asks for the blocks in order on one thread, and a block's draw is mostly NumPy work that
 releases the GIL. So an output whose model says its :meth:`~duckmob.synth.base.Model.sample` may run on several
-threads at once (``concurrent_sample``: PrivTrace) draws the next ``threads - 1`` blocks on worker threads while the
-caller converts and writes the current one (:class:`_Ahead`). Each block is still one call with its own generator,
+threads at once (``concurrent_sample``: PrivTrace) draws the next ``threads`` blocks on as many worker threads while
+the caller converts and writes the current one (:class:`_Ahead`; ``threads`` is DuckDB's setting, at most
+:data:`MAX_THREADS`). Each block is still one call with its own generator,
 so the rows are the same with any number of threads; memory is ``threads + 1`` blocks at a time instead of one.
 
 An :class:`Output` is what an output needs besides the ids (model, n, seed): SQL keeps it under a handle
@@ -42,7 +44,7 @@ from duckmob.source.batches import concat
 from duckmob.trajectories import Trajectories, synthetic_table
 
 BLOCK = 2048
-# The most blocks an output draws at once (the caller's thread and its workers): each holds one block in memory,
+# The most worker threads an output draws blocks on (DuckDB's threads setting, capped): each holds one block,
 # and past two or three threads the GIL held between NumPy calls stops the gain.
 MAX_THREADS = 4
 # A block drawn on the caller's thread faster than this (seconds: the cell outputs' blocks) turns drawing ahead off

@@ -12,8 +12,8 @@
 -- Output streams: synthesize and mob_sample open the output once per query (a MATERIALIZED CTE: the fit, or the
 -- stored model loaded, and the output's seed, kept under a handle), then hand _mob_draw the trajectory ids 0 .. n-1,
 -- 2048 at a time, one block per block of ids (ranges of 2048 per block: no list of n ids is built). Each call draws
--- exactly its block from its own seed stream (duckmob/release/sampling.py), so memory stays one block whatever n
--- is, and the rows under a seed do not depend on how DuckDB cuts them. The CTEs' columns are named _mob_*: a plain
+-- exactly its block from its own seed stream (duckmob/release/sampling.py), so memory stays a few blocks (one, plus
+-- one per drawing thread) whatever n is, and the rows under a seed do not depend on how DuckDB cuts them. The CTEs' columns are named _mob_*: a plain
 -- `n` there would be the macro's parameter n (NULL by default), not the column.
 
 -- params as a JSON string whether given as JSON text, a STRUCT or a MAP.
