@@ -6,7 +6,7 @@ synthetic point is uniform inside a cell of a kilometre or more: a blob on the m
 adds, as part of the method's fit and at ``eps * fine_share`` of its budget, two private releases on a public
 fine grid (:mod:`.releases`: a trajectory density and a step-length histogram, sensitivity
 ``max_trajectories_per_user`` each, Laplace on every fine cell and bin), and samples from them
-(:mod:`.routes`: anchors, most probable routes, spacing; post-processing). ``output := 'cells'`` (or
+(:mod:`.routes`: anchors, most probable routes; :mod:`.spacing`: points along them; post-processing). ``output := 'cells'`` (or
 ``fine_share := 0``) keeps the method's cell-level output and spends nothing here.
 """
 
@@ -15,7 +15,8 @@ from duckmob.synth.placement.releases import (EARTH_M_PER_DEG, MAX_POINTS, PARTS
                                               adaptive_density, fine_cells, fine_width, part_eps, parts,
                                               privacy_events, release, release_statistics, scales, statistics,
                                               step_bins, step_block, steps_mostly_noise)
-from duckmob.synth.placement.routes import FLOOR, ROUTE_SPREAD, Placement, cell_centres, coarse_of_fine, spaced
+from duckmob.synth.placement.routes import FLOOR, ROUTE_SPREAD, Placement, cell_centres, coarse_of_fine
+from duckmob.synth.placement.spacing import spaced
 
 __all__ = ["PlacementConfig", "FineStats", "Placement", "release", "release_statistics", "statistics",
            "privacy_events", "part_eps", "parts", "scales", "fine_width", "fine_cells", "step_bins", "step_block",

@@ -32,7 +32,8 @@ from scipy.sparse.csgraph import dijkstra
 from duckmob.grid import BBox, cell_of
 from duckmob.privacy.noise import public_generator
 from duckmob.synth.cells import state_sequences, uniform_grid
-from duckmob.synth.placement.releases import STEP_EDGES_M, FineStats, _local_xy
+from duckmob.synth.placement.releases import FineStats, _local_xy
+from duckmob.synth.placement.spacing import drawn_steps, spaced
 from duckmob.trajectories import ragged_gather
 
 # Floor of a fine cell's probability in the route costs, relative to the mean cell (so routes may cross cells
@@ -540,32 +541,8 @@ class Placement:
         along = np.concatenate([[0.0], np.cumsum(seg)])          # synthetic data only: no privacy concern
         route_start = along[f_off[:-1]]
         route_len = along[f_off[1:] - 1] - route_start
-        # steps from the released histogram (uniform in log inside a bin), or the public step_m; enough draws per
-        # trajectory to cover its route, capped at max_points
-        probs = np.asarray(self.stats.steps, dtype=np.float64)
-        step_m = self.step_m if self.step_m is not None or probs.sum() > 0 else self.cell_m()
-        if probs.sum() <= 0:
-            probs = np.ones_like(probs)
-        cdf = np.cumsum(probs) / probs.sum()
-        lo, hi = STEP_EDGES_M[:-1], STEP_EDGES_M[1:]
-        if step_m is not None:
-            mean_step = step_m
-        else:
-            mid = np.where(lo > 0, np.sqrt(lo * hi), hi / 2)
-            mean_step = max(float(np.diff(np.concatenate([[0.0], cdf])) @ mid), 1e-3)
-        expect = route_len / mean_step
-        want = np.minimum(np.ceil(expect * 1.2 + 3 * np.sqrt(expect)).astype(np.int64) + 4, max_points - 2)
-        n_steps = int(want.sum())
-        if step_m is not None:
-            step = np.full(n_steps, step_m)
-        else:
-            b = np.minimum(_bins(cdf, rng.random(n_steps)), len(lo) - 1)
-            t = rng.random(n_steps)
-            lo_1 = np.maximum(lo, 1e-12)                 # per bin, then gathered: the same values per step
-            step = hi[b] * t
-            log_bin = lo[b] > 0
-            bl = b[log_bin]
-            step[log_bin] = np.exp(np.log(lo_1)[bl] + t[log_bin] * np.log(hi / lo_1)[bl])
+        # steps from the released histogram or the public step_m, enough to cover each route (spacing.py)
+        step, want = drawn_steps(self.stats.steps, route_len, rng, max_points, self.step_m, self.cell_m())
         lengths, p_owner, p_dist, target, idx, nxt, frac = spaced(along, f_off, route_start, route_len, step, want)
         lat = vlat[idx] + (vlat[nxt] - vlat[idx]) * frac
         lon = vlon[idx] + (vlon[nxt] - vlon[idx]) * frac
@@ -671,54 +648,3 @@ def proxy_cells(coarse_of_fine: np.ndarray, counts: np.ndarray, bbox, w: int, ce
         lat, lon = (np.asarray(x, dtype=np.float64)[empty] for x in centres)
         proxy[empty] = coarse_of_fine[np.maximum(cell_of(lat, lon, bbox, w), 0)]
     return proxy
-
-
-def _bins(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """``np.searchsorted(cdf, u, side="right")`` for many ``u`` in [0, 1) and a short non-decreasing ``cdf``,
-    exactly, by a guide table of 4096 equal buckets: a bucket holding no cdf value answers at once (u * 4096 and
-    the bucket edges are exact in floating point); only the few ``u`` in a bucket that does are searched."""
-    k = 4096
-    edges = np.arange(k + 1, dtype=np.float64) / k
-    guide = np.searchsorted(cdf, edges, side="right")
-    bucket = np.minimum((u * k).astype(np.int64), k - 1)
-    out = guide[bucket]
-    open_ = np.flatnonzero(guide[bucket + 1] != out)
-    if len(open_):
-        out[open_] = np.searchsorted(cdf, u[open_], side="right")
-    return out
-
-
-def spaced(along: np.ndarray, offsets: np.ndarray, route_start: np.ndarray, route_len: np.ndarray,
-           step: np.ndarray, want: np.ndarray):
-    """Points along polylines at drawn steps (post-processing, vectorised over polylines).
-
-    ``along``: each vertex's cumulative distance (metres; polyline i is vertices ``offsets[i]:offsets[i + 1]``,
-    starting at ``route_start[i]``, ``route_len[i]`` long); ``step``: ``want[i]`` drawn step lengths for each
-    polyline in turn. A polyline whose draws do not cover it has its steps stretched to reach the end (evenly
-    spaced, not a jump from the last draw to the end); draws past the end are dropped. Each polyline gives its
-    start, the kept draws (increasing) and its end. Returns ``(lengths, owner, distance along, target, idx, nxt,
-    frac)``: a point lies ``frac`` of the way from vertex ``idx`` to ``nxt``."""
-    n = len(route_len)
-    s_owner = np.repeat(np.arange(n), want)
-    cover = np.bincount(s_owner, weights=step, minlength=n)
-    step = step * np.where(cover < route_len, route_len / np.maximum(cover, 1e-300), 1.0)[s_owner]
-    s_first = np.concatenate([[0], np.cumsum(want)])[:-1]
-    csum = np.cumsum(step)
-    dist = csum - np.repeat(csum[s_first] - step[s_first], want)   # distance of each draw along its polyline
-    keep = dist < route_len[s_owner]
-    kept = np.bincount(s_owner[keep], minlength=n)
-    lengths = kept + 2
-    out_off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    p_owner = np.repeat(np.arange(n), lengths)
-    p_dist = np.empty(int(out_off[-1]))
-    p_dist[out_off[:-1]] = 0.0
-    p_dist[out_off[1:] - 1] = route_len
-    p_dist[ragged_gather(out_off[:-1] + 1, kept)] = dist[keep]     # owners sorted, distances increasing in each
-    target = route_start[p_owner] + p_dist
-    idx = np.searchsorted(along, target, side="right") - 1
-    first, last = offsets[p_owner], offsets[p_owner + 1] - 1
-    idx = np.minimum(np.maximum(idx, first), np.maximum(last - 1, first))
-    nxt = np.minimum(idx + 1, last)
-    span = along[nxt] - along[idx]
-    frac = np.where(span > 0, np.clip((target - along[idx]) / np.where(span > 0, span, 1.0), 0, 1), 0.0)
-    return lengths, p_owner, p_dist, target, idx, nxt, frac
