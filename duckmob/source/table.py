@@ -97,9 +97,11 @@ def route(reader: pa.RecordBatchReader, n: int, folder: str | None) -> Iterator[
             w.close()
             s.close()
     for p in paths:
-        # mapped, then copied once into one chunk per column (what cleaning reads: from_points combines chunks)
+        # mapped, not copied here: from_points copies each column into one chunk on the thread that cleans the
+        # bucket (this loop is serial; the copies then run two at a time). The mapping outlives the closed file
+        # and its removal while the table holds it
         with pa.memory_map(p) as source:
-            table = pa.ipc.open_file(source).read_all().combine_chunks()
+            table = pa.ipc.open_file(source).read_all()
         os.remove(p)
         yield table
 
