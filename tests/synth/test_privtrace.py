@@ -20,7 +20,7 @@ from duckmob.synth.privtrace.markov import (Support, normcut_rows, release_trans
                                             select_second_order, transition_counts, transition_windows)
 from duckmob.synth.privtrace.trips import hop_distances, trip_distribution
 from duckmob.synth.privtrace.walk import (cumulative_rows, hazard, length_bins,
-                                          length_histogram, random_walks)
+                                          length_histogram, random_walks, stacked_rows)
 from duckmob.trajectories import Trajectories
 
 BOX = [0.0, 0.0, 1.0, 1.0]
@@ -230,7 +230,7 @@ def test_random_walk_lengths_follow_the_histogram_and_moves_follow_rows():
     probs = np.zeros(len(edges) - 1)
     probs[[1, 4]] = [0.5, 0.5]                             # lengths 2 and 5
     off, states = random_walks(
-        20_000, np.random.default_rng(0), p_start=np.array([1.0, 0, 0]), cum1=cum1, ok1=ok1, cum2=cum2,
+        20_000, np.random.default_rng(0), p_start=np.array([1.0, 0, 0]), cum=stacked_rows(cum1, cum2), ok1=ok1,
         ok2=ok2, use2=np.zeros(3, bool), neighbours=np.maximum(nbr, 0), edge_offsets=sup.offsets,
         end_propensity=np.ones(3), hazard_by_len=hazard(edges, probs))
     L = np.diff(off)

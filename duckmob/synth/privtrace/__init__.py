@@ -76,7 +76,7 @@ from duckmob.synth.privtrace.markov import (Support, density_sums, normcut_rows,
                                             select_second_order, transition_sums)
 from duckmob.synth.privtrace.trips import trip_distribution
 from duckmob.synth.privtrace.walk import (cumulative_rows, decreasing_tail, hazard, length_bin, length_bins,
-                                          random_walks)
+                                          random_walks, stacked_rows)
 from duckmob.trajectories import Trajectories
 
 BUDGET_SPLIT = {"count": 0.02, "level1": 0.08, "level2": 0.04, "lengths": 0.06, "first": 0.40, "second": 0.40}
@@ -210,7 +210,7 @@ class PrivTraceModel(Model):
             if p_start.sum() <= 0:
                 p_start = self.alive.astype(float)
             probs = self.len_probs if self.len_probs.sum() > 0 else np.ones(len(self.len_probs))
-            self._prepared = dict(p_start=p_start, cum1=cum1, ok1=ok1, cum2=cum2, ok2=ok2, use2=self.use2,
+            self._prepared = dict(p_start=p_start, cum=stacked_rows(cum1, cum2), ok1=ok1, ok2=ok2, use2=self.use2,
                                   neighbours=np.maximum(nbr, 0), edge_offsets=support.offsets,
                                   end_propensity=end_prop,
                                   hazard_by_len=hazard(self.len_edges, probs / probs.sum()))

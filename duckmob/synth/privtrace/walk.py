@@ -107,19 +107,25 @@ def cumulative_rows(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return cum, ok
 
 
+def stacked_rows(cum1: np.ndarray, cum2: np.ndarray) -> np.ndarray:
+    """The cumulative rows :func:`random_walks` draws from: the second-order rows ``cum2`` (m + E, D), then the
+    first-order ones ``cum1`` (m, D), so that every walker draws from one table whichever model it follows."""
+    return np.concatenate([cum2, cum1])
+
+
 def _draw(cum_rows: np.ndarray, u: np.ndarray) -> np.ndarray:
     return (cum_rows < u[:, None]).sum(axis=1)
 
 
-def random_walks(n: int, rng: np.random.Generator, *, p_start: np.ndarray, cum1: np.ndarray, ok1: np.ndarray,
-                 cum2: np.ndarray, ok2: np.ndarray, use2: np.ndarray, neighbours: np.ndarray,
+def random_walks(n: int, rng: np.random.Generator, *, p_start: np.ndarray, cum: np.ndarray, ok1: np.ndarray,
+                 ok2: np.ndarray, use2: np.ndarray, neighbours: np.ndarray,
                  edge_offsets: np.ndarray, end_propensity: np.ndarray, hazard_by_len: np.ndarray,
                  end_bias: float = 1.0, backtrack: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Generate ``n`` state sequences (PrivTrace Alg. 1 with the length correction above), all walkers at once.
 
-    ``p_start`` (m,) start-state distribution (the trip distribution's row margins); ``cum1`` (m, D) and
-    ``cum2`` (m + E, D) cumulative next-state rows of the first- and second-order models (end removed) with
-    ``ok1``/``ok2`` marking rows that have mass; ``use2`` (m,) the §4.6 model choice per state;
+    ``p_start`` (m,) start-state distribution (the trip distribution's row margins); ``cum`` (2m + E, D) the
+    cumulative next-state rows of the second-order model (m + E rows, end removed) then of the first-order one
+    (m rows: :func:`stacked_rows`), ``ok1``/``ok2`` marking the first- and second-order rows that have mass; ``use2`` (m,) the §4.6 model choice per state;
     ``neighbours`` (m, D) padded neighbour ids; ``edge_offsets`` CSR offsets (second-order row of the move
     a -> j-th neighbour is m + edge_offsets[a] + j); ``end_propensity`` (m,); ``hazard_by_len`` (max_len + 2,).
     The first move uses the second-order context (virtual start, s_1). ``backtrack`` in [0, 1] keeps that share
@@ -127,6 +133,7 @@ def random_walks(n: int, rng: np.random.Generator, *, p_start: np.ndarray, cum1:
     the A-B-A-B ping-pong that first-order noise produces between two cells. Returns ``(offsets (n+1), states)``.
     """
     m = len(p_start)
+    first_rows = len(cum) - m                # where the first-order rows start in `cum`
     if n == 0:
         return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     max_len = len(hazard_by_len) - 2
@@ -153,13 +160,11 @@ def random_walks(n: int, rng: np.random.Generator, *, p_start: np.ndarray, cum1:
         ids, cur, ctx, second, prev = ids[go], cur[go], ctx[go], second[go], prev[go]
         col = np.empty(len(ids), dtype=np.int64)
         redo = np.arange(len(ids))
+        # each walker's row of `cum`: its second-order context, or its state's first-order row after them
+        row = np.where(second, ctx, first_rows + cur)
         for attempt in range(5):
             u = 1.0 - rng.random(len(redo))   # in (0, 1]
-            sec = second[redo]
-            if sec.any():
-                col[redo[sec]] = _draw(cum2[ctx[redo[sec]]], u[sec])
-            if (~sec).any():
-                col[redo[~sec]] = _draw(cum1[cur[redo[~sec]]], u[~sec])
+            col[redo] = _draw(cum[row[redo]], u)
             if backtrack >= 1.0 or attempt == 4:
                 break
             back = neighbours[cur[redo], col[redo]] == prev[redo]
