@@ -3,11 +3,11 @@ street-level route between consecutive coarse cells, and the spacing of points a
 
 A method models trajectories on a coarse discretisation (PrivTrace's states, HRNet's grid). Left there, every
 synthetic point is uniform inside a cell of a kilometre or more: a blob on the map, one point per cell. This stage
-adds, as part of the method's fit and at ``eps * fine_share`` of its budget, two private releases on a public
-fine grid (:mod:`.releases`: a trajectory density and a step-length histogram, sensitivity
-``max_trajectories_per_user`` each, Laplace on every fine cell and bin), and samples from them
-(:mod:`.routes`: anchors, most probable routes; :mod:`.spacing`: points along them; post-processing). ``output := 'cells'`` (or
-``fine_share := 0``) keeps the method's cell-level output and spends nothing here.
+adds, as part of the method's fit and at ``eps * fine_share`` of its budget, two private releases on a public fine
+grid (:mod:`.releases`: a trajectory density and a step-length histogram, sensitivity ``max_trajectories_per_user``
+each, Laplace on every fine cell and bin), and samples from them (:mod:`.routes`: anchors, most probable routes;
+:mod:`.spacing`: points along them; post-processing). ``output := 'cells'`` (or ``fine_share := 0``) keeps the
+method's cell-level output and spends nothing here.
 """
 
 from duckmob.synth.placement.releases import (EARTH_M_PER_DEG, MAX_POINTS, PARTS, SIGNAL_SHARE, STEP_BLOCKS_C,

@@ -125,8 +125,8 @@ def random_walks(n: int, rng: np.random.Generator, *, p_start: np.ndarray, cum: 
 
     ``p_start`` (m,) start-state distribution (the trip distribution's row margins); ``cum`` (2m + E, D) the
     cumulative next-state rows of the second-order model (m + E rows, end removed) then of the first-order one
-    (m rows: :func:`stacked_rows`), ``ok1``/``ok2`` marking the first- and second-order rows that have mass; ``use2`` (m,) the §4.6 model choice per state;
-    ``neighbours`` (m, D) padded neighbour ids; ``edge_offsets`` CSR offsets (second-order row of the move
+    (m rows: :func:`stacked_rows`), ``ok1``/``ok2`` marking the first- and second-order rows that have mass;
+    ``use2`` (m,) the §4.6 model choice per state; ``neighbours`` (m, D) padded neighbour ids; ``edge_offsets`` CSR offsets (second-order row of the move
     a -> j-th neighbour is m + edge_offsets[a] + j); ``end_propensity`` (m,); ``hazard_by_len`` (max_len + 2,).
     The first move uses the second-order context (virtual start, s_1). ``backtrack`` in [0, 1] keeps that share
     of the immediate returns (a -> b -> a) the model draws; the others are redrawn (up to 4 times), which removes
