@@ -178,15 +178,23 @@ def step_bin(d: np.ndarray) -> np.ndarray:
     """The bin of each step length ``d`` (metres, >= 0) in :data:`STEP_EDGES_M`, the last bin open above: exactly
     ``clip(searchsorted(STEP_EDGES_M, d, 'right') - 1, 0, bins - 1)``, without its binary search (slow on millions
     of unsorted values). A non-negative double's bits, read as an integer, are in the order of its value, so their
-    top 20 bits (sign, exponent, 8 bits of mantissa) name a bucket of values; :func:`_step_guide` gives each
-    bucket's bin, and only values in the few buckets an edge cuts are searched."""
-    d = np.asarray(d, dtype=np.float64)
-    bin_of, cut = _step_guide()
-    bucket = np.ascontiguousarray(d).view(np.int64) >> _GUIDE_SHIFT
-    out = bin_of[bucket].astype(np.int64)
-    search = np.flatnonzero(cut[bucket])
+    top 20 bits (sign, exponent, 8 bits of mantissa) name a bucket of values (:func:`guided_searchsorted`, with
+    the guide of :func:`_step_guide`)."""
+    d = np.ascontiguousarray(d, dtype=np.float64)
+    found = guided_searchsorted(STEP_EDGES_M, d, d.view(np.int64) >> _GUIDE_SHIFT, _step_guide())
+    return np.clip(found - 1, 0, len(STEP_EDGES_M) - 2)
+
+
+def guided_searchsorted(edges: np.ndarray, x: np.ndarray, bucket: np.ndarray, guide: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(edges, x, side="right")``, exactly, for many unsorted ``x`` and short sorted ``edges``: each
+    ``x`` lies in bucket ``bucket`` (between that bucket's smallest value and the next one's), and ``guide[k]`` is
+    the searchsorted of bucket k's smallest value (one entry past the last bucket). Where the guide does not change
+    from a bucket to the next, the answer is the guide's; only the ``x`` in the few buckets an edge cuts are
+    searched."""
+    out = guide[bucket].astype(np.int64)
+    search = np.flatnonzero(guide[bucket + 1] != out)
     if len(search):
-        out[search] = np.clip(np.searchsorted(STEP_EDGES_M, d[search], side="right") - 1, 0, len(STEP_EDGES_M) - 2)
+        out[search] = np.searchsorted(edges, x[search], side="right")
     return out
 
 
@@ -194,15 +202,13 @@ _GUIDE_SHIFT = 44     # 64 - 20 bits
 
 
 @functools.cache
-def _step_guide() -> tuple[np.ndarray, np.ndarray]:
-    """Per bucket of :func:`step_bin` (2^19 for the non-negative doubles): the bin of its smallest value, and
-    whether an edge of :data:`STEP_EDGES_M` falls inside it (then its values are searched). Public constants."""
+def _step_guide() -> np.ndarray:
+    """:func:`step_bin`'s guide: the searchsorted in :data:`STEP_EDGES_M` of the smallest value of each of its 2^19
+    buckets of non-negative doubles, and one past them. Public constants."""
     n = 1 << (63 - _GUIDE_SHIFT)
     low = (np.arange(n + 1, dtype=np.int64) << _GUIDE_SHIFT).view(np.float64)   # each bucket's smallest value
     low = np.where(np.isnan(low), np.inf, low)
-    bins = np.clip(np.searchsorted(STEP_EDGES_M, low, side="right") - 1, 0, len(STEP_EDGES_M) - 2)
-    # an edge inside bucket k, or the bin changing at its top: bins[k] != bins[k + 1] means values may differ
-    return bins[:-1].astype(np.int8), bins[:-1] != bins[1:]
+    return np.searchsorted(STEP_EDGES_M, low, side="right").astype(np.int16)
 
 
 def release(data, bbox, eps: float, config: PlacementConfig, noise, max_trajectories_per_user: int = 1,

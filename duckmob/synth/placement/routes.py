@@ -161,9 +161,10 @@ class Placement:
 
     def _move_graph(self, pairs: np.ndarray):
         """The graph of the coarse moves ``pairs`` (k, 2): the fine cells of A then B of each move, one block per
-        move (A = B: a leg inside one coarse cell, its fine cells once). ``(base, fine, nbr)``: move m's nodes are
-        ``base[m]:base[m + 1]``, node x is fine cell ``fine[x]``, and ``nbr[x, d]`` (nodes x 8) is x's neighbour in
-        direction ``d`` when that fine cell is in the same move (else -1). The same for every cost field."""
+        move (A = B: a leg inside one coarse cell, its fine cells once). ``(base, off_b, fine, nbr)``: move m's nodes are
+        ``base[m]:base[m + 1]``, B's start there at ``base[m] + off_b[m]``, node x is fine cell ``fine[x]``, and
+        ``nbr[x, d]`` (nodes x 8) is x's neighbour in direction ``d`` when that fine cell is in the same move (else
+        -1). The same for every cost field."""
         a, b = pairs[:, 0], pairs[:, 1]
         size_a = np.diff(self.cell_offsets)[a]
         off_b = np.where(a == b, 0, size_a)                 # where B's nodes start inside the move's block
@@ -182,18 +183,16 @@ class Placement:
             to_a = cb == a_m
             u = np.flatnonzero(to_a | (cb == b_m))
             nbr[u, d] = base_m[u] + self.rank[f[u]] + np.where(to_a[u], 0, off_m[u])
-        return base, fine, nbr
+        return base, off_b, fine, nbr
 
     def _route_tables(self, pairs: np.ndarray, costs: list, target: int | None = None) -> list:
         """Routes of the coarse moves ``pairs`` (k, 2) from every anchor of A to the cheapest anchor of B (or to
         B's anchor number ``target``, where B has it) over the fine cells of A and B, under each per-cell cost
         of ``costs``: for each, one multi-source Dijkstra over the block-diagonal graph of all moves (built once
         for all costs, :meth:`_move_graph`). One table per cost in :meth:`route_table`'s layout."""
-        base, fine, nbr = self._move_graph(pairs)
+        base, off_b, fine, nbr = self._move_graph(pairs)
         n_nodes = len(fine)
-        b = pairs[:, 1]
-        n_anchor_b = np.diff(self.anchor_offsets)[b]
-        off_b = np.where(pairs[:, 0] == b, 0, np.diff(self.cell_offsets)[pairs[:, 0]])
+        n_anchor_b = np.diff(self.anchor_offsets)[pairs[:, 1]]
         if target is None:      # sources: the anchors of B in every move (their local ranks are < anchors of B)
             src_nodes = ragged_gather(base[:-1] + off_b, n_anchor_b)
         else:
@@ -362,15 +361,9 @@ class Placement:
         """Sorted keys ``a * n_coarse + b`` of the coarse cells a != b that hold 8-neighbouring fine cells (a route
         between them stays on their fine cells)."""
         if self._neighbour_keys is None:
-            w = self.w
-            r, c = np.divmod(np.arange(w * w), w)
-            keys = []
-            for dr, dc in _DELTAS:
-                rr, cc = r + dr, c + dc
-                ok = (rr >= 0) & (rr < w) & (cc >= 0) & (cc < w)
-                a, b = self.coarse[ok], self.coarse[(rr * w + cc)[ok]]
-                keys.append((a * self.n_coarse + b)[a != b])
-            self._neighbour_keys = np.unique(np.concatenate(keys))
+            nb_fine, nb_coarse = self._fine_neighbours()
+            a = np.broadcast_to(self.coarse, nb_coarse.shape)
+            self._neighbour_keys = np.unique((a * self.n_coarse + nb_coarse)[(nb_fine >= 0) & (nb_coarse != a)])
         return self._neighbour_keys
 
     def bridge(self, offsets: np.ndarray, coarse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

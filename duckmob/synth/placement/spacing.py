@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from duckmob.synth.placement.releases import STEP_EDGES_M
+from duckmob.synth.placement.releases import STEP_EDGES_M, guided_searchsorted
 from duckmob.trajectories import ragged_gather
 
 
@@ -45,17 +45,11 @@ def drawn_steps(steps: np.ndarray, route_len: np.ndarray, rng: np.random.Generat
 
 def _bins(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
     """``np.searchsorted(cdf, u, side="right")`` for many ``u`` in [0, 1) and a short non-decreasing ``cdf``,
-    exactly, by a guide table of 4096 equal buckets: a bucket holding no cdf value answers at once (u * 4096 and
-    the bucket edges are exact in floating point); only the few ``u`` in a bucket that does are searched."""
+    exactly (:func:`~.releases.guided_searchsorted` over 4096 equal buckets of [0, 1): u * 4096 and the bucket
+    edges are exact in floating point)."""
     k = 4096
-    edges = np.arange(k + 1, dtype=np.float64) / k
-    guide = np.searchsorted(cdf, edges, side="right")
-    bucket = np.minimum((u * k).astype(np.int64), k - 1)
-    out = guide[bucket]
-    open_ = np.flatnonzero(guide[bucket + 1] != out)
-    if len(open_):
-        out[open_] = np.searchsorted(cdf, u[open_], side="right")
-    return out
+    guide = np.searchsorted(cdf, np.arange(k + 1, dtype=np.float64) / k, side="right")
+    return guided_searchsorted(cdf, u, np.minimum((u * k).astype(np.int64), k - 1), guide)
 
 
 def spaced(along: np.ndarray, offsets: np.ndarray, route_start: np.ndarray, route_len: np.ndarray,
