@@ -46,9 +46,10 @@ class Release:
     source: str
     ledger_id: int
     event: Event
-    since: int   # interrupts.presses() when the release started: a Ctrl-C after that stops it
+    since: int   # interrupts.since(): the press count when the release was entered; a Ctrl-C after that stops it
     noise: NoiseSource | None = None   # where all of the release's noise comes from
     was_read: bool = False
+    drawn: Event | None = None   # set by stopped(): the event a failed release is recorded with
     interrupted: threading.Event = field(default_factory=threading.Event)
 
     def read(self, load: Callable[[], T]) -> T:
@@ -93,9 +94,47 @@ class Release:
                         self._set_event(cur, drawn)
                 raise
 
+    def stopped(self, drawn: Event) -> None:
+        """The computation is stopping (an error or Ctrl-C, propagating) having drawn the noise of ``drawn`` only:
+        the reservation is recorded as ``drawn`` when the release finishes as failed -- e.g. the Laplace parts and
+        ``dp_sgd(sigma, q, steps that ran)`` of a DP-SGD fit reserved for more steps. Sound because nothing is
+        output and every computation on the data that ran had its noise drawn: the composition of the mechanisms
+        that ran bounds what was computed (docs/threat_model.md, "A stopped fit is charged what ran"). ``drawn``
+        must be within the reservation (:func:`within`: each of its parts one of the reserved ones, a DP-SGD part
+        with at most the reserved steps); otherwise the reservation stands whole."""
+        if within(drawn, self.event):
+            self.drawn = drawn
+
     def _set_event(self, cur, event: Event) -> None:
         ledger.update(cur, self.ledger_id, event=event, verified=self.db.verified)
         self.event = event
+
+
+def within(part: Event, whole: Event) -> bool:
+    """Whether ``part`` is a sub-event of ``whole``: its parts (leaves) can be matched one to one with parts of
+    ``whole`` that are equal; or, for ``dp_sgd``, have the same noise multiplier and sample rate and at least as
+    many steps (a prefix of the run); or, for ``gaussian``, a multiplier at most ``part``'s (fewer of PateGail's
+    rounds, :func:`~duckmob.privacy.accounting.gaussian_rounds`). Then ``whole``'s privacy loss bounds
+    ``part``'s: fewer mechanisms composed, each dominated by its match."""
+    left = list(whole.leaves())
+    for leaf in part.leaves():
+        i = next((i for i, candidate in enumerate(left) if _dominates(candidate, leaf)), None)
+        if i is None:
+            return False
+        del left[i]
+    return True
+
+
+def _dominates(big: Event, small: Event) -> bool:
+    """Whether the single mechanism ``big`` loses at least as much privacy as ``small`` (see :func:`within`)."""
+    if big == small:
+        return True
+    if big.kind != small.kind or big.kind not in ("dp_sgd", "gaussian"):
+        return False
+    if big.kind == "gaussian":
+        return small.param("noise_multiplier") >= big.param("noise_multiplier")
+    return (small.param("noise_multiplier") == big.param("noise_multiplier")
+            and small.param("sample_rate") == big.param("sample_rate") and small.param("steps") <= big.param("steps"))
 
 
 def _planned(db: Database, cur, source: str, plan: Callable[[ledger.Prior], P], event_of: Callable[[P], Event],
@@ -127,7 +166,7 @@ def _planned(db: Database, cur, source: str, plan: Callable[[ledger.Prior], P], 
 
 def _reserve(db: Database, request: Request, since: int, noise: NoiseSource | None = None) -> Release:
     """Plan ``request`` (outside the lock) and reserve its event (under it); refused (Interrupted, nothing
-    reserved) if Ctrl-C was pressed since ``since``."""
+    reserved) if Ctrl-C was pressed since ``since`` (:func:`~duckmob.release.interrupts.since`)."""
     def not_interrupted() -> None:
         if interrupts.presses() != since:
             raise interrupts.stopped(was_read=False)
@@ -166,13 +205,18 @@ def run(db: Database, request: Request, compute: Callable[[Release], T],
         noise: NoiseSource | None = None) -> tuple[T, int]:
     """Make one release: reserve, ``compute(release)`` (which reads the data through ``release.read``),
     finish. Returns ``(result, ledger id)``; see the module docstring for what happens on failure. Ctrl-C from
-    the moment ``run`` is called until the data is read cancels the release: nothing reserved, or the reservation
-    marked ``cancelled``."""
-    release = _reserve(db, request, interrupts.presses(), noise)
+    the moment the release was entered (:func:`duckmob.release.interrupts.entered`, opened by every entry point:
+    the SQL UDFs, the Python API, Spark; else from the call of ``run``) until the data is read cancels the
+    release: nothing reserved, or the reservation marked ``cancelled``. After the read, a failure or Ctrl-C
+    leaves it ``failed`` with its event, cut to what was drawn where the computation said so
+    (:meth:`Release.stopped`)."""
+    release = _reserve(db, request, interrupts.since(), noise)
     try:
         result = compute(release)
     except BaseException:
         db.active.discard(release)
+        if release.was_read and release.drawn is not None:
+            release.event = release.drawn
         _finish(release, "failed" if release.was_read else "cancelled")
         raise
     db.active.discard(release)

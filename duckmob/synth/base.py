@@ -69,6 +69,10 @@ class ReleaseContext(Protocol):
     def settle(self, plan: Callable[[Any], tuple[Event, T]], drawn: Event) -> T:
         """Re-plan the spend after reading data (``plan(prior) -> (event, result)``); returns ``result``."""
 
+    def stopped(self, drawn: Event) -> None:
+        """The fit is stopping (an exception propagates) having drawn the noise of ``drawn`` only, a part of its
+        event (the DP-SGD steps that ran): a failed release is recorded with it."""
+
 
 @dataclass
 class Unrecorded:
@@ -82,6 +86,9 @@ class Unrecorded:
 
     def settle(self, plan, drawn):
         return plan(None)[1]
+
+    def stopped(self, drawn) -> None:
+        return None
 
 
 class Model(ABC):

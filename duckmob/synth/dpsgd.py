@@ -16,16 +16,21 @@ With ``group`` (a worker of :mod:`duckmob.synth.distributed`) the same run is sp
 worker draws the same Poisson batch, clips and sums its own units' gradients, and opacus's distributed optimiser
 adds the noise once (rank 0) and all-reduces the sum; the privacy map and the accounted event are unchanged
 (the sensitivity argument is in :mod:`duckmob.synth.distributed`).
+
+A run stopped early (Ctrl-C, an error) is charged the steps that ran: the fit opens :func:`charged_as_run` around
+its training, and a failed release is recorded with :func:`ran_event` of its event (docs/threat_model.md, "A
+stopped fit is charged what ran").
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -34,6 +39,8 @@ from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from torch.func import functional_call, grad, vmap
 
 from duckmob.errors import DuckmobError
+from duckmob.privacy import accounting
+from duckmob.privacy.accounting import Event
 from duckmob.progress import steps as progress_steps
 from duckmob.trajectories import ragged_gather
 
@@ -76,6 +83,48 @@ class TrainingLog:
     epoch_seconds: list | None = None
 
 
+@dataclass
+class StepsRun:
+    """How many steps of one DP-SGD run have begun in this process: None until its loop starts here (a run in
+    worker processes, :mod:`duckmob.synth.distributed`, leaves it None: this process does not see their steps)."""
+
+    steps: int | None = None
+
+
+def ran_event(event: Event, run: int, steps_run: int | None) -> Event:
+    """``event`` as far as it ran when its DP-SGD part number ``run`` (0: the first ``dp_sgd`` leaf) stopped
+    after ``steps_run`` steps (None: not known, all of them): every part that is not DP-SGD (drawn before any
+    training), the earlier DP-SGD parts whole, this one cut to ``dp_sgd(sigma, q, steps_run)`` (left out at 0
+    steps), the later ones not at all. Within ``event`` (:func:`duckmob.release.protocol.within`)."""
+    parts, seen = [], 0
+    for leaf in event.leaves():
+        if leaf.kind != "dp_sgd":
+            parts.append(leaf)
+            continue
+        if seen < run:
+            parts.append(leaf)
+        elif seen == run:
+            planned = leaf.param("steps")
+            steps = planned if steps_run is None else min(int(steps_run), planned)
+            if steps > 0:
+                parts.append(accounting.dp_sgd(leaf.param("noise_multiplier"), leaf.param("sample_rate"), steps))
+        seen += 1
+    return accounting.compose(parts)
+
+
+@contextlib.contextmanager
+def charged_as_run(release, event: Event, run: int = 0) -> Iterator[StepsRun]:
+    """Around DP-SGD part ``run`` of ``event`` (the release's event, every non-DP-SGD part already drawn): yields
+    the :class:`StepsRun` to hand to the training (``steps_run=``); if the training stops by an exception, the
+    release is told (``release.stopped``) that it drew :func:`ran_event` only, and the exception propagates."""
+    counter = StepsRun()
+    try:
+        yield counter
+    except BaseException:
+        release.stopped(ran_event(event, run, counter.steps))
+        raise
+
+
 def _units(n_rows: int, unit_of_row: np.ndarray | None):
     """(number of units, rows of given units) for Poisson sampling by unit: each row is a unit when
     ``unit_of_row`` is None, else rows are grouped by their unit id."""
@@ -106,11 +155,14 @@ def _dp_optimizer(single: type, distributed: type, params: list, *, lr: float, n
 
 def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool], None], *, sample_rate: float,
           steps: int, gen: torch.Generator, lr: float, lr_final: float, ema: float, progress: bool | None,
-          check_interrupt: Callable[[], None] | None, desc: str, shard: Callable | None = None) -> TrainingLog:
+          check_interrupt: Callable[[], None] | None, desc: str, shard: Callable | None = None,
+          steps_run: StepsRun | None = None) -> TrainingLog:
     """The DP-SGD loop shared by :func:`train` and :func:`train_ghost`: Poisson batches of units at exactly
     ``sample_rate``, ``one_step(units, empty)`` leaves what the optimizer needs (per-sample or clipped summed
     gradients), then the optimizer's noisy step, the cosine learning rate and the EMA of the iterates.
-    ``shard``: a worker's part of each batch (:meth:`duckmob.synth.distributed.Group.shard`), None: all of it."""
+    ``shard``: a worker's part of each batch (:meth:`duckmob.synth.distributed.Group.shard`), None: all of it.
+    ``steps_run``: counts each step as it begins, after ``check_interrupt`` and before it touches the data (a step
+    stopped midway is counted whole)."""
     if n_units > 0:
         sampler = UniformWithReplacementSampler(num_samples=n_units, sample_rate=sample_rate, generator=gen,
                                                 steps=steps)
@@ -122,10 +174,14 @@ def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool]
     bar = progress_steps(desc, steps, progress)   # a bar in a terminal, lines elsewhere, unless off
     start = epoch_start = time.perf_counter()
     average = [p.detach().clone() for p in params] if ema > 0 else None
+    if steps_run is not None:
+        steps_run.steps = 0
     try:
         for step, batch in enumerate(sampler):
             if check_interrupt is not None:
                 check_interrupt()
+            if steps_run is not None:
+                steps_run.steps = step + 1
             units = np.asarray(batch, dtype=np.int64)
             if shard is not None:
                 units = shard(units)
@@ -165,7 +221,7 @@ def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str
           expected_batch_size: float, rng: np.random.Generator, device: torch.device,
           progress: bool | None = None, unit_of_row: np.ndarray | None = None, ema: float = 0.0,
           lr_final: float = 1.0, check_interrupt: Callable[[], None] | None = None,
-          desc: str = "DP-SGD", group=None) -> TrainingLog:
+          desc: str = "DP-SGD", group=None, steps_run: StepsRun | None = None) -> TrainingLog:
     """Train ``model`` in place with DP-SGD for ``steps`` Poisson-sampled steps (Adam on the noisy gradient),
     from materialised per-example gradients.
 
@@ -183,6 +239,7 @@ def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str
 
     ``check_interrupt``: called before every step; whatever it raises propagates and training stops there (the
     model holds the steps already taken, fewer than ``steps``, so the accounted event still bounds them).
+    ``steps_run``: counts the steps begun (:func:`charged_as_run`), read when training stops early.
 
     ``group``: this process is one worker of :func:`duckmob.synth.distributed.train_in_workers` (None: the whole
     run is here). It computes the gradients of its own sampled units only; the noise and the sum are global.
@@ -211,7 +268,7 @@ def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str
 
     return _loop(optimizer, params, n_units, one_step, sample_rate=sample_rate, steps=steps, gen=gen, lr=lr,
                  lr_final=lr_final, ema=ema, progress=progress, check_interrupt=check_interrupt, desc=desc,
-                 shard=None if group is None else group.shard)
+                 shard=None if group is None else group.shard, steps_run=steps_run)
 
 
 def embedding_norm_sample(layer: torch.nn.Embedding, activations: list, backprops: torch.Tensor
@@ -256,7 +313,8 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
                 progress: bool | None = None, unit_of_row: np.ndarray | None = None,
                 max_trajectories_per_user: int = 1, ema: float = 0.0, lr_final: float = 1.0,
                 check_interrupt: Callable[[], None] | None = None, desc: str = "DP-SGD", group=None,
-                split_rows: Callable[[np.ndarray], list[np.ndarray]] | None = None) -> TrainingLog:
+                split_rows: Callable[[np.ndarray], list[np.ndarray]] | None = None,
+                steps_run: StepsRun | None = None) -> TrainingLog:
     """:func:`train` without materialising per-example gradients: opacus's ghost clipping
     (``GradSampleModuleFastGradientClipping``: each row's gradient norm from its layer inputs and output
     gradients; Li et al. 2022; embedding tables by :func:`embedding_norm_sample`) for models built of
@@ -279,6 +337,7 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
     ``split_rows(rows)``: the batch's rows in parts (every row in exactly one), each part's clipped sum computed
     by its own two passes and the parts' sums added before the noise: the same clipped sum (each row is clipped
     alone), for less padding when rows are ragged (e.g. parts of similar length). None: one part.
+    ``steps_run``: as in :func:`train`.
     """
     from opacus.optimizers import DistributedDPOptimizerFastGradientClipping, DPOptimizerFastGradientClipping
 
@@ -331,9 +390,10 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             return _loop(optimizer, params, n_units, one_step, sample_rate=sample_rate, steps=steps, gen=gen, lr=lr,
                          lr_final=lr_final, ema=ema, progress=progress, check_interrupt=check_interrupt, desc=desc,
-                         shard=None if group is None else group.shard)
+                         shard=None if group is None else group.shard, steps_run=steps_run)
     finally:
         wrapped._close()   # the hooks and per-layer state go; ``model`` is left a plain module
 
 
-__all__ = ["train", "train_ghost", "per_example_gradients", "TrainingLog", "torch_generator", "cosine_lr"]
+__all__ = ["train", "train_ghost", "per_example_gradients", "TrainingLog", "torch_generator", "cosine_lr", "StepsRun",
+           "ran_event", "charged_as_run"]

@@ -527,8 +527,10 @@ class CleanSlate(Synthesizer):
             return module(ti_source[idx].to(device), ti_dest[idx].to(device), slot[idx].to(device),
                           eps_z.to(device))
 
-        log = dpsgd.train_ghost(ti, ti_losses, tr.n, steps=plan.steps_ti, noise_multiplier=plan.sigma_ti,
-                                rng=rng, desc="cleanslate TI", **common)
+        # a failure or Ctrl-C in a run is charged the steps that ran (dpsgd.charged_as_run): TI is DP-SGD part 0
+        with dpsgd.charged_as_run(release, plan.event, run=0) as ran:
+            log = dpsgd.train_ghost(ti, ti_losses, tr.n, steps=plan.steps_ti, noise_multiplier=plan.sigma_ti,
+                                    rng=rng, desc="cleanslate TI", steps_run=ran, **common)
         timings["ti_s"] = log.seconds
         # (4) TPG: one example per trajectory, its loss the mean over its grams
         current, label = torch.as_tensor(gr.current), torch.as_tensor(gr.label)
@@ -542,8 +544,10 @@ class CleanSlate(Synthesizer):
             return module(current[idx, :width].to(device), dest[idx].to(device), slot[idx].to(device),
                           label[idx, :width].to(device), cnt.to(device))
 
-        log = dpsgd.train_ghost(tpg, tpg_losses, tr.n, steps=plan.steps_tpg, noise_multiplier=plan.sigma_tpg,
-                                rng=rng, desc="cleanslate TPG", split_rows=by_width(gr.count), **common)
+        with dpsgd.charged_as_run(release, plan.event, run=1) as ran:
+            log = dpsgd.train_ghost(tpg, tpg_losses, tr.n, steps=plan.steps_tpg, noise_multiplier=plan.sigma_tpg,
+                                    rng=rng, desc="cleanslate TPG", split_rows=by_width(gr.count), steps_run=ran,
+                                    **common)
         timings.update(tpg_s=log.seconds, total_s=time.perf_counter() - t0)
         event = plan.event
         info = dict(method=self.method, eps=plan.eps, delta=plan.delta,

@@ -59,7 +59,7 @@ from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source.batches import as_batches
-from duckmob.synth import placement
+from duckmob.synth import dpsgd, placement
 from duckmob.synth.base import Plan, ReleaseContext, Synthesizer, trajectories_from_cells
 from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.config import param
@@ -494,37 +494,41 @@ class _Base(Synthesizer):
             settled = self.schedule(eps, delta, unit, n_noisy, units_noisy, prior)
             return settled.event, settled
         plan = release.settle(settle, drawn=accounting.compose(count_events(plan.eps_count, k)))
-        # (2) lengths and (3) the fine stage: plain Laplace releases
-        extra = {}
-        if plan.eps_lengths > 0:
-            len_probs = release_lengths(arrays.lengths, config.max_len, plan.eps_lengths, noise, k)
-            if len_probs is not None:
-                extra["len_probs"] = len_probs
-        if config.placing:
-            # 'stays': the fine density of where the modelled points (stays) are; 'points': the density of where
-            # the trajectories' fixes go (the line walk between them) and their step histogram
-            fixes = stays if config.output == "stays" else src
-            extra.update(placement.release(fixes, self.bbox, eps, config, noise, k, n_noisy,
-                                           at_least=config.w).arrays())
-        with cpu_threads(config.threads):
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(rng.integers(2 ** 62)))
-                model = self.build()
-            timings = {"prepare_s": time.perf_counter() - t0}
-            # (4) pre-training on DPTRAN
-            if plan.eps_pretrain > 0:
-                t1 = time.perf_counter()
-                noisy = dptran(seqs, config.w, plan.eps_pretrain, noise, k=k)
-                pretrain(model, noisy, iterations=config.pretrain_iterations, batch=config.pretrain_batch,
-                         lr=config.pretrain_lr, rng=rng, device=device, progress=config.progress,
-                         check_interrupt=release.check_interrupt)
-                timings["pretrain_s"] = time.perf_counter() - t1
-            # (5) DP-SGD
-            log = dp_sgd_train(model, arrays, sample_rate=plan.sample_rate, steps=plan.steps,
-                               noise_multiplier=plan.noise_multiplier, max_grad_norm=config.max_grad_norm,
-                               lr=config.lr, expected_batch_size=plan.expected_batch, rng=rng, device=device,
-                               progress=config.progress, by_user=k > 1, ema=config.ema, lr_final=config.lr_final,
-                               check_interrupt=release.check_interrupt, workers=config.workers)
+        # From here a failure or Ctrl-C is charged what ran (dpsgd.charged_as_run): every Laplace part, drawn or
+        # about to be, and the DP-SGD steps that began
+        with dpsgd.charged_as_run(release, plan.event) as ran:
+            # (2) lengths and (3) the fine stage: plain Laplace releases
+            extra = {}
+            if plan.eps_lengths > 0:
+                len_probs = release_lengths(arrays.lengths, config.max_len, plan.eps_lengths, noise, k)
+                if len_probs is not None:
+                    extra["len_probs"] = len_probs
+            if config.placing:
+                # 'stays': the fine density of where the modelled points (stays) are; 'points': the density of where
+                # the trajectories' fixes go (the line walk between them) and their step histogram
+                fixes = stays if config.output == "stays" else src
+                extra.update(placement.release(fixes, self.bbox, eps, config, noise, k, n_noisy,
+                                               at_least=config.w).arrays())
+            with cpu_threads(config.threads):
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(int(rng.integers(2 ** 62)))
+                    model = self.build()
+                timings = {"prepare_s": time.perf_counter() - t0}
+                # (4) pre-training on DPTRAN
+                if plan.eps_pretrain > 0:
+                    t1 = time.perf_counter()
+                    noisy = dptran(seqs, config.w, plan.eps_pretrain, noise, k=k)
+                    pretrain(model, noisy, iterations=config.pretrain_iterations, batch=config.pretrain_batch,
+                             lr=config.pretrain_lr, rng=rng, device=device, progress=config.progress,
+                             check_interrupt=release.check_interrupt)
+                    timings["pretrain_s"] = time.perf_counter() - t1
+                # (5) DP-SGD
+                log = dp_sgd_train(model, arrays, sample_rate=plan.sample_rate, steps=plan.steps,
+                                   noise_multiplier=plan.noise_multiplier, max_grad_norm=config.max_grad_norm,
+                                   lr=config.lr, expected_batch_size=plan.expected_batch, rng=rng, device=device,
+                                   progress=config.progress, by_user=k > 1, ema=config.ema, lr_final=config.lr_final,
+                                   check_interrupt=release.check_interrupt, workers=config.workers,
+                                   steps_run=ran)
         timings.update(dp_sgd_s=log.seconds, epoch_s=log.epoch_seconds, total_s=time.perf_counter() - t0)
         info = dict(method=self.method, eps=eps, delta=delta, epsilon_accounted=accounting.epsilon(plan.event, delta),
                     n_noisy=n_noisy, units_noisy=units_noisy, eps_count=plan.eps_count,

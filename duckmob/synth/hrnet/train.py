@@ -96,7 +96,8 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
                  noise_multiplier: float, max_grad_norm: float, lr: float, expected_batch_size: float,
                  rng: np.random.Generator, device: torch.device, progress: bool | None = None,
                  by_user: bool = False, ema: float = 0.0, lr_final: float = 1.0,
-                 check_interrupt: Callable[[], None] | None = None, workers: int = 1, group=None) -> TrainingLog:
+                 check_interrupt: Callable[[], None] | None = None, workers: int = 1, group=None,
+                 steps_run: dpsgd.StepsRun | None = None) -> TrainingLog:
     """Train ``model`` in place with DP-SGD (HRNet Algorithm 1) for ``steps`` Poisson-sampled steps.
 
     ``model(cells, times, lengths)`` must return the per-example loss. Gradients are averaged by the
@@ -120,7 +121,8 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     ``check_interrupt``: called with no arguments before every step (a cheap flag check, e.g.
     ``Release.check_interrupt``). Whatever it raises propagates unchanged and training stops there: the model
     then holds the steps already taken (fewer than ``steps``, so the ``dp_sgd`` event above still bounds what
-    they spent) and is left mid-training (no EMA swap).
+    they spent) and is left mid-training (no EMA swap). ``steps_run`` counts the steps begun, in this process
+    only (:func:`duckmob.synth.dpsgd.charged_as_run`; with ``workers`` above 1 it stays None: all steps charged).
 
     ``workers``: above 1, the same run data-parallel in that many processes
     (:func:`duckmob.synth.distributed.train_in_workers`: the same Poisson batches, noise and accounted event;
@@ -149,4 +151,4 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
                        noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, lr=lr,
                        expected_batch_size=expected_batch_size, rng=rng, device=device, progress=progress,
                        unit_of_row=data.user_id if by_user else None, ema=ema, lr_final=lr_final,
-                       check_interrupt=check_interrupt, desc="hrnet DP-SGD", group=group)
+                       check_interrupt=check_interrupt, desc="hrnet DP-SGD", group=group, steps_run=steps_run)

@@ -236,6 +236,14 @@ def device_count_epsilons(eps_count: float, max_trajectories_per_user: int) -> t
     return tuple(accounting.split(eps_count, {"trajectories": 0.5, "devices": 0.5}).values())
 
 
+def rounds_ran(event, sigma_round: float, rounds: int):
+    """``event`` (a fit's: Laplace parts and one ``gaussian_rounds``) as far as it ran when ``rounds`` reward rounds
+    had begun: its Laplace parts and ``gaussian_rounds(sigma_round, rounds)`` (left out at 0 rounds), whose
+    multiplier ``sigma_round / sqrt(rounds)`` is at least the planned one, so within ``event``."""
+    parts = [leaf for leaf in event.leaves() if leaf.kind != "gaussian"]
+    return accounting.compose(parts + ([accounting.gaussian_rounds(sigma_round, rounds)] if rounds else []))
+
+
 @dataclass(frozen=True, kw_only=True)
 class PateGailPlan(Plan):
     """PateGail's schedule at (eps, delta) for a unit, from public parameters only: the start model's epsilon,
@@ -356,32 +364,40 @@ class PateGail(Synthesizer):
         student = StudentTrainer(mdp.N_FEATURES, config.student_hidden, 2 if with_var else 1, config.student_lr,
                                  config.student_steps, config.student_batch,
                                  torch_generator(noise.generator(), torch.device("cpu"))) if config.student else None
-        for _ in range(plan.rounds):
-            release.check_interrupt()
-            env = sample_env(start, config, ranks, config.episodes, rng)
-            ro = rollout(policy, env, gen)
-            x_fake, rows, cols = mdp.episode_pairs(env.episodes(), config.w, config.n_slots, config.max_steps)
-            x_fake_t = torch.from_numpy(x_fake).to(device)
-            if ens is not None:
-                for _step in range(config.disc_steps):
-                    own = sample_own(dev_offsets, config.real_batch, device_rng)
-                    real = x_real_t[torch.from_numpy(own).to(device)]
-                    pick = torch.from_numpy(rng.integers(0, len(x_fake), config.fake_batch)).to(device)
-                    ens.train_step(real, x_fake_t[pick])
-                outputs = ens.outputs(x_fake_t)
-            else:
-                outputs = torch.zeros((0, len(x_fake)))
-            s1, s2 = aggregate.device_sums(outputs, with_var)
-            x1, x2 = aggregate.release_round(s1, s2, sigma, config.variance_share if with_var else 0.0, noise_rng)
-            r = np.zeros(ro.live.shape)
-            if student is None:
-                r[rows, cols] = aggregate.rewards(x1, x2, n_dev_noisy, config.variance_weight)
-            else:
-                student.add(x_fake, aggregate.moments(x1, x2, n_dev_noisy))
-                student.fit()
-                r[rows, cols] = aggregate.moment_rewards(student.predict(x_fake), config.variance_weight)
-            ppo_update(policy, opt, ro, r, gamma=config.gamma, lam=config.lam, clip=config.clip,
-                       epochs=config.ppo_epochs, minibatch=config.minibatch, entropy=config.entropy, gen=gen)
+        # a failure or Ctrl-C is charged the rounds that began (docs/threat_model.md, "A stopped fit is charged
+        # what ran"): the Laplace parts, drawn above, and gaussian_rounds(sigma, rounds run)
+        rounds_run = 0
+        try:
+            for _ in range(plan.rounds):
+                release.check_interrupt()
+                rounds_run += 1
+                env = sample_env(start, config, ranks, config.episodes, rng)
+                ro = rollout(policy, env, gen)
+                x_fake, rows, cols = mdp.episode_pairs(env.episodes(), config.w, config.n_slots, config.max_steps)
+                x_fake_t = torch.from_numpy(x_fake).to(device)
+                if ens is not None:
+                    for _step in range(config.disc_steps):
+                        own = sample_own(dev_offsets, config.real_batch, device_rng)
+                        real = x_real_t[torch.from_numpy(own).to(device)]
+                        pick = torch.from_numpy(rng.integers(0, len(x_fake), config.fake_batch)).to(device)
+                        ens.train_step(real, x_fake_t[pick])
+                    outputs = ens.outputs(x_fake_t)
+                else:
+                    outputs = torch.zeros((0, len(x_fake)))
+                s1, s2 = aggregate.device_sums(outputs, with_var)
+                x1, x2 = aggregate.release_round(s1, s2, sigma, config.variance_share if with_var else 0.0, noise_rng)
+                r = np.zeros(ro.live.shape)
+                if student is None:
+                    r[rows, cols] = aggregate.rewards(x1, x2, n_dev_noisy, config.variance_weight)
+                else:
+                    student.add(x_fake, aggregate.moments(x1, x2, n_dev_noisy))
+                    student.fit()
+                    r[rows, cols] = aggregate.moment_rewards(student.predict(x_fake), config.variance_weight)
+                ppo_update(policy, opt, ro, r, gamma=config.gamma, lam=config.lam, clip=config.clip,
+                           epochs=config.ppo_epochs, minibatch=config.minibatch, entropy=config.entropy, gen=gen)
+        except BaseException:
+            release.stopped(rounds_ran(plan.event, sigma, rounds_run))
+            raise
         info = dict(eps=plan.eps, delta=plan.delta, epsilon_accounted=accounting.epsilon(plan.event, plan.delta),
                     n_devices_noisy=round(float(n_dev_noisy), 1), n_noisy=round(float(n_traj_noisy), 1),
                     sigma_round=sigma, eps_start=plan.eps_start, eps_counts=list(plan.count_eps),
