@@ -5,6 +5,7 @@ from here, so nothing imports the package root."""
 from __future__ import annotations
 
 import atexit
+import functools
 
 import duckdb
 
@@ -12,6 +13,17 @@ from duckmob.errors import BudgetError, DuckmobError
 from duckmob.sql import register
 
 __version__ = "0.1.0"
+
+
+def _entered(fn):
+    """A release's entry point: Ctrl-C from its first moment stops the release (duckmob.release.interrupts.entered;
+    imported at the call, so that importing this module, as the shell does at start, stays light)."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        from duckmob.release import interrupts
+        with interrupts.entered():
+            return fn(*args, **kwargs)
+    return call
 
 
 def connect(database: str = ":memory:", **kwargs) -> duckdb.DuckDBPyConnection:
@@ -43,6 +55,7 @@ def evaluate(con: duckdb.DuckDBPyConnection, real: str, synth: str, bbox=None, *
     return to_table(evaluate_points(table_points(con, real), table_points(con, synth), bbox, **options))
 
 
+@_entered
 def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: str = "privtrace", *,
                stream: bool = False, batch_size: int | None = None, **params):
     """Fit ``method`` on ``table`` under (eps, delta)-DP (one spend of its budget) and sample a synthetic table.
@@ -73,6 +86,7 @@ def sample(con: duckdb.DuckDBPyConnection, name: str, n: int | None = None, seed
     return sample_table(con, name, n, seed, max_rows=max_rows, stream=stream, batch_size=batch_size)
 
 
+@_entered
 def noisy_count(con: duckdb.DuckDBPyConnection, table: str, *, eps, seed=None, privacy_unit: str = "trajectory",
                 max_trajectories_per_user=None, what: str = "trajectories", traj_col: str = "traj_id",
                 user_col: str = "user_id") -> float:
@@ -90,6 +104,7 @@ def noisy_count(con: duckdb.DuckDBPyConnection, table: str, *, eps, seed=None, p
                               max_trajectories_per_user=max_trajectories_per_user, what=what)
 
 
+@_entered
 def transitions(con: duckdb.DuckDBPyConnection, table: str, *, order=1, eps, n_states, seed=None,
                 privacy_unit: str = "trajectory", max_trajectories_per_user=None, max_length=None, support=None,
                 w=None, traj_col: str = "traj_id", user_col: str = "user_id", cells_col: str = "cells"):

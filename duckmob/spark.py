@@ -246,6 +246,7 @@ def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partiti
     return spark.range(blocks, numPartitions=partitions).mapInArrow(draw, _ROWS_DDL)
 
 
+@release.interrupts.entered()   # Ctrl-C from the first moment
 def synthesize(df, *, source: str, ledger: str, eps, method: str = "privtrace", delta=None, bbox=None, n=None,
                seed=None, privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None,
                max_rows=None, partitions: int | None = None, output_partitions: int | None = None,

@@ -153,6 +153,7 @@ def udfs(db) -> list[Udf]:
             return one_row(pa.Table.from_pylist(release.read_ledger(db, read), schema=schema))
         return udf
 
+    @release.interrupts.entered()   # Ctrl-C from the first moment
     def transitions(rows, request):
         """mob_transitions: of a relation the core's connection reads out of core, or of the gathered rows."""
         r = TRANSITIONS.parse(request, "_mob_transitions")
@@ -167,6 +168,7 @@ def udfs(db) -> list[Udf]:
         return _transition_rows(*tables.transitions_gathered(
             db, facts["relation"], facts.get("temp_tables"), has_user, m, lambda: points(rows), **r))
 
+    @release.interrupts.entered()
     def noisy_count(rows, request):
         """mob_noisy_count: of a relation the core's connection reads (DuckDB counts, an integer reaches Python), or
         of the gathered (traj_id, user_id) rows."""

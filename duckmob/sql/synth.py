@@ -181,10 +181,12 @@ def udfs(db) -> list[Udf]:
         release_fn = tables.fit_gathered if fit else tables.synthesize_gathered
         return release_fn(db, facts["relation"], facts.get("temp_tables"), has_user, _lazy_points(*columns), **r)
 
+    @release.interrupts.entered()   # Ctrl-C from the first moment
     def _fit(traj, user, ts, lat, lon, seq, request):
         model, _, _, r = fit_or_synthesize("_mob_fit", (traj, user, ts, lat, lon, seq), request, fit=True)
         return one_row(_summary(r.name, r.method, r.source, r.eps, r.delta, model))
 
+    @release.interrupts.entered()
     def _synthesize(traj, user, ts, lat, lon, seq, request):
         return _opened(db, fit_or_synthesize("_mob_synthesize", (traj, user, ts, lat, lon, seq), request, fit=False))
 
@@ -208,6 +210,7 @@ def setup(con) -> None:
         con.execute(store._DDL.replace("CREATE TABLE", "CREATE TEMP TABLE"))
 
 
+@release.interrupts.entered()
 def synthesize_table(con, table: str, eps, method: str = "privtrace", *, delta=None, bbox=None, n=None, seed=None,
                      privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None,
                      outside: str = "drop", traj_col: str = "traj_id", ts_col: str = "ts", lat_col: str = "lat",
