@@ -135,6 +135,7 @@ class CleaningReport:
     outside_bbox: int = 0
     invalid_coordinates: int = 0  # points with a NULL/NaN or out-of-range lat or lon, dropped with outside='drop'
     duplicate_timestamps: int = 0
+    unordered_points: int = 0   # points of timeless trajectories without a seq (dropped: no order of their own)
     unsorted_trajectories: int = 0
     short_trajectories: int = 0
     min_points: int = 2
@@ -147,7 +148,8 @@ class CleaningReport:
         if self.unsorted_trajectories:
             out.append(f"sorted the points of {self.unsorted_trajectories} trajectories by time")
         if self.duplicate_timestamps:
-            out.append(f"dropped {self.duplicate_timestamps} points with a duplicate timestamp (kept the first)")
+            out.append(f"dropped {self.duplicate_timestamps} points with a duplicate timestamp (kept the one with the "
+                       "smallest (lat, lon))")
         if self.invalid_coordinates:
             out.append(f"dropped {self.invalid_coordinates} points with a NULL, NaN or out-of-range lat or lon")
         if self.outside_bbox:
@@ -269,6 +271,34 @@ def _lex_order(keys: tuple[np.ndarray, ...]) -> np.ndarray | None:
     return np.lexsort(keys[::-1])
 
 
+def _break_ties(order: np.ndarray | None, keys: tuple[np.ndarray, ...], lat: np.ndarray, lon: np.ndarray,
+                kept: np.ndarray | None) -> np.ndarray | None:
+    """``order`` (None: the identity) with every run of rows equal on all ``keys`` (a repeated timestamp, or a
+    repeated seq in a timeless trajectory) put in (lat, lon) order: which of them comes first, and so which one a
+    repeated timestamp keeps, then depends on the points' own values, never on where the table stores them (a
+    table's row order moves with the other rows, and with how DuckDB's threads gathered them). ``lat``/``lon``
+    are indexed by the rows before ``kept`` (None: all rows) selects them. Costs O(rows) when nothing ties."""
+    m = len(keys[0])
+    if m < 2:
+        return order
+    tied = np.ones(m - 1, dtype=bool)
+    for k in keys:
+        k = k if order is None else k[order]
+        tied &= k[1:] == k[:-1]
+    if not tied.any():
+        return order
+    order = np.arange(m) if order is None else order
+    member = np.zeros(m, dtype=bool)
+    member[1:] |= tied
+    member[:-1] |= tied
+    idx = np.flatnonzero(member)
+    run = np.cumsum(np.concatenate([[True], ~((idx[1:] == idx[:-1] + 1) & tied[idx[:-1]])]))
+    rows = order[idx]
+    src = rows if kept is None else kept[rows]
+    order[idx] = rows[np.lexsort((lon[src], lat[src], run))]
+    return order
+
+
 def _in_order(keys: tuple[np.ndarray, ...]) -> bool:
     """Whether the rows are in lexicographic order of ``keys`` (primary first)."""
     ahead = np.zeros(len(keys[0]) - 1, dtype=bool)
@@ -322,7 +352,8 @@ def from_points(points: pa.StructArray | pa.Table | None, bbox=None, outside: st
     1. point checks: a NULL traj_id, a NULL or NaN lat or lon, a latitude outside [-90, 90], a longitude outside
        [-180, 180], a NULL ts (when ``time_required``);
     2. points outside ``bbox`` (``[min_lat, min_lon, max_lat, max_lon]``, edges included);
-    3. points with a timestamp already seen in their trajectory (the first in table order is kept);
+    3. points with a timestamp already seen in their trajectory (of the points sharing one timestamp, the one with
+       the smallest (lat, lon) is kept: a rule on the trajectory's own values, never on the table's row order);
     4. trajectories left with fewer than ``min_points`` points.
 
     ``private=True`` (every release path: synthesize, mob_fit): nothing in the table can make this function
@@ -341,8 +372,10 @@ def from_points(points: pa.StructArray | pa.Table | None, bbox=None, outside: st
     changed.
 
     With ``time_required=False`` (methods that model no time) a trajectory whose points all have a NULL ts is
-    timeless: its points are ordered by ``seq`` (NULLs last, then table order), never deduplicated, and get
-    ``ts`` = :data:`NO_TIME`. In the other trajectories a point with a NULL ts is dropped (private) or refused.
+    timeless: its points are ordered by their own ``seq`` (equal seqs by (lat, lon)), never deduplicated, and get
+    ``ts`` = :data:`NO_TIME`; a point of it with a NULL seq (or a table without seq) has no order of its own and is
+    dropped (private) or refused. In the other trajectories a point with a NULL ts is dropped (private) or refused.
+    So each trajectory is read from its own points alone, whatever the other rows hold or where they are stored.
     """
     out, report = _clean(points, bbox, outside, min_points, time_required, private)
     return (out, CleaningReport()) if private else (out, report)
@@ -404,21 +437,25 @@ def _clean(points, bbox, outside, min_points, time_required, private) -> tuple[T
         traj, ts, user, ts_null = traj[kept], ts[kept], user[kept], ts_null[kept]
     timeless = bool(ts_null.any())  # only without time_required: NULL ts points are gone otherwise
     if timeless:
-        seq = np.full(n, 0, dtype=np.int64)
+        seq_null = np.ones(n, dtype=bool)
+        seq = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
         if "seq" in names:
-            seq = _ints(_column(points, "seq"), np.iinfo(np.int64).max)
-        seq = seq if kept is None else seq[kept]
-        # timed points tie on seq = 0 and keep table order; timeless ones (sorted last) follow seq
+            seq_col = _column(points, "seq")
+            seq_null, seq = _is_null(seq_col), _ints(seq_col, np.iinfo(np.int64).max)
+        seq, seq_null = (seq, seq_null) if kept is None else (seq[kept], seq_null[kept])
+        # timed points tie on seq = 0; timeless ones (sorted last) follow their own seq
         keys = (traj, user, ts_null.view(np.int8), ts, np.where(ts_null, seq, 0))
         del seq
     else:
         keys = (traj, user, ts)
-    order = _lex_order(keys)
+    order = _break_ties(_lex_order(keys), keys, lat, lon, kept)
     del keys
 
     # 3. sort by (traj_id, user_id, ts) and drop repeated timestamps
     if order is not None:
         traj, user, ts, ts_null = traj[order], user[order], ts[order], ts_null[order]
+        if timeless:
+            seq_null = seq_null[order]
     m = len(traj)
     start = np.ones(m, dtype=bool)
     start[1:] = (traj[1:] != traj[:-1]) | (user[1:] != user[:-1])
@@ -435,7 +472,17 @@ def _clean(points, bbox, outside, min_points, time_required, private) -> tuple[T
             raise DuckmobError(f"{report.null_ts} points have a NULL ts in trajectories that have timestamps: "
                                "filter them out first (WHERE ts IS NOT NULL) or fill them in")
         keep &= ~stray
-        del group, stray
+        # a point of a timeless trajectory without a seq has no place that its own values give (the table's order
+        # is none: it moves with the other rows), so it is dropped (private) or refused
+        unordered = ts_null & seq_null & ~stray
+        report.unordered_points = int(unordered.sum())
+        if report.unordered_points and not private:
+            raise DuckmobError(f"{report.unordered_points} points have neither a ts nor a seq, so their order in "
+                               "their trajectory is unknown: give the table a seq column that numbers each "
+                               "trajectory's points (seq_col := '...' names another), or filter them out first "
+                               "(WHERE ts IS NOT NULL OR seq IS NOT NULL)")
+        keep &= ~unordered
+        del group, stray, unordered, seq_null
     # within a trajectory timed points come first, so a timed point's predecessor is timed (or another trajectory)
     repeated = ~start[1:] & (ts[1:] == ts[:-1]) & ~ts_null[1:]
     report.duplicate_timestamps = int(repeated.sum())
@@ -549,7 +596,7 @@ def inspect(points: pa.StructArray | pa.Table | None, bbox=None) -> list[dict]:
         add("points outside bbox", report.outside_bbox,
             "dropped by private releases and with outside := 'drop'; refused with outside := 'fail'")
     add("trajectories out of time order", report.unsorted_trajectories, "repaired: points sorted by ts")
-    add("duplicate timestamps", report.duplicate_timestamps, "dropped: first point kept")
+    add("duplicate timestamps", report.duplicate_timestamps, "dropped: the point with the smallest (lat, lon) kept")
     add("trajectories with fewer than 2 points", report.short_trajectories, "dropped")
     rows.append({"check": "trajectories left", "count": report.trajectories_out,
                  "action": "what a release cleans down to (before its own steps)"})

@@ -210,16 +210,30 @@ def test_inspect_counts_without_raising():
     assert inspect(pts([], [], [], []))[0]["check"] == NOT_PRIVATE
 
 
-def test_timeless_table_with_all_null_seq_keeps_table_order():
-    t = pts([1, 1, 1], [None, None, None], [3, 1, 2], [3, 1, 2]).append_column("seq", pa.array([None] * 3, pa.int64()))
-    traj, report = from_points(t, time_required=False)
-    assert traj.lat.tolist() == [3, 1, 2] and report.duplicate_timestamps == 0
+def test_timeless_points_without_seq_are_refused_or_dropped():
+    # no order of their own: refused by the exact tools, dropped (each on its own) by private releases
+    t = pts([1, 1, 1, 2, 2], [None] * 5, [3, 1, 2, 5, 6], [3, 1, 2, 5, 6]).append_column(
+        "seq", pa.array([None, None, None, 1, 0], pa.int64()))
+    with pytest.raises(DuckmobError, match="3 points have neither a ts nor a seq"):
+        from_points(t, time_required=False)
+    traj = private(t, time_required=False)
+    assert traj.traj_id.tolist() == [2] and traj.lat.tolist() == [6, 5]
+    # a table without any seq column: every timeless trajectory is dropped
+    assert private(t.drop_columns(["seq"]), time_required=False).n_trajectories == 0
 
 
 def test_timeless_duplicate_seq_is_not_a_duplicate_point():
     t = pts([1, 1, 1], [None, None, None], [3, 1, 2], [3, 1, 2]).append_column("seq", pa.array([1, 0, 1]))
     traj, report = from_points(t, time_required=False)
-    assert traj.lat.tolist() == [1, 3, 2] and report.duplicate_timestamps == 0
+    assert traj.lat.tolist() == [1, 2, 3] and report.duplicate_timestamps == 0   # equal seqs by (lat, lon)
+
+
+def test_ties_are_broken_by_the_points_own_values_not_the_row_order():
+    # a repeated timestamp keeps the point with the smallest (lat, lon), whatever the row order
+    rows = pts([1, 1, 1, 1], [0, 1, 1, 2], [40.1, 40.5, 40.2, 40.3], [116.1, 116.5, 116.2, 116.3])
+    for perm in ([0, 1, 2, 3], [3, 2, 1, 0], [1, 0, 3, 2]):
+        traj = private(rows.take(pa.array(perm)))
+        assert traj.lat.tolist() == [40.1, 40.2, 40.3]
 
 
 # -- private cleaning: per point, per trajectory, never raising ---------------------------------------------
@@ -311,12 +325,12 @@ def _reference(rows, bbox, min_points, time_required):
         groups.setdefault(key, []).append((ts, seq, i, lat, lon))
     out = {}
     for key, points in groups.items():
-        if all(p[0] is None for p in points):  # timeless: by seq (NULL last), then table order
-            points = sorted(points, key=lambda p: (p[1] is None, p[1] or 0, p[2]))
+        if all(p[0] is None for p in points):  # timeless: by seq, ties by (lat, lon); no seq: dropped
+            points = sorted((p for p in points if p[1] is not None), key=lambda p: (p[1], p[3], p[4]))
             kept = [(NO_TIME, p[3], p[4]) for p in points]
         else:
             kept, seen = [], set()
-            for p in sorted((p for p in points if p[0] is not None), key=lambda p: (p[0], p[2])):
+            for p in sorted((p for p in points if p[0] is not None), key=lambda p: (p[0], p[3], p[4])):
                 if p[0] not in seen:
                     seen.add(p[0])
                     kept.append((T0 + p[0] * 1_000_000, p[3], p[4]))

@@ -111,8 +111,9 @@ def read_points(cur, query: str, *, bucket_points: int = BUCKET_POINTS, folder: 
     """Point tables of whole trajectories from ``query`` (the contract's columns traj_id, user_id, ts, lat, lon,
     seq: :func:`prepare`), read by DuckDB on the cursor ``cur`` in record batches: one scan routes the points to
     ``hash(traj_id)`` buckets of about ``bucket_points`` points each (the number of buckets follows the row count;
-    it only sets how the work is cut, and nothing of it is released). ``seq`` is kept only when no row has a
-    timestamp, as the in-memory path does (otherwise timeless trajectories keep table order).
+    it only sets how the work is cut, and nothing of it is released). ``seq`` is carried whenever a row has no
+    timestamp: a trajectory without time is then ordered by its own seq, as in memory (a trajectory's order never
+    depends on the other rows; when every row has a ts, seq is never used and not read).
 
     The scan already drops the points that ``from_points(private=True)`` drops one by one before anything else
     (:func:`point_filter`), so they are neither routed nor written; the cleaning that follows is unchanged."""
@@ -120,7 +121,7 @@ def read_points(cur, query: str, *, bucket_points: int = BUCKET_POINTS, folder: 
     n = n_buckets(int(n_rows), bucket_points)
     if n > 1 and folder is None:
         raise ValueError("several buckets need a folder")
-    seq = ", seq" if n_ts == 0 and n_rows else ""
+    seq = ", seq" if n_ts < n_rows else ""
     reader = cur.sql(f"SELECT traj_id, user_id, ts, lat, lon{seq}, (hash(traj_id) % {n})::BIGINT AS _bucket "
                      f"FROM ({query}) WHERE {point_filter(bbox, time_required)}")
     yield from route(reader.to_arrow_reader(batch_size=READ_ROWS), n, folder)

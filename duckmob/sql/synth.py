@@ -62,8 +62,9 @@ def _lazy_points(traj, user, ts, lat, lon, seq):
     callable giving an Arrow table (called when the release reads them).
 
     One primitive list per column costs DuckDB about half the memory of one list of structs (measured at
-    15M points: +1.4 GB against +2.6 GB). ``user`` is all NULL when the table has no user column; ``seq`` holds
-    only the rows without a timestamp (all of them for a table without time, else it is not used).
+    15M points: +1.4 GB against +2.6 GB). ``user`` is all NULL when the table has no user column; ``seq`` is
+    aligned with the other columns and NULL on the rows that have a timestamp (where it is not used), or NULL as a
+    whole when every row has one: a trajectory without time is ordered by its own seq whatever the others hold.
     """
     def load():
         traj_v = _values(traj)
@@ -75,7 +76,7 @@ def _lazy_points(traj, user, ts, lat, lon, seq):
         if user_v is not None:   # all NULL when the table has no user column: no user (-1), as without it
             cols["user_id"] = user_v
         seq_v = _values(seq)
-        if seq_v is not None and len(seq_v) == len(traj_v):
+        if seq_v is not None and seq_v.null_count < len(seq_v):   # all NULL: every row has a ts, seq is unused
             cols["seq"] = seq_v
         return _in_order(cols)
     return load

@@ -43,7 +43,7 @@ WITH _mob_out AS MATERIALIZED (
 SELECT _mob_synthesize(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id AS BIGINT)),
                               list(TRY_CAST(ts AS TIMESTAMP)), list(TRY_CAST(lat AS DOUBLE)),
                               list(TRY_CAST(lon AS DOUBLE)),
-                              list(TRY_CAST(seq AS BIGINT)) FILTER (WHERE TRY_CAST(ts AS TIMESTAMP) IS NULL),
+                              list(CASE WHEN TRY_CAST(ts AS TIMESTAMP) IS NULL THEN TRY_CAST(seq AS BIGINT) END),
                               {'source': _mob_caller(tbl), 'out_of_core': _mob_readable(tbl),
                                'types': _mob_point_types(traj_id, user_id, ts, lat, lon),
                                'mapping': {'traj_col': traj_col, 'ts_col': ts_col, 'lat_col': lat_col,
@@ -67,7 +67,7 @@ CREATE OR REPLACE TEMP MACRO mob_fit(tbl, name, eps := NULL, delta := NULL, meth
                                     lat_col := 'lat', lon_col := 'lon', user_col := 'user_id') AS TABLE
 SELECT unnest(_mob_fit(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id AS BIGINT)),
                        list(TRY_CAST(ts AS TIMESTAMP)), list(TRY_CAST(lat AS DOUBLE)), list(TRY_CAST(lon AS DOUBLE)),
-                       list(TRY_CAST(seq AS BIGINT)) FILTER (WHERE TRY_CAST(ts AS TIMESTAMP) IS NULL),
+                       list(CASE WHEN TRY_CAST(ts AS TIMESTAMP) IS NULL THEN TRY_CAST(seq AS BIGINT) END),
                        {'source': _mob_caller(tbl), 'out_of_core': _mob_readable(tbl),
                         'types': _mob_point_types(traj_id, user_id, ts, lat, lon),
                         'mapping': {'traj_col': traj_col, 'ts_col': ts_col, 'lat_col': lat_col, 'lon_col': lon_col,
