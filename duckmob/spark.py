@@ -64,11 +64,11 @@ def _duckdb_type(spark_type: str) -> str:
 
 
 def _columns(df, m: Mapping) -> dict[str, str | None]:
-    """The DataFrame's own column names for the contract's columns (case-insensitive; None for a missing user
-    column); a missing required column is refused naming the mapping parameter (schema, not data)."""
+    """The DataFrame's own column names for the contract's columns (case-insensitive; None for a missing user or
+    seq column); a missing required column is refused naming the mapping parameter (schema, not data)."""
     from duckmob.source.schema import resolve_columns
 
-    return resolve_columns(list(df.columns), m, what=("traj_id", "user_id", "ts", "lat", "lon"))
+    return resolve_columns(list(df.columns), m, what=("traj_id", "user_id", "ts", "lat", "lon", "seq"))
 
 
 def check(df, m: Mapping) -> bool:
@@ -82,7 +82,9 @@ def check(df, m: Mapping) -> bool:
 def _points(df, m: Mapping):
     """The contract's columns from a DataFrame, every value converted with try_cast (NULL when it cannot be: the
     cleaning drops that point; an ANSI cast would quote the value in its error). The user column whenever the
-    DataFrame has one: a trajectory is the pair (user_id, traj_id) under both units."""
+    DataFrame has one: a trajectory is the pair (user_id, traj_id) under both units. ``seq`` always, NULL where the
+    DataFrame has none (as every DuckDB path passes it): ``from_points`` orders a trajectory without any ts by its
+    own seq, so the same rows give the same release on Spark and on DuckDB."""
     from pyspark.sql import functions as F
 
     names = _columns(df, m)
@@ -91,12 +93,13 @@ def _points(df, m: Mapping):
         return F.expr(f"try_cast(`{names[col].replace('`', '``')}` AS {kind})")
 
     user = cast("user_id", "bigint") if names["user_id"] is not None else F.lit(None).cast("long")
+    seq = cast("seq", "bigint") if names["seq"] is not None else F.lit(None).cast("long")
     # a zone-less timestamp passes as it is (DuckDB's TIMESTAMP); one with the session's zone as epoch µs (UTC), so
     # no clock change can reorder a trajectory's points
     kind = dict(df.dtypes).get(names["ts"])
     ts = F.unix_micros(F.col(names["ts"])) if kind == "timestamp" else cast("ts", "timestamp_ntz")
     return df.select(cast("traj_id", "bigint").alias("traj_id"), user.alias("user_id"), ts.alias("ts"),
-                     cast("lat", "double").alias("lat"), cast("lon", "double").alias("lon"))
+                     cast("lat", "double").alias("lat"), cast("lon", "double").alias("lon"), seq.alias("seq"))
 
 
 def _cleaner(bbox, time_required: bool):
@@ -162,10 +165,10 @@ class SparkSource(PointSource):
     partitions of traj_id (default: four per core of the session)."""
 
     def __init__(self, df, *, partitions: int | None = None, traj_col="traj_id", ts_col="ts", lat_col="lat",
-                 lon_col="lon", user_col="user_id"):
+                 lon_col="lon", user_col="user_id", seq_col="seq"):
         self.df, self.partitions = df, partitions
         self.mapping = Mapping.of(traj_col=traj_col, ts_col=ts_col, lat_col=lat_col, lon_col=lon_col,
-                                  user_col=user_col)
+                                  user_col=user_col, seq_col=seq_col)
         self.has_user = check(df, self.mapping)   # the schema, before any reservation
         self._batches = None
 
@@ -195,6 +198,243 @@ class SparkSource(PointSource):
             self._batches = None
 
 
+# -- whose budget: the data the DataFrame's plan reads ------------------------------------------------------------
+
+# analyzed-plan nodes that keep each row of their input as at most one row of their output, which depends on that
+# row alone (stability 1): filters, projections (renames, casts), aliases, views, hints, sorts and repartitions
+_STABLE = {"Project", "Filter", "SubqueryAlias", "View", "ResolvedHint", "Sort", "Repartition",
+           "RepartitionByExpression", "RebalancePartitions"}
+# leaves whose rows are public constants, not data (spark.range, literal rows, createDataFrame): no budget
+_PUBLIC = {"Range", "OneRowRelation", "LocalRelation"}
+# leaves that read data: each resolves to budget keys (_leaf_keys)
+_DATA = {"LogicalRelation", "HiveTableRelation", "DataSourceV2Relation", "DataSourceV2ScanRelation"}
+_PARTITION_DIR = __import__("re").compile(r"^[^/=]+=[^/]*$")
+
+
+def _seq(scala_seq) -> list:
+    return [scala_seq.apply(i) for i in range(scala_seq.size())]
+
+
+def _walk(node):
+    """Every node of a logical plan, its subqueries' plans included."""
+    yield node
+    for child in _seq(node.children()):
+        yield from _walk(child)
+    for sub in _seq(node.subqueries()):
+        yield from _walk(sub)
+
+
+def _folder_key(uri: str, is_file: bool) -> str:
+    """The budget key of the data at ``uri``: the folder of the file (the folder itself for a folder), less any
+    trailing Hive-style partition folders (``year=2024``): a local path as its real absolute path, any other
+    storage as its URI (scheme://authority/path). A key holding ', ' is quoted (the ledger's list separator)."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(uri)
+    path = unquote(parts.path) if parts.scheme in ("", "file") else parts.path
+    path = path.rstrip("/")
+    if is_file:
+        path = path.rsplit("/", 1)[0]
+    while "/" in path.strip("/") and _PARTITION_DIR.match(path.rsplit("/", 1)[1]):
+        path = path.rsplit("/", 1)[0]
+    if parts.scheme in ("", "file"):
+        import os
+        key = os.path.realpath(path or "/")
+    else:
+        key = f"{parts.scheme}://{parts.netloc}{path or '/'}"
+    return f'"{key}"' if ", " in key or '"' in key else key
+
+
+def _catalog_key(parts: list[str]) -> str:
+    """A catalog table without files: its qualified name, lower-case (Spark's names are case-insensitive)."""
+    return ".".join(str(p).lower() for p in parts)
+
+
+def _file_keys(index) -> set[str]:
+    files = list(index.inputFiles())
+    if files:
+        return {_folder_key(f, True) for f in files}
+    return {_folder_key(str(r.toString()), False) for r in _seq(index.rootPaths())}
+
+
+def _leaf_keys(node) -> set[str] | None:
+    """The budget keys of a plan leaf that reads data (None: it cannot be resolved)."""
+    name = node.nodeName()
+    try:
+        if name == "LogicalRelation":
+            rel = node.relation()
+            if rel.getClass().getSimpleName() == "HadoopFsRelation":
+                return _file_keys(rel.location())
+            if node.catalogTable().isDefined():
+                ident = node.catalogTable().get().identifier()
+                catalog = ident.catalog().get() if ident.catalog().isDefined() else "spark_catalog"
+                db = ident.database().get() if ident.database().isDefined() else "default"
+                return {_catalog_key([catalog, db, ident.table()])}
+            return None
+        if name == "HiveTableRelation":
+            return {_folder_key(str(node.tableMeta().location().toString()), False)}
+        if name in ("DataSourceV2Relation", "DataSourceV2ScanRelation"):
+            rel = node.relation() if name == "DataSourceV2ScanRelation" else node
+            table = rel.table()
+            try:
+                return _file_keys(table.fileIndex())   # a file source read through the v2 API
+            except Exception:
+                pass
+            if rel.identifier().isDefined() and rel.catalog().isDefined():
+                ident = rel.identifier().get()
+                return {_catalog_key([rel.catalog().get().name(), *list(ident.namespace()), ident.name()])}
+    except Exception:   # an API this Spark does not have: unresolved, refused below
+        return None
+    return None
+
+
+def _plan(df):
+    return df._jdf.queryExecution().analyzed()
+
+
+def budget_keys(df) -> tuple[str, ...]:
+    """The budget keys of what ``df`` reads (its plan's leaves, subqueries included; no row is read). A key names
+    the data, not the DataFrame: for files (a path read, a catalog table, a view over either), the folder holding
+    them, less any trailing partition folders ``name=value`` (a local folder as its real absolute path, other
+    storage as its URI); for a catalog table without files, ``catalog.database.table`` in lower case. So
+    ``spark.table('TRIPS')``, ``spark.table('default.trips')``, a view over it and ``spark.read.parquet`` of its
+    folder all draw on one budget. Leaves of public constants (``spark.range``, literal rows) have none. Refused: a
+    DataFrame that reads no data with a budget key (rows built on the driver: save them as files or a table
+    first), or a leaf this module cannot resolve (named)."""
+    keys: set[str] = set()
+    for node in _walk(_plan(df)):
+        name = node.nodeName()
+        if name in _PUBLIC or name not in _DATA and _seq(node.children()):
+            continue
+        found = _leaf_keys(node) if name in _DATA else None
+        if found is None:
+            raise DuckmobError(f"duckmob: the DataFrame reads {name}, whose data has no file or catalog table for its "
+                               "privacy budget to follow: write it to files or a table first "
+                               "(df.write.saveAsTable('trips')) and release that")
+        keys |= found
+    if not keys:
+        raise DuckmobError("duckmob: the DataFrame reads no file or catalog table (its rows are built on the driver), "
+                           "so no privacy budget can follow its data: write it to files or a table first "
+                           "(df.write.saveAsTable('trips')) and release that")
+    return tuple(sorted(keys))
+
+
+def _unstable(df) -> list[str]:
+    """The operators of ``df``'s analyzed plan that can turn one row of the data into several rows, or make a row
+    depend on other rows (joins, unions, generators such as explode, aggregates, windows, limits, samples,
+    subqueries); a semi or anti join against public constants only is a filter. Empty: the plan is stable
+    (filters, projections, renames, casts, sorts, repartitions)."""
+    found = []
+    for node in _walk(_plan(df)):
+        name = node.nodeName()
+        if name in _STABLE or name in _PUBLIC or name in _DATA:
+            if _seq(node.subqueries()):
+                found.append(f"a subquery in {name}")
+            continue
+        if name == "Join":
+            kind = str(node.joinType().toString())
+            public = all(n.nodeName() in _PUBLIC or n.nodeName() in _STABLE for n in _walk(node.right()))
+            if kind in ("LeftSemi", "LeftAnti") and public:
+                continue
+            name = f"Join ({kind})"
+        found.append(name)
+    return sorted(set(found))
+
+
+def _stability(df, stability) -> int | None:
+    """The caller's public ``stability`` (an int >= 1: the most rows of what is released that one row of the data
+    can become), or None when the plan is provably stable; a plan that is not, without ``stability``, is refused
+    naming its operators (before anything is reserved)."""
+    if stability is not None:
+        if isinstance(stability, bool) or not isinstance(stability, (int, np.integer)) or stability < 1:
+            raise DuckmobError(f"stability must be a whole number >= 1 (the most rows one row of the data can become "
+                               f"in the DataFrame); got {stability!r}")
+        return int(stability)
+    ops = _unstable(df)
+    if ops:
+        raise DuckmobError(f"duckmob: the DataFrame's plan has {', '.join(ops)}, which can turn one row of the data "
+                           "into several rows of what is released (or make a row depend on others), so one "
+                           "trajectory could count more than once: release a DataFrame that only filters and "
+                           "projects, or declare the most rows one row can become with stability=s (a public "
+                           "bound; the release then costs s times the sensitivity)")
+    return None
+
+
+def _resolve(df=None, *, name: str | None = None, spark=None):
+    """The DataFrame of ``name`` (a catalog table or view, in any spelling Spark resolves) or ``df`` itself."""
+    if name is None:
+        return df
+    from pyspark.sql import SparkSession
+
+    spark = spark or SparkSession.getActiveSession()
+    if spark is None:
+        raise DuckmobError("duckmob: no active SparkSession to look the table up in: pass the DataFrame itself, "
+                           "dspark.set_budget(ledger, spark.table('trips'), eps=..., delta=...)")
+    try:
+        return spark.table(name)
+    except Exception as err:
+        if "NOT_FOUND" in str(getattr(err, "getCondition", lambda: "")() or "") or "not found" in str(err).lower() \
+                or "cannot be found" in str(err).lower():
+            raise DuckmobError(f"duckmob: no table or view '{name}' in the Spark catalog: check its spelling "
+                               "(spark.catalog.listTables()), or pass the DataFrame that reads the data") from None
+        raise DuckmobError(f"duckmob: '{name}' is not a table name Spark can read: pass the DataFrame that reads "
+                           "the data instead") from None
+
+
+# -- the workers' python -----------------------------------------------------------------------------------------
+
+_WORKERS_OK: set = set()
+
+
+def _probe_fn(want_version: str):
+    """A function run once on a worker: what its python makes of ``import duckmob`` (by value: it names nothing
+    of duckmob itself, so a worker without duckmob can still run it and say so)."""
+    def probe(_):
+        import sys as worker_sys
+        try:
+            import duckmob as worker_duckmob   # noqa: F401
+            import pyarrow  # noqa: F401
+            version = getattr(worker_duckmob, "__version__", "?")
+            return ("ok" if version == want_version else f"duckmob {version}") + "|" + worker_sys.executable
+        except Exception as err:   # an import error: the worker's python lacks a package
+            return f"{type(err).__name__}: {err}|{worker_sys.executable}"
+    return probe
+
+
+def check_workers(spark) -> None:
+    """Refuse, before anything is reserved, a session whose Python workers cannot import duckmob (one tiny job,
+    once per SparkContext and interpreter). PySpark run from a plain ``python`` (not spark-submit) starts its
+    workers with ``PYSPARK_PYTHON`` or else the first ``python3`` on PATH, ignoring ``spark.pyspark.python``; so
+    when that setting is given it is applied here, as Spark documents it (the python of the driver and the
+    executors), and in local mode without either the workers run this very interpreter (``sys.executable``, which
+    has duckmob): an unactivated virtual environment works as docs/scale.md sets it up."""
+    import os
+    import sys
+
+    from duckmob import __version__
+
+    sc = spark.sparkContext
+    wanted = sc.getConf().get("spark.pyspark.python")
+    if wanted and sc.pythonExec != wanted:
+        sc.pythonExec = wanted
+    elif not wanted and "PYSPARK_PYTHON" not in os.environ and sc.master.startswith("local"):
+        sc.pythonExec = sys.executable
+    key = (sc.applicationId, sc.pythonExec)
+    if key in _WORKERS_OK:
+        return
+    how = ("set spark.pyspark.python (or PYSPARK_PYTHON) to a python that has duckmob[spark], or install "
+           "duckmob[spark] in the workers' python (on a cluster: spark.archives with a packed environment)")
+    try:
+        answer = sc.parallelize([0], 1).map(_probe_fn(__version__)).collect()[0]
+    except Exception:
+        raise DuckmobError(f"duckmob: Spark could not start a Python worker with '{sc.pythonExec}': {how}") from None
+    status, python = answer.rsplit("|", 1)
+    if status != "ok":
+        raise DuckmobError(f"duckmob: Spark's workers run '{python}', which cannot use duckmob {__version__} "
+                           f"({status}); nothing was reserved: {how}")
+    _WORKERS_OK.add(key)
+
+
 def _ledger(ledger: str):
     import duckdb
 
@@ -205,11 +445,24 @@ def _ledger(ledger: str):
     return con
 
 
-def set_budget(ledger: str, source: str, eps: float, delta: float) -> dict:
-    """Declare or raise the budget of ``source`` (a name for the Spark table) in the DuckDB ledger file."""
+def set_budget(ledger: str, source, eps: float, delta: float, *, spark=None) -> list[dict]:
+    """Declare or raise, in the DuckDB ledger file ``ledger``, the budget of the data ``source`` reads: a DataFrame,
+    or the name of a catalog table or view (any spelling Spark resolves: ``'TRIPS'``, ``'default.trips'``; looked
+    up in ``spark``, default the active session). The budget goes to each of its keys (:func:`budget_keys`: the
+    folders of its files, or the catalog table), so every DataFrame that reads that data draws on it, whatever it is
+    called; a name Spark cannot resolve is refused. Returns the budget row of each key."""
+    from pyspark.sql import DataFrame
+
+    df = source if isinstance(source, DataFrame) else None
+    if df is None:
+        if not isinstance(source, str) or not source.strip():
+            raise DuckmobError(f"source must be a DataFrame or the name of a Spark table or view; got {source!r}")
+        df = _resolve(name=source, spark=spark)
+    keys = budget_keys(df)
     con = _ledger(ledger)
     try:
-        return release.set_budget(release.database(con), source, eps, delta)
+        db = release.database(con)
+        return [release.set_budget(db, key, eps, delta) for key in keys]
     finally:
         con.close()
 
@@ -247,35 +500,66 @@ def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partiti
 
 
 @release.interrupts.entered()   # Ctrl-C from the first moment
-def synthesize(df, *, source: str, ledger: str, eps, method: str = "privtrace", delta=None, bbox=None, n=None,
-               seed=None, privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None,
-               max_rows=None, partitions: int | None = None, output_partitions: int | None = None,
-               traj_col="traj_id", ts_col="ts", lat_col="lat", lon_col="lon", user_col="user_id", **method_params):
-    """``synthesize`` on a Spark DataFrame: fit + sample, one spend of ``source``'s budget recorded in the DuckDB
-    file ``ledger`` (declare it first with :func:`set_budget`); returns the synthetic table as a Spark DataFrame
-    (traj_id, seq, lat, lon, ts) sampled on the executors (:func:`sample`, in ``output_partitions`` partitions).
-    Arguments as the SQL macro's (``max_rows`` too: an explicit n is checked before the reservation); ``source`` is
-    the name the ledger records; ``partitions`` are the input's."""
-    from duckmob import synth
+def _fit_request(stability, **kwargs):
+    """fit_request with the caller's stability (None: the plan was proven stable)."""
+    import inspect
 
-    con = _ledger(ledger)
-    try:
-        db = release.database(con)
-        r = release.fit_request(source=source, eps=eps, delta=delta, method=method, bbox=bbox,
-                                privacy_unit=privacy_unit, max_trajectories_per_user=max_trajectories_per_user,
-                                params={**synth.parse_params(params), **method_params}, seed=seed, n=n,
-                                max_rows=max_rows)
+    if "stability" in inspect.signature(release.fit_request).parameters:
+        return release.fit_request(stability=stability, **kwargs)
+    if stability not in (None, 1):   # NOTE: until the release core takes stability, s > 1 cannot be charged
+        raise DuckmobError("stability > 1 is not supported by this version of the release core: release a "
+                           "DataFrame that only filters and projects")
+    return release.fit_request(**kwargs)
+
+
+def synthesize(df, *, ledger: str, eps, method: str = "privtrace", delta=None, bbox=None, n=None, seed=None,
+               privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None, max_rows=None,
+               stability: int | None = None, partitions: int | None = None, output_partitions: int | None = None,
+               traj_col="traj_id", ts_col="ts", lat_col="lat", lon_col="lon", user_col="user_id", seq_col="seq",
+               source=None, **method_params):
+    """``synthesize`` on a Spark DataFrame: fit + sample, one spend recorded in the DuckDB file ``ledger``, drawn
+    on the budget of the data ``df`` reads (:func:`budget_keys`; declare it first with :func:`set_budget`);
+    returns the synthetic table as a Spark DataFrame (traj_id, seq, lat, lon, ts) sampled on the executors
+    (:func:`sample`, in ``output_partitions`` partitions). Arguments as the SQL macro's (``max_rows`` too: an
+    explicit n is checked before the reservation); ``partitions`` are the input's.
+
+    Before anything is reserved: the arguments, the DataFrame's schema, its budget keys, its plan (a plan that can
+    turn one row into several is refused naming the operator unless ``stability=s`` is declared: the release then
+    costs s times the sensitivity, :func:`_stability`) and the workers' python (:func:`check_workers`)."""
+    from duckmob import synth
+    from duckmob.release import interrupts
+
+    with interrupts.entered():
+        if source is not None:
+            raise DuckmobError("duckmob: source= is not taken any more: a Spark release draws on the budget of the "
+                               "data its DataFrame reads (declare it with dspark.set_budget(ledger, df, ...)); "
+                               "drop source=")
         src = SparkSource(df, partitions=partitions, traj_col=traj_col, ts_col=ts_col, lat_col=lat_col,
-                          lon_col=lon_col, user_col=user_col)
+                          lon_col=lon_col, user_col=user_col, seq_col=seq_col)   # the schema first
+        keys = budget_keys(df)
+        s = _stability(df, stability)
+        r = _fit_request(s, source=release_source(keys), eps=eps, delta=delta, method=method, bbox=bbox,
+                         privacy_unit=privacy_unit, max_trajectories_per_user=max_trajectories_per_user,
+                         params={**synth.parse_params(params), **method_params}, seed=seed, n=n, max_rows=max_rows)
         if r.unit.is_user and not src.has_user:
             raise DuckmobError(f"the DataFrame has no {user_col} column, so privacy_unit := 'user' cannot tell whose "
                                "each trajectory is: name its user column with user_col=..., or use "
                                "privacy_unit='trajectory'")
-        model, _, noise = release.fit(db, r, src)
-    finally:
-        con.close()
+        check_workers(df.sparkSession)
+        con = _ledger(ledger)
+        try:
+            model, _, noise = release.fit(release.database(con), r, src)
+        finally:
+            con.close()
     return sample(df.sparkSession, model, r.n, noise.output_seed(), partitions=output_partitions,
                   max_rows=r.max_rows)
 
 
-__all__ = ["SparkSource", "SparkBatches", "sample", "synthesize", "set_budget"]
+def release_source(keys) -> str:
+    """The ledger's source text of a release over ``keys`` (one key: itself)."""
+    from duckmob.privacy.ledger import join_keys
+
+    return join_keys(keys)
+
+
+__all__ = ["SparkSource", "SparkBatches", "sample", "synthesize", "set_budget", "budget_keys", "check_workers"]

@@ -55,6 +55,7 @@ def data(tmp_path_factory):
                .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
                # local workers run this interpreter (the venv's), not whatever python3 is first on PATH
                .config("spark.pyspark.python", sys.executable)
+               .config("spark.sql.warehouse.dir", str(folder / "warehouse"))
                .getOrCreate())
     yield folder, path, session
     session.stop()
@@ -158,9 +159,9 @@ def test_spark_synthesize_equals_duckdb(data, monkeypatch):
     monkeypatch.setattr(PrivTrace, "fit", fit_spy)
     monkeypatch.setattr(dspark, "sample", sample_spy)
     ledger = str(folder / "ledger.duckdb")
-    dspark.set_budget(ledger, "trips", 10.0, 1e-5)
+    dspark.set_budget(ledger, session.read.parquet(path), 10.0, 1e-5)
     n = 2 * sampling.BLOCK + 100
-    out = dspark.synthesize(session.read.parquet(path), source="trips", ledger=ledger, eps=2.0, bbox=BBOX, seed=3,
+    out = dspark.synthesize(session.read.parquet(path), ledger=ledger, eps=2.0, bbox=BBOX, seed=3,
                             n=n, privacy_unit="user", max_trajectories_per_user=20, partitions=3,
                             output_partitions=2)
     [(model, n_drawn, seed)] = samples
@@ -183,7 +184,7 @@ def test_spark_synthesize_equals_duckdb(data, monkeypatch):
     con.execute("FROM mob_set_budget('trips', eps := 10, delta := 1e-5)").fetchall()
     ddb = synthesize_table(con, "trips", 2.0, bbox=BBOX, seed=3, n=n, privacy_unit="user",
                            max_trajectories_per_user=20)
-    spend = "SELECT source, mechanism, epsilon, delta, privacy_unit, params, event, seeded, status FROM duckmob_ledger"
+    spend = "SELECT mechanism, epsilon, delta, privacy_unit, params, event, seeded, status FROM duckmob_ledger"
     want_spend = con.sql(spend).fetchall()
     con.close()
     assert len(models) == 2 and models[0].to_bytes() == models[1].to_bytes()
@@ -202,8 +203,10 @@ def test_spark_synthesize_equals_duckdb(data, monkeypatch):
     assert sum(int(v.sum()) for v in reduced["spark"][1].values()) > 0
     led = duckdb.connect(ledger)
     rows = led.sql(spend).fetchall()
+    sources = led.sql("SELECT source FROM duckmob_ledger").fetchall()
     led.close()
     assert rows == want_spend and len(rows) == 1 and rows[0][-1] == "spent"
+    assert sources == [(str(folder.resolve()),)]   # the folder of the files the DataFrame reads
 
 
 def test_spark_sample_sizes_and_checks_like_the_core(data):
@@ -237,12 +240,12 @@ def test_spark_wrong_types_are_refused_for_free_naming_no_value(data, column, va
     naming the column and its type only, with the same answer for an empty DataFrame."""
     folder, path, session = data
     ledger = str(folder / f"ledger_{column}.duckdb")
-    dspark.set_budget(ledger, "bad", 10.0, 1e-5)
+    dspark.set_budget(ledger, session.read.parquet(path), 10.0, 1e-5)
     df = session.read.parquet(path).selectExpr("*", f"{value} AS __bad").drop(column).withColumnRenamed("__bad", column)
     answers = []
     for frame in (df, df.limit(0)):
         with pytest.raises(duckmob.DuckmobError) as err:
-            dspark.synthesize(frame, source="bad", ledger=ledger, eps=1.0, bbox=BBOX)
+            dspark.synthesize(frame, ledger=ledger, eps=1.0, bbox=BBOX)
         message = str(err.value)
         assert "has type" in message and "xyz" not in message and "secret" not in message
         answers.append(message)
@@ -255,9 +258,7 @@ def test_spark_wrong_types_are_refused_for_free_naming_no_value(data, column, va
 def test_spark_try_cast_drops_unconvertible_values_and_keys_by_user(data):
     """Values Spark cannot convert (a double id beyond BIGINT) become NULL and their points are dropped, quietly;
     two users' trajectories that share a traj_id stay two trajectories, as on DuckDB."""
-    folder, path, session = data
-    ledger = str(folder / "ledger_cast.duckdb")
-    dspark.set_budget(ledger, "odd", 10.0, 1e-5)
+    _folder, path, session = data
     df = session.read.parquet(path).selectExpr(
         "CASE WHEN traj_id % 5 = 0 THEN 1e30 ELSE traj_id % 7 END AS traj_id", "user_id", "ts", "lat", "lon")
     src = dspark.SparkSource(df.selectExpr("CAST(traj_id AS DECIMAL(38, 0)) AS traj_id", "user_id", "ts", "lat",
