@@ -300,3 +300,28 @@ def test_attach_and_use_release_from_the_files_own_ledger_or_refuse(tmp_path):
         assert again.sql("SELECT spent FROM mob_budget()").fetchall() == [(0.0,)]
     finally:
         again.close()
+
+
+def test_a_trajectory_stored_on_many_rows_is_one_sequence_on_both_paths():
+    # one (user, traj) key on 50 rows is ONE trajectory of mass 1, out of core and gathered alike; no traj_id: dropped
+    import duckmob
+    from duckmob.privacy.counting import transition_counts
+    from duckmob.source.schema import Mapping
+    from duckmob.source.table import grouped_sequences, prepare, read_sequences, sequence_arrays
+
+    con = duckmob.connect()
+    con.execute("CREATE TABLE seqs AS SELECT 1::BIGINT AS traj_id, 7::BIGINT AS user_id, [1, 2, 3]::BIGINT[] AS cells "
+                "FROM range(50)")
+    con.execute("INSERT INTO seqs VALUES (2, 7, [4, 5]), (NULL, 7, [1, 1]), (1, 8, [6, 6])")
+    select = prepare(con, "seqs", Mapping(), home="memory", shape="sequences").select
+    for unit in ("trajectory", "user"):
+        parts = list(read_sequences(con, select, unit))
+        offsets = np.concatenate([[0], np.cumsum(np.concatenate([np.diff(p[0]) for p in parts]))])
+        cells = np.concatenate([p[1] for p in parts])
+        assert sorted(np.diff(offsets).tolist()) == [2, 2, 150]
+        assert transition_counts(offsets, cells, 9).sum() == pytest.approx(3.0)   # three keys, mass 1 each
+    rows = con.sql("SELECT {'traj_id': traj_id, 'user_id': user_id, 'cells': cells} AS r FROM seqs").to_arrow_table()
+    gathered = sequence_arrays(grouped_sequences(rows.column("r").combine_chunks()))
+    assert sorted(np.diff(gathered[0]).tolist()) == [2, 2, 150] and gathered[2].tolist() == [7, 8, 7]
+    assert transition_counts(gathered[0], gathered[1], 9).sum() == pytest.approx(3.0)
+    con.close()

@@ -26,8 +26,8 @@ from duckmob.release.protocol import read_ledger, set_budget as declare
 from duckmob.release.registry import Database
 from duckmob.source import ArrowSource, lineage
 from duckmob.source.schema import Mapping
-from duckmob.source.table import (Prepared, TableSource, count_query, pair_count, prepare, read_sequences,
-                                  sequence_arrays)
+from duckmob.source.table import (Prepared, TableSource, count_query, grouped_sequences, pair_count, prepare,
+                                  read_sequences, sequence_arrays)
 from duckmob.synth import store
 
 
@@ -254,7 +254,8 @@ def transitions_gathered(db: Database, relation: str, temp_tables, has_user: boo
     source = gathered_key(relation, temp_tables)
     return _remembered(db, _key("transitions", source, "", request),
                        lambda: counting.transitions(db, source=source, user_col=mapping.user_col if has_user else None,
-                                                    load=lambda: sequence_arrays(rows()), **request))
+                                                    load=lambda: sequence_arrays(grouped_sequences(rows())),
+                                                    **request))
 
 
 def set_budget(db: Database, con, relation: str, eps, delta, *, temp_tables=None) -> dict:

@@ -226,10 +226,33 @@ def pair_count(traj_id: np.ndarray, user_id: np.ndarray, *, what: str, unit: Pri
 
 
 def sequences_query(select: str, privacy_unit: str) -> str:
-    """The cell sequences of ``select`` (:func:`prepare`, shape 'sequences'). Under the user unit they come in the
-    order :func:`sequence_arrays` gives them in memory, by traj_id with NULL as -1 (only the user unit's random
-    choice depends on the order, the sums do not); ties (one traj_id on two rows) in DuckDB's order."""
-    return f"SELECT * FROM ({select}) ORDER BY coalesce(traj_id, -1)" if privacy_unit == "user" else select
+    """The cell sequences of ``select`` (:func:`prepare`, shape 'sequences'), one row per trajectory.
+
+    A trajectory is its (user_id, traj_id) key, however many rows hold it: the rows of one key are read as ONE
+    sequence, their cells concatenated in the order of the rows' own values (lists compared element by element),
+    so every mechanism normalises per key and one trajectory adds mass 1 whatever it is stored as (50 rows of one
+    key are one trajectory, not 50). Rows without a traj_id belong to no trajectory and are dropped, as on the
+    points path. Under the user unit the sequences come ordered by (traj_id, user_id), the order
+    :func:`sequence_arrays` gives them in memory (only the user unit's random choice depends on the order; the sums
+    do not)."""
+    grouped = (f"SELECT traj_id, user_id, flatten(list(cells ORDER BY cells)) AS cells FROM ({select}) "
+               "WHERE traj_id IS NOT NULL GROUP BY traj_id, user_id")
+    return f"{grouped} ORDER BY traj_id, coalesce(user_id, -1)" if privacy_unit == "user" else grouped
+
+
+def grouped_sequences(rows: pa.StructArray | None) -> pa.StructArray | None:
+    """Gathered (traj_id, user_id, cells) rows grouped as :func:`sequences_query` groups a table's: one row per
+    (user_id, traj_id) key (computed by an in-process DuckDB over the rows, the same SQL as out of core)."""
+    if rows is None or len(rows) == 0:
+        return rows
+    import duckdb
+
+    table = pa.Table.from_struct_array(rows.filter(pc.is_valid(rows)) if rows.null_count else rows)
+    with duckdb.connect() as con:
+        con.register("gathered_rows", table)
+        out = con.sql(sequences_query("SELECT * FROM gathered_rows", "user")).to_arrow_table()
+    return pa.StructArray.from_arrays([out.column(c).combine_chunks() for c in out.column_names],
+                                      names=out.column_names)
 
 
 def sequence_arrays(seqs: pa.StructArray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -261,5 +284,5 @@ def read_sequences(cur, select: str, privacy_unit: str) -> Iterator[tuple[np.nda
 
 
 __all__ = ["Prepared", "prepare", "TableSource", "read_points", "point_filter", "route", "n_buckets", "count_query",
-           "pair_count", "sequences_query", "sequence_arrays", "read_sequences", "BUCKET_POINTS", "READ_ROWS",
-           "SEQUENCE_ROWS"]
+           "pair_count", "sequences_query", "grouped_sequences", "sequence_arrays", "read_sequences", "BUCKET_POINTS",
+           "READ_ROWS", "SEQUENCE_ROWS"]
