@@ -1,6 +1,6 @@
 """The public Python API (re-exported by :mod:`duckmob`): :func:`connect`, :func:`register`, :func:`synthesize`,
-:func:`sample`, :func:`evaluate`, :func:`noisy_count`, :func:`transitions`. Entry points (the shell, the demo, notebooks) import it
-from here, so nothing imports the package root."""
+:func:`sample`, :func:`evaluate`, :func:`noisy_count`, :func:`transitions`, :func:`budgets`, :func:`releases`.
+Entry points (the shell, the demo, notebooks) import it from here, so nothing imports the package root."""
 
 from __future__ import annotations
 
@@ -123,5 +123,20 @@ def transitions(con: duckdb.DuckDBPyConnection, table: str, *, order=1, eps, n_s
                               support=support, w=w)
 
 
-__all__ = ["connect", "register", "evaluate", "synthesize", "sample", "noisy_count", "transitions", "DuckmobError",
-           "BudgetError", "__version__"]
+def budgets(con: duckdb.DuckDBPyConnection):
+    """The Python twin of ``FROM mob_budget()``: one row per source (source, eps, delta, spent, remaining, releases,
+    declared_at) as a pyarrow Table. The ledger is verified first, as a release verifies it: a tampered or reset
+    ledger raises LedgerTampered (docs/threat_model.md)."""
+    register(con)
+    return con.sql("FROM mob_budget()").to_arrow_table()
+
+
+def releases(con: duckdb.DuckDBPyConnection):
+    """The Python twin of ``FROM mob_ledger()``: every recorded release, oldest first, as a pyarrow Table; verified
+    first like :func:`budgets`."""
+    register(con)
+    return con.sql("FROM mob_ledger()").to_arrow_table()
+
+
+__all__ = ["connect", "register", "evaluate", "synthesize", "sample", "noisy_count", "transitions", "budgets",
+           "releases", "DuckmobError", "BudgetError", "__version__"]

@@ -150,7 +150,11 @@ def udfs(db) -> list[Udf]:
 
     def listing(read, schema):
         def udf(_):
-            return one_row(pa.Table.from_pylist(release.read_ledger(db, read), schema=schema))
+            # verified first, as a release does (a tampered ledger is refused, never shown clean), under the lock
+            # that guards what this process verified
+            with db.lock:
+                rows = release.read_ledger(db, lambda cur: read(cur, db.verified))
+            return one_row(pa.Table.from_pylist(rows, schema=schema))
         return udf
 
     @release.interrupts.entered()   # Ctrl-C from the first moment
@@ -198,8 +202,8 @@ def udfs(db) -> list[Udf]:
             NOISY_COUNT, side_effects=True, special_nulls=True),
         Udf("_mob_out_of_core", out_of_core, [], "BOOLEAN", OUT_OF_CORE, special_nulls=True),
         Udf("_mob_set_budget", set_budget, [], _BUDGET_ROW, SET_BUDGET, side_effects=True, special_nulls=True),
-        Udf("_mob_budgets", listing(ledger.budgets, _BUDGETS_SCHEMA), ["BOOLEAN"], _struct(_BUDGETS_SCHEMA),
-            side_effects=True),
-        Udf("_mob_ledger", listing(ledger.releases, _LEDGER_SCHEMA), ["BOOLEAN"], _struct(_LEDGER_SCHEMA),
-            side_effects=True),
+        Udf("_mob_budgets", listing(ledger.shown_budgets, _BUDGETS_SCHEMA), ["BOOLEAN"],
+            _struct(_BUDGETS_SCHEMA), side_effects=True),
+        Udf("_mob_ledger", listing(ledger.shown_releases, _LEDGER_SCHEMA), ["BOOLEAN"],
+            _struct(_LEDGER_SCHEMA), side_effects=True),
     ]

@@ -22,12 +22,15 @@ CREATE OR REPLACE TEMP MACRO mob_set_budget(source, eps := NULL, delta := NULL) 
 SELECT unnest(_mob_set_budget({'source': _mob_caller(source), 'eps': eps, 'delta': delta}), recursive := true);
 
 -- One row per source: its latest budget, what is spent (PLD composition of every recorded release at the
--- budget's delta, or the exact sum for pure Laplace), what remains, and how many releases were recorded.
+-- budget's delta, or the exact sum for pure Laplace), what remains, and how many releases were recorded. The ledger is
+-- verified first, as a release verifies it (rows, declarations and the head file <database file>.duckmob-ledger): a
+-- tampered ledger is refused with the LedgerTampered message a release would get, never shown as a clean one.
 CREATE OR REPLACE TEMP MACRO mob_budget() AS TABLE
 SELECT unnest(_mob_budgets(true), recursive := true);
 
 -- Every recorded release, oldest first; params and event are JSON; status is reserved (in progress), spent,
 -- failed (after the data was read: it counts) or cancelled (refused before any data was read: it does not).
+-- Verified first, like mob_budget(): a tampered ledger is refused.
 CREATE OR REPLACE TEMP MACRO mob_ledger() AS TABLE
 SELECT * REPLACE (params::JSON AS params, event::JSON AS event)
 FROM (SELECT unnest(_mob_ledger(true), recursive := true));

@@ -470,8 +470,9 @@ def test_a_head_file_beside_a_database_whose_ledger_is_gone_is_refused(tmp_path)
     c.sql("FROM mob_set_budget('trips', eps := 2.0, delta := 1e-5)").fetchall()
     c.execute("DROP TABLE duckmob_ledger; DROP TABLE duckmob_budget; DROP SEQUENCE duckmob_ledger_id; "
               "DROP SEQUENCE duckmob_budget_seq")
-    with pytest.raises(ledger.LedgerTampered, match=r"are gone, but the ledger's head file .*trips\.duckdb\."
-                                                    r"duckmob-ledger records 0 releases and 1 budget declaration:"):
+    with pytest.raises(ledger.LedgerTampered, match=r"holds no privacy ledger, but the ledger's head file .*trips\."
+                                                    r"duckdb\.duckmob-ledger beside it records 0 releases and 1 "
+                                                    r"budget declaration: if the database file was deleted"):
         ledger.verify(c)   # what knows nothing of this ledger but its head file: a new process
     c.close()
 

@@ -36,8 +36,8 @@ import duckdb
 from duckmob.errors import BudgetError, DuckmobError
 from duckmob.privacy import accounting
 from duckmob.privacy.accounting import Event, needs_delta
-from duckmob.privacy.ledger.headfile import (HEAD_SUFFIX, MARK, Head, _check_head, _comment, _count, _locate,
-                                             _read_head, _write_head, head_file)
+from duckmob.privacy.ledger.headfile import (HEAD_SUFFIX, MARK, Head, _check_head, _comment, _locate, _read_head,
+                                             _write_head, head_file, stale)
 from duckmob.privacy.ledger.schema import (_BUDGET_COLUMNS, _COLUMNS, _OBJECTS, BUDGET, BUDGET_SEQ, LEDGER, LEDGER_SEQ,
                                            STATUSES, _has_column, _now, _present, create, has_tables, release_row,
                                            releases)
@@ -180,12 +180,7 @@ def _missing(con, verified: Verified) -> None:
         if stored is None or all(h is None or h.empty() for h in stored):
             verified.tables = False
             return
-        head = stored[0] if not stored[0].empty() else stored[1]
-        raise LedgerTampered(f"the tables duckmob_budget and duckmob_ledger and their sequences are gone, but the "
-                             f"ledger's head file {verified.head_file} records {_count(head.releases, 'release')} "
-                             f"and {_count(head.budgets, 'budget declaration')}: the record of earlier releases is "
-                             "lost, so no spend can be checked. Restore the database together with its head file "
-                             "from a backup; releases are refused until then")
+        raise stale(verified.head_file, stored[0] if not stored[0].empty() else stored[1])
     if len(missing) == len(_OBJECTS):
         raise LedgerTampered("the tables duckmob_budget and duckmob_ledger and their sequences were dropped after "
                              "this process saw a privacy budget declared: the record of earlier releases is lost, "
@@ -254,6 +249,46 @@ def check(prior_or_con, source_or_event, event: Event | None = None) -> None:
     if not isinstance(event, Event):
         raise DuckmobError(f"check takes a privacy event; got {type(event).__name__}")
     p.check(event)
+
+
+# -- showing (mob_budget(), mob_ledger()) ------------------------------------------------------------------------
+
+def shown_budgets(con, verified: Verified | None = None) -> list[dict]:
+    """What ``mob_budget()`` shows, from the ledger as :func:`verify` found it (a tampered ledger is refused with
+    the same LedgerTampered a release gets, never shown clean): one dict per source (source, eps, delta, spent,
+    remaining, releases, declared_at), its latest declaration and the PLD composition of its verified releases
+    that count, at that declaration's delta."""
+    verified = Verified() if verified is None else verified
+    verify(con, verified)
+    if not verified.tables:
+        return []
+    latest = {d.source: d for d in verified.declarations}   # in seq order: the last one wins
+    declared_at = dict(con.execute(f"SELECT seq, declared_at FROM {BUDGET}").fetchall())
+    out = []
+    for source in sorted(latest):
+        d = latest[source]
+        recorded = verified.events(source)
+        used = accounting.epsilon(accounting.compose(list(recorded)), d.delta)
+        out.append({"source": source, "eps": d.eps, "delta": d.delta, "spent": used,
+                    "remaining": max(d.eps - used, 0.0), "releases": len(recorded),
+                    "declared_at": declared_at.get(d.seq)})
+    return out
+
+
+def shown_releases(con, verified: Verified | None = None) -> list[dict]:
+    """What ``mob_ledger()`` shows: every release row, oldest first, after :func:`verify`; each row read is the
+    one verified (its fingerprint), so an edit made between the check and the read is refused too."""
+    verified = Verified() if verified is None else verified
+    verify(con, verified)
+    if not verified.tables:
+        return []
+    out = []
+    for *values, fingerprint in con.execute(f"SELECT {', '.join(_COLUMNS)}, {_FINGERPRINT} FROM {LEDGER} ORDER BY id"
+                                            ).fetchall():
+        if verified.fingerprint(values[0]) != int(fingerprint):
+            raise _tampered_row(values[0])
+        out.append(dict(zip(_COLUMNS, values)))
+    return out
 
 
 # -- writing --------------------------------------------------------------------------------------------------
@@ -393,7 +428,7 @@ def _jsonable(value):
     return str(value)
 
 
-__all__ = ["ensure_tables", "has_tables", "verify", "Verified", "set_budget", "prior", "check", "reserve", "update",
+__all__ = ["ensure_tables", "has_tables", "verify", "shown_budgets", "shown_releases", "Verified", "set_budget", "prior", "check", "reserve", "update",
            "record", "budget", "budgets", "spent", "events", "releases", "release_row", "Prior", "LedgerTampered",
            "head_file", "Head", "BUDGET", "LEDGER", "STATUSES", "HEAD_SUFFIX", "MARK", "join_keys", "keys_of",
            "needs_delta"]

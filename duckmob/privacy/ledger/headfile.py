@@ -134,7 +134,21 @@ def _check_head(con, verified: Verified) -> None:
         raise _diverged(verified.head_file, now, stored[0])
 
 
+def stale(path: str, head: Head) -> LedgerTampered:
+    """The refusal when the database holds no ledger (none, or empty tables) while its head file ``path`` records
+    ``head``: a new database where a deleted one was (whose head file was left behind), or a ledger dropped. Which
+    one only the data owner knows, so the message names the file and both ways out; nothing is deleted here."""
+    return LedgerTampered(f"this database holds no privacy ledger, but the ledger's head file {path} beside it "
+                          f"records {_count(head.releases, 'release')} and "
+                          f"{_count(head.budgets, 'budget declaration')}: if the database file was deleted to start "
+                          f"over, delete {path} too (docs/threat_model.md, 'Starting over'); otherwise its ledger "
+                          "was dropped, so restore the database together with its head file from the same backup; "
+                          "releases are refused until then")
+
+
 def _diverged(path: str, now: Head, head: Head) -> LedgerTampered:
+    if now.empty() and not head.empty():
+        return stale(path, head)
     if (now.releases, now.budgets) == (head.releases, head.budgets):
         what = ("a row of duckmob_ledger was edited" if now.release_chain != head.release_chain else
                 "a budget declaration in duckmob_budget was edited")

@@ -70,7 +70,8 @@ def has_tables(con) -> bool:
 
 
 def releases(con) -> list[dict]:
-    """Every recorded release, oldest first (what mob_ledger() shows)."""
+    """Every recorded release, oldest first, read unverified (``mob_ledger()`` shows
+    :func:`duckmob.privacy.ledger.shown_releases`, verified first)."""
     if not has_tables(con):
         return []
     rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM {LEDGER} ORDER BY id").fetchall()

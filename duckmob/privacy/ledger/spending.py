@@ -3,8 +3,9 @@
 Spent = ``accounting.epsilon(compose(events of every row not cancelled), budget delta)``: the releases of a
 source are composed by :mod:`duckmob.privacy.accounting` (PLD composition), never summed. A release that reads
 several base tables draws on each one's budget (:func:`join_keys`, :attr:`Prior.parts`). The functions here read
-the tables as they are (what ``mob_budget()`` shows); a release decides from the verified rows instead
-(:func:`duckmob.privacy.ledger.prior`).
+the tables as they are, unverified; a release decides from the verified rows instead
+(:func:`duckmob.privacy.ledger.prior`), and ``mob_budget()`` shows them
+(:func:`duckmob.privacy.ledger.shown_budgets`).
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def _up(x: float) -> str:
 
 
 def budgets(con) -> list[dict]:
-    """One dict per source (source, eps, delta, spent, remaining, releases, declared_at): what mob_budget() shows."""
+    """One dict per source (source, eps, delta, spent, remaining, releases, declared_at), read unverified (what
+    ``mob_budget()`` shows is :func:`duckmob.privacy.ledger.shown_budgets`, verified first)."""
     if not has_tables(con):
         return []
     rows = con.execute(f"""SELECT source, eps, delta, declared_at FROM {BUDGET}
