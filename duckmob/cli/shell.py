@@ -14,8 +14,9 @@ duckmob's package imports allow (``benchmarks/startup.py``).
 Long statements: in a terminal DuckDB draws its progress bar, and HRNet's pre-training and DP-SGD draw their own
 (on standard error, with the time left).
 
-Ctrl-C while a statement runs stops it (DuckDB's query and any release in progress, which keeps the budget it
-reserved) and prints one line, :data:`INTERRUPTED`; the prompt comes back, or ``-c`` / ``-f`` / piped SQL exits with
+Ctrl-C while a statement runs stops it (DuckDB's query and any release in progress: cancelled, nothing spent, if
+it had not read its data yet, even when the press came before DuckDB called it; else charged what it computed, a
+DP-SGD fit the steps that ran) and prints one line, :data:`INTERRUPTED`; the prompt comes back, or ``-c`` / ``-f`` / piped SQL exits with
 status 130. Ctrl-C at the prompt clears the line being typed.
 
 How results look: :mod:`duckmob.cli.output`.
@@ -24,6 +25,7 @@ How results look: :mod:`duckmob.cli.output`.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
 import shutil
@@ -239,9 +241,18 @@ class Shell:
         On the main thread (unless SIGINT is ignored, as in a background job) ``work`` runs on a helper thread
         while this one waits, with a SIGINT handler that calls ``con.interrupt()``: DuckDB looks at Python's
         signals only between its tasks, which can be a minute apart while the main thread waits for its workers
-        (measured: 80 s for a count over range(1e10) on two cores). The handler also calls the previous one
-        (duckmob's, which flags releases in progress so their loops stop), without letting it raise.
+        (measured: 80 s for a count over range(1e10) on two cores). The handler also stops every release in
+        progress (:func:`duckmob.release.interrupt_all`: their loops stop at their next check, whichever DuckDB
+        thread runs them) and calls the previous handler, without letting it raise.
+
+        The statement runs as one :func:`duckmob.release.interrupts.statement`: a release it makes stops on a
+        press from the statement's first moment, even one that came before DuckDB called the release's UDF.
         """
+        core = _release_interrupts()
+        with core.statement() if core is not None else contextlib.nullcontext():
+            self._run_interruptibly(work)
+
+    def _run_interruptibly(self, work) -> None:
         previous = signal.getsignal(signal.SIGINT)
         if threading.current_thread() is not threading.main_thread() or previous == signal.SIG_IGN:
             try:
@@ -263,6 +274,9 @@ class Shell:
         def on_sigint(signum, frame):
             pressed.set()
             self.con.interrupt()
+            core = _release_interrupts()
+            if core is not None:   # counted here whatever the previous handler is (counted twice: no matter)
+                core.interrupt_all()
             if callable(previous):
                 try:
                     previous(signum, frame)
@@ -384,6 +398,12 @@ class Shell:
                 except OSError:
                     pass
         return 0
+
+
+def _release_interrupts():
+    """duckmob's Ctrl-C module (:mod:`duckmob.release.interrupts`) once the release core is loaded, else None: no
+    release can run before it is, and the shell starts without loading it (module docstring: start-up)."""
+    return sys.modules.get("duckmob.release.interrupts")
 
 
 class _Interrupted(Exception):

@@ -85,10 +85,10 @@ class TrainingLog:
 
 @dataclass
 class StepsRun:
-    """How many steps of one DP-SGD run have begun in this process: None until its loop starts here (a run in
-    worker processes, :mod:`duckmob.synth.distributed`, leaves it None: this process does not see their steps)."""
+    """How many steps of one DP-SGD run have begun: 0 until its loop starts; None when they run in worker
+    processes (:mod:`duckmob.synth.distributed`), whose steps this process does not see (all are then charged)."""
 
-    steps: int | None = None
+    steps: int | None = 0
 
 
 def ran_event(event: Event, run: int, steps_run: int | None) -> Event:
@@ -174,8 +174,6 @@ def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool]
     bar = progress_steps(desc, steps, progress)   # a bar in a terminal, lines elsewhere, unless off
     start = epoch_start = time.perf_counter()
     average = [p.detach().clone() for p in params] if ema > 0 else None
-    if steps_run is not None:
-        steps_run.steps = 0
     try:
         for step, batch in enumerate(sampler):
             if check_interrupt is not None:

@@ -122,7 +122,7 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     ``Release.check_interrupt``). Whatever it raises propagates unchanged and training stops there: the model
     then holds the steps already taken (fewer than ``steps``, so the ``dp_sgd`` event above still bounds what
     they spent) and is left mid-training (no EMA swap). ``steps_run`` counts the steps begun, in this process
-    only (:func:`duckmob.synth.dpsgd.charged_as_run`; with ``workers`` above 1 it stays None: all steps charged).
+    only (:func:`duckmob.synth.dpsgd.charged_as_run`; with ``workers`` above 1 it is set to None: all charged).
 
     ``workers``: above 1, the same run data-parallel in that many processes
     (:func:`duckmob.synth.distributed.train_in_workers`: the same Poisson batches, noise and accounted event;
@@ -130,6 +130,9 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
     """
     if workers > 1:
         from duckmob.synth.distributed import train_in_workers
+
+        if steps_run is not None:
+            steps_run.steps = None   # the workers' steps are not seen here: a stop is charged all of them
 
         return train_in_workers(dp_sgd_train, model, data, rng=rng, workers=workers, device=device,
                                 progress=progress, check_interrupt=check_interrupt, sample_rate=sample_rate,
