@@ -80,6 +80,7 @@ def fit(db: Database, request: FitRequest, source: PointSource):
         # the protocol reserves the event of the last plan it asked for (or reserves nothing), so plans[-1] is the
         # plan the reservation pays for
         planned = synthesizer.plan(r.eps, r.delta, r.unit, prior)
+        prior.check_asked(planned.event, r.eps, r.delta)   # never more than the eps asked, at the budget's delta
         if r.n is not None:   # an output of a size given in public: refused here, before the reservation
             sampling.check_rows(r.n, planned.max_points, r.max_rows)
         plans.append(planned)
@@ -156,9 +157,11 @@ def default_size(model) -> int:
             unit = f" under the user unit (k = {count['k']})" if count["k"] > 1 else ""
             raise DuckmobError(
                 f"the trajectory count released at eps {count['eps']:.3g} is {count['value']:,} ± {margin:,.0f} (95%):"
-                f" mostly noise, so it cannot size the output. This table is too small for this eps{unit}: pass "
-                "n := <number of trajectories> (a public choice), or raise eps. (A release's spend stands; to sample "
-                "again without spending, fit once with mob_fit and draw with mob_sample('name', n := ...).)")
+                f" mostly noise, so it cannot size the output. This table is too small for this eps{unit}, or few "
+                "of its trajectories lie inside the bbox (check the bbox on your side with FROM mob_check('<table>', "
+                "bbox := [...]): exact counts, not private): pass n := <number of trajectories> (a public choice), "
+                "or raise eps. (A release's spend stands; to sample again without spending, fit once with mob_fit "
+                "and draw with mob_sample('name', n := ...).)")
     n = model.default_n
     if n is None or n < 1:
         raise DuckmobError("this model has no default size (its noisy trajectory count is below 1): pass "

@@ -71,6 +71,28 @@ class Prior:
             f"delta := {self.delta:g})")
 
 
+    def check_asked(self, event: Event, eps: float, delta: float) -> None:
+        """Refuse (BudgetError, before anything is reserved) a release planned for ``eps`` at its own ``delta``
+        whose ``event`` costs more than ``eps`` at the budget's delta, where the ledger records and composes it.
+
+        A release asked at a delta above the budget's (a default of 1e-5 against a budget at 1e-7) would
+        otherwise be recorded at a larger epsilon than the caller asked for (eps 1.093 for 1.0), with no word. At
+        a delta at or below the budget's the cost cannot exceed the eps asked (epsilon falls as delta grows), and
+        a pure (Laplace) event costs its eps at every delta: neither is recomputed. Public parameters only."""
+        if self.delta <= 0 or delta <= self.delta:   # a pure budget: check() refuses a release that needs delta
+            return
+        basic = accounting.pure_epsilon(event)
+        if basic is not None and basic <= eps + _SLACK:
+            return
+        cost = accounting.epsilon(event, self.delta)
+        if cost <= eps + _SLACK:
+            return
+        raise BudgetError(
+            f"this release asks eps {eps:g} at delta {delta:g}, but the budget of '{self.source}' is kept at delta "
+            f"{self.delta:g}, where it would cost eps {cost:.4g}, more than asked: pass delta := {self.delta:g} to "
+            "plan it at the budget's delta")
+
+
 def join_keys(keys) -> str:
     """The ledger's source text of a release that reads the base tables ``keys`` (sorted, comma-separated; one key:
     the table's name)."""
