@@ -8,7 +8,8 @@ by the cleaning, silently, like any other unusable point. No private path holds 
 
 Columns (the user's names are mapped with ``traj_col := ...`` etc.): ``traj_id`` (integer), ``user_id`` (integer,
 optional: a trajectory is the pair (user_id, traj_id), or traj_id alone when the table has no user column),
-``ts`` (TIMESTAMP or DATE), ``lat`` / ``lon`` (numbers, WGS 84 degrees), ``seq`` (optional, orders the points of
+``ts`` (TIMESTAMP or DATE; epoch seconds and TIMESTAMP WITH TIME ZONE are refused with the conversion to
+UTC time to write, :func:`time_fix`), ``lat`` / ``lon`` (numbers, WGS 84 degrees), ``seq`` (optional, orders the points of
 a table without time).
 """
 
@@ -85,13 +86,25 @@ def check_points(types: dict[str, str | None], m: Mapping) -> bool:
             raise _missing(col, name, param)
     has_user = _check_ids(t, m)
     if t.get("ts") not in NULL_TYPES and t.get("ts") is not None and not _is_time(t["ts"]):
-        raise _refuse("time", m.ts_col, "ts_col", "TIMESTAMP", t["ts"],
-                      f"cast it, e.g. {m.ts_col}::TIMESTAMP, or to_timestamp({m.ts_col}) for epoch seconds")
+        raise _refuse("time", m.ts_col, "ts_col", "TIMESTAMP", t["ts"], time_fix(t["ts"], m.ts_col))
     for col, name in (("lat", m.lat_col), ("lon", m.lon_col)):
         if not _is_number(t[col]):
             role = "latitude" if col == "lat" else "longitude"
             raise _refuse(role, name, f"{col}_col", "a number", t[col], f"cast it with {name}::DOUBLE (WGS 84 degrees)")
     return has_user
+
+
+def time_fix(t: str, column: str) -> str:
+    """How to turn a time column of type ``t`` into a TIMESTAMP the contract accepts (what a refusal suggests).
+
+    Epoch seconds (a number) and a TIMESTAMP WITH TIME ZONE become their UTC time, ``AT TIME ZONE 'UTC'``: a plain
+    cast of a TIMESTAMPTZ (and ``to_timestamp``, which returns one) would take the session's TimeZone setting, so
+    the same table would be read as other hours on another machine. TIMESTAMPTZ itself is refused for that reason."""
+    if _is_number(t):
+        return f"convert epoch seconds to UTC time, e.g. to_timestamp({column}) AT TIME ZONE 'UTC'"
+    if t.startswith("TIMESTAMP WITH TIME ZONE") or t == "TIMESTAMPTZ":
+        return f"take its UTC time, e.g. {column} AT TIME ZONE 'UTC'"
+    return f"cast it, e.g. {column}::TIMESTAMP"
 
 
 def _check_ids(t: dict[str, str | None], m: Mapping) -> bool:
@@ -169,5 +182,5 @@ def select_sql(table_sql: str, names: dict[str, str | None]) -> str:
 
 
 
-__all__ = ["Mapping", "check_points", "check_ids", "resolve_columns", "select_sql", "quote", "literal",
+__all__ = ["Mapping", "check_points", "time_fix", "check_ids", "resolve_columns", "select_sql", "quote", "literal",
            "INTEGER_TYPES", "NUMBER_TYPES", "TIME_TYPES", "NULL_TYPES"]

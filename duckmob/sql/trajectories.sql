@@ -103,7 +103,16 @@ SELECT
          ELSE TRY_CAST(user_id AS BIGINT) END AS user_id,
     CASE WHEN typeof(ts) NOT IN ('NULL', '"NULL"', 'TIMESTAMP', 'TIMESTAMP_S', 'TIMESTAMP_MS', 'TIMESTAMP_NS', 'DATE')
          THEN error('duckmob: time column ' || ts_col || ' has type ' || typeof(ts) ||
-                    ', not TIMESTAMP: cast it, e.g. ' || ts_col || '::TIMESTAMP or to_timestamp(' || ts_col || ') for epoch seconds, or name another column with ts_col := ...')
+                    ', not TIMESTAMP: ' ||
+                    -- the hints of duckmob.source.schema.time_fix: epoch seconds and TIMESTAMPTZ as UTC time
+                    CASE WHEN typeof(ts) = 'TIMESTAMP WITH TIME ZONE'
+                         THEN 'take its UTC time, e.g. ' || ts_col || ' AT TIME ZONE ''UTC'''
+                         WHEN typeof(ts) IN ('TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'UTINYINT', 'USMALLINT',
+                                             'UINTEGER', 'UBIGINT', 'HUGEINT', 'UHUGEINT', 'FLOAT', 'DOUBLE')
+                              OR starts_with(typeof(ts), 'DECIMAL')
+                         THEN 'convert epoch seconds to UTC time, e.g. to_timestamp(' || ts_col || ') AT TIME ZONE ''UTC'''
+                         ELSE 'cast it, e.g. ' || ts_col || '::TIMESTAMP' END ||
+                    ', or name another column with ts_col := ...')
          ELSE TRY_CAST(ts AS TIMESTAMP) END AS ts,
     CASE WHEN typeof(lat) NOT IN ('DOUBLE', 'FLOAT', 'DECIMAL', 'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT')
               AND NOT starts_with(typeof(lat), 'DECIMAL')
