@@ -16,6 +16,28 @@ the same two things the out-of-core DuckDB path gives (:mod:`duckmob.source`):
   public grid and state sizes, are collected and summed on the driver, where the release core adds the noise once.
 
 So a Spark release fits the same model as the DuckDB one on the same rows under the same seed (tests/test_spark.py).
+The points carry ``seq`` (NULL where the DataFrame has none), as on DuckDB: a trajectory without any ts is ordered
+by its own seq, whatever the other trajectories hold.
+
+Whose budget (:func:`budget_keys`): the data the DataFrame's plan reads, never a name the caller types. The key of
+files (a path read, a catalog table, a view over either) is the folder holding them, less any trailing partition
+folders ``name=value``: a local folder as its real absolute path (``/lake/trips``), other storage as its URI
+(``s3a://bucket/trips``); a catalog table without files is ``catalog.database.table`` in lower case. So
+``spark.table('TRIPS')``, ``spark.table('default.trips')``, a temporary view over it and ``spark.read.parquet`` of
+its folder resolve to one key and one budget; a DataFrame over several folders draws on each one's budget (the
+ledger's rule for several base tables). :func:`set_budget` takes a DataFrame or a table name Spark resolves, and
+refuses one it cannot resolve. A DataFrame whose rows are built on the driver (no file, no catalog table) is
+refused: write it out first.
+
+Stability (:func:`_stability`): a plan that only filters, projects, renames, casts, sorts or repartitions keeps one
+row one row. A join (other than a semi or anti join against constants), union, generator (explode), aggregate,
+window, limit, sample or subquery is refused, naming the operator, unless the caller declares ``stability=s`` (an
+int >= 1, public): the release core then runs the method at eps / s and charges its event grouped by s.
+
+Before anything is reserved, :func:`check_workers` runs one tiny job: the workers' python must import duckmob (of
+the driver's version); if not, the release is refused in one line saying how to fix it. PySpark started from a
+plain ``python`` ignores ``spark.pyspark.python`` (it reads ``PYSPARK_PYTHON``, else runs ``python3`` from PATH);
+this module applies that setting, so ``spark.pyspark.python = sys.executable`` works from an unactivated venv.
 
 The synthetic table is sampled on the executors (:func:`sample`): the model's stored bytes are broadcast, and a
 DataFrame of block ids (``spark.range``) is turned into rows by ``mapInArrow``, each partition loading the model
@@ -24,7 +46,8 @@ block from its own stream keyed by the output's seed and the block id). Nothing 
 driver, and the rows are those :func:`duckmob.release.sampling.blocks` draws in one process for the same model and
 seed, whatever the partitioning. Pointing it at a cluster: build the SparkSession with your master
 (``SparkSession.builder.master("yarn")`` or ``spark://...``); duckmob and its dependencies must be installed on the
-executors (the statistics functions are shipped by cloudpickle and import duckmob there). See docs/scale.md.
+executors (the statistics functions are shipped by cloudpickle and import duckmob there; :func:`check_workers`).
+See docs/scale.md.
 """
 
 from __future__ import annotations
@@ -430,7 +453,8 @@ def check_workers(spark) -> None:
         raise DuckmobError(f"duckmob: Spark could not start a Python worker with '{sc.pythonExec}': {how}") from None
     status, python = answer.rsplit("|", 1)
     if status != "ok":
-        raise DuckmobError(f"duckmob: Spark's workers run '{python}', which cannot use duckmob {__version__} "
+        raise DuckmobError(f"duckmob: Spark's workers run '{sc.pythonExec}' ({python}), which cannot use duckmob "
+                           f"{__version__} "
                            f"({status}); nothing was reserved: {how}")
     _WORKERS_OK.add(key)
 

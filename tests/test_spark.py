@@ -270,3 +270,187 @@ def test_spark_try_cast_drops_unconvertible_values_and_keys_by_user(data):
     pairs = set(zip(data_.user_id.tolist(), data_.traj_id.tolist()))
     assert len(pairs) == data_.n_trajectories > len({t for _, t in pairs})   # traj_ids shared by several users
     assert set(data_.traj_id.tolist()) <= set(range(7))                      # the 1e30 ids were dropped
+
+
+def _ledger_rows(ledger: str) -> list:
+    led = duckdb.connect(ledger)
+    try:
+        return led.sql("SELECT source, epsilon, status FROM duckmob_ledger ORDER BY id").fetchall()
+    except duckdb.CatalogException:
+        return []
+    finally:
+        led.close()
+
+
+def test_spark_budget_follows_the_data_whatever_its_spelling(data):
+    """A catalog table's budget, declared under one spelling, is the budget of every spelling of it, of a view over
+    it and of a path read of its folder; one DataFrame released under three spellings draws on that one budget (the
+    third release does not fit and is refused before any read); a misspelt name is refused, declaring nothing."""
+    folder, path, session = data
+    ledger = str(folder / "ledger_names.duckdb")
+    session.read.parquet(path).write.mode("overwrite").saveAsTable("trips_named")
+    session.table("trips_named").createOrReplaceTempView("trips_view")
+    table_folder = str((folder / "warehouse" / "trips_named").resolve())
+    frames = [session.table(name) for name in ("trips_named", "TRIPS_NAMED", "default.trips_named",
+                                               "spark_catalog.default.Trips_Named", "trips_view")]
+    frames.append(session.read.parquet(table_folder))
+    frames.append(session.table("trips_named").filter("lat > 0").withColumnRenamed("lon", "LON"))
+    assert {dspark.budget_keys(f) for f in frames} == {(table_folder,)}
+    assert dspark.budget_keys(session.read.parquet(path)) == (str(folder.resolve()),)
+    with pytest.raises(duckmob.DuckmobError) as err:
+        dspark.set_budget(ledger, "trps_named", 1.0, 1e-5, spark=session)
+    assert "no table or view 'trps_named'" in str(err.value) and "\n" not in str(err.value)
+    rows = dspark.set_budget(ledger, "TRIPS_named", 1.0, 1e-5, spark=session)
+    assert [r["source"] for r in rows] == [table_folder]
+    for name in ("trips_named", "default.trips_named"):
+        dspark.synthesize(session.table(name), ledger=ledger, eps=0.45, bbox=BBOX, seed=1, n=100, partitions=2)
+    with pytest.raises(duckmob.BudgetError):
+        dspark.synthesize(session.table("trips_view"), ledger=ledger, eps=0.45, bbox=BBOX, seed=1, n=100, partitions=2)
+    got = _ledger_rows(ledger)
+    assert [(s, st) for s, _, st in got] == [(table_folder, "spent")] * 2
+    with pytest.raises(duckmob.DuckmobError, match="source= is not taken"):
+        dspark.synthesize(session.table("trips_named"), source="trips", ledger=ledger, eps=0.1, bbox=BBOX)
+    with pytest.raises(duckmob.DuckmobError, match="reads no file or catalog table|no file or catalog table"):
+        dspark.set_budget(ledger, session.createDataFrame([(1, 2, 3.0, 4.0)], "traj_id long, user_id long, "
+                                                          "lat double, lon double"), 1.0, 1e-5)
+    assert len(_ledger_rows(ledger)) == 2
+
+
+@pytest.mark.parametrize("build,operator", [
+    (lambda s, df, p: df.unionByName(df), "Union"),
+    (lambda s, df, p: df.join(df.select("traj_id", "user_id"), ["traj_id", "user_id"]), "Join (Inner)"),
+    (lambda s, df, p: s.range(3).crossJoin(df).drop("id"), "Join (Cross)"),
+    (lambda s, df, p: df.selectExpr("explode(array(1, 2)) AS copy", "*").drop("copy"), "Generate"),
+    (lambda s, df, p: df.filter(f"traj_id IN (SELECT traj_id FROM parquet.`{p}` WHERE lat > 39.9)"), "a subquery"),
+])
+def test_spark_plans_that_fan_rows_out_are_refused_unless_stability_is_declared(data, monkeypatch, build,
+                                                                                  operator):
+    """A DataFrame whose plan can turn one row into several (or make a row depend on others) is refused before
+    anything is reserved, naming the operator; with stability=s the plan passes and s reaches the release core's
+    fit_request. Plans that only filter, project, rename or cast pass as they are."""
+    folder, path, session = data
+    ledger = str(folder / "ledger_fanout.duckdb")
+    base = session.read.parquet(path)
+    dspark.set_budget(ledger, base, 10.0, 1e-5)
+    df = build(session, base, path)
+    with pytest.raises(duckmob.DuckmobError) as err:
+        dspark.synthesize(df, ledger=ledger, eps=1.0, bbox=BBOX)
+    message = str(err.value)
+    assert operator in message and "stability=s" in message and "\n" not in message
+    assert _ledger_rows(ledger) == []
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def spy(*, stability=None, **kwargs):
+        seen.append((stability, kwargs["source"]))
+        raise Stop
+
+    monkeypatch.setattr(release, "fit_request", spy)
+    with pytest.raises(Stop):
+        dspark.synthesize(df, ledger=ledger, eps=1.0, bbox=BBOX, stability=2)
+    with pytest.raises(Stop):
+        dspark.synthesize(base.filter("lat > 39.9").selectExpr("traj_id", "user_id", "ts", "lat * 1.0 AS lat",
+                                                               "CAST(lon AS double) AS lon"), ledger=ledger,
+                          eps=1.0, bbox=BBOX)
+    assert seen == [(2, str(folder.resolve())), (None, str(folder.resolve()))]
+    for bad in (0, 1.5, True):
+        with pytest.raises(duckmob.DuckmobError, match="stability must be"):
+            dspark.synthesize(df, ledger=ledger, eps=1.0, bbox=BBOX, stability=bad)
+    assert _ledger_rows(ledger) == []
+
+
+def test_spark_orders_a_timeless_trajectory_by_its_own_seq(data):
+    """Timeless trajectories stored in scrambled row order beside timestamped ones: Spark carries seq to the
+    cleaning, so each is ordered by its own seq (a NULL seq as from_points rules), exactly as in memory."""
+    folder, path, session = data
+    con = duckdb.connect()
+    rows = con.sql(f"SELECT traj_id::BIGINT AS traj_id, user_id::BIGINT AS user_id, "
+                   f"CASE WHEN traj_id % 4 = 0 THEN ts END AS ts, lat, lon, "
+                   f"CASE WHEN hash(traj_id, ts) % 97 = 0 THEN NULL ELSE "
+                   f"(row_number() OVER (PARTITION BY traj_id ORDER BY ts))::BIGINT END AS seq "
+                   f"FROM '{path}' WHERE traj_id IN (SELECT DISTINCT traj_id FROM '{path}' ORDER BY traj_id LIMIT 24) "
+                   f"ORDER BY hash(lat, lon)").arrow()
+    rows = rows if isinstance(rows, pa.Table) else rows.read_all()
+    con.close()
+    timeless = str(folder / "timeless.parquet")
+    import pyarrow.parquet as pq
+    pq.write_table(rows, timeless)
+    want, _ = from_points(rows, bbox=BBOX, outside="drop", time_required=False, private=True)
+    src = dspark.SparkSource(session.read.parquet(timeless), partitions=3)
+    got = src.batches(bbox=BBOX, time_required=False, unit=PrivacyUnit(),
+                      rng=lambda: np.random.default_rng(0)).trajectories()
+    src.close()
+    assert got.n_trajectories == want.n_trajectories >= 20
+    assert (want.ts == want.ts[0]).sum() > 0   # timeless trajectories are there
+    for name in ("offsets", "traj_id", "user_id", "ts", "lat", "lon"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    # without seq the same rows are read in another order: seq is what orders them
+    no_seq, _ = from_points(rows.drop(["seq"]), bbox=BBOX, outside="drop", time_required=False, private=True)
+    assert not np.array_equal(no_seq.lat, got.lat)
+
+
+def test_spark_refuses_workers_that_cannot_import_duckmob(data, monkeypatch, tmp_path):
+    """spark.pyspark.python naming a python without duckmob: refused in one line saying how to fix it, before
+    anything is reserved (no ledger row)."""
+    folder, path, session = data
+    ledger = str(folder / "ledger_workers.duckdb")
+    dspark.set_budget(ledger, session.read.parquet(path), 10.0, 1e-5)
+    bare = tmp_path / "bare-python"
+    bare.write_text(f"#!/bin/sh\nexec '{sys.executable}' -S \"$@\"\n")   # no site-packages: no duckmob
+    bare.chmod(0o755)
+    sc = session.sparkContext
+    conf = sc.getConf()
+    conf.set("spark.pyspark.python", str(bare))
+    monkeypatch.setattr(sc, "getConf", lambda: conf)
+    monkeypatch.setattr(sc, "pythonExec", sc.pythonExec)   # restored after the test
+    with pytest.raises(duckmob.DuckmobError) as err:
+        dspark.synthesize(session.read.parquet(path), ledger=ledger, eps=1.0, bbox=BBOX)
+    message = str(err.value)
+    assert "\n" not in message and str(bare) in message and "spark.pyspark.python" in message
+    assert "nothing was reserved" in message and "duckmob" in message
+    assert _ledger_rows(ledger) == []
+
+
+UNACTIVATED = """
+import sys
+import duckdb
+from pyspark.sql import SparkSession
+from duckmob import spark as dspark
+folder, path = sys.argv[1], sys.argv[2]
+session = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+           .config("spark.sql.shuffle.partitions", "2").config("spark.sql.adaptive.enabled", "false")
+           .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+           .config("spark.pyspark.python", sys.executable).getOrCreate())
+before = session.sparkContext.pythonExec
+trips = session.read.parquet(path).filter("traj_id % 5 = 0")
+dspark.set_budget(folder + "/ledger_venv.duckdb", trips, eps=4.0, delta=1e-5)
+out = dspark.synthesize(trips, ledger=folder + "/ledger_venv.duckdb", eps=1.0, n=50, seed=1, partitions=2,
+                        bbox=[39.8477, 116.1956, 40.1133, 116.4880])
+print("RESULT", before, session.sparkContext.pythonExec, out.select("traj_id").distinct().count())
+session.stop()
+"""
+
+
+def test_spark_setup_of_the_docs_works_with_an_unactivated_venv(data, tmp_path):
+    """docs/scale.md's set-up run by the venv's python with the venv not activated (no venv on PATH, so PySpark
+    alone would start the first python3 on PATH): the workers run spark.pyspark.python and the release is made."""
+    import os
+    import subprocess
+
+    folder, path, _session = data
+    script = tmp_path / "unactivated.py"
+    script.write_text(UNACTIVATED)
+    env = {"HOME": os.environ.get("HOME", str(tmp_path)), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    if "JAVA_HOME" in os.environ:
+        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    else:
+        env["PATH"] = os.path.dirname(os.path.realpath(shutil.which("java"))) + ":" + env["PATH"]
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), path], env=env, capture_output=True,
+                          text=True, timeout=240)
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
+    assert done.returncode == 0 and result, done.stderr[-3000:]
+    _, before, after, n = result[0].split()
+    assert before == "python3" and after == sys.executable and int(n) == 50
+    assert [st for _, _, st in _ledger_rows(str(tmp_path / "ledger_venv.duckdb"))] == ["spent"]
