@@ -9,6 +9,8 @@ One room per concern, this package holding the operations that read and write th
 - :mod:`~duckmob.privacy.ledger.seals`: tamper evidence, the seal of each row and the hash chains over them;
 - :mod:`~duckmob.privacy.ledger.headfile`: the head file ``<database file>.duckmob-ledger`` that keeps the
   chains' ends outside the database;
+- :mod:`~duckmob.privacy.ledger.renames`: the budget mark in a budgeted table's comment, so that a budget follows
+  its table through ``ALTER TABLE ... RENAME`` (and across reopening the file);
 - :mod:`~duckmob.privacy.ledger.state`: :class:`Verified`, what one process last found intact, so that each
   release checks the ledger incrementally.
 
@@ -38,6 +40,8 @@ from duckmob.privacy import accounting
 from duckmob.privacy.accounting import Event, needs_delta
 from duckmob.privacy.ledger.headfile import (HEAD_SUFFIX, MARK, Head, _check_head, _comment, _locate, _read_head,
                                              _write_head, head_file, stale)
+from duckmob.privacy.ledger import renames
+from duckmob.privacy.ledger.renames import renamed_from
 from duckmob.privacy.ledger.schema import (_BUDGET_COLUMNS, _COLUMNS, _OBJECTS, BUDGET, BUDGET_SEQ, LEDGER, LEDGER_SEQ,
                                            STATUSES, _has_column, _now, _present, create, has_tables, release_row,
                                            releases)
@@ -222,12 +226,29 @@ def prior(con, source: str, exclude: int | None = None, verified: Verified | Non
     source = source_name(source)
     verified = Verified() if verified is None else verified
     verify(con, verified)
-    keys = keys_of(source)
+    keys = _followed(con, verified, keys_of(source))
     if len(keys) > 1:   # a release over several base tables: each one's budget (the verification is done)
         parts = tuple(_prior_of(verified, key, exclude) for key in keys)
         tight = min(parts, key=lambda p: p.eps - p.spent())
-        return Prior(source, tight.eps, min(p.delta for p in parts), tight.events, parts)
-    return _prior_of(verified, source, exclude)
+        return Prior(join_keys(keys), tight.eps, min(p.delta for p in parts), tight.events, parts)
+    return _prior_of(verified, keys[0], exclude)
+
+
+def _followed(con, verified: Verified, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """``keys`` with a renamed table's key replaced by the key its budget mark names (both kept when it has a
+    budget of its own): :mod:`duckmob.privacy.ledger.renames`. The catalog is read only when some budget is
+    declared under a key outside ``keys`` (one a mark could name)."""
+    if not verified.tables or all(d.source in keys for d in verified.declarations):
+        return keys
+    out = []
+    for key in keys:
+        other = renamed_from(con, key)
+        if other is not None and verified.budget(other) is not None:
+            out.append(other)
+            if verified.budget(key) is None:
+                continue
+        out.append(key)
+    return tuple(sorted(set(out)))
 
 
 def _prior_of(verified: Verified, source: str, exclude: int | None) -> Prior:
@@ -304,6 +325,15 @@ def set_budget(con, source: str, eps: float, delta: float, verified: Verified | 
     verify(con, verified)
     if not verified.tables:   # every object was dropped before any budget was seen: a new database again
         ensure_tables(con)
+    other = renamed_from(con, source)
+    if other is not None and verified.budget(other) is not None:
+        if verified.budget(source) is None:
+            raise BudgetError(f"'{source}' is the table '{other}' renamed (its comment carries duckmob's budget mark "
+                              f"{renames.mark(other)}): its rows already draw on the budget of '{other}', which "
+                              f"releases from '{source}' are charged to; raise that one: FROM mob_set_budget("
+                              f"'{other}', eps := ..., delta := ...)")
+    else:
+        renames.stamp(con, source)   # the budget follows the table through a rename (renames.py)
     used = accounting.epsilon(accounting.compose(list(verified.events(source))), delta)
     if used > eps + _SLACK:
         raise BudgetError(f"cannot set the budget of '{source}' to eps {eps:g} at delta {delta:g}: "
