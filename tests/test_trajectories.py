@@ -403,8 +403,12 @@ def test_mob_check_says_it_is_not_private(con):
         (1, 11, NULL, 40.3, 116.0),
         (2, 11, TIMESTAMP '2020-01-01 09:00', 95.0, 115.2)) t(traj_id, user_id, ts, lat, lon)""")
     rows = con.execute(f"FROM mob_check('trips', bbox := {BOX})").fetchall()
-    assert rows[0][0] == NOT_PRIVATE and rows[0][1] is None and "do not share" in rows[0][2]
-    got = {r[0]: r[1] for r in rows}
+    assert rows[0][1] == NOT_PRIVATE and rows[0][2] is None and "do not share" in rows[0][3]
+    # every row says it in its first column, exact_not_private, whatever the order
+    assert con.execute(f"SELECT DISTINCT exact_not_private FROM mob_check('trips', bbox := {BOX}) "
+                       "ORDER BY count DESC").fetchall() == [(True,)]
+    assert [c[0] for c in con.execute(f"FROM mob_check('trips', bbox := {BOX})").description][0] == "exact_not_private"
+    got = {r[1]: r[2] for r in rows}
     assert got["trajectories"] == 3 and got["traj_id shared by several users"] == 1
     assert got["NULL ts"] == 1 and got["lat outside [-90, 90]"] == 1
     assert got["trajectories with fewer than 2 points"] == 1 and got["trajectories left"] == 1

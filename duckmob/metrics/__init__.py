@@ -38,8 +38,12 @@ from duckmob.grid import BBox
 from duckmob.source.schema import literal
 from duckmob.trajectories import Trajectories, from_points
 
+# The first column of every exact (NOT differentially private) result table: mob_evaluate, mob_audit,
+# mob_downstream, duckmob.evaluate; mob_check has the same column (docs/sql.md, "Exact results").
+NOT_PRIVATE_FIELD = pa.field("exact_not_private", pa.bool_())
 RESULT_SCHEMA = pa.schema([("metric", pa.string()), ("value", pa.float64()), ("reference", pa.float64()),
                            ("lower_is_better", pa.bool_()), ("source", pa.string()), ("description", pa.string())])
+TABLE_SCHEMA = pa.schema([NOT_PRIVATE_FIELD, *RESULT_SCHEMA])
 
 
 def load_side(points, bbox, name: str) -> tuple[Side, Metric]:
@@ -142,8 +146,11 @@ def _with_reference(rows: list[Metric], real: Side, opts: Options) -> list[Metri
 
 
 def to_table(rows: list[dict]) -> pa.Table:
-    """The rows of :func:`evaluate` as a pyarrow Table with :data:`RESULT_SCHEMA`."""
-    return pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
+    """The rows of :func:`evaluate` (or of the audit and downstream tasks) as a pyarrow Table with
+    :data:`TABLE_SCHEMA`: first the constant column ``exact_not_private`` (true on every row), so that every row,
+    in any order or filtered, says that it reads the real table exactly and is not private."""
+    table = pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
+    return table.add_column(0, NOT_PRIVATE_FIELD, pa.array([True] * table.num_rows, pa.bool_()))
 
 
 def table_points(con, name: str) -> pa.Table:
@@ -153,4 +160,4 @@ def table_points(con, name: str) -> pa.Table:
 
 
 __all__ = ["evaluate", "table_points", "to_table", "load_side", "Options", "Metric", "Side", "FAMILIES",
-           "RESULT_SCHEMA"]
+           "RESULT_SCHEMA", "TABLE_SCHEMA", "NOT_PRIVATE_FIELD"]

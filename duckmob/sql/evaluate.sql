@@ -8,7 +8,8 @@ CREATE OR REPLACE TEMP MACRO _mob_eval_points(tbl) AS (
     SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
     FROM mob_points(tbl));
 
--- One row per metric: metric, value, reference, lower_is_better, source (paper, section), description.
+-- One row per metric: exact_not_private (always true: the first column of every exact result, so that each row says
+-- it, in any order), metric, value, reference, lower_is_better, source (paper, section), description.
 -- reference: the same metric between two halves of the real table, split by a fixed hash of (user_id, traj_id)
 -- (the scale to read value against; also read exactly from the real table: NOT private either). It costs
 -- about a fifth more time; reference := false skips it (NULL column).

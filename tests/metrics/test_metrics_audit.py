@@ -59,5 +59,6 @@ def test_mob_audit_from_sql():
         con.execute(f"CREATE TEMP TABLE {name} AS FROM {name}_view")
     rows = con.execute(f"FROM mob_audit('m', 'n', 'm', bbox := {BBOX}, k := 8, seed := 1)").fetchall()
     con.close()
-    got = {r[0]: r[1] for r in rows}
+    assert all(r[0] is True for r in rows)   # exact_not_private, first on every row
+    got = {r[1]: r[2] for r in rows}
     assert got["audit_mia_auc"] > 0.9 and got["audit_uniqueness_members"] == pytest.approx(1.0)

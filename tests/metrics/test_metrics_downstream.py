@@ -112,7 +112,7 @@ def test_mob_downstream_from_sql(tmp_path):
     con = duckmob.connect()
     con.register("r", table(city(40)))
     con.execute("CREATE TEMP TABLE real AS FROM r")
-    rows = dict((r[0], r[1]) for r in con.execute(
+    rows = dict((r[1], r[2]) for r in con.execute(
         f"FROM mob_downstream('real', 'real', bbox := {BBOX}, task := 'commute')").fetchall())
     assert rows["commute_distance_error_m"] == 0.0
     with pytest.raises(duckdb.Error, match="mode column"):

@@ -25,7 +25,9 @@ def con():
 
 def test_mob_evaluate_matches_python(con):
     rows = con.sql(f"FROM mob_evaluate('real', 'synth', bbox := {BBOX}, w := {W}, seed := 3)").to_arrow_table()
-    assert rows.column_names == ["metric", "value", "reference", "lower_is_better", "source", "description"]
+    assert rows.column_names == ["exact_not_private", "metric", "value", "reference", "lower_is_better", "source",
+                                 "description"]
+    assert rows.column("exact_not_private").to_pylist() == [True] * rows.num_rows
     expected = evaluate_points(table(city()), table(city(seed=3), with_time=False), BBOX, w=W, seed=3)
     got = rows.to_pylist()
     assert [r["metric"] for r in got] == [r["metric"] for r in expected]
@@ -41,7 +43,7 @@ def test_identical_tables_from_sql(con):
     rows = con.sql(f"FROM mob_evaluate('real', 'real', bbox := {BBOX}, families := ['hrnet', 'privtrace']) "
                    "WHERE metric NOT LIKE '%_trajectories'").fetchall()
     assert len(rows) == 13
-    assert all(value == 0.0 for _, value, *_ in rows)
+    assert all(exact and value == 0.0 for exact, _, value, *_ in rows)
 
 
 def test_python_api_returns_a_table(con):
