@@ -16,8 +16,8 @@ Long statements: in a terminal DuckDB draws its progress bar, and HRNet's pre-tr
 
 Ctrl-C while a statement runs stops it (DuckDB's query and any release in progress: cancelled, nothing spent, if
 it had not read its data yet, even when the press came before DuckDB called it; else charged what it computed, a
-DP-SGD fit the steps that ran) and prints one line, :data:`INTERRUPTED`; the prompt comes back, or ``-c`` / ``-f`` / piped SQL exits with
-status 130. Ctrl-C at the prompt clears the line being typed.
+DP-SGD fit the steps that ran) and prints one line, :data:`INTERRUPTED`; the prompt comes back, or ``-c`` / ``-f``
+/ piped SQL exits with status 130. Ctrl-C at the prompt clears the line being typed.
 
 How results look: :mod:`duckmob.cli.output`.
 """
