@@ -226,7 +226,9 @@ class SparkSource(PointSource):
 # analyzed-plan nodes that keep each row of their input as at most one row of their output, which depends on that
 # row alone (stability 1): filters, projections (renames, casts), aliases, views, hints, sorts and repartitions
 _STABLE = {"Project", "Filter", "SubqueryAlias", "View", "ResolvedHint", "Sort", "Repartition",
-           "RepartitionByExpression", "RebalancePartitions"}
+           "RepartitionByExpression", "RebalancePartitions", "WithCTE", "CTERelationDef"}
+# leaves whose rows come from elsewhere in the same plan (a WITH clause's definition, walked on its own)
+_ELSEWHERE = {"CTERelationRef"}
 # leaves whose rows are public constants, not data (spark.range, literal rows, createDataFrame): no budget
 _PUBLIC = {"Range", "OneRowRelation", "LocalRelation"}
 # leaves that read data: each resolves to budget keys (_leaf_keys)
@@ -327,7 +329,7 @@ def budget_keys(df) -> tuple[str, ...]:
     keys: set[str] = set()
     for node in _walk(_plan(df)):
         name = node.nodeName()
-        if name in _PUBLIC or name not in _DATA and _seq(node.children()):
+        if name in _PUBLIC or name in _ELSEWHERE or name not in _DATA and _seq(node.children()):
             continue
         found = _leaf_keys(node) if name in _DATA else None
         if found is None:
@@ -350,7 +352,7 @@ def _unstable(df) -> list[str]:
     found = []
     for node in _walk(_plan(df)):
         name = node.nodeName()
-        if name in _STABLE or name in _PUBLIC or name in _DATA:
+        if name in _STABLE or name in _PUBLIC or name in _DATA or name in _ELSEWHERE:
             if _seq(node.subqueries()):
                 found.append(f"a subquery in {name}")
             continue
@@ -505,6 +507,7 @@ def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partiti
     seq), and no partition holds more than one block's rows in Python at a time. Lazy, as any DataFrame: the
     blocks are drawn when an action (write, count) runs, again at each action (the same rows each time)."""
     n = fitting.output(model, n, seed, max_rows).n   # the core's n and size checks; its rows are drawn below
+    check_workers(spark)   # the workers import duckmob to draw (once per session: already done by a release)
     blocks = sampling.n_blocks(n)
     if partitions is None:
         partitions = 4 * spark.sparkContext.defaultParallelism

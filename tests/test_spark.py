@@ -295,7 +295,10 @@ def test_spark_budget_follows_the_data_whatever_its_spelling(data):
                                                "spark_catalog.default.Trips_Named", "trips_view")]
     frames.append(session.read.parquet(table_folder))
     frames.append(session.table("trips_named").filter("lat > 0").withColumnRenamed("lon", "LON"))
+    frames.append(session.sql("WITH t AS (SELECT * FROM Trips_Named WHERE lat > 0) SELECT traj_id, lat FROM t"))
     assert {dspark.budget_keys(f) for f in frames} == {(table_folder,)}
+    assert dspark._unstable(frames[-1]) == [] and dspark._unstable(session.sql(
+        "WITH t AS (SELECT * FROM trips_named) SELECT * FROM t UNION ALL SELECT * FROM t")) == ["Union"]
     assert dspark.budget_keys(session.read.parquet(path)) == (str(folder.resolve()),)
     with pytest.raises(duckmob.DuckmobError) as err:
         dspark.set_budget(ledger, "trps_named", 1.0, 1e-5, spark=session)
@@ -424,7 +427,7 @@ session = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "f
            .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
            .config("spark.pyspark.python", sys.executable).getOrCreate())
 before = session.sparkContext.pythonExec
-trips = session.read.parquet(path).filter("traj_id % 5 = 0")
+trips = session.read.parquet(path).filter("traj_id % 10 = 0")
 dspark.set_budget(folder + "/ledger_venv.duckdb", trips, eps=4.0, delta=1e-5)
 out = dspark.synthesize(trips, ledger=folder + "/ledger_venv.duckdb", eps=1.0, n=50, seed=1, partitions=2,
                         bbox=[39.8477, 116.1956, 40.1133, 116.4880])
