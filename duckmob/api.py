@@ -89,7 +89,7 @@ def sample(con: duckdb.DuckDBPyConnection, name: str, n: int | None = None, seed
 @_entered
 def noisy_count(con: duckdb.DuckDBPyConnection, table: str, *, eps, seed=None, privacy_unit: str = "trajectory",
                 max_trajectories_per_user=None, what: str = "trajectories", traj_col: str = "traj_id",
-                user_col: str = "user_id") -> float:
+                user_col: str = "user_id", stability=None) -> float:
     """The Python twin of ``FROM mob_noisy_count('table', eps := ...)``: an eps-DP count of the trajectories (or
     users) of ``table``, counted by DuckDB on ``con`` (which sees its temporary tables) after the reservation; one
     spend of the budget of every base table ``table`` reads."""
@@ -101,13 +101,14 @@ def noisy_count(con: duckdb.DuckDBPyConnection, table: str, *, eps, seed=None, p
     return tables.noisy_count(release.database(con), con, table, mapping=Mapping.of(traj_col=traj_col,
                                                                                     user_col=user_col),
                               eps=eps, seed=seed, privacy_unit=privacy_unit,
-                              max_trajectories_per_user=max_trajectories_per_user, what=what)
+                              max_trajectories_per_user=max_trajectories_per_user, what=what, stability=stability)
 
 
 @_entered
 def transitions(con: duckdb.DuckDBPyConnection, table: str, *, order=1, eps, n_states, seed=None,
                 privacy_unit: str = "trajectory", max_trajectories_per_user=None, max_length=None, support=None,
-                w=None, traj_col: str = "traj_id", user_col: str = "user_id", cells_col: str = "cells"):
+                w=None, traj_col: str = "traj_id", user_col: str = "user_id", cells_col: str = "cells",
+                stability=None):
     """The Python twin of ``FROM mob_transitions('table', ...)``: eps-DP length-normalised transition counts of a
     table of cell sequences read on ``con`` in record batches; ``(states (n, order + 1), counts)`` of the entries
     left positive by NormCut."""
@@ -120,7 +121,7 @@ def transitions(con: duckdb.DuckDBPyConnection, table: str, *, order=1, eps, n_s
                               mapping=Mapping.of(traj_col=traj_col, user_col=user_col, cells_col=cells_col),
                               order=order, eps=eps, n_states=n_states, seed=seed, privacy_unit=privacy_unit,
                               max_trajectories_per_user=max_trajectories_per_user, max_length=max_length,
-                              support=support, w=w)
+                              support=support, w=w, stability=stability)
 
 
 def budgets(con: duckdb.DuckDBPyConnection):

@@ -106,6 +106,14 @@ def max_rows(value) -> int:
     return count("max_rows", value, example="max_rows := 50000000000")
 
 
+def stability(value) -> int | None:
+    """``stability`` of a release: None (the plan must keep one base row one row, checked on it) or the public
+    number of rows one row of the base tables can become at most (1 .. 10,000): it multiplies every sensitivity."""
+    if value is None:
+        return None
+    return count("stability", value, maximum=10_000, example="stability := 3 (one base row becomes at most 3 rows)")
+
+
 def seed(value) -> int | None:
     """None (OS entropy) or a non-negative integer."""
     if value is None:

@@ -182,6 +182,29 @@ def compose(events) -> Event:
     return Event("compose", (), tuple(flat))
 
 
+def grouped(event: Event, stability: int) -> Event:
+    """What ``event`` costs the base tables when the release read a relation of stability ``s`` (one base unit is at
+    most ``s`` of its units: a fan-out view declared with ``stability := s``): group privacy, exact for pure DP.
+    Each Laplace leaf of ``eps`` on the relation becomes ``laplace(s * eps)``, i.e. its sensitivity is multiplied by
+    ``s`` (a release that asked for eps runs its mechanism at ``eps / s`` and is charged eps). Only pure Laplace
+    events can be grouped this way: a Gaussian or DP-SGD part is refused (its group privacy is not this map)."""
+    s = int(stability)
+    if s == 1:
+        return event
+    if any(leaf.kind != "laplace" for leaf in event.leaves()):
+        raise DuckmobError(f"stability := {s} needs a release made of Laplace mechanisms only (privtrace, "
+                           "mob_noisy_count, mob_transitions): this one has a Gaussian or DP-SGD part, whose cost "
+                           "for s copies of one trajectory duckmob does not account. Release from a relation that "
+                           "keeps one row one row (stability 1)")
+
+    def scaled(e: Event) -> Event:
+        if e.kind == "compose":
+            return compose([scaled(c) for c in e.children])
+        return laplace(e.param("eps") * s)
+
+    return scaled(event)
+
+
 def pure_epsilon(event: Event) -> float | None:
     """The exact epsilon at delta = 0 by basic composition when every part is pure Laplace, else None."""
     leaves = event.leaves()

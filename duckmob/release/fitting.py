@@ -14,7 +14,7 @@ from duckmob.errors import DuckmobError
 from duckmob.release import sampling
 from duckmob.release.protocol import Release, Request, run
 from duckmob.release.registry import Database
-from duckmob.privacy import ledger
+from duckmob.privacy import accounting, ledger
 from duckmob.privacy.accounting import Event
 from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.unit import PrivacyUnit
@@ -40,14 +40,22 @@ class FitRequest:
     name: str | None = None
     n: int | None = None
     max_rows: int = validators.MAX_ROWS
+    stability: int | None = None   # the caller's public stability (None: 1, once the plan is checked stable)
 
 
 def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, privacy_unit="trajectory",
                 max_trajectories_per_user=None, params=None, outside="drop", seed=None, name=None,
-                n=None, max_rows=None) -> FitRequest:
-    """Validate every public argument of a fit (before anything is reserved or read)."""
+                n=None, max_rows=None, stability=None) -> FitRequest:
+    """Validate every public argument of a fit (before anything is reserved or read). ``stability``: see
+    :func:`duckmob.source.lineage.check_stability`; s > 1 is refused for a method that is not pure Laplace."""
     source = validators.source_name(source)
     cls = synth.get(method)
+    stability = validators.stability(stability)
+    if stability is not None and stability > 1 and cls.needs_delta:
+        raise DuckmobError(f"stability := {stability} needs a release made of Laplace mechanisms only (privtrace, "
+                           f"mob_noisy_count, mob_transitions): {cls.method} {cls.mechanism or 'is not'}, whose cost "
+                           "for s copies of one trajectory duckmob does not account. Release from a relation that "
+                           "keeps one row one row (stability 1)")
     params = synth.parse_params(params)
     synthesizer = cls(bbox, **params)
     unit = validators.privacy_unit(privacy_unit, max_trajectories_per_user)
@@ -57,7 +65,7 @@ def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, priva
                                                      method=cls.method, mechanism=cls.mechanism),
                       method=cls.method, synthesizer=synthesizer, unit=unit, params=params,
                       seed=validators.seed(seed), name=None if name is None else validators.model_name(name),
-                      n=validators.n_trajectories(n), max_rows=validators.max_rows(max_rows))
+                      n=validators.n_trajectories(n), max_rows=validators.max_rows(max_rows), stability=stability)
 
 
 def fit(db: Database, request: FitRequest, source: PointSource):
@@ -72,19 +80,22 @@ def fit(db: Database, request: FitRequest, source: PointSource):
     """
     r = request
     synthesizer, noise = r.synthesizer, NoiseSource(r.seed)
+    s = r.stability or 1
     recorded = {"method": r.method, "max_trajectories_per_user": r.unit.max_trajectories_per_user, **r.params,
-                **({"model": r.name} if r.name else {})}
+                **({"model": r.name} if r.name else {}), **({"stability": s} if s > 1 else {})}
     plans: list[Plan] = []
 
     def plan(prior: ledger.Prior) -> Event:
         # the protocol reserves the event of the last plan it asked for (or reserves nothing), so plans[-1] is the
-        # plan the reservation pays for
-        planned = synthesizer.plan(r.eps, r.delta, r.unit, prior)
-        prior.check_asked(planned.event, r.eps, r.delta)   # never more than the eps asked, at the budget's delta
+        # plan the reservation pays for. Stability s (a fan-out relation declared by the caller): the mechanism runs
+        # at eps / s and is charged its event grouped by s (every sensitivity times s), i.e. eps in all
+        planned = synthesizer.plan(r.eps / s, r.delta, r.unit, prior)
+        event = accounting.grouped(planned.event, s)
+        prior.check_asked(event, r.eps, r.delta)   # never more than the eps asked, at the budget's delta
         if r.n is not None:   # an output of a size given in public: refused here, before the reservation
             sampling.check_rows(r.n, planned.max_points, r.max_rows)
         plans.append(planned)
-        return planned.event
+        return event
 
     def compute(release: Release):
         planned = plans[-1]

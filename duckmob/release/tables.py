@@ -12,6 +12,7 @@ database and schema (SQL: a UDF cannot use the calling connection).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pyarrow.compute as pc
@@ -77,6 +78,7 @@ def _prepared_fit(db: Database, con, relation: str, mapping: Mapping, owned: boo
             _committed_shadowed(con, relation)
         prepared = prepare(con, relation, mapping, home=home(db), shape="points")
         r = fitting.fit_request(source=prepared.lineage.source, **request)
+        r = replace(r, stability=lineage.check_stability(prepared.lineage, r.stability))
         _needs_user_column(prepared.has_user, r.unit, relation)
     except BaseException:
         if owned:
@@ -204,6 +206,13 @@ def gathered_key(relation: str, temp_tables: list[str] | None) -> str:
     return key
 
 
+def _stable(prepared: Prepared, request: dict) -> dict:
+    """``request`` with its stability checked against the relation's plan (refused, before anything is reserved,
+    when the plan can fan rows out and none was declared: :func:`duckmob.source.lineage.check_stability`)."""
+    declared = validators.stability(request.get("stability"))
+    return {**request, "stability": lineage.check_stability(prepared.lineage, declared)}
+
+
 def noisy_count(db: Database, con, relation: str, *, mapping: Mapping, caller_checked: bool = False,
                 **request) -> float:
     """``mob_noisy_count`` of ``relation`` on ``con``: DuckDB counts after the reservation; an integer reaches
@@ -211,6 +220,7 @@ def noisy_count(db: Database, con, relation: str, *, mapping: Mapping, caller_ch
     if not caller_checked:
         _committed_shadowed(con, relation)
     prepared = prepare(con, relation, mapping, home=home(db), shape="ids")
+    request = _stable(prepared, request)
 
     def count(what: str, unit: PrivacyUnit) -> int:
         return int(con.sql(count_query(prepared.select, what=what, unit=unit)).fetchall()[0][0])
@@ -240,6 +250,7 @@ def transitions(db: Database, con, relation: str, *, mapping: Mapping, caller_ch
     if not caller_checked:
         _committed_shadowed(con, relation)
     prepared = prepare(con, relation, mapping, home=home(db), shape="sequences")
+    request = _stable(prepared, request)
     unit = str(request.get("privacy_unit") or "trajectory").strip().lower()
     return _remembered(db, _key("transitions", prepared.lineage.source, prepared.select, request),
                        lambda: counting.transitions(db, source=prepared.lineage.source,
@@ -271,6 +282,11 @@ def set_budget(db: Database, con, relation: str, eps, delta, *, temp_tables=None
                 raise DuckmobError(f"no such table or view: '{relation}' (SHOW TABLES lists them); mob_set_budget "
                                    "declares the budget of the table that releases will read") from None
             found = lineage.Lineage(relation, (relation,))
+        if found.own_key is not None:   # a view over table functions that are no files carries its own budget
+            return declare(db, found.own_key, eps, delta)
+        if len(found.keys) > 1 and all(k.startswith("file:") for k in found.keys):
+            rows = [declare(db, k, eps, delta) for k in found.keys]   # every file the view reads, alike
+            return min(rows, key=lambda row: row["remaining"])
         if len(found.keys) != 1:
             raise DuckmobError(f"duckmob: {relation} reads several tables ({', '.join(found.keys)}): a budget belongs "
                                "to one table; declare each one's with mob_set_budget('<table>', ...)")

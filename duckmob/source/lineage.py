@@ -7,15 +7,22 @@ tables its scans read. A release draws on the budget of every base table it read
 
 A budget key names a base table of the database that holds the ledger: ``trips`` (schema main), ``other.trips``
 (another schema), ``temp.trips`` (a temporary table of the caller's connection). A table of another attached
-database is refused: its budget and ledger live in that database's file. A relation that reads files or table
-functions (a view over ``read_parquet``) has no base table: a named view over them is its own budget key (the view
-is the data's name there); a query that reads them without such a view is refused. These are facts about the
-catalog and the plan, never about a value.
+database is refused: its budget and ledger live in that database's file. A relation that reads files (a view over
+``read_parquet('x.parquet')``, ``FROM 'trips/*.csv'``) draws on the budget of each file, ``file:/real/path``, so
+every view, query or spelling over one file shares its budget; one that reads other table functions (``range()``)
+needs a named view over them, which is then its own budget key; a query over them without such a view is refused.
+
+Stability: the same plan says, before any row is read, whether one row of a base table can become several rows of
+the relation (a join, a union, unnest, a window, an aggregate, a limit: anything but projections, filters and
+ordering). Such a release is refused unless the caller declares a public ``stability := s`` (the most rows one base
+row becomes), which multiplies every sensitivity (:func:`check_stability`). These are facts about the catalog and
+the plan, never about a value.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 
@@ -31,16 +38,29 @@ _NO_DATA = {"DUMMY_SCAN", "EMPTY_RESULT", "CTE_SCAN", "DELIM_SCAN", "CHUNK_SCAN"
 _SIMPLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+# Plan operators through which one base row stays at most one row (stability 1): they only project, rename, cast,
+# filter on the row's own values or reorder. Every other inner operator -- joins (semi and anti joins too: one row of
+# the other table can admit many), unions, unnest, window functions, aggregates, limits -- can turn one base row into
+# several rows or make one row's presence change others: a release over it is refused unless the caller declares a
+# public stability (:func:`check_stability`).
+_STABLE = {"PROJECTION", "FILTER", "ORDER_BY", "CTE"}
+
+
 class Unplannable(DuckmobError):
     """The relation cannot be planned: a name that does not exist, a column or syntax error."""
 
 
 @dataclass(frozen=True)
 class Lineage:
-    """What a release of ``relation`` reads: the budget keys of its base tables, in order."""
+    """What a release of ``relation`` reads: the budget keys of its base tables, in order; ``fan_out``: the plan's
+    operators that can turn one base row into several (empty: stability 1, known before any read); ``own_key``:
+    the key of the view ``relation`` names when that view itself carries the budget (it reads table functions that
+    are no files), else None."""
 
     relation: str
     keys: tuple[str, ...]
+    fan_out: tuple[str, ...] = ()
+    own_key: str | None = None
 
     @property
     def source(self) -> str:
@@ -90,29 +110,51 @@ def key(catalog: str, schema: str, table: str, home: str) -> str:
     return _part(table) if schema == "main" else f"{_part(schema)}.{_part(table)}"
 
 
-def _walk(node, tables: list, others: list) -> None:
+def _walk(node, tables: list, others: list, operators: list) -> None:
     info = node.get("extra_info") or {}
     table = info.get("Table") if isinstance(info, dict) else None
     children = node.get("children") or []
+    name = str(node.get("name") or "").strip()
     if table:
         tables.append(table)
-    elif not children and node.get("name") not in _NO_DATA:
-        others.append(node.get("name"))
+    elif not children and name not in _NO_DATA:
+        others.append(name)
+    if children and name not in _STABLE:
+        join = info.get("Join Type") if isinstance(info, dict) else None
+        operators.append(f"{name} ({join} join)" if join else name)
     for child in children:
-        _walk(child, tables, others)
+        _walk(child, tables, others, operators)
 
 
-def _plan(con, relation: str) -> tuple[list[str], list[str]]:
+def _plan(con, relation: str) -> tuple[list[str], list[str], list[str]]:
+    """(tables read, leaves that read no table, operators that can fan rows out) of ``relation``'s plan."""
     try:
         rows = con.execute(f"EXPLAIN (FORMAT JSON) SELECT * FROM {relation}").fetchall()
     except duckdb.Error as exc:
         raise Unplannable(f"duckmob: cannot read {relation}: {_schema_message(exc)}") from None
-    tables, others = [], []
+    tables, others, operators = [], [], []
     for row in rows:
         plan = row[-1]
         for node in json.loads(plan) if isinstance(plan, str) else plan:
-            _walk(node, tables, others)
-    return tables, others
+            _walk(node, tables, others, operators)
+    return tables, others, operators
+
+
+def check_stability(found: "Lineage", stability: int | None) -> int:
+    """The stability of a release over ``found``: the caller's public ``stability`` (how many rows one base row can
+    become at most; it multiplies every sensitivity), or 1 when the plan provably keeps one base row one row.
+    Refused (before anything is reserved) when the plan can fan rows out and no stability was declared: charging it
+    as 1 would let one trajectory of the base table move a release by many trajectories' worth."""
+    if stability is not None:
+        return int(stability)
+    if found.fan_out:
+        ops = ", ".join(sorted(set(found.fan_out)))
+        raise DuckmobError(f"duckmob: {found.relation} reads its tables through {ops}, which can turn one row of a "
+                           "table into several rows (or make one row change others), so one trajectory could count "
+                           "several times: release from the table itself or a view that only filters and projects "
+                           "it, or declare the most rows one base row can become with stability := s (public; the "
+                           "noise grows s-fold and the ledger records it)")
+    return 1
 
 
 def _schema_message(exc: Exception) -> str:
@@ -151,19 +193,67 @@ def resolve(con, relation: str, home: str) -> Lineage:
     connection ``con`` sees it, for a ledger kept in database ``home``. Refuses (before any row is read) a relation
     that cannot be planned, one that reads another attached database's tables, and one that reads neither a base
     table nor a named view over files."""
-    tables, others = _plan(con, relation)
+    tables, others, operators = _plan(con, relation)
     keys = [key(*_three(t, con), home) for t in tables]
+    own = None
     if others:
-        named = _named_object(con, relation)
-        if named is None:
-            raise DuckmobError(f"duckmob: {relation} reads files or table functions ({', '.join(sorted(set(others)))}),"
-                               " not tables, so no budget can follow it: create a view or a table over them "
-                               "(CREATE VIEW trips AS FROM read_parquet('...')), declare its budget with "
-                               "mob_set_budget, and release from it")
-        keys.append(key(*named, home))
+        files = _files(con, relation)
+        keys.extend(file_key(f) for f in files)
+        if not files or any(not _reads_files(o) for o in others):
+            named = _named_object(con, relation)
+            if named is None:
+                raise DuckmobError(f"duckmob: {relation} reads table functions ({', '.join(sorted(set(others)))}) "
+                                   "that are not files, so no budget can follow them: create a view over them "
+                                   "(CREATE VIEW trips AS ...), declare its budget with mob_set_budget, and release "
+                                   "from it")
+            own = key(*named, home)
+            keys.append(own)
     if not keys:
         raise DuckmobError(f"duckmob: {relation} reads no table: release from the table that holds the trajectories")
-    return Lineage(relation, tuple(sorted(set(keys))))
+    return Lineage(relation, tuple(sorted(set(keys))), tuple(operators), own)
+
+
+# Plan leaves that scan files (read_parquet, read_csv, read_json, a FROM 'x.parquet', ...): their budget follows the
+# files, found by :func:`_files`.
+def _reads_files(leaf: str) -> bool:
+    return leaf.startswith("READ_") or leaf.endswith("_SCAN")
+
+
+def file_key(path: str) -> str:
+    """The budget key of a file a relation reads: ``file:`` and its real path (links and ``..`` resolved), so every
+    view, query or spelling that reads the file draws on one budget."""
+    return "file:" + os.path.realpath(path)
+
+
+def _files(con, relation: str) -> list[str]:
+    """The files ``relation`` reads: the string literals and quoted names of its text and of the views it mentions
+    (recursively) that name existing files or globs (expanded by DuckDB's ``glob``, which lists names and reads no row). A fact
+    about the catalog and the file system, never about a value of the data."""
+    seen, texts, found = set(), [relation], set()
+    views = {(r[0].lower(), r[1] or "") for r in con.execute(
+        "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal").fetchall()}
+    while texts:
+        text = texts.pop()
+        for literal in _LITERAL.findall(text):   # a string, or a quoted name (a replacement scan: FROM "x.csv")
+            q = literal[0]
+            path = literal[1:-1].replace(q + q, q)
+            if path in seen:
+                continue
+            seen.add(path)
+            try:
+                rows = con.execute("SELECT file FROM glob(?)", [path]).fetchall()
+            except duckdb.Error:
+                rows = []
+            found.update(r[0] for r in rows if os.path.isfile(r[0]))
+        mentioned = identifiers(text)
+        for name, sql in list(views):
+            if name in mentioned:
+                views.discard((name, sql))
+                texts.append(sql)
+    return sorted(found)
+
+
+_LITERAL = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
 
 
 def _three(full: str, con) -> tuple[str, str, str]:
@@ -208,5 +298,5 @@ def temp_table_key(relation: str, temp_tables: list[str] | None) -> str | None:
     return None if found is None else f"temp.{_part(found)}"
 
 
-__all__ = ["Lineage", "Unplannable", "resolve", "key", "split_name", "home", "identifiers", "shadowing",
-           "temp_table_key"]
+__all__ = ["Lineage", "Unplannable", "resolve", "key", "file_key", "check_stability", "split_name", "home",
+           "identifiers", "shadowing", "temp_table_key"]

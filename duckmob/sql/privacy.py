@@ -53,9 +53,11 @@ OUT_OF_CORE = Request(relation="VARCHAR", database="VARCHAR", schema="VARCHAR")
 SET_BUDGET = Request(source=CALLER_TYPE, eps="DOUBLE", delta="DOUBLE")
 TRANSITIONS = Request(source=CALLER_TYPE, out_of_core="BOOLEAN", types="VARCHAR[]", mapping=_SEQ_COLS,
                       order="BIGINT", eps="DOUBLE", n_states="BIGINT", seed="BIGINT", privacy_unit="VARCHAR",
-                      max_trajectories_per_user="BIGINT", max_length="BIGINT", support="VARCHAR", w="BIGINT")
+                      max_trajectories_per_user="BIGINT", max_length="BIGINT", support="VARCHAR", w="BIGINT",
+                      stability="BIGINT")
 NOISY_COUNT = Request(source=CALLER_TYPE, out_of_core="BOOLEAN", types="VARCHAR[]", mapping=_IDS, eps="DOUBLE",
-                      seed="BIGINT", privacy_unit="VARCHAR", max_trajectories_per_user="BIGINT", what="VARCHAR")
+                      seed="BIGINT", privacy_unit="VARCHAR", max_trajectories_per_user="BIGINT", what="VARCHAR",
+                      stability="BIGINT")
 
 
 def setup(con) -> None:

@@ -64,7 +64,7 @@ CREATE OR REPLACE TEMP MACRO mob_transitions(tbl, markov_order := 1, eps := NULL
                                             privacy_unit := 'trajectory', max_trajectories_per_user := NULL,
                                             max_length := NULL, support := NULL, w := NULL,
                                             traj_col := 'traj_id', user_col := 'user_id',
-                                            cells_col := 'cells') AS TABLE
+                                            cells_col := 'cells', stability := NULL) AS TABLE
 SELECT unnest(_mob_transitions(list({'traj_id': TRY_CAST(traj_id AS BIGINT), 'user_id': TRY_CAST(user_id AS BIGINT),
                                      'cells': TRY_CAST(cells AS BIGINT[])}),
                                {'source': _mob_caller(tbl), 'out_of_core': _mob_readable(tbl),
@@ -72,7 +72,8 @@ SELECT unnest(_mob_transitions(list({'traj_id': TRY_CAST(traj_id AS BIGINT), 'us
                                 'mapping': {'traj_col': traj_col, 'user_col': user_col, 'cells_col': cells_col},
                                 'order': markov_order, 'eps': eps, 'n_states': n_states, 'seed': seed,
                                 'privacy_unit': privacy_unit, 'max_trajectories_per_user': max_trajectories_per_user,
-                                'max_length': max_length, 'support': support, 'w': w}), recursive := true)
+                                'max_length': max_length, 'support': support, 'w': w,
+                                'stability': stability}), recursive := true)
 FROM _mob_raw_ids(tbl, traj_col, user_col, cells_col)
 WHERE NOT _mob_readable(tbl);
 
@@ -82,13 +83,14 @@ WHERE NOT _mob_readable(tbl);
 -- Checks and records the budget of every base table `tbl` reads.
 CREATE OR REPLACE TEMP MACRO mob_noisy_count(tbl, eps := NULL, seed := NULL, privacy_unit := 'trajectory',
                                             max_trajectories_per_user := NULL, what := 'trajectories',
-                                            traj_col := 'traj_id', user_col := 'user_id') AS TABLE
+                                            traj_col := 'traj_id', user_col := 'user_id', stability := NULL) AS TABLE
 SELECT unnest(_mob_noisy_count(list({'traj_id': TRY_CAST(traj_id AS BIGINT), 'user_id': TRY_CAST(user_id AS BIGINT)}),
                                {'source': _mob_caller(tbl), 'out_of_core': _mob_readable(tbl),
                                 'types': _mob_id_types(traj_id, user_id, NULL::BIGINT[]),
                                 'mapping': {'traj_col': traj_col, 'user_col': user_col},
                                 'eps': eps, 'seed': seed, 'privacy_unit': privacy_unit,
-                                'max_trajectories_per_user': max_trajectories_per_user, 'what': what}),
+                                'max_trajectories_per_user': max_trajectories_per_user, 'what': what,
+                                'stability': stability}),
               recursive := true)
 FROM _mob_raw_ids(tbl, traj_col, user_col, NULL)
 WHERE NOT _mob_readable(tbl);

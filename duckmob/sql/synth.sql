@@ -7,7 +7,9 @@
 --   release drops points outside the bbox, it cannot refuse because of them), max_rows (NULL: 30 billion; an output
 --   that could have more rows, n times the method's public cap on points per trajectory, is refused before any row
 --   is drawn, and with an explicit n before anything is spent),
---   and the column mapping of mob_points (traj_col, ts_col, lat_col, lon_col, user_col).
+--   the column mapping of mob_points (traj_col, ts_col, lat_col, lon_col, user_col), and stability (NULL: a
+--   relation whose plan can turn one base row into several -- a join, union, unnest, window, aggregate -- is refused;
+--   s: the public most rows one base row becomes, every sensitivity times s; privtrace only).
 --
 -- Output streams: synthesize and mob_sample open the output once per query (a MATERIALIZED CTE: the fit, or the
 -- stored model loaded, and the output's seed, kept under a handle), then hand _mob_draw the trajectory ids 0 .. n-1,
@@ -38,7 +40,7 @@ CREATE OR REPLACE TEMP MACRO synthesize(tbl, eps := NULL, delta := NULL, method 
                                        n := NULL, seed := NULL, privacy_unit := 'trajectory',
                                        max_trajectories_per_user := NULL, params := NULL, outside := 'drop',
                                        traj_col := 'traj_id', ts_col := 'ts', lat_col := 'lat', lon_col := 'lon',
-                                       user_col := 'user_id', max_rows := NULL) AS TABLE
+                                       user_col := 'user_id', max_rows := NULL, stability := NULL) AS TABLE
 WITH _mob_out AS MATERIALIZED (
 SELECT _mob_synthesize(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id AS BIGINT)),
                               list(TRY_CAST(ts AS TIMESTAMP)), list(TRY_CAST(lat AS DOUBLE)),
@@ -51,7 +53,7 @@ SELECT _mob_synthesize(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id 
                                'eps': eps, 'delta': delta, 'method': method, 'bbox': bbox,
                                'privacy_unit': privacy_unit, 'max_trajectories_per_user': max_trajectories_per_user,
                                'params': _mob_params_json(params), 'outside': outside, 'seed': seed, 'n': n,
-                               'max_rows': max_rows, 'name': NULL}) AS _mob_o
+                               'max_rows': max_rows, 'name': NULL, 'stability': stability}) AS _mob_o
 FROM _mob_raw_points(tbl, traj_col, ts_col, lat_col, lon_col, user_col)
 WHERE NOT _mob_readable(tbl)),
 _mob_blocks AS (SELECT struct_extract(_mob_o, 'handle') AS _mob_h, struct_extract(_mob_o, 'n') AS _mob_n,
@@ -64,7 +66,8 @@ SELECT unnest(_mob_draw(_mob_h, _mob_i), recursive := true) FROM _mob_ids;
 CREATE OR REPLACE TEMP MACRO mob_fit(tbl, name, eps := NULL, delta := NULL, method := 'privtrace', bbox := NULL,
                                     seed := NULL, privacy_unit := 'trajectory', max_trajectories_per_user := NULL,
                                     params := NULL, outside := 'drop', traj_col := 'traj_id', ts_col := 'ts',
-                                    lat_col := 'lat', lon_col := 'lon', user_col := 'user_id') AS TABLE
+                                    lat_col := 'lat', lon_col := 'lon', user_col := 'user_id',
+                                    stability := NULL) AS TABLE
 SELECT unnest(_mob_fit(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id AS BIGINT)),
                        list(TRY_CAST(ts AS TIMESTAMP)), list(TRY_CAST(lat AS DOUBLE)), list(TRY_CAST(lon AS DOUBLE)),
                        list(CASE WHEN TRY_CAST(ts AS TIMESTAMP) IS NULL THEN TRY_CAST(seq AS BIGINT) END),
@@ -74,7 +77,8 @@ SELECT unnest(_mob_fit(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id 
                                     'user_col': user_col},
                         'eps': eps, 'delta': delta, 'method': method, 'bbox': bbox, 'privacy_unit': privacy_unit,
                         'max_trajectories_per_user': max_trajectories_per_user, 'params': _mob_params_json(params),
-                        'outside': outside, 'seed': seed, 'n': NULL, 'max_rows': NULL, 'name': name}),
+                        'outside': outside, 'seed': seed, 'n': NULL, 'max_rows': NULL, 'name': name,
+                        'stability': stability}),
               recursive := true)
 FROM _mob_raw_points(tbl, traj_col, ts_col, lat_col, lon_col, user_col)
 WHERE NOT _mob_readable(tbl);
