@@ -52,6 +52,7 @@ See docs/scale.md.
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import numpy as np
@@ -233,7 +234,7 @@ _ELSEWHERE = {"CTERelationRef"}
 _PUBLIC = {"Range", "OneRowRelation", "LocalRelation"}
 # leaves that read data: each resolves to budget keys (_leaf_keys)
 _DATA = {"LogicalRelation", "HiveTableRelation", "DataSourceV2Relation", "DataSourceV2ScanRelation"}
-_PARTITION_DIR = __import__("re").compile(r"^[^/=]+=[^/]*$")
+_PARTITION_DIR = re.compile(r"^[^/=]+=[^/]*$")
 
 
 def _seq(scala_seq) -> list:

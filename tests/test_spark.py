@@ -418,7 +418,6 @@ def test_spark_refuses_workers_that_cannot_import_duckmob(data, monkeypatch, tmp
 
 UNACTIVATED = """
 import sys
-import duckdb
 from pyspark.sql import SparkSession
 from duckmob import spark as dspark
 folder, path = sys.argv[1], sys.argv[2]
