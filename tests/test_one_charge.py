@@ -60,3 +60,46 @@ def test_a_refused_request_is_not_remembered(con):
     con.execute("FROM mob_set_budget('trips', eps := 10.0, delta := 1e-5)").fetchall()
     duckmob.noisy_count(con, "trips", eps=5.0)
     assert _releases(con) == [("count(trajectories)", "spent")]   # refused before anything was reserved
+
+
+def test_a_request_over_changed_data_is_a_new_release(con):
+    # the cache key holds a version of what the release reads: any write makes the same request a new release
+    count = "FROM mob_noisy_count('trips', eps := 0.1)"
+    first = con.sql(count).fetchall()
+    assert con.sql(count).fetchall() == first and len(_releases(con)) == 1
+    con.execute("INSERT INTO trips SELECT * FROM trips")                   # doubled
+    doubled = con.sql(count).fetchall()
+    assert doubled != first and len(_releases(con)) == 2
+    con.execute("UPDATE trips SET lat = lat + 1e-9")   # a column a count does not read: the same release
+    assert con.sql(count).fetchall() == doubled and len(_releases(con)) == 2
+    con.execute("UPDATE trips SET user_id = user_id + 1000 WHERE traj_id = (SELECT min(traj_id) FROM trips)")
+    con.sql(count).fetchall()
+    assert len(_releases(con)) == 3
+    con.execute("CREATE OR REPLACE TABLE trips AS FROM mob_geolife_sample() LIMIT 300")   # dropped, other data
+    con.sql(count).fetchall()
+    assert len(_releases(con)) == 4
+    # another column mapping reads other values: a release of its own, with its own ledger row
+    con.sql("FROM mob_noisy_count('trips', eps := 0.1, traj_col := 'user_id')").fetchall()
+    assert len(_releases(con)) == 5
+
+
+def test_another_connections_temporary_table_gets_its_own_release(con):
+    con.execute("CREATE TEMP TABLE tt AS FROM trips")
+    con.execute("FROM mob_set_budget('tt', eps := 3.0, delta := 1e-5)").fetchall()
+    count = "FROM mob_noisy_count('tt', eps := 0.1)"
+    mine = con.sql(count).fetchall()
+    assert con.sql(count).fetchall() == mine and len(_releases(con)) == 1
+    other = con.cursor()
+    duckmob.register(other)
+    other.execute("CREATE TEMP TABLE tt AS FROM trips LIMIT 100")
+    theirs = other.sql(count).fetchall()
+    assert theirs != mine and len(_releases(con)) == 2
+    other.close()
+
+
+def test_the_cache_switch_makes_every_request_a_new_release(con, monkeypatch):
+    monkeypatch.setenv("DUCKMOB_RELEASE_CACHE", "off")
+    count = "FROM mob_noisy_count('trips', eps := 0.1)"
+    con.sql(count).fetchall()
+    con.sql(count).fetchall()
+    assert _releases(con) == [("count(trajectories)", "spent")] * 2

@@ -12,9 +12,12 @@ database and schema (SQL: a UDF cannot use the calling connection).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
+from typing import Callable
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from duckmob import validators
@@ -27,8 +30,8 @@ from duckmob.release.protocol import read_ledger, set_budget as declare
 from duckmob.release.registry import Database
 from duckmob.source import ArrowSource, lineage
 from duckmob.source.schema import Mapping
-from duckmob.source.table import (Prepared, TableSource, count_query, grouped_sequences, pair_count, prepare,
-                                  read_sequences, sequence_arrays)
+from duckmob.source.table import (Prepared, TableSource, content_version, count_query, grouped_sequences,
+                                  pair_count, prepare, read_sequences, sequence_arrays, table_version)
 from duckmob.synth import store
 
 
@@ -104,7 +107,12 @@ def synthesize(db: Database, con, relation: str, *, mapping: Mapping, owned: boo
     printed, then fetched) gets the same model and output seed back, so the same rows, charged once
     (:class:`Recent`)."""
     prepared, r = _prepared_fit(db, con, relation, mapping, owned, caller_checked, request)
-    key = _key("synthesize", r.source, prepared.select, request)
+    try:
+        key = _key("synthesize", r.source, prepared.select, request, lambda: content_version(con, prepared.select))
+    except BaseException:
+        if owned:
+            con.close()
+        raise
     return _synthesized(db, key, r, lambda: TableSource(con, prepared.select, owned=owned),
                         con.close if owned else None)
 
@@ -113,13 +121,28 @@ def synthesize_gathered(db: Database, relation: str, temp_tables: list[str] | No
                         **request) -> sampling.Output:
     """:func:`synthesize` of rows a SQL macro gathered from the caller's temporary table (:func:`fit_gathered`)."""
     r = _gathered_fit(relation, temp_tables, has_user, request)
-    return _synthesized(db, _key("synthesize", r.source, "", request), r, lambda: ArrowSource(points), None)
+    table = points() if cache_on() else points   # loaded once: its version, then the release
+    key = _key("synthesize", r.source, "", request, lambda: table_version(table))
+    return _synthesized(db, key, r, lambda: ArrowSource(table), None)
 
 
-def _key(kind: str, source: str, select: str, request: dict) -> str:
-    """A request's identity for :class:`Recent`: what it reads (its base tables and SELECT) and every public
-    argument."""
-    return json.dumps([kind, source, select, request], sort_keys=True, default=str)
+def cache_on() -> bool:
+    """Whether a repeated request may get its earlier release again (:class:`Recent`); the environment variable
+    ``DUCKMOB_RELEASE_CACHE=off`` turns it off: every request is then a new release, charged."""
+    return os.environ.get("DUCKMOB_RELEASE_CACHE", "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def _key(kind: str, source: str, select: str, request: dict, version: Callable[[], tuple[int, int]]) -> str | None:
+    """A request's identity for :class:`Recent`, or None when the cache is off: everything that determines the
+    release. The database is the :class:`Database` that keeps the cache; ``source`` names the resolved base tables
+    (their budget keys); ``select`` is what is read from them, with its column mapping (empty for rows gathered from
+    a temporary table, whose mapping is in ``request``); ``request`` holds the unit, every public parameter and the
+    seed; ``version()`` is the content version of the rows the release would read (:func:`content_version`, which
+    changes on any write: a DROP and CREATE, an INSERT, a DELETE, an UPDATE, another connection's temporary table
+    of the same name with other rows). Anything else makes a new release, charged."""
+    if not cache_on():
+        return None
+    return json.dumps([kind, source, select, request, list(version())], sort_keys=True, default=str)
 
 
 def _synthesized(db: Database, key: str, r, source, close) -> sampling.Output:
@@ -131,7 +154,8 @@ def _synthesized(db: Database, key: str, r, source, close) -> sampling.Output:
     if hit is None:
         model, _, noise = fitting.fit(db, r, source())
         seed = noise.output_seed()
-        db.recent.put(key, (model, seed))
+        if key is not None:
+            db.recent.put(key, (model, seed))
     else:
         if close is not None:
             close()
@@ -158,21 +182,22 @@ def draw_threads(db: Database) -> int:
     return min(max(int(threads), 1), sampling.MAX_THREADS)
 
 
-def _recent(db: Database, key: str):
-    """The result kept for ``key`` (:class:`Recent`), served only from a ledger that is still intact (a ledger
-    rewritten since is reported, as any release would report it)."""
-    hit = db.recent.get(key)
+def _recent(db: Database, key: str | None):
+    """The result kept for ``key`` (:class:`Recent`; None: the cache is off), served only from a ledger that is
+    still intact (a ledger rewritten since is reported, as any release would report it)."""
+    hit = None if key is None else db.recent.get(key)
     if hit is not None:
         with db.lock, db.connection() as cur:
             ledger.verify(cur, db.verified)
     return hit
 
 
-def _remembered(db: Database, key: str, make):
+def _remembered(db: Database, key: str | None, make):
     hit = _recent(db, key)
     if hit is None:
         hit = make()
-        db.recent.put(key, hit)
+        if key is not None:
+            db.recent.put(key, hit)
     return hit
 
 
@@ -225,7 +250,8 @@ def noisy_count(db: Database, con, relation: str, *, mapping: Mapping, caller_ch
     def count(what: str, unit: PrivacyUnit) -> int:
         return int(con.sql(count_query(prepared.select, what=what, unit=unit)).fetchall()[0][0])
 
-    key = _key("count", prepared.lineage.source, prepared.select, request)
+    key = _key("count", prepared.lineage.source, prepared.select, request,
+               lambda: content_version(con, prepared.select))
     return _remembered(db, key, lambda: counting.noisy_count(
         db, source=prepared.lineage.source, user_col=mapping.user_col if prepared.has_user else None, count=count,
         **request))
@@ -240,7 +266,8 @@ def noisy_count_gathered(db: Database, relation: str, temp_tables, has_user: boo
         return pair_count(traj, user, what=what, unit=unit)
 
     source = gathered_key(relation, temp_tables)
-    return _remembered(db, _key("count", source, "", request), lambda: counting.noisy_count(
+    key = _key("count", source, "", {**request, "mapping": mapping}, lambda: table_version(pa.table(dict(zip(("traj_id", "user_id"), pairs())))))
+    return _remembered(db, key, lambda: counting.noisy_count(
         db, source=source, user_col=mapping.user_col if has_user else None, count=count, **request))
 
 
@@ -252,7 +279,9 @@ def transitions(db: Database, con, relation: str, *, mapping: Mapping, caller_ch
     prepared = prepare(con, relation, mapping, home=home(db), shape="sequences")
     request = _stable(prepared, request)
     unit = str(request.get("privacy_unit") or "trajectory").strip().lower()
-    return _remembered(db, _key("transitions", prepared.lineage.source, prepared.select, request),
+    key = _key("transitions", prepared.lineage.source, prepared.select, request,
+               lambda: content_version(con, prepared.select))
+    return _remembered(db, key,
                        lambda: counting.transitions(db, source=prepared.lineage.source,
                                                     user_col=mapping.user_col if prepared.has_user else None,
                                                     load=lambda: (lambda: read_sequences(con, prepared.select, unit)),
@@ -263,10 +292,16 @@ def transitions_gathered(db: Database, relation: str, temp_tables, has_user: boo
                          **request):
     """``mob_transitions`` of rows gathered from the caller's temporary table (``rows()``: a StructArray)."""
     source = gathered_key(relation, temp_tables)
-    return _remembered(db, _key("transitions", source, "", request),
+    key = _key("transitions", source, "", {**request, "mapping": mapping},
+               lambda: _rows_version(rows()))
+    return _remembered(db, key,
                        lambda: counting.transitions(db, source=source, user_col=mapping.user_col if has_user else None,
                                                     load=lambda: sequence_arrays(grouped_sequences(rows())),
                                                     **request))
+
+
+def _rows_version(rows: pa.StructArray | None) -> tuple[int, int]:
+    return (0, 0) if rows is None else table_version(pa.Table.from_struct_array(rows))
 
 
 def set_budget(db: Database, con, relation: str, eps, delta, *, temp_tables=None) -> dict:
