@@ -19,14 +19,15 @@ So a Spark release fits the same model as the DuckDB one on the same rows under 
 The points carry ``seq`` (NULL where the DataFrame has none), as on DuckDB: a trajectory without any ts is ordered
 by its own seq, whatever the other trajectories hold.
 
-Whose budget (:func:`budget_keys`): the data the DataFrame's plan reads, never a name the caller types. The key of
-files (a path read, a catalog table, a view over either) is the folder holding them, less any trailing partition
-folders ``name=value``: a local folder as its real absolute path (``/lake/trips``), other storage as its URI
-(``s3a://bucket/trips``); a catalog table without files is ``catalog.database.table`` in lower case. So
-``spark.table('TRIPS')``, ``spark.table('default.trips')``, a temporary view over it and ``spark.read.parquet`` of
-its folder resolve to one key and one budget; a DataFrame over several folders draws on each one's budget (the
-ledger's rule for several base tables). :func:`set_budget` takes a DataFrame or a table name Spark resolves, and
-refuses one it cannot resolve. A DataFrame whose rows are built on the driver (no file, no catalog table) is
+Whose budget (:func:`budget_keys`): the data the DataFrame's plan reads, never a name the caller types. Each file
+it reads (a path read, a catalog table, a view over either) is a key: ``file:`` and its real path for a local file,
+exactly as DuckDB's releases key the files a view reads (so both engines draw on one budget in one ledger), its URI
+(``s3a://bucket/trips/part-0.parquet``) for other storage; a catalog table without files is
+``catalog.database.table`` in lower case. So ``spark.table('TRIPS')``, ``spark.table('default.trips')``, a
+temporary view over it and ``spark.read.parquet`` of its folder resolve to the same keys, and a release draws on
+each one's budget (the ledger's rule for several base tables: it fits only if it fits every one). New files (an
+append) have no budget until one is declared for them. :func:`set_budget` takes a DataFrame or a table name Spark
+resolves, and refuses one it cannot resolve. A DataFrame whose rows are built on the driver (no file, no catalog table) is
 refused: write it out first.
 
 Stability (:func:`_stability`): a plan that only filters, projects, renames, casts, sorts or repartitions keeps one
@@ -52,7 +53,6 @@ See docs/scale.md.
 
 from __future__ import annotations
 
-import re
 from typing import Callable
 
 import numpy as np
@@ -234,7 +234,6 @@ _ELSEWHERE = {"CTERelationRef"}
 _PUBLIC = {"Range", "OneRowRelation", "LocalRelation"}
 # leaves that read data: each resolves to budget keys (_leaf_keys)
 _DATA = {"LogicalRelation", "HiveTableRelation", "DataSourceV2Relation", "DataSourceV2ScanRelation"}
-_PARTITION_DIR = re.compile(r"^[^/=]+=[^/]*$")
 
 
 def _seq(scala_seq) -> list:
@@ -250,24 +249,15 @@ def _walk(node):
         yield from _walk(sub)
 
 
-def _folder_key(uri: str, is_file: bool) -> str:
-    """The budget key of the data at ``uri``: the folder of the file (the folder itself for a folder), less any
-    trailing Hive-style partition folders (``year=2024``): a local path as its real absolute path, any other
-    storage as its URI (scheme://authority/path). A key holding ', ' is quoted (the ledger's list separator)."""
+def _file_key(uri: str) -> str:
+    """The budget key of one file: ``file:`` and its real path for a local file (links and ``..`` resolved, as
+    DuckDB's releases key the files a view reads, :mod:`duckmob.source.lineage`), its URI for other storage. A key
+    holding ', ' is quoted (the ledger's list separator)."""
+    import os
     from urllib.parse import unquote, urlsplit
 
     parts = urlsplit(uri)
-    path = unquote(parts.path) if parts.scheme in ("", "file") else parts.path
-    path = path.rstrip("/")
-    if is_file:
-        path = path.rsplit("/", 1)[0]
-    while "/" in path.strip("/") and _PARTITION_DIR.match(path.rsplit("/", 1)[1]):
-        path = path.rsplit("/", 1)[0]
-    if parts.scheme in ("", "file"):
-        import os
-        key = os.path.realpath(path or "/")
-    else:
-        key = f"{parts.scheme}://{parts.netloc}{path or '/'}"
+    key = "file:" + os.path.realpath(unquote(parts.path)) if parts.scheme in ("", "file") else uri
     return f'"{key}"' if ", " in key or '"' in key else key
 
 
@@ -276,11 +266,8 @@ def _catalog_key(parts: list[str]) -> str:
     return ".".join(str(p).lower() for p in parts)
 
 
-def _file_keys(index) -> set[str]:
-    files = list(index.inputFiles())
-    if files:
-        return {_folder_key(f, True) for f in files}
-    return {_folder_key(str(r.toString()), False) for r in _seq(index.rootPaths())}
+def _file_keys(index) -> set[str] | None:
+    return {_file_key(f) for f in index.inputFiles()} or None   # no file yet: nothing a budget could follow
 
 
 def _leaf_keys(node) -> set[str] | None:
@@ -298,7 +285,7 @@ def _leaf_keys(node) -> set[str] | None:
                 return {_catalog_key([catalog, db, ident.table()])}
             return None
         if name == "HiveTableRelation":
-            return {_folder_key(str(node.tableMeta().location().toString()), False)}
+            return None   # a Hive table read without conversion: its files are not listed here
         if name in ("DataSourceV2Relation", "DataSourceV2ScanRelation"):
             rel = node.relation() if name == "DataSourceV2ScanRelation" else node
             table = rel.table()
@@ -320,13 +307,13 @@ def _plan(df):
 
 def budget_keys(df) -> tuple[str, ...]:
     """The budget keys of what ``df`` reads (its plan's leaves, subqueries included; no row is read). A key names
-    the data, not the DataFrame: for files (a path read, a catalog table, a view over either), the folder holding
-    them, less any trailing partition folders ``name=value`` (a local folder as its real absolute path, other
-    storage as its URI); for a catalog table without files, ``catalog.database.table`` in lower case. So
-    ``spark.table('TRIPS')``, ``spark.table('default.trips')``, a view over it and ``spark.read.parquet`` of its
-    folder all draw on one budget. Leaves of public constants (``spark.range``, literal rows) have none. Refused: a
-    DataFrame that reads no data with a budget key (rows built on the driver: save them as files or a table
-    first), or a leaf this module cannot resolve (named)."""
+    the data, not the DataFrame: each file (of a path read, a catalog table, a view over either) as ``file:`` and
+    its real path (other storage: its URI), the same key DuckDB's releases give the file; a catalog table without
+    files as ``catalog.database.table`` in lower case. So ``spark.table('TRIPS')``, ``spark.table('default.trips')``,
+    a view over it and ``spark.read.parquet`` of its folder all draw on the same budgets. Leaves of public constants
+    (``spark.range``, literal rows) have none. Refused: a DataFrame that reads no data with a budget key (rows built
+    on the driver: save them as files or a table first; a table with no file yet), or a leaf this module cannot
+    resolve (named)."""
     keys: set[str] = set()
     for node in _walk(_plan(df)):
         name = node.nodeName()
@@ -475,8 +462,8 @@ def _ledger(ledger: str):
 def set_budget(ledger: str, source, eps: float, delta: float, *, spark=None) -> list[dict]:
     """Declare or raise, in the DuckDB ledger file ``ledger``, the budget of the data ``source`` reads: a DataFrame,
     or the name of a catalog table or view (any spelling Spark resolves: ``'TRIPS'``, ``'default.trips'``; looked
-    up in ``spark``, default the active session). The budget goes to each of its keys (:func:`budget_keys`: the
-    folders of its files, or the catalog table), so every DataFrame that reads that data draws on it, whatever it is
+    up in ``spark``, default the active session). The budget goes to each of its keys (:func:`budget_keys`: its
+    files, or the catalog table), so every DataFrame that reads that data draws on it, whatever it is
     called; a name Spark cannot resolve is refused. Returns the budget row of each key."""
     from pyspark.sql import DataFrame
 

@@ -206,7 +206,7 @@ def test_spark_synthesize_equals_duckdb(data, monkeypatch):
     sources = led.sql("SELECT source FROM duckmob_ledger").fetchall()
     led.close()
     assert rows == want_spend and len(rows) == 1 and rows[0][-1] == "spent"
-    assert sources == [(str(folder.resolve()),)]   # the folder of the files the DataFrame reads
+    assert sources == [("file:" + str((folder / "points.parquet").resolve()),)]   # the file the DataFrame reads
 
 
 def test_spark_sample_sizes_and_checks_like_the_core(data):
@@ -290,27 +290,31 @@ def test_spark_budget_follows_the_data_whatever_its_spelling(data):
     ledger = str(folder / "ledger_names.duckdb")
     session.read.parquet(path).write.mode("overwrite").saveAsTable("trips_named")
     session.table("trips_named").createOrReplaceTempView("trips_view")
+    import glob
+    table_files = tuple(sorted("file:" + p for p in glob.glob(str((folder / "warehouse" / "trips_named").resolve())
+                                                               + "/*.parquet")))
     table_folder = str((folder / "warehouse" / "trips_named").resolve())
+    assert table_files
     frames = [session.table(name) for name in ("trips_named", "TRIPS_NAMED", "default.trips_named",
                                                "spark_catalog.default.Trips_Named", "trips_view")]
     frames.append(session.read.parquet(table_folder))
     frames.append(session.table("trips_named").filter("lat > 0").withColumnRenamed("lon", "LON"))
     frames.append(session.sql("WITH t AS (SELECT * FROM Trips_Named WHERE lat > 0) SELECT traj_id, lat FROM t"))
-    assert {dspark.budget_keys(f) for f in frames} == {(table_folder,)}
+    assert {dspark.budget_keys(f) for f in frames} == {table_files}
     assert dspark._unstable(frames[-1]) == [] and dspark._unstable(session.sql(
         "WITH t AS (SELECT * FROM trips_named) SELECT * FROM t UNION ALL SELECT * FROM t")) == ["Union"]
-    assert dspark.budget_keys(session.read.parquet(path)) == (str(folder.resolve()),)
+    assert dspark.budget_keys(session.read.parquet(path)) == ("file:" + str((folder / "points.parquet").resolve()),)
     with pytest.raises(duckmob.DuckmobError) as err:
         dspark.set_budget(ledger, "trps_named", 1.0, 1e-5, spark=session)
     assert "no table or view 'trps_named'" in str(err.value) and "\n" not in str(err.value)
     rows = dspark.set_budget(ledger, "TRIPS_named", 1.0, 1e-5, spark=session)
-    assert [r["source"] for r in rows] == [table_folder]
+    assert tuple(r["source"] for r in rows) == table_files
     for name in ("trips_named", "default.trips_named"):
         dspark.synthesize(session.table(name), ledger=ledger, eps=0.45, bbox=BBOX, seed=1, n=100, partitions=2)
     with pytest.raises(duckmob.BudgetError):
         dspark.synthesize(session.table("trips_view"), ledger=ledger, eps=0.45, bbox=BBOX, seed=1, n=100, partitions=2)
     got = _ledger_rows(ledger)
-    assert [(s, st) for s, _, st in got] == [(table_folder, "spent")] * 2
+    assert [(s, st) for s, _, st in got] == [(", ".join(table_files), "spent")] * 2
     with pytest.raises(duckmob.DuckmobError, match="source= is not taken"):
         dspark.synthesize(session.table("trips_named"), source="trips", ledger=ledger, eps=0.1, bbox=BBOX)
     with pytest.raises(duckmob.DuckmobError, match="reads no file or catalog table|no file or catalog table"):
@@ -357,7 +361,8 @@ def test_spark_plans_that_fan_rows_out_are_refused_unless_stability_is_declared(
         dspark.synthesize(base.filter("lat > 39.9").selectExpr("traj_id", "user_id", "ts", "lat * 1.0 AS lat",
                                                                "CAST(lon AS double) AS lon"), ledger=ledger,
                           eps=1.0, bbox=BBOX)
-    assert seen == [(2, str(folder.resolve())), (None, str(folder.resolve()))]
+    key = "file:" + str((folder / "points.parquet").resolve())
+    assert seen == [(2, key), (None, key)]
     for bad in (0, 1.5, True):
         with pytest.raises(duckmob.DuckmobError, match="stability must be"):
             dspark.synthesize(df, ledger=ledger, eps=1.0, bbox=BBOX, stability=bad)
