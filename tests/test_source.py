@@ -2,6 +2,7 @@
 are checked on the schema before anything is reserved, values are converted with TRY_CAST (no message quotes one),
 and the budget follows the data (any spelling, a view, a query) on every entry point."""
 
+import json
 import sys
 
 import duckdb
@@ -329,3 +330,81 @@ def test_a_trajectory_stored_on_many_rows_is_one_sequence_on_both_paths():
     assert sorted(np.diff(gathered[0]).tolist()) == [2, 2, 150] and gathered[2].tolist() == [7, 8, 7]
     assert transition_counts(gathered[0], gathered[1], 9).sum() == pytest.approx(3.0)
     con.close()
+
+
+def test_a_temp_table_shadowing_a_table_read_through_a_view_is_refused(con):
+    con.execute("CREATE VIEW near AS SELECT * FROM shared WHERE lat > 0")
+    con.execute("FROM mob_set_budget('shared', eps := 5, delta := 1e-5)").fetchall()
+    con.execute("CREATE VIEW outer_v AS SELECT * FROM near")
+    con.execute("CREATE TEMP TABLE shared AS FROM main.shared LIMIT 10")   # the caller would see this one
+    for rel in ("near", "outer_v"):
+        with pytest.raises(duckdb.Error, match="temporary table or view named 'shared' hides"):
+            con.sql(f"FROM mob_noisy_count('{rel}', eps := 1)").fetchall()
+    assert _spent(con, "shared") == 0.0
+
+
+def _ledger_rows(con):
+    return con.sql("SELECT source, event, params FROM mob_ledger()").fetchall()
+
+
+@pytest.mark.parametrize("fan", [
+    "SELECT traj_id * 10 + k.range AS traj_id, user_id, ts, lat, lon FROM shared, range(3) k",
+    "SELECT * FROM shared UNION ALL SELECT traj_id + 100000, user_id, ts, lat, lon FROM shared",
+    "SELECT traj_id, user_id, ts, lat, lon FROM shared WHERE user_id IN (SELECT user_id FROM shared)",
+    "SELECT row_number() OVER () // 50 AS traj_id, user_id, ts, lat, lon FROM shared",
+])
+def test_a_plan_that_can_fan_rows_out_is_refused_before_any_read_unless_stability_is_declared(con, fan):
+    con.execute(f"CREATE VIEW fan AS {fan}")
+    con.execute("FROM mob_set_budget('shared', eps := 10, delta := 1e-5)").fetchall()
+    con.execute("FROM mob_set_budget('fan', eps := 10, delta := 1e-5)").fetchall()   # the range() case's own key
+    for call in ("FROM mob_noisy_count('fan', eps := 1)",
+                 f"FROM synthesize('fan', eps := 1, bbox := {BBOX}, n := 5)",
+                 f"FROM mob_fit('fan', 'm', eps := 1, bbox := {BBOX})"):
+        with pytest.raises(duckdb.Error, match="can turn one row of a table into several rows.*stability := s"):
+            con.sql(call).fetchall()
+    with pytest.raises(DuckmobError, match="stability := s"):
+        duckmob.noisy_count(con, "fan", eps=1.0)
+    assert _ledger_rows(con) == []   # refused before anything was reserved
+
+
+def test_a_declared_stability_multiplies_the_noise_and_is_charged_the_eps_asked(con, monkeypatch):
+    from duckmob.privacy import counting
+
+    con.execute("CREATE VIEW fan AS SELECT traj_id * 10 + k.range AS traj_id, user_id, ts, lat, lon "
+                "FROM shared, (SELECT range FROM range(3)) k")
+    con.execute("FROM mob_set_budget('shared', eps := 10, delta := 1e-5)").fetchall()
+    con.execute("FROM mob_set_budget('fan', eps := 10, delta := 1e-5)").fetchall()
+    seen = []
+    real = counting.noisy_count
+    monkeypatch.setattr(counting, "noisy_count",
+                        lambda n, eps, noise, sensitivity=1: seen.append((n, eps, sensitivity)) or real(
+                            n, eps, noise, sensitivity))
+    con.sql("FROM mob_noisy_count('fan', eps := 0.9, stability := 3)").fetchall()
+    assert seen == [(180, pytest.approx(0.3), 1)]   # 60 trajectories x 3 copies, Laplace at eps / 3
+    assert _spent(con, "shared") == pytest.approx(0.9, rel=1e-3)
+    (_, event, params), = _ledger_rows(con)
+    assert json.loads(event) == {"kind": "laplace", "eps": pytest.approx(0.9)} and json.loads(params)["stability"] == 3
+    # PrivTrace: every Laplace part at eps / s, the composition charged eps; DP-SGD methods refuse s > 1
+    con.sql(f"FROM synthesize('fan', eps := 0.6, bbox := {BBOX}, n := 5, stability := 3, seed := 1)").fetchall()
+    leaves = json.loads(_ledger_rows(con)[-1][1])["events"]
+    assert sum(e["eps"] for e in leaves) == pytest.approx(0.6)
+    with pytest.raises(duckdb.Error, match="stability := 3 needs a release made of Laplace mechanisms only"):
+        con.sql(f"FROM synthesize('fan', eps := 1, bbox := {BBOX}, stability := 3, method := 'hrnet')").fetchall()
+    assert len(_ledger_rows(con)) == 2
+
+
+def test_budgets_of_views_over_files_follow_the_files(con, tmp_path):
+    path = tmp_path / "trips.parquet"
+    con.execute(f"COPY shared TO '{path}'")
+    con.execute(f"CREATE VIEW one AS FROM read_parquet('{path}')")
+    con.execute(f"CREATE VIEW two AS SELECT * FROM '{tmp_path}/./trips.parquet' WHERE lat > 0")
+    with pytest.raises(duckdb.Error, match=f"no privacy budget declared for 'file:{path}'"):
+        con.sql("FROM mob_noisy_count('one', eps := 1)").fetchall()
+    # the key the refusal names is one mob_set_budget takes, as is either view's name
+    con.execute(f"FROM mob_set_budget('file:{path}', eps := 1.5, delta := 1e-5)").fetchall()
+    con.sql("FROM mob_noisy_count('one', eps := 1)").fetchall()
+    with pytest.raises(duckdb.Error, match="exceeded"):
+        con.sql("FROM mob_noisy_count('two', eps := 1)").fetchall()   # the same file, the same budget
+    con.execute("FROM mob_set_budget('two', eps := 2, delta := 1e-5)").fetchall()
+    con.sql("FROM mob_noisy_count('(SELECT * FROM two)', eps := 1)").fetchall()
+    assert _spent(con, f"file:{path}") == pytest.approx(2.0, rel=1e-3)   # two releases of eps 1 (PLD)

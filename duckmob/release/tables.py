@@ -41,10 +41,11 @@ def home(db: Database) -> str:
         return lineage.home(cur)
 
 
-def check_shadowing(relation: str, temporary: list[str] | None) -> None:
+def check_shadowing(relation: str, temporary: list[str] | None, con=None) -> None:
     """Refuse (before anything is reserved) a relation that mentions one of the caller's temporary tables or
-    views while it is read on another connection, where that name means another object."""
-    name = lineage.shadowing(relation, temporary)
+    views while it is read on another connection (``con``, which also finds those names in the views the relation
+    reads), where that name means another object."""
+    name = lineage.shadowing(relation, temporary, con)
     if name is not None:
         raise DuckmobError(f"duckmob: a temporary table or view named '{name}' hides the table or view of that name "
                            f"that {relation} reads: rename the temporary one (or drop it), then release again")
@@ -306,9 +307,17 @@ def _rows_version(rows: pa.StructArray | None) -> tuple[int, int]:
 
 def set_budget(db: Database, con, relation: str, eps, delta, *, temp_tables=None) -> dict:
     """Declare or raise the budget of the base table ``relation`` names (any spelling), resolved on ``con``. A view
-    or query over several tables is refused (declare each table's); a name that no longer resolves keeps the
-    budget already declared under it (a dropped table's ledger stays)."""
+    or query over several tables is refused (declare each table's); a view over files declares the budget of each
+    file it reads (``file:/real/path``, which ``relation`` may also name itself); a view over other table functions
+    declares its own; a name that no longer resolves keeps the budget already declared under it (a dropped table's
+    ledger stays)."""
     key = lineage.temp_table_key(str(relation), temp_tables)
+    if key is None and str(relation).startswith("file:"):   # a file's own budget key, as the refusals name it
+        path = str(relation)[len("file:"):]
+        if not os.path.isfile(path):
+            raise DuckmobError(f"no such file: '{path}': mob_set_budget('file:/path/to/file', ...) declares the budget "
+                               "of a file that releases read (through a view or a query over it)")
+        key = lineage.file_key(path)
     if key is None:
         try:
             found = lineage.resolve(con, relation, home(db))

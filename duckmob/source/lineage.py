@@ -194,6 +194,10 @@ def resolve(con, relation: str, home: str) -> Lineage:
     that cannot be planned, one that reads another attached database's tables, and one that reads neither a base
     table nor a named view over files."""
     tables, others, operators = _plan(con, relation)
+    # a window over row positions (row_number() OVER ()) or rowid is folded by DuckDB's optimiser into a plain
+    # projection, yet makes each row's values depend on the rows around it: found in the texts read instead
+    words = set().union(*(identifiers(t) for t in _texts(con, relation)))
+    operators += [w.upper() for w in ("over", "rowid") if w in words]
     keys = [key(*_three(t, con), home) for t in tables]
     own = None
     if others:
@@ -229,11 +233,8 @@ def _files(con, relation: str) -> list[str]:
     """The files ``relation`` reads: the string literals and quoted names of its text and of the views it mentions
     (recursively) that name existing files or globs (expanded by DuckDB's ``glob``, which lists names and reads no row). A fact
     about the catalog and the file system, never about a value of the data."""
-    seen, texts, found = set(), [relation], set()
-    views = {(r[0].lower(), r[1] or "") for r in con.execute(
-        "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal").fetchall()}
-    while texts:
-        text = texts.pop()
+    seen, found = set(), set()
+    for text in _texts(con, relation):
         for literal in _LITERAL.findall(text):   # a string, or a quoted name (a replacement scan: FROM "x.csv")
             q = literal[0]
             path = literal[1:-1].replace(q + q, q)
@@ -245,12 +246,23 @@ def _files(con, relation: str) -> list[str]:
             except duckdb.Error:
                 rows = []
             found.update(r[0] for r in rows if os.path.isfile(r[0]))
+    return sorted(found)
+
+
+def _texts(con, relation: str) -> list[str]:
+    """``relation``'s text and the definitions of the views it mentions, recursively (as ``con`` sees them)."""
+    texts, out = [relation], []
+    views = {(r[0].lower(), r[1] or "") for r in con.execute(
+        "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal").fetchall()}
+    while texts:
+        text = texts.pop()
+        out.append(text)
         mentioned = identifiers(text)
         for name, sql in list(views):
             if name in mentioned:
                 views.discard((name, sql))
                 texts.append(sql)
-    return sorted(found)
+    return out
 
 
 _LITERAL = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
@@ -278,11 +290,15 @@ def identifiers(relation: str) -> set[str]:
     return {t[1:-1].replace('""', '"').lower() if t.startswith('"') else t.lower() for t in _TOKEN.findall(relation)}
 
 
-def shadowing(relation: str, temporary: list[str] | None) -> str | None:
+def shadowing(relation: str, temporary: list[str] | None, con=None) -> str | None:
     """The first of the caller's temporary tables or views (``temporary``, their names) that ``relation``
-    mentions, or None: a release that reads ``relation`` on another connection would read something else under
-    that name than the caller sees, so it is refused. A fact about the catalog, not the data."""
-    mentioned = identifiers(relation)
+    mentions -- or, with ``con`` (the connection the release reads on), that a view it reads mentions, however
+    deep -- or None: a release that reads ``relation`` on another connection would read something else under that
+    name than the caller sees, so it is refused. A fact about the catalog, not the data."""
+    if not temporary:
+        return None
+    mentioned = set().union(*(identifiers(t) for t in _texts(con, relation))) if con is not None else \
+        identifiers(relation)
     return next((name for name in temporary or [] if name.lower() in mentioned), None)
 
 

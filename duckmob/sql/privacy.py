@@ -111,11 +111,14 @@ def readable(db, facts: dict) -> bool:
     return True
 
 
-def shadow_checked(facts: dict) -> str:
-    """The relation, refused (before anything is reserved) when it mentions one of the caller's temporary tables or
-    views while the release reads it on the core's connection, where that name means another object."""
-    tables.check_shadowing(facts["relation"], list(facts.get("temp_tables") or []) +
-                           list(facts.get("temp_views") or []))
+def shadow_checked(db, facts: dict) -> str:
+    """The relation, refused (before anything is reserved) when it -- or a view it reads, however deep -- mentions
+    one of the caller's temporary tables or views while the release reads it on the core's connection, where that
+    name means another object."""
+    temporary = list(facts.get("temp_tables") or []) + list(facts.get("temp_views") or [])
+    if temporary:
+        with closing(core_cursor(db, facts)) as cur:
+            tables.check_shadowing(facts["relation"], temporary, cur)
     return facts["relation"]
 
 
@@ -142,7 +145,7 @@ def udfs(db) -> list[Udf]:
                                "eps := 4, delta := 1e-5)")
         eps, delta = validators.positive("eps", eps), validators.delta_value(delta)   # public arguments first
         if readable(db, facts):
-            shadow_checked(facts)
+            shadow_checked(db, facts)
             with closing(core_cursor(db, facts)) as cur:
                 row = tables.set_budget(db, cur, source, eps, delta)
         else:
@@ -165,7 +168,7 @@ def udfs(db) -> list[Udf]:
         r = TRANSITIONS.parse(request, "_mob_transitions")
         facts, cols, types, out_of_core = path(r)
         if out_of_core:
-            relation = shadow_checked(facts)
+            relation = shadow_checked(db, facts)
             with closing(core_cursor(db, facts)) as cur:
                 return _transition_rows(*tables.transitions(db, cur, relation, mapping=mapping(cols),
                                                             caller_checked=True, **r))
@@ -182,7 +185,7 @@ def udfs(db) -> list[Udf]:
         facts, cols, types, out_of_core = path(r)
         r["what"] = r["what"] or "trajectories"
         if out_of_core:
-            relation = shadow_checked(facts)
+            relation = shadow_checked(db, facts)
             with closing(core_cursor(db, facts)) as cur:
                 value = tables.noisy_count(db, cur, relation, mapping=mapping(cols), caller_checked=True, **r)
         else:

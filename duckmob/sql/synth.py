@@ -173,7 +173,7 @@ def udfs(db) -> list[Udf]:
             _named(r)
         facts, cols, types, out_of_core = path(r)
         if out_of_core:
-            relation = shadow_checked(facts)
+            relation = shadow_checked(db, facts)
             release_fn = tables.fit if fit else tables.synthesize
             return release_fn(db, core_cursor(db, facts), relation, mapping=mapping(cols), owned=True,
                               caller_checked=True, **r)
