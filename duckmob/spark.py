@@ -514,7 +514,6 @@ def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partiti
     return spark.range(blocks, numPartitions=partitions).mapInArrow(draw, _ROWS_DDL)
 
 
-@release.interrupts.entered()   # Ctrl-C from the first moment
 def _fit_request(stability, **kwargs):
     """fit_request with the caller's stability (None: the plan was proven stable)."""
     import inspect
