@@ -30,7 +30,7 @@ import duckdb
 
 from duckmob.errors import DuckmobError
 from duckmob.privacy.ledger import join_keys
-from duckmob.source.schema import quote
+from duckmob.source.schema import quote, split_name
 
 # plan leaves that read no data of their own: their rows come from elsewhere in the same plan, or from nothing
 _NO_DATA = {"DUMMY_SCAN", "EMPTY_RESULT", "CTE_SCAN", "DELIM_SCAN", "CHUNK_SCAN", "RECURSIVE_CTE_SCAN",
@@ -66,31 +66,6 @@ class Lineage:
     def source(self) -> str:
         """The ledger's source text: the keys joined (one key: the table's name)."""
         return join_keys(self.keys)
-
-
-def split_name(text: str) -> list[str]:
-    """The parts of a dotted, possibly quoted identifier (``memory."My S".t`` -> ['memory', 'My S', 't'])."""
-    parts, cur, quoted, i = [], [], False, 0
-    while i < len(text):
-        ch = text[i]
-        if quoted:
-            if ch == '"' and text[i + 1:i + 2] == '"':
-                cur.append('"')
-                i += 1
-            elif ch == '"':
-                quoted = False
-            else:
-                cur.append(ch)
-        elif ch == '"':
-            quoted = True
-        elif ch == ".":
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    parts.append("".join(cur))
-    return parts
 
 
 def _part(name: str) -> str:

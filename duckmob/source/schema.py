@@ -170,6 +170,31 @@ def resolve_columns(columns: list[str], m: Mapping, *, what: tuple[str, ...]) ->
     return out
 
 
+def split_name(text: str) -> list[str]:
+    """The parts of a dotted, possibly quoted identifier (``memory."My S".t`` -> ['memory', 'My S', 't'])."""
+    parts, cur, quoted, i = [], [], False, 0
+    while i < len(text):
+        ch = text[i]
+        if quoted:
+            if ch == '"' and text[i + 1:i + 2] == '"':
+                cur.append('"')
+                i += 1
+            elif ch == '"':
+                quoted = False
+            else:
+                cur.append(ch)
+        elif ch == '"':
+            quoted = True
+        elif ch == ".":
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    parts.append("".join(cur))
+    return parts
+
+
 def select_sql(table_sql: str, names: dict[str, str | None]) -> str:
     """``SELECT`` of the contract's columns from ``table_sql`` (a relation: a name or a parenthesised query), every
     value converted with TRY_CAST (NULL when it cannot be converted: the cleaning drops that point); a missing
@@ -182,5 +207,5 @@ def select_sql(table_sql: str, names: dict[str, str | None]) -> str:
 
 
 
-__all__ = ["Mapping", "check_points", "time_fix", "check_ids", "resolve_columns", "select_sql", "quote", "literal",
+__all__ = ["Mapping", "split_name", "check_points", "time_fix", "check_ids", "resolve_columns", "select_sql", "quote", "literal",
            "INTEGER_TYPES", "NUMBER_TYPES", "TIME_TYPES", "NULL_TYPES"]

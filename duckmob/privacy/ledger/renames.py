@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from duckmob.source.schema import quote, split_name
+
 _MARK = re.compile(r"\[duckmob budget: (.+?)\]\s*$")
 
 
@@ -29,8 +31,6 @@ def mark(key: str) -> str:
 def _object(con, key: str) -> tuple[str, str, str, str | None] | None:
     """('TABLE' or 'VIEW', schema, name, comment) of the object the budget key ``key`` names in ``con``'s current
     database; None for a temporary table's key or a name that no longer resolves (dropped, or renamed)."""
-    from duckmob.source.lineage import split_name   # the lineage imports this package
-
     parts = split_name(key)
     if parts[0] == "temp" and len(parts) > 1 or len(parts) > 2:
         return None
@@ -54,8 +54,6 @@ def renamed_from(con, key: str) -> str | None:
 def stamp(con, key: str) -> None:
     """Append :func:`mark` of ``key`` to the comment of the table or view ``key`` names (nothing when it already
     ends with it, or the key names no object of this database: a temporary table, a name no longer there)."""
-    from duckmob.source.schema import quote
-
     found = _object(con, key)
     if found is None:
         return
