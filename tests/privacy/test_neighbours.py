@@ -19,11 +19,13 @@ charged sensitivity. Methods: PrivTrace on every path and both units; HRNet, bas
 from __future__ import annotations
 
 import inspect
+import json
 import shutil
 import sys
 
 import duckdb
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 import duckmob
@@ -123,7 +125,6 @@ def _sql_args(**kwargs) -> str:
         if isinstance(value, str):
             parts.append(f"{key} := '{value}'")
         elif isinstance(value, dict):
-            import json
             parts.append(f"{key} := '{json.dumps(value)}'")
         else:
             parts.append(f"{key} := {value}")
@@ -287,8 +288,6 @@ def test_spark_privtrace_moves_within_the_charge(recorder, tmp_path):
     """D: timeless trajectories only; D': one timestamped trajectory more. Spark reads the DataFrame on its
     workers; the noise is drawn on the driver (the recorder's process) from the summed tables."""
     session = _spark()
-    import pyarrow.parquet as pq
-
     from duckmob import spark as dspark
 
     d, dp = tables(21, "trajectory", "timeless", n_traj=30)
