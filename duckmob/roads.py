@@ -1,0 +1,545 @@
+"""Public road networks: a table of straight road segments, its graph, shortest paths, snapping and sampling.
+
+A roads table is PUBLIC geography (OpenStreetMap, a city's GIS): it costs no privacy budget, and it must never be
+derived from the sensitive table (docs/roads.md). Its rows are straight segments ``(lat1, lon1, lat2, lon2)`` in
+WGS 84 degrees, with an optional ``highway`` class. Everything here is a pure function over NumPy/Arrow; the SQL
+surface (``mob_sf_roads()``, ``mob_roads_from_osm(...)``) is in :mod:`duckmob.sql.roads`. Because roads are public,
+errors here quote rows and values exactly. Functions that take points (:func:`snap`) may be handed private points
+(map matching inside a release): their errors name no value of them.
+
+Geometry, in one place:
+
+- A segment is straight in (lat, lon): the point at fraction ``t`` is ``(lat1 + t (lat2 - lat1), lon1 + t (lon2 -
+  lon1))`` (:func:`points_along`).
+- Segment and path lengths are great-circle (haversine) distances between a segment's endpoints, in metres, on a
+  sphere of radius :data:`duckmob.grid.EARTH_RADIUS_M`.
+- Snapping projects in a local equirectangular plane (x = R cos(lat0) lon, y = R lat, radians, lat0 the middle of
+  the network's latitude range). That plane is linear in (lat, lon), so the projected point lies exactly on the
+  segment as :func:`points_along` draws it, and the nearest segment in that plane is found exactly. Its distances
+  differ from great-circle ones by the relative scale error of cos(lat) across the network: about tan(lat0) x
+  half the latitude span in radians (4e-4 for downtown San Francisco's 0.06 degrees: 1 cm at 30 m). The distance
+  returned is the haversine distance between the point and its snapped point.
+
+A graph's nodes are the distinct segment endpoints rounded to :data:`NODE_DECIMALS` decimals (1e-7 degree, about
+1 cm), so segments that share an endpoint share a node; its edges are the segments (undirected: the tables carry
+no one-way flag), weighted by their length in metres.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import json
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pyarrow as pa
+from scipy import sparse
+from scipy.sparse import csgraph
+from scipy.spatial import cKDTree
+
+from duckmob.errors import DuckmobError
+from duckmob.grid import EARTH_RADIUS_M, BBox, haversine_m
+
+# The OpenStreetMap highway classes a car can drive on: the public list the OSM loader keeps.
+DRIVABLE = ("motorway", "motorway_link", "trunk", "trunk_link", "primary", "primary_link", "secondary",
+            "secondary_link", "tertiary", "tertiary_link", "unclassified", "residential", "service", "living_street")
+COLUMNS = ("lat1", "lon1", "lat2", "lon2")
+NODE_DECIMALS = 7          # endpoints equal after rounding to 1e-7 degree (about 1 cm) are one graph node
+SNAP_SPACING_M = 20.0      # the snapping index samples every segment at most this far apart (metres)
+_DIGEST_VERSION = b"duckmob roads v1\n"
+_M_PER_RAD = EARTH_RADIUS_M
+
+
+@dataclass(frozen=True, eq=False)
+class Roads:
+    """A validated public road network: segment endpoints (float64 degrees), an optional ``highway`` class per
+    segment (an object array of str, '' where unknown; ``None`` when the table has no such column), and
+    ``digest``: the SHA-256 (hex) of the rows in a canonical order, so the same rows give the same digest whatever
+    their order. The digest keeps each segment's direction and covers ``highway`` when the column is present.
+    Build one with :meth:`Roads.of` (or :meth:`Roads.from_arrays`)."""
+
+    lat1: np.ndarray
+    lon1: np.ndarray
+    lat2: np.ndarray
+    lon2: np.ndarray
+    highway: np.ndarray | None
+    digest: str
+
+    @classmethod
+    def of(cls, table: pa.Table | pa.RecordBatch, name: str = "roads") -> "Roads":
+        """Validate a roads table: columns ``lat1, lon1, lat2, lon2`` (case-insensitive; numeric, no NULL, finite,
+        latitudes in [-90, 90], longitudes in [-180, 180]) and an optional string column ``highway``; other columns
+        are ignored. Segments of zero length (both endpoints equal) are dropped. ``name`` is used in errors."""
+        if not isinstance(table, (pa.Table, pa.RecordBatch)):
+            raise DuckmobError(f"{name}: expected an Arrow table of road segments, got {type(table).__name__}")
+        by_lower = {c.lower(): c for c in table.column_names}
+        missing = [c for c in COLUMNS if c not in by_lower]
+        if missing:
+            raise DuckmobError(f"{name}: a roads table needs columns lat1, lon1, lat2, lon2 (degrees); missing "
+                               f"{', '.join(missing)} (it has {', '.join(table.column_names) or 'no column'})")
+        values = []
+        for c in COLUMNS:
+            col = table.column(by_lower[c])
+            if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_decimal(col.type)):
+                raise DuckmobError(f"{name}: column {c} must be numeric degrees, got type {col.type}")
+            if col.null_count:
+                row = int(np.flatnonzero(_nulls(col))[0])
+                raise DuckmobError(f"{name}: column {c} is NULL in row {row}; every segment needs both endpoints")
+            values.append(np.asarray(col.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64))
+        highway = None
+        if "highway" in by_lower:
+            col = table.column(by_lower["highway"])
+            if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_null(col.type)
+                    or pa.types.is_dictionary(col.type)):
+                raise DuckmobError(f"{name}: column highway must be text (an OpenStreetMap class), got type {col.type}")
+            hw = col.cast(pa.string()).to_numpy(zero_copy_only=False)
+            highway = np.array(["" if v is None else v for v in hw], dtype=object)
+        return cls.from_arrays(*values, highway=highway, name=name)
+
+    @classmethod
+    def from_arrays(cls, lat1, lon1, lat2, lon2, highway=None, name: str = "roads") -> "Roads":
+        """Validate endpoint arrays (degrees) and an optional class per segment; zero-length segments are dropped."""
+        arrays = [np.asarray(a, dtype=np.float64).ravel() + 0.0 for a in (lat1, lon1, lat2, lon2)]  # -0.0 -> 0.0
+        n = len(arrays[0])
+        if any(len(a) != n for a in arrays) or (highway is not None and len(highway) != n):
+            raise DuckmobError(f"{name}: lat1, lon1, lat2, lon2 (and highway) must have one value per segment")
+        for c, a, lim in zip(COLUMNS, arrays, (90, 180, 90, 180)):
+            bad = np.flatnonzero(~np.isfinite(a) | (np.abs(a) > lim))
+            if len(bad):
+                raise DuckmobError(f"{name}: {c} = {a[bad[0]]!r} in row {int(bad[0])} is not a finite degree in "
+                                   f"[-{lim}, {lim}]; fix or drop that segment")
+        keep = (arrays[0] != arrays[2]) | (arrays[1] != arrays[3])
+        arrays = [a[keep] for a in arrays]
+        if highway is not None:
+            highway = np.array(["" if v is None else str(v) for v in np.asarray(highway, dtype=object)[keep]],
+                               dtype=object)
+        if not len(arrays[0]):
+            raise DuckmobError(f"{name}: the roads table has no segment of non-zero length; give at least one road")
+        return cls(*arrays, highway=highway, digest=_digest(*arrays, highway))
+
+    def __len__(self) -> int:
+        return len(self.lat1)
+
+    @cached_property
+    def length_m(self) -> np.ndarray:
+        """Each segment's great-circle length, in metres."""
+        return haversine_m(self.lat1, self.lon1, self.lat2, self.lon2)
+
+    def clip(self, bbox) -> "Roads":
+        """The segments with at least one endpoint inside ``bbox`` ([min_lat, min_lon, max_lat, max_lon], edges
+        included), whole (a segment crossing the edge keeps its outside end, so the streets at the edge join)."""
+        box = BBox.of(bbox)
+        keep = box.contains(self.lat1, self.lon1) | box.contains(self.lat2, self.lon2)
+        if not keep.any():
+            raise DuckmobError(f"roads: no segment has an endpoint inside bbox {box.as_list()}; give the roads of "
+                               "that area or a bbox over the roads")
+        return self.take(np.flatnonzero(keep))
+
+    def take(self, segments) -> "Roads":
+        """The given segments (indices), in that order, as a network of their own (its own digest)."""
+        idx = np.asarray(segments, dtype=np.int64)
+        hw = None if self.highway is None else self.highway[idx]
+        return Roads.from_arrays(self.lat1[idx], self.lon1[idx], self.lat2[idx], self.lon2[idx], highway=hw)
+
+    def to_arrow(self) -> pa.Table:
+        """The segments as a table ``lat1, lon1, lat2, lon2[, highway]``."""
+        cols = {c: getattr(self, c) for c in COLUMNS}
+        if self.highway is not None:
+            cols["highway"] = pa.array(self.highway.tolist(), pa.string())
+        return pa.table(cols)
+
+    @cached_property
+    def graph(self) -> "Graph":
+        """The road graph (built once per network)."""
+        return _build_graph(self)
+
+    @cached_property
+    def _snap_index(self) -> "_SnapIndex":
+        return _SnapIndex(self, SNAP_SPACING_M)
+
+
+def _nulls(col) -> np.ndarray:
+    return np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _digest(lat1, lon1, lat2, lon2, highway) -> str:
+    """SHA-256 of the rows sorted by (lat1, lon1, lat2, lon2, highway): the float64 values little-endian, then the
+    classes as a JSON list (when the table has them)."""
+    coords = np.stack([lat1, lon1, lat2, lon2], axis=1)
+    keys = [coords[:, 3], coords[:, 2], coords[:, 1], coords[:, 0]]
+    if highway is not None:
+        _, codes = np.unique(highway.astype(str), return_inverse=True)
+        keys.insert(0, codes)
+    order = np.lexsort(keys)
+    h = hashlib.sha256(_DIGEST_VERSION)
+    h.update(np.int64(len(lat1)).tobytes())
+    h.update(np.ascontiguousarray(coords[order]).astype("<f8").tobytes())
+    if highway is not None:
+        h.update(b"highway\n" + json.dumps(highway[order].tolist()).encode())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- the road graph
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """The road graph: ``node_lat``/``node_lon`` (degrees: the first endpoint met of each node), the nodes ``u``
+    and ``v`` of each segment's (lat1, lon1) and (lat2, lon2) ends, each segment's ``length_m``, and ``matrix``:
+    a symmetric n_nodes x n_nodes CSR matrix of edge lengths in metres (between two nodes joined by several
+    segments, the shortest one; ``edge_segment`` says which)."""
+
+    node_lat: np.ndarray
+    node_lon: np.ndarray
+    u: np.ndarray
+    v: np.ndarray
+    length_m: np.ndarray
+    matrix: sparse.csr_matrix
+    _edge_key: np.ndarray    # a * n_nodes + b for each edge (both directions), sorted
+    _edge_seg: np.ndarray    # the segment of each key
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_lat)
+
+    def segment_between(self, a, b) -> np.ndarray:
+        """The segment joining nodes ``a`` and ``b`` (element-wise; the shortest if several), -1 where none does."""
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        key = a * self.n_nodes + b
+        pos = np.minimum(np.searchsorted(self._edge_key, key), len(self._edge_key) - 1)
+        return np.where(self._edge_key[pos] == key, self._edge_seg[pos], -1)
+
+    def components(self) -> tuple[int, np.ndarray]:
+        """(number of connected components, the component of each node)."""
+        return csgraph.connected_components(self.matrix, directed=False)
+
+
+def _build_graph(roads: Roads) -> Graph:
+    scale = 10.0 ** NODE_DECIMALS
+    lat = np.concatenate([roads.lat1, roads.lat2])
+    lon = np.concatenate([roads.lon1, roads.lon2])
+    # one int64 per rounded endpoint: lat in [-9e8, 9e8] and lon in [-1.8e9, 1.8e9] units of 1e-7 degree
+    key = (np.rint(lat * scale).astype(np.int64) + 900_000_000) * 3_600_000_001 \
+        + (np.rint(lon * scale).astype(np.int64) + 1_800_000_000)
+    _, first, node = np.unique(key, return_index=True, return_inverse=True)
+    n_seg, n_nodes = len(roads), len(first)
+    u, v = node[:n_seg], node[n_seg:]
+    length = roads.length_m
+    real = u != v                       # a segment shorter than the rounding joins a node to itself: no edge
+    seg = np.flatnonzero(real)
+    a = np.concatenate([u[seg], v[seg]])
+    b = np.concatenate([v[seg], u[seg]])
+    s = np.concatenate([seg, seg])
+    ek = a * n_nodes + b
+    order = np.lexsort((s, length[s], ek))           # per node pair: shortest segment first (then lowest index)
+    ek, a, b, s = ek[order], a[order], b[order], s[order]
+    first_of_pair = np.concatenate([[True], ek[1:] != ek[:-1]]) if len(ek) else np.zeros(0, bool)
+    ek, a, b, s = ek[first_of_pair], a[first_of_pair], b[first_of_pair], s[first_of_pair]
+    # lengths are > 0 here (distinct rounded ends); the floor only keeps csgraph from reading an edge as absent
+    weight = np.maximum(length[s], 1e-9)
+    matrix = sparse.csr_matrix((weight, (a, b)), shape=(n_nodes, n_nodes))
+    return Graph(node_lat=lat[first], node_lon=lon[first], u=u, v=v, length_m=length, matrix=matrix,
+                 _edge_key=ek, _edge_seg=s)
+
+
+@dataclass(frozen=True, eq=False)
+class ShortestPaths:
+    """Shortest paths from a few source nodes: ``dist[k, j]`` metres from ``sources[k]`` to node ``j`` (inf when
+    unreachable) and ``pred[k, j]`` the node before ``j`` on that path (negative at the source and when
+    unreachable). Memory: 16 bytes x len(sources) x n_nodes."""
+
+    sources: np.ndarray
+    dist: np.ndarray
+    pred: np.ndarray
+
+    def paths(self, rows, targets) -> tuple[np.ndarray, np.ndarray]:
+        """The node paths from ``sources[rows[i]]`` to ``targets[i]``, source first, as ragged arrays
+        ``(offsets, nodes)``: path i is ``nodes[offsets[i]:offsets[i + 1]]`` (one node when target == source,
+        empty when unreachable). Vectorised over the pairs: one NumPy step per node of the longest path."""
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        targets = np.asarray(targets, dtype=np.int64).ravel()
+        m = len(rows)
+        cur = targets.copy()
+        alive = np.isfinite(self.dist[rows, targets]) if m else np.zeros(0, bool)
+        pairs, nodes, steps = [], [], []
+        step = 0
+        while alive.any():
+            idx = np.flatnonzero(alive)
+            pairs.append(idx)
+            nodes.append(cur[idx])
+            steps.append(np.full(len(idx), step))
+            prev = self.pred[rows[idx], cur[idx]]
+            alive[idx] = prev >= 0
+            cur[idx] = np.where(prev >= 0, prev, cur[idx])
+            step += 1
+        if not pairs:
+            return np.zeros(m + 1, np.int64), np.zeros(0, np.int64)
+        pair, node, st = np.concatenate(pairs), np.concatenate(nodes), np.concatenate(steps)
+        order = np.lexsort((-st, pair))                  # per pair, the source (last step) first
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=m))])
+        return offsets.astype(np.int64), node[order].astype(np.int64)
+
+
+def shortest_paths(graph: Graph, sources, limit: float = np.inf) -> ShortestPaths:
+    """Dijkstra (scipy.sparse.csgraph) from each of ``sources`` (node ids) over the undirected road graph;
+    ``limit`` (metres) stops the search there (nodes farther are unreachable), bounding the time."""
+    sources = np.asarray(sources, dtype=np.int64).ravel()
+    if len(sources) and (sources.min() < 0 or sources.max() >= graph.n_nodes):
+        raise DuckmobError(f"shortest_paths: source nodes must be in 0 .. {graph.n_nodes - 1}")
+    if not len(sources):
+        return ShortestPaths(sources, np.zeros((0, graph.n_nodes)), np.zeros((0, graph.n_nodes), np.int32))
+    dist, pred = csgraph.dijkstra(graph.matrix, directed=False, indices=sources, return_predecessors=True,
+                                  limit=limit)
+    return ShortestPaths(sources, np.atleast_2d(dist), np.atleast_2d(pred))
+
+
+def path_segments(graph: Graph, offsets, nodes) -> tuple[np.ndarray, np.ndarray]:
+    """The segments along node paths ``(offsets, nodes)`` (as :meth:`ShortestPaths.paths` gives them), as ragged
+    arrays ``(offsets, segments)``: one segment per consecutive pair of nodes."""
+    offsets, nodes = np.asarray(offsets, dtype=np.int64), np.asarray(nodes, dtype=np.int64)
+    counts = np.diff(offsets)
+    has_next = np.ones(len(nodes), bool)
+    ends = offsets[1:][counts > 0] - 1
+    has_next[ends] = False
+    i = np.flatnonzero(has_next)
+    segs = graph.segment_between(nodes[i], nodes[i + 1])
+    seg_counts = np.maximum(counts - 1, 0)
+    return np.concatenate([[0], np.cumsum(seg_counts)]).astype(np.int64), segs
+
+
+# ---------------------------------------------------------------------------------------------- snapping
+
+class _SnapIndex:
+    """Points sampled along every segment at most ``spacing_m`` apart (both ends included), in a local
+    equirectangular plane in metres, in a k-d tree."""
+
+    def __init__(self, roads: Roads, spacing_m: float):
+        lats = np.concatenate([roads.lat1, roads.lat2])
+        self.lat0 = float((lats.min() + lats.max()) / 2)
+        self.lon0 = float((np.concatenate([roads.lon1, roads.lon2]).min()
+                           + np.concatenate([roads.lon1, roads.lon2]).max()) / 2)
+        self.kx = np.radians(1.0) * _M_PER_RAD * np.cos(np.radians(self.lat0))
+        self.ky = np.radians(1.0) * _M_PER_RAD
+        self.ax, self.ay = self.plane(roads.lat1, roads.lon1)
+        self.bx, self.by = self.plane(roads.lat2, roads.lon2)
+        seg_len = np.hypot(self.bx - self.ax, self.by - self.ay)
+        n = np.ceil(seg_len / spacing_m).astype(np.int64) + 1            # samples per segment, >= 2
+        self.seg = np.repeat(np.arange(len(roads)), n)
+        k = np.arange(len(self.seg)) - np.repeat(np.cumsum(n) - n, n)
+        t = k / (n - 1)[self.seg]
+        x = self.ax[self.seg] + t * (self.bx - self.ax)[self.seg]
+        y = self.ay[self.seg] + t * (self.by - self.ay)[self.seg]
+        self.half_gap = float((seg_len / (n - 1)).max()) / 2 + 1e-6  # any point of a segment is this near a sample
+        self.tree = cKDTree(np.column_stack([x, y]))
+
+    def plane(self, lat, lon) -> tuple[np.ndarray, np.ndarray]:
+        return (np.asarray(lon) - self.lon0) * self.kx, (np.asarray(lat) - self.lat0) * self.ky
+
+    def project(self, qx, qy, cand) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Exact projection of each query onto its candidate segments (m x K, -1 = none): the nearest one (the
+        lowest index among equals), its fraction t and the planar distance."""
+        c = np.where(cand < 0, 0, cand)
+        dx, dy = self.bx[c] - self.ax[c], self.by[c] - self.ay[c]
+        px, py = qx[:, None] - self.ax[c], qy[:, None] - self.ay[c]
+        t = np.clip((px * dx + py * dy) / (dx * dx + dy * dy), 0.0, 1.0)
+        d = np.hypot(px - t * dx, py - t * dy)
+        d[cand < 0] = np.inf
+        best = np.argmin(d, axis=1)
+        rows = np.arange(len(qx))
+        return cand[rows, best], t[rows, best], d[rows, best]
+
+
+def snap(roads: Roads, lat, lon, chunk: int = 1 << 17):
+    """Snap points to their nearest road segment, exactly (in the local plane of the module docstring).
+
+    Returns ``(segment, t, lat, lon, distance_m)``: the index of the nearest segment, the fraction t in [0, 1]
+    along it from (lat1, lon1), the snapped point (:func:`points_along` of them) and the great-circle distance
+    to it in metres. Exactness: the nearest sample (every <= 20 m along every segment) is at some distance d, so
+    the nearest segment has a sample within d + half a sample gap; every segment with a sample that near is
+    projected onto exactly (the k-d tree's k nearest samples, k doubled until they reach past that radius), so
+    the result equals a brute-force projection onto every segment (ties: the lowest segment index). Vectorised,
+    in chunks of ``chunk`` points (memory bounded by the chunk). The points may be private: errors name none."""
+    lat = np.asarray(lat, dtype=np.float64).ravel()
+    lon = np.asarray(lon, dtype=np.float64).ravel()
+    if lat.shape != lon.shape:
+        raise DuckmobError("snap: lat and lon must have the same length")
+    if not (np.isfinite(lat).all() and np.isfinite(lon).all()):
+        raise DuckmobError("snap: every point needs a finite lat and lon; drop the others first")
+    index = roads._snap_index
+    seg = np.empty(len(lat), np.int64)
+    t = np.empty(len(lat))
+    for start in range(0, len(lat), chunk):
+        part = slice(start, start + chunk)
+        qx, qy = index.plane(lat[part], lon[part])
+        seg[part], t[part] = _snap_chunk(index, qx, qy)
+    slat, slon = points_along(roads, seg, t)
+    return seg, t, slat, slon, haversine_m(lat, lon, slat, slon)
+
+
+def _snap_chunk(index: _SnapIndex, qx, qy):
+    n_samples = index.tree.n
+    seg = np.empty(len(qx), np.int64)
+    t = np.empty(len(qx))
+    todo = np.arange(len(qx))
+    k = min(8, n_samples)
+    while len(todo):
+        d, i = index.tree.query(np.column_stack([qx[todo], qy[todo]]), k=k)
+        d, i = d.reshape(len(todo), -1), i.reshape(len(todo), -1)
+        radius = d[:, :1] + index.half_gap
+        enough = (d[:, -1] > radius[:, 0]) | (k >= n_samples)   # every sample within the radius is among the k
+        cand = np.where((d <= radius) & (i < n_samples), index.seg[np.minimum(i, n_samples - 1)], -1)
+        cand = np.sort(cand, axis=1)                             # so argmin's first minimum is the lowest segment
+        done = todo[enough]
+        s, tt, _ = index.project(qx[done], qy[done], cand[enough])
+        seg[done], t[done] = s, tt
+        todo = todo[~enough]
+        k = min(2 * k, n_samples)
+    return seg, t
+
+
+# ---------------------------------------------------------------------------------------------- points on roads
+
+def points_along(roads: Roads, segment, t) -> tuple[np.ndarray, np.ndarray]:
+    """(lat, lon) at fraction ``t`` (0: the (lat1, lon1) end, 1: the other) along each given segment."""
+    seg = np.asarray(segment, dtype=np.int64)
+    t = np.asarray(t, dtype=np.float64)
+    return (roads.lat1[seg] + t * (roads.lat2[seg] - roads.lat1[seg]),
+            roads.lon1[seg] + t * (roads.lon2[seg] - roads.lon1[seg]))
+
+
+def sample_along(roads: Roads, n: int, rng: np.random.Generator, weights=None, segments=None):
+    """Draw ``n`` points: a segment with probability proportional to its weight, then a point uniform along it.
+
+    ``segments``: the candidate segment indices (default: all); ``weights``: one non-negative weight per
+    candidate (default: its length, i.e. points uniform along the network). For a density per metre pass
+    density x :attr:`Roads.length_m`. ``rng`` comes from the caller (this is post-processing of released data;
+    duckmob never makes a generator here): it draws n uniforms for the segments, then n for the fractions.
+    Returns ``(segment, t, lat, lon)``."""
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError("sample_along needs an np.random.Generator from the caller")
+    segs = np.arange(len(roads)) if segments is None else np.asarray(segments, dtype=np.int64).ravel()
+    w = roads.length_m[segs] if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+    if len(w) != len(segs):
+        raise DuckmobError("sample_along: give one weight per segment")
+    if not (np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
+        raise DuckmobError("sample_along: weights must be finite, non-negative and not all zero")
+    cum = np.cumsum(w)
+    pick = np.minimum(np.searchsorted(cum, rng.random(int(n)) * cum[-1], side="right"), len(segs) - 1)
+    seg = segs[pick]
+    t = rng.random(int(n))
+    lat, lon = points_along(roads, seg, t)
+    return seg, t, lat, lon
+
+
+# ---------------------------------------------------------------------------------------------- OpenStreetMap
+
+def read_osm(path: str, bbox=None, classes=DRIVABLE) -> pa.Table:
+    """Read the ways of an OpenStreetMap extract whose ``highway`` tag is one of ``classes`` (default
+    :data:`DRIVABLE`; ways tagged ``area=yes`` are squares, not streets, and are skipped) into a roads table
+    ``lat1, lon1, lat2, lon2, highway``: one row per consecutive pair of a way's nodes, in file order. With
+    ``bbox``, the segments with an endpoint inside it (as :meth:`Roads.clip`). ``.osm`` XML (also ``.osm.gz``,
+    ``.osm.bz2``) is read with the standard library; ``.osm.pbf`` needs the optional ``osmium`` package
+    (``pip install 'duckmob[roads]'``). A node a way names but the extract lacks drops its two segments."""
+    if not os.path.isfile(path):
+        raise DuckmobError(f"mob_roads_from_osm: no file at {path!r}; give the path of an .osm or .osm.pbf extract")
+    keep = frozenset(classes)
+    lower = path.lower()
+    if lower.endswith(".pbf"):
+        way_class, offsets, lat, lon = _ways_pbf(path, keep)
+    elif lower.endswith((".osm", ".xml", ".osm.gz", ".osm.bz2")):
+        way_class, offsets, lat, lon = _ways_xml(path, keep)
+    else:
+        raise DuckmobError(f"mob_roads_from_osm: {os.path.basename(path)!r} is not an OpenStreetMap extract; give "
+                           ".osm, .osm.gz, .osm.bz2 (XML) or .osm.pbf")
+    counts = np.diff(offsets)
+    nxt = np.ones(len(lat), bool)
+    nxt[offsets[1:][counts > 0] - 1] = False                      # a way's last node starts no segment
+    i = np.flatnonzero(nxt)
+    ok = np.isfinite(lat[i]) & np.isfinite(lat[i + 1])
+    i = i[ok]
+    way = np.repeat(np.arange(len(counts)), counts)[i]
+    table = pa.table({"lat1": lat[i], "lon1": lon[i], "lat2": lat[i + 1], "lon2": lon[i + 1],
+                      "highway": pa.array([way_class[w] for w in way], pa.string())})
+    if bbox is not None:
+        box = BBox.of(bbox)
+        inside = box.contains(lat[i], lon[i]) | box.contains(lat[i + 1], lon[i + 1])
+        table = table.filter(pa.array(inside))
+    return table
+
+
+def _open(path):
+    lower = path.lower()
+    if lower.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if lower.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+def _ways_xml(path, keep):
+    """Kept ways of an OSM XML file: (class per way, node offsets, node lat, node lon; NaN for a missing node)."""
+    node_ids, node_lat, node_lon = [], [], []
+    way_class, refs, offsets = [], [], [0]
+    try:
+        with _open(path) as f:
+            for _event, el in ET.iterparse(f, events=("end",)):
+                if el.tag == "node":
+                    node_ids.append(int(el.get("id")))
+                    node_lat.append(float(el.get("lat", "nan")))
+                    node_lon.append(float(el.get("lon", "nan")))
+                    el.clear()
+                elif el.tag == "way":
+                    tags = {t.get("k"): t.get("v") for t in el.iter("tag")}
+                    if tags.get("highway") in keep and tags.get("area") != "yes":
+                        way_refs = [int(nd.get("ref")) for nd in el.iter("nd")]
+                        way_class.append(tags["highway"])
+                        refs.extend(way_refs)
+                        offsets.append(len(refs))
+                    el.clear()
+                elif el.tag == "relation":
+                    el.clear()
+    except (ET.ParseError, OSError, EOFError, ValueError, TypeError) as e:
+        raise DuckmobError(f"mob_roads_from_osm: {os.path.basename(path)!r} is not readable OSM XML ({e}); give "
+                           "an .osm extract (from openstreetmap.org's export, Overpass or osmium)") from None
+    ids = np.asarray(node_ids, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    ids = ids[order]
+    lat_sorted = np.asarray(node_lat, dtype=np.float64)[order]
+    lon_sorted = np.asarray(node_lon, dtype=np.float64)[order]
+    r = np.asarray(refs, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(ids, r), max(len(ids) - 1, 0))
+    found = (ids[pos] == r) if len(ids) else np.zeros(len(r), bool)
+    lat = np.where(found, lat_sorted[pos] if len(ids) else np.nan, np.nan)
+    lon = np.where(found, lon_sorted[pos] if len(ids) else np.nan, np.nan)
+    return way_class, np.asarray(offsets, dtype=np.int64), lat, lon
+
+
+def _ways_pbf(path, keep):
+    """Kept ways of an .osm.pbf file, read with pyosmium (node locations resolved from the same file)."""
+    try:
+        import osmium
+    except ImportError:
+        raise DuckmobError("mob_roads_from_osm: reading .osm.pbf needs the osmium package: pip install "
+                           "'duckmob[roads]' (or convert the extract to .osm XML)") from None
+    way_class, lat, lon, offsets = [], [], [], [0]
+    try:
+        for obj in osmium.FileProcessor(path).with_locations():
+            if not obj.is_way():
+                continue
+            cls = obj.tags.get("highway")
+            if cls not in keep or obj.tags.get("area") == "yes":
+                continue
+            for nd in obj.nodes:
+                ok = nd.location.valid()
+                lat.append(nd.location.lat if ok else np.nan)
+                lon.append(nd.location.lon if ok else np.nan)
+            way_class.append(cls)
+            offsets.append(len(lat))
+    except RuntimeError as e:
+        raise DuckmobError(f"mob_roads_from_osm: {os.path.basename(path)!r} is not a readable .osm.pbf ({e})") \
+            from None
+    return way_class, np.asarray(offsets, dtype=np.int64), np.asarray(lat, float), np.asarray(lon, float)
