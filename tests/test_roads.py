@@ -257,7 +257,7 @@ def test_points_drawn_along_segments_lie_on_them_in_proportion_to_the_weights(sf
 # ---------------------------------------------------------------------------------------------- SQL and OSM
 
 def test_mob_sf_roads_is_the_shipped_table(con, sf):
-    assert con.execute("SELECT count(*) FROM mob_sf_roads()").fetchone()[0] == 28_609
+    assert con.sql("SELECT count(*) FROM mob_sf_roads()").fetchall() == [(28_609,)]
     table = con.sql("FROM mob_sf_roads()").to_arrow_table()
     assert table.column_names == ["lat1", "lon1", "lat2", "lon2", "highway"]
     assert R.Roads.of(table).digest == sf.digest
@@ -285,7 +285,7 @@ def test_the_osm_loader_keeps_drivable_ways(tmp_path, con):
     assert rows == SMALL_ROWS                                             # the zero-length segment dropped
     rows = con.sql(f"FROM mob_roads_from_osm('{path}', bbox := [37.7705, -122.43, 37.79, -122.41])").fetchall()
     assert rows == SMALL_ROWS[1:2]
-    assert con.execute(f"SELECT count(*) FROM mob_roads_from_osm('{path}', bbox := [1, 1, 2, 2])").fetchone()[0] == 0
+    assert con.sql(f"SELECT count(*) FROM mob_roads_from_osm('{path}', bbox := [1, 1, 2, 2])").fetchall() == [(0,)]
 
 
 def test_the_osm_loader_refuses_what_it_cannot_read(tmp_path, con):
