@@ -26,7 +26,8 @@ SMALL_OSM = """<?xml version="1.0" encoding="UTF-8"?>
   <way id="10"><nd ref="1"/><nd ref="2"/><nd ref="3"/><tag k="highway" v="residential"/><tag k="name" v="A St"/></way>
   <way id="11"><nd ref="3"/><nd ref="4"/><tag k="highway" v="footway"/></way>
   <way id="12"><nd ref="4"/><nd ref="99"/><nd ref="5"/><tag k="highway" v="primary"/></way>
-  <way id="13"><nd ref="1"/><nd ref="3"/><nd ref="4"/><nd ref="1"/><tag k="highway" v="service"/><tag k="area" v="yes"/></way>
+  <way id="13"><nd ref="1"/><nd ref="3"/><nd ref="4"/><nd ref="1"/>
+    <tag k="highway" v="service"/><tag k="area" v="yes"/></way>
   <way id="14"><nd ref="5"/><nd ref="6"/><nd ref="6"/><tag k="highway" v="motorway_link"/></way>
   <relation id="20"><member type="way" ref="10" role=""/><tag k="type" v="route"/></relation>
 </osm>

@@ -2,7 +2,8 @@
 -- Roads are public geography (OpenStreetMap, a city's GIS): reading them spends no budget.
 
 -- Downtown San Francisco, shipped inside the package: 28,609 drivable OpenStreetMap segments (620 km),
--- lat 37.7525..37.8081, lon -122.4594..-122.3673. (c) OpenStreetMap contributors, ODbL 1.0 (duckmob/data/ROADS_README.md).
+-- lat 37.7525..37.8081, lon -122.4594..-122.3673.
+-- (c) OpenStreetMap contributors, ODbL 1.0 (duckmob/data/ROADS_README.md).
 CREATE OR REPLACE TEMP MACRO mob_sf_roads() AS TABLE
 SELECT * FROM read_parquet(_mob_sf_roads_path());
 
