@@ -319,9 +319,9 @@ class _SnapIndex:
 
     def __init__(self, roads: Roads, spacing_m: float):
         lats = np.concatenate([roads.lat1, roads.lat2])
+        lons = np.concatenate([roads.lon1, roads.lon2])
         self.lat0 = float((lats.min() + lats.max()) / 2)
-        self.lon0 = float((np.concatenate([roads.lon1, roads.lon2]).min()
-                           + np.concatenate([roads.lon1, roads.lon2]).max()) / 2)
+        self.lon0 = float((lons.min() + lons.max()) / 2)      # an origin only: keeps the plane's numbers small
         self.kx = np.radians(1.0) * _M_PER_RAD * np.cos(np.radians(self.lat0))
         self.ky = np.radians(1.0) * _M_PER_RAD
         self.ax, self.ay = self.plane(roads.lat1, roads.lon1)
