@@ -4,6 +4,7 @@ exact snapping, points along segments, the shipped San Francisco roads and the O
 import bz2
 import gzip
 import math
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -289,7 +290,7 @@ def test_the_osm_loader_keeps_drivable_ways(tmp_path, con):
     assert con.sql(f"SELECT count(*) FROM mob_roads_from_osm('{path}', bbox := [1, 1, 2, 2])").fetchall() == [(0,)]
 
 
-def test_the_osm_loader_refuses_what_it_cannot_read(tmp_path, con):
+def test_the_osm_loader_refuses_what_it_cannot_read(tmp_path, con, monkeypatch):
     with pytest.raises(Exception, match=r"mob_roads_from_osm: no file at '.*nope.osm'; give the path"):
         con.sql(f"FROM mob_roads_from_osm('{tmp_path / 'nope.osm'}')").fetchall()
     bad = _write(tmp_path, "bad.osm", "<osm><node id='1' lat='1' lon='2'></osm>")
@@ -298,6 +299,10 @@ def test_the_osm_loader_refuses_what_it_cannot_read(tmp_path, con):
     other = _write(tmp_path, "roads.csv", "lat1,lon1\n")
     with pytest.raises(DuckmobError, match="'roads.csv' is not an OpenStreetMap extract"):
         R.read_osm(other)
+    pbf = _write(tmp_path, "x.osm.pbf", "not a pbf")
+    monkeypatch.setitem(sys.modules, "osmium", None)                  # as if the [roads] extra were not installed
+    with pytest.raises(DuckmobError, match=r"reading .osm.pbf needs the osmium package: pip install 'duckmob\[roads\]'"):
+        R.read_osm(pbf)
 
 
 def test_the_osm_loader_reads_pbf_like_xml(tmp_path):
@@ -310,3 +315,6 @@ def test_the_osm_loader_reads_pbf_like_xml(tmp_path):
     writer.close()
     assert R.read_osm(pbf).equals(R.read_osm(xml))
     assert R.read_osm(pbf, bbox=[37.7705, -122.43, 37.79, -122.41]).num_rows == 1
+    bad = _write(tmp_path, "bad.osm.pbf", "garbage")
+    with pytest.raises(DuckmobError, match=r"^mob_roads_from_osm: 'bad.osm.pbf' is not a readable .osm.pbf \("):
+        R.read_osm(bad)
