@@ -301,7 +301,7 @@ def test_the_osm_loader_refuses_what_it_cannot_read(tmp_path, con, monkeypatch):
         R.read_osm(other)
     pbf = _write(tmp_path, "x.osm.pbf", "not a pbf")
     monkeypatch.setitem(sys.modules, "osmium", None)                  # as if the [roads] extra were not installed
-    with pytest.raises(DuckmobError, match=r"reading .osm.pbf needs the osmium package: pip install 'duckmob\[roads\]'"):
+    with pytest.raises(DuckmobError, match=r"reading .osm.pbf needs the osmium package: pip install 'duckmob\[roads"):
         R.read_osm(pbf)
 
 
