@@ -41,11 +41,13 @@ class FitRequest:
     n: int | None = None
     max_rows: int = validators.MAX_ROWS
     stability: int | None = None   # the caller's public stability (None: 1, once the plan is checked stable)
+    roads: str | None = None       # the name of a public road network the output is placed on
+    on_roads: Any = None           # that network (duckmob.roads.Roads), read by the release core before the fit
 
 
 def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, privacy_unit="trajectory",
                 max_trajectories_per_user=None, params=None, outside="drop", seed=None, name=None,
-                n=None, max_rows=None, stability=None) -> FitRequest:
+                n=None, max_rows=None, stability=None, roads=None) -> FitRequest:
     """Validate every public argument of a fit (before anything is reserved or read). ``stability``: see
     :func:`duckmob.source.lineage.check_stability`; s > 1 is refused for a method that is not pure Laplace."""
     source = validators.source_name(source)
@@ -65,7 +67,8 @@ def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, priva
                                                      method=cls.method, mechanism=cls.mechanism),
                       method=cls.method, synthesizer=synthesizer, unit=unit, params=params,
                       seed=validators.seed(seed), name=None if name is None else validators.model_name(name),
-                      n=validators.n_trajectories(n), max_rows=validators.max_rows(max_rows), stability=stability)
+                      n=validators.n_trajectories(n), max_rows=validators.max_rows(max_rows), stability=stability,
+                      roads=None if roads is None else validators.source_name(roads))
 
 
 def fit(db: Database, request: FitRequest, source: PointSource):
@@ -82,7 +85,8 @@ def fit(db: Database, request: FitRequest, source: PointSource):
     synthesizer, noise = r.synthesizer, NoiseSource(r.seed)
     s = r.stability or 1
     recorded = {"method": r.method, "max_trajectories_per_user": r.unit.max_trajectories_per_user, **r.params,
-                **({"model": r.name} if r.name else {}), **({"stability": s} if s > 1 else {})}
+                **({"model": r.name} if r.name else {}), **({"stability": s} if s > 1 else {}),
+                **(roads_record(r) or {})}
     plans: list[Plan] = []
 
     def plan(prior: ledger.Prior) -> Event:
@@ -124,6 +128,23 @@ def fit(db: Database, request: FitRequest, source: PointSource):
         source.close()
 
 
+def roads_record(r: FitRequest) -> dict | None:
+    """What a release records of the public road network it used (ledger params, stored model): its name and the
+    digest of its rows (:attr:`duckmob.roads.Roads.digest`); None without roads."""
+    if r.on_roads is None:
+        return None
+    return {"roads": r.roads, "roads_digest": r.on_roads.digest, "roads_bbox": r.synthesizer.bbox.as_list()}
+
+
+def on_roads(model, roads):
+    """``model`` whose samples are placed on ``roads`` (:class:`duckmob.synth.onroads.OnRoads`), or ``model``."""
+    if roads is None:
+        return model
+    from duckmob.synth.onroads import OnRoads
+
+    return OnRoads(model, roads)
+
+
 def claim_name(db: Database, name: str) -> None:
     """Claim a model name for one fit (refused when stored or being fitted); release it with
     ``db.pending_names.discard(name)`` once the fit is over."""
@@ -141,7 +162,7 @@ def _store(db: Database, r: FitRequest, model, ledger_id: int) -> None:
     blob = model.to_bytes()
     described = {**model.describe(), "privacy_unit": r.unit.kind,
                  "max_trajectories_per_user": r.unit.max_trajectories_per_user,
-                 "seeded": r.seed is not None}
+                 "seeded": r.seed is not None, **(roads_record(r) or {})}
     digest = store.checksum(r.name, r.method, r.source, described, blob, ledger_id)
     with db.lock:
         with db.connection() as cur:

@@ -83,6 +83,7 @@ def _prepared_fit(db: Database, con, relation: str, mapping: Mapping, owned: boo
         prepared = prepare(con, relation, mapping, home=home(db), shape="points")
         r = fitting.fit_request(source=prepared.lineage.source, **request)
         r = replace(r, stability=lineage.check_stability(prepared.lineage, r.stability))
+        r = with_roads(db, con, r, prepared.lineage.keys)
         _needs_user_column(prepared.has_user, r.unit, relation)
     except BaseException:
         if owned:
@@ -109,7 +110,8 @@ def synthesize(db: Database, con, relation: str, *, mapping: Mapping, owned: boo
     (:class:`Recent`)."""
     prepared, r = _prepared_fit(db, con, relation, mapping, owned, caller_checked, request)
     try:
-        key = _key("synthesize", r.source, prepared.select, request, lambda: content_version(con, prepared.select))
+        key = _key("synthesize", r.source, prepared.select, {**request, **(fitting.roads_record(r) or {})},
+                   lambda: content_version(con, prepared.select))
     except BaseException:
         if owned:
             con.close()
@@ -123,7 +125,8 @@ def synthesize_gathered(db: Database, relation: str, temp_tables: list[str] | No
     """:func:`synthesize` of rows a SQL macro gathered from the caller's temporary table (:func:`fit_gathered`)."""
     r = _gathered_fit(relation, temp_tables, has_user, request)
     table = points() if cache_on() else points   # loaded once: its version, then the release
-    key = _key("synthesize", r.source, "", request, lambda: table_version(table))
+    key = _key("synthesize", r.source, "", {**request, **(fitting.roads_record(r) or {})},
+               lambda: table_version(table))
     return _synthesized(db, key, r, lambda: ArrowSource(table), None)
 
 
@@ -161,7 +164,8 @@ def _synthesized(db: Database, key: str, r, source, close) -> sampling.Output:
         if close is not None:
             close()
         model, seed = hit
-    return fitting.output(model, r.n, seed, r.max_rows, desc=f"synthesize {r.method}", threads=draw_threads(db))
+    return fitting.output(fitting.on_roads(model, r.on_roads), r.n, seed, r.max_rows, desc=f"synthesize {r.method}",
+                          threads=draw_threads(db))
 
 
 def sample(db: Database, name, n=None, seed=None, max_rows=None) -> sampling.Output:
@@ -171,8 +175,32 @@ def sample(db: Database, name, n=None, seed=None, max_rows=None) -> sampling.Out
     name = validators.model_name(name)
     n, seed, max_rows = validators.n_trajectories(n), validators.seed(seed), validators.max_rows(max_rows)
     _method, model = read_ledger(db, lambda cur: store.load(cur, name))
-    return fitting.output(model, n, NoiseSource(seed).output_seed(), max_rows, desc=f"mob_sample {name}",
+    described = read_ledger(db, lambda cur: store.described(cur, name))
+    return fitting.output(fitting.on_roads(model, _stored_roads(db, name, described)), n,
+                          NoiseSource(seed).output_seed(), max_rows, desc=f"mob_sample {name}",
                           threads=draw_threads(db))
+
+
+def _stored_roads(db: Database, name: str, described: dict):
+    """The public road network a stored model was fitted with, read again by its name and checked against the
+    digest recorded at the fit (None: fitted without roads). A network changed since is refused: the output would
+    no longer be the one the model's record describes."""
+    if not described.get("roads"):
+        return None
+    from duckmob.roads import Roads
+
+    roads = described["roads"]
+    try:
+        with db.connection() as cur:
+            table = cur.sql(f"SELECT * FROM {roads}").to_arrow_table()
+    except Exception:
+        raise DuckmobError(f"model '{name}' was fitted with roads := '{roads}', which cannot be read now: restore that "
+                           "table (committed), or fit the model again") from None
+    found = Roads.of(table, name=roads).clip(described["roads_bbox"])
+    if found.digest != described["roads_digest"]:
+        raise DuckmobError(f"the roads table '{roads}' changed since model '{name}' was fitted (its rows' digest "
+                           "differs): restore it, or fit the model again with the new roads")
+    return found
 
 
 def draw_threads(db: Database) -> int:
@@ -216,7 +244,31 @@ def _gathered_fit(relation: str, temp_tables: list[str] | None, has_user: bool, 
     column the user unit needs."""
     r = fitting.fit_request(source=gathered_key(relation, temp_tables), **request)
     _needs_user_column(has_user, r.unit, relation)
+    if r.roads is not None:
+        with db.connection() as cur:   # a public table the core's connection reads (committed)
+            r = with_roads(db, cur, r, (r.source,))
     return r
+
+
+def with_roads(db: Database, con, r: fitting.FitRequest, sensitive: tuple[str, ...]) -> fitting.FitRequest:
+    """``r`` with its public road network read (``roads := 'table'``, on ``con``, clipped to the bbox), before
+    anything is reserved: a public input costs no budget. Refused when the roads' lineage reads one of the tables
+    the release reads (``sensitive``) or any table with a declared privacy budget: a network built from the
+    sensitive traces is not public (which streets people use is what the release protects)."""
+    if r.roads is None:
+        return r
+    from duckmob.roads import Roads
+
+    found = lineage.resolve(con, r.roads, home(db))
+    private = sorted(k for k in found.keys if k in sensitive or
+                     read_ledger(db, lambda cur, k=k: ledger.budget(cur, k)) is not None)
+    if private:
+        raise DuckmobError(f"duckmob: roads := '{r.roads}' reads {', '.join(private)}, which has a privacy budget "
+                           "(or is what this release reads): a road network built from the sensitive data is not "
+                           "public. Give a public network: an OpenStreetMap extract (FROM mob_roads_from_osm(...)), a "
+                           "city's GIS, or mob_sf_roads()")
+    table = con.sql(f"SELECT * FROM {r.roads}").to_arrow_table()
+    return replace(r, on_roads=Roads.of(table, name=r.roads).clip(r.synthesizer.bbox.as_list()))
 
 
 def gathered_key(relation: str, temp_tables: list[str] | None) -> str:

@@ -119,7 +119,7 @@ MAPPING_TYPE = "STRUCT(traj_col VARCHAR, ts_col VARCHAR, lat_col VARCHAR, lon_co
 FIT = Request(source=CALLER_TYPE, out_of_core="BOOLEAN", types="VARCHAR[]", mapping=MAPPING_TYPE, eps="DOUBLE",
               delta="DOUBLE", method="VARCHAR", bbox="DOUBLE[]", privacy_unit="VARCHAR",
               max_trajectories_per_user="BIGINT", params="VARCHAR", outside="VARCHAR", seed="BIGINT", n="BIGINT",
-              max_rows="BIGINT", name="VARCHAR", stability="BIGINT")
+              max_rows="BIGINT", name="VARCHAR", stability="BIGINT", roads="VARCHAR")
 SAMPLE = Request(name="VARCHAR", n="BIGINT", seed="BIGINT", max_rows="BIGINT")
 COLUMNS = ["BIGINT[]", "BIGINT[]", "TIMESTAMP[]", "DOUBLE[]", "DOUBLE[]", "BIGINT[]"]   # traj, user, ts, lat, lon, seq
 
@@ -215,7 +215,7 @@ def setup(con) -> None:
 def synthesize_table(con, table: str, eps, method: str = "privtrace", *, delta=None, bbox=None, n=None, seed=None,
                      privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None,
                      outside: str = "drop", traj_col: str = "traj_id", ts_col: str = "ts", lat_col: str = "lat",
-                     lon_col: str = "lon", user_col: str = "user_id", max_rows=None, stability=None,
+                     lon_col: str = "lon", user_col: str = "user_id", max_rows=None, stability=None, roads=None,
                      stream: bool = False,
                      batch_size: int | None = None, **method_params):
     """Python twin of ``FROM synthesize(...)``: fit + sample, one spend of the budget of every base table ``table``
@@ -234,7 +234,7 @@ def synthesize_table(con, table: str, eps, method: str = "privtrace", *, delta=N
         mapping=Mapping.of(traj_col=traj_col, ts_col=ts_col, lat_col=lat_col, lon_col=lon_col, user_col=user_col),
         eps=eps, delta=delta, method=method, bbox=bbox, privacy_unit=privacy_unit,
         max_trajectories_per_user=max_trajectories_per_user, params={**synth.parse_params(params), **method_params},
-        outside=outside, seed=seed, n=n, max_rows=max_rows, stability=stability)
+        outside=outside, seed=seed, n=n, max_rows=max_rows, stability=stability, roads=roads)
     return output.reader(batch_size) if stream else output.table()
 
 

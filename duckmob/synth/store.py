@@ -108,6 +108,13 @@ def load(con, name: str):
     return method, synth.model_class(method).from_bytes(blob, method)
 
 
+def described(con, name: str) -> dict:
+    """The stored description (the ``params`` JSON) of the model ``name``; {} when there is none."""
+    ensure_table(con)
+    row = con.execute(f"SELECT params FROM {TABLE} WHERE name = ?", [_check_name(name)]).fetchone()
+    return json.loads(row[0] or "{}") if row else {}
+
+
 def _check_binding(con, name, method, source, params, blob, ledger_id, stored) -> None:
     refit = f"fit it again with FROM mob_fit('{source}', '{name}', ...) after DELETE FROM {TABLE} WHERE name = '{name}'"
     if ledger_id is None or stored is None:

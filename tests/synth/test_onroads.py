@@ -1,0 +1,65 @@
+"""roads := 'table': every synthetic point on the public road network, the network recorded with the release, and a
+network built from the sensitive table refused (issue 39, first part: placement; the release on the roads comes
+next)."""
+
+import json
+
+import duckdb
+import numpy as np
+import pytest
+
+import duckmob
+from duckmob.roads import Roads, snap
+
+BBOX = "[37.76, -122.45, 37.80, -122.38]"
+
+
+@pytest.fixture(scope="module")
+def con():
+    c = duckmob.connect()
+    # trips that wander over the box, water included: placement must still put every point on a road
+    c.execute("""CREATE TABLE trips AS SELECT range // 20 AS traj_id, range // 400 AS user_id,
+        TIMESTAMP '2024-01-01' + INTERVAL (range * 30) SECOND AS ts, 37.78 + 0.02 * sin(range / 7.0) AS lat,
+        -122.415 + 0.035 * cos(range / 11.0) AS lon FROM range(8000)""")
+    c.execute("CREATE TABLE roads AS FROM mob_sf_roads()")
+    c.execute("FROM mob_set_budget('trips', eps := 20, delta := 1e-5)").fetchall()
+    yield c
+    c.close()
+
+
+def _distances(con, rows) -> np.ndarray:
+    roads = Roads.of(con.sql("FROM roads").to_arrow_table())
+    return snap(roads, rows.column("lat").to_numpy(), rows.column("lon").to_numpy())[4]
+
+
+def test_every_synthetic_point_lies_on_a_road_and_the_roads_are_recorded(con):
+    rows = con.sql(f"FROM synthesize('trips', eps := 1, bbox := {BBOX}, roads := 'roads', seed := 3)").to_arrow_table()
+    assert rows.num_rows > 1000 and _distances(con, rows).max() < 1e-3   # metres
+    plain = con.sql(f"FROM synthesize('trips', eps := 1, bbox := {BBOX}, seed := 3)").to_arrow_table()
+    assert np.median(_distances(con, plain)) > 1.0                         # without roads: off the roads
+    # placement is post-processing: the same trajectories and points per trajectory as without roads
+    assert rows.column("traj_id").to_pylist() == plain.column("traj_id").to_pylist()
+    params = [json.loads(p) for (p,) in con.sql("SELECT params FROM mob_ledger()").fetchall()]
+    digest = Roads.of(con.sql("FROM roads").to_arrow_table()).clip(json.loads(BBOX)).digest
+    assert params[0]["roads"] == "roads" and params[0]["roads_digest"] == digest and "roads" not in params[1]
+
+
+def test_a_stored_model_samples_on_its_roads_and_refuses_changed_roads(con):
+    con.sql(f"FROM mob_fit('trips', 'on_roads', eps := 1, bbox := {BBOX}, roads := 'roads')").fetchall()
+    rows = con.sql("FROM mob_sample('on_roads', n := 50, seed := 1)").to_arrow_table()
+    assert _distances(con, rows).max() < 1e-3
+    con.execute("CREATE TABLE roads_copy AS FROM roads")
+    con.execute("DELETE FROM roads WHERE rowid % 3 = 0")
+    with pytest.raises(duckdb.Error, match="the roads table 'roads' changed since model 'on_roads' was fitted"):
+        con.sql("FROM mob_sample('on_roads', n := 50)").fetchall()
+    con.execute("CREATE OR REPLACE TABLE roads AS FROM roads_copy")
+    assert con.sql("SELECT count(*) FROM mob_sample('on_roads', n := 5, seed := 1)").fetchall()[0][0] > 0
+
+
+def test_roads_built_from_the_sensitive_table_are_refused_before_anything_is_spent(con):
+    spent = con.sql("SELECT count(*) FROM mob_ledger()").fetchall()
+    con.execute("CREATE VIEW traced AS SELECT lat AS lat1, lon AS lon1, lat + 1e-4 AS lat2, lon AS lon2 FROM trips")
+    for roads in ("trips", "traced"):
+        with pytest.raises(duckdb.Error, match="a road network built from the sensitive data is not public"):
+            con.sql(f"FROM synthesize('trips', eps := 1, bbox := {BBOX}, roads := '{roads}')").fetchall()
+    assert con.sql("SELECT count(*) FROM mob_ledger()").fetchall() == spent
