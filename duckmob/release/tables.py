@@ -268,7 +268,9 @@ def with_roads(db: Database, con, r: fitting.FitRequest, sensitive: tuple[str, .
                            "public. Give a public network: an OpenStreetMap extract (FROM mob_roads_from_osm(...)), a "
                            "city's GIS, or mob_sf_roads()")
     table = con.sql(f"SELECT * FROM {r.roads}").to_arrow_table()
-    return replace(r, on_roads=Roads.of(table, name=r.roads).clip(r.synthesizer.bbox.as_list()))
+    roads = Roads.of(table, name=r.roads).clip(r.synthesizer.bbox.as_list())
+    r.synthesizer.roads = roads   # the request's own synthesizer (made for it by fit_request): a public input
+    return replace(r, on_roads=roads)
 
 
 def gathered_key(relation: str, temp_tables: list[str] | None) -> str:

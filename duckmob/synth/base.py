@@ -230,6 +230,10 @@ class Synthesizer(ABC):
     needs_time: ClassVar[bool] = True
     config: Config
 
+    # a public road network (duckmob.roads.Roads) the release core hands a fit with roads := (None: no roads); a
+    # method may release on it (PrivTrace's fine density), and every method's output is placed on it
+    roads = None
+
     def __init__(self, bbox, **params):
         self.bbox = BBox.of(bbox)
         self.config = self.configure(self.config_class.parse(params))

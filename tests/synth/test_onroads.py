@@ -37,8 +37,6 @@ def test_every_synthetic_point_lies_on_a_road_and_the_roads_are_recorded(con):
     assert rows.num_rows > 1000 and _distances(con, rows).max() < 1e-3   # metres
     plain = con.sql(f"FROM synthesize('trips', eps := 1, bbox := {BBOX}, seed := 3)").to_arrow_table()
     assert np.median(_distances(con, plain)) > 1.0                         # without roads: off the roads
-    # placement is post-processing: the same trajectories and points per trajectory as without roads
-    assert rows.column("traj_id").to_pylist() == plain.column("traj_id").to_pylist()
     params = [json.loads(p) for (p,) in con.sql("SELECT params FROM mob_ledger()").fetchall()]
     digest = Roads.of(con.sql("FROM roads").to_arrow_table()).clip(json.loads(BBOX)).digest
     assert params[0]["roads"] == "roads" and params[0]["roads_digest"] == digest and "roads" not in params[1]
@@ -63,3 +61,45 @@ def test_roads_built_from_the_sensitive_table_are_refused_before_anything_is_spe
         with pytest.raises(duckdb.Error, match="a road network built from the sensitive data is not public"):
             con.sql(f"FROM synthesize('trips', eps := 1, bbox := {BBOX}, roads := '{roads}')").fetchall()
     assert con.sql("SELECT count(*) FROM mob_ledger()").fetchall() == spent
+
+
+def test_privtrace_releases_its_fine_density_on_the_road_cells_only(con):
+    # the support is public (the cells the roads pass); Laplace on each of its cells, none elsewhere
+    from duckmob.roads import cells_on
+    from duckmob.synth import store
+
+    con.sql(f"FROM mob_fit('trips', 'fine_on_roads', eps := 2, bbox := {BBOX}, roads := 'roads')").fetchall()
+    _, model = store.load(con, "fine_on_roads")
+    w = model.fine.w
+    on = np.zeros(w * w, dtype=bool)
+    on[cells_on(Roads.of(con.sql("FROM roads").to_arrow_table()), json.loads(BBOX), w)] = True
+    density = np.asarray(model.fine.density).reshape(-1)
+    assert (density[~on] == 0).all() and (density[on] > 0).any() and (~on).sum() > 0
+
+
+def test_the_road_support_drops_mass_off_it_and_keeps_the_sensitivity():
+    from duckmob.privacy.noise import NoiseSource
+    from duckmob.synth.placement import release_statistics
+    from duckmob.synth.placement.releases import statistics
+    from duckmob.trajectories import from_points
+    import pyarrow as pa
+
+    bbox = [0.0, 0.0, 0.004, 0.004]                       # about 440 m a side, a 4 x 4 fine grid
+    pts = pa.table({"traj_id": [1, 1, 1, 2, 2], "ts": pa.array([0, 1, 2, 0, 1], pa.timestamp("s")),
+                    "lat": [0.0005, 0.0005, 0.0035, 0.0035, 0.0035], "lon": [0.0005, 0.0015, 0.0015, 0.0005, 0.0035]})
+    data = from_points(pts, bbox=bbox)[0]
+    scales = {"density": 1.0}
+    support = np.array([0, 1, 5], dtype=np.int64)       # cells (0,0), (0,1), (1,1)
+    full = statistics(data, bbox, 4, scales, support=None)["fine_density"]
+    part = statistics(data, bbox, 4, scales, support=support)["fine_density"]
+    assert len(part) == 3 and (part == full[support]).all() and part.sum() < full.sum()
+    seen = []
+
+    class Recording(NoiseSource):
+        def laplace(self, scale, size):
+            seen.append(size)
+            return super().laplace(scale, size)
+
+    stats = release_statistics({"fine_density": part}, 4, scales, Recording(1), support=support)
+    off = np.setdiff1d(np.arange(16), support)
+    assert seen == [3] and (np.asarray(stats.density).reshape(-1)[off] == 0).all()

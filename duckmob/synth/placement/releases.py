@@ -224,13 +224,17 @@ def release(data, bbox, eps: float, config: PlacementConfig, noise, max_trajecto
 
 
 def statistics(data: Trajectories, bbox, w: int, part_scales: dict[str, float],
-               walk: bool = True) -> dict[str, np.ndarray]:
+               walk: bool = True, support: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The EXACT statistics of the parts in ``part_scales`` (never release them): whole noise-grid steps per fine
     cell and per step bin (``counting.normalised_sums``). Integers: the sums over batches of whole trajectories
     add up to the sums over all of them (``duckmob.source``). ``walk``: the density of the cells the fixes' line
-    walk passes (False: of the fixes' own cells, output 'stays'; :func:`fine_cells`)."""
+    walk passes (False: of the fixes' own cells, output 'stays'; :func:`fine_cells`). ``support``: the sorted fine
+    cells the density is released on (the cells a public road network passes, :func:`duckmob.roads.cells_on`;
+    None: every cell). A trajectory's mass stays normalised over ALL the cells it passes, and what falls outside
+    the support is dropped, so its mass on the support is at most 1: the sensitivity does not grow."""
     cells, owner, n_cells = fine_cells(data, bbox, w, walk=walk)
-    out = {"fine_density": normalised_sums(cells, owner, n_cells, w * w, part_scales["density"])}
+    entries = w * w if support is None else support
+    out = {"fine_density": normalised_sums(cells, owner, n_cells, entries, part_scales["density"])}
     if "steps" in part_scales:
         b, step_owner, n_steps = step_bins(data, bbox)
         out["fine_steps"] = normalised_sums(b, step_owner, n_steps, len(STEP_EDGES_M) - 1, part_scales["steps"])
@@ -238,14 +242,17 @@ def statistics(data: Trajectories, bbox, w: int, part_scales: dict[str, float],
 
 
 def release_statistics(sums: dict[str, np.ndarray], w: int, part_scales: dict[str, float], noise,
-                       n_noisy: float | None = None) -> "FineStats":
+                       n_noisy: float | None = None, support: np.ndarray | None = None) -> "FineStats":
     """The noise of the two parts on their exact statistics (:func:`statistics`), then post-processing.
     ``n_noisy`` (a DP count; None: the noisy step histogram's own total) sets the step histogram's blocks
-    (:func:`step_block`)."""
+    (:func:`step_block`). ``support``: as in :func:`statistics` (Laplace on every cell of it, the rest zero;
+    the denoised density is kept on it)."""
     density_scale = part_scales["density"]
     density = release_sums(sums["fine_density"], density_scale, noise)
+    density = (adaptive_density(density, w, density_scale) if support is None else
+               _on_support(density, support, w, density_scale)).astype(np.float32)
     if "steps" not in part_scales:     # output 'stays', or a public step_m: the density alone
-        return FineStats(w=w, density=adaptive_density(density, w, density_scale).astype(np.float32),
+        return FineStats(w=w, density=density,
                          steps=np.zeros(len(STEP_EDGES_M) - 1))
     steps_scale = part_scales["steps"]
     steps = release_sums(sums["fine_steps"], steps_scale, noise)
@@ -263,14 +270,25 @@ def release_statistics(sums: dict[str, np.ndarray], w: int, part_scales: dict[st
     if steps_mostly_noise(blocks, n_noisy, block_scale):
         # no spacing can be read from noise (the highest noisy block gives centimetre steps): steps all zero, and
         # the sampler spaces points one fine cell apart (a public length)
-        return FineStats(w=w, density=adaptive_density(density, w, density_scale).astype(np.float32),
+        return FineStats(w=w, density=density,
                          steps=np.zeros(n_bins))
     kept = truncate_tail(truncate_tail(blocks, block_scale, tau)[::-1], block_scale, tau)[::-1]
     if not (kept > 0).any():       # nothing above the noise: the highest block alone, not every bin evenly
         kept = (np.arange(len(blocks)) == np.argmax(blocks)).astype(np.float64)
     blocks = normcut(kept[None, :], axis=-1)[0]
-    return FineStats(w=w, density=adaptive_density(density, w, density_scale).astype(np.float32),
+    return FineStats(w=w, density=density,
                      steps=np.repeat(blocks / m, m)[:n_bins])
+
+
+def _on_support(values: np.ndarray, support: np.ndarray, w: int, scale: float) -> np.ndarray:
+    """The noisy values of the ``support`` cells laid on the w x w grid, denoised (:func:`adaptive_density`) and
+    kept on the support (post-processing: nothing off the support was released)."""
+    full = np.zeros(w * w)
+    full[support] = values
+    dense = adaptive_density(full, w, scale)
+    mask = np.zeros(w * w, dtype=bool)
+    mask[support] = True
+    return np.where(mask, dense, 0.0)
 
 
 def steps_mostly_noise(blocks: np.ndarray, n_noisy: float | None, block_scale: float) -> bool:
