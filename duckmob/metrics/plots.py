@@ -2,7 +2,9 @@
 
 ``density_png``: side-by-side maps of where trajectories go (like PrivTrace Fig. 3), each panel the share of its
 table's trajectory-cell passes so that tables of different sizes compare on shape, one shared logarithmic
-colour scale and one colourbar, panels shaped like the bbox in metres. ``distributions_png``: length and
+colour scale and one colourbar, panels shaped like the bbox in metres; with a public road network
+(:class:`duckmob.roads.Roads`), its segments drawn as thin grey lines under both panels' cells, so a reader sees
+whether the density follows the streets. ``distributions_png``: length and
 diameter distributions on shared bins. Both write a PNG and return its absolute path. Like every evaluation
 output, these pictures show the real data exactly: they are for the data owner, not for release.
 """
@@ -47,9 +49,30 @@ def pass_shares(side: Side, w: int) -> np.ndarray:
     return (counts / max(counts.sum(), 1.0)).reshape(w, w)
 
 
-def density_figure(real: Side, synth: Side, w: int = 64):
+ROAD_COLOUR = "#8c8c8c"
+ROAD_WIDTH = 0.35   # points: a street of the 28,609-segment SF network stays a hairline at 64 x 64 cells
+CELL_ALPHA = 0.8    # the cells let the roads under them show through
+
+
+def road_lines(roads, box):
+    """A LineCollection (lon, lat) of the segments of ``roads`` (a :class:`duckmob.roads.Roads`) with an endpoint
+    inside ``box``, drawn under the cells (zorder 0.5); ``None`` when no segment touches the box. Roads are public:
+    nothing here reads either table."""
+    from matplotlib.collections import LineCollection
+
+    inside = box.contains(roads.lat1, roads.lon1) | box.contains(roads.lat2, roads.lon2)
+    if not inside.any():
+        return None
+    ends = np.stack([np.column_stack([roads.lon1[inside], roads.lat1[inside]]),
+                     np.column_stack([roads.lon2[inside], roads.lat2[inside]])], axis=1)
+    return LineCollection(ends, colors=ROAD_COLOUR, linewidths=ROAD_WIDTH, zorder=0.5)
+
+
+def density_figure(real: Side, synth: Side, w: int = 64, roads=None):
     """The figure of :func:`density_png`: panels ``fig.axes[0]`` (real) and ``[1]`` (synthetic), each one image of
-    :func:`pass_shares` on one shared logarithmic colour scale, then the colourbar."""
+    :func:`pass_shares` on one shared logarithmic colour scale, then the colourbar. With ``roads`` (a
+    :class:`duckmob.roads.Roads`), each panel also holds one LineCollection of the segments touching the bbox,
+    under the image (whose cells are then drawn at alpha ``CELL_ALPHA``), clipped to the panel."""
     from matplotlib.colors import LogNorm
 
     box = real.bbox
@@ -67,23 +90,31 @@ def density_figure(real: Side, synth: Side, w: int = 64):
     image = None
     for ax, grid, side, label in zip(axes, grids, (real, synth), ("Real", "Synthetic")):
         image = ax.imshow(np.ma.masked_equal(grid, 0.0), origin="lower", extent=extent, norm=norm, cmap="inferno",
-                          aspect=aspect, interpolation="nearest")
-        ax.set_facecolor("#d9d9d9")
+                          aspect=aspect, interpolation="nearest", zorder=1,
+                          alpha=None if roads is None else CELL_ALPHA)
+        ax.set_facecolor("#d9d9d9" if roads is None else "#f2f2f2")
+        lines = None if roads is None else road_lines(roads, box)
+        if lines is not None:
+            ax.add_collection(lines, autolim=False)
+            ax.set_xlim(box.min_lon, box.max_lon)
+            ax.set_ylim(box.min_lat, box.max_lat)
         ax.set_title(f"{label}: {side.n:,} trajectories, {int((grid > 0).sum()):,} cells passed", fontsize=10)
-        ax.set_xlabel("longitude (degrees)")
+        ax.set_xlabel("longitude (degrees)" + ("" if roads is None else "; grey lines: the roads"))
     axes[0].set_ylabel("latitude (degrees)")
     bar = fig.colorbar(image, ax=list(axes), shrink=0.9, pad=0.01)
     # No suptitle: with the panels' aspect fixed, constrained layout leaves the spare height around the axes,
     # which the tight crop removes; a suptitle would pin it between the title and the panels.
-    bar.set_label(f"share of the table's trajectory-cell passes, {w}x{w} grid (log; grey: none)")
+    empty = "grey: none" if roads is None else "pale: none"   # no longer: the label would stretch the figure
+    bar.set_label(f"share of the table's trajectory-cell passes, {w}x{w} grid (log; {empty})")
     return fig
 
 
-def density_png(real: Side, synth: Side, path, w: int = 64) -> str:
+def density_png(real: Side, synth: Side, path, w: int = 64, roads=None) -> str:
     """Write side-by-side heatmaps of the share of trajectory passes in each cell of the w x w grid (tables of
-    different sizes compare on shape: a table repeated 25 times gives the same picture); return the path."""
+    different sizes compare on shape: a table repeated 25 times gives the same picture), with ``roads`` (a
+    :class:`duckmob.roads.Roads`, public) drawn under both panels; return the path."""
     path = _target(path)
-    density_figure(real, synth, w).savefig(path, bbox_inches="tight", pad_inches=0.05)
+    density_figure(real, synth, w, roads).savefig(path, bbox_inches="tight", pad_inches=0.05)
     return path
 
 

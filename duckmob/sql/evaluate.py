@@ -18,7 +18,8 @@ METRIC_ROW = ("STRUCT(exact_not_private BOOLEAN, metric VARCHAR, value DOUBLE, r
 
 # Each UDF's request (the STRUCT its macro in evaluate.sql builds), parsed into keyword arguments.
 EVALUATE = Request(bbox="DOUBLE[]", options="VARCHAR")
-PLOT_DENSITY = Request(bbox="DOUBLE[]", path="VARCHAR", w="BIGINT")
+PLOT_DENSITY = Request(bbox="DOUBLE[]", path="VARCHAR", w="BIGINT", roads="VARCHAR")
+ROADS_TYPE = "STRUCT(lat1 DOUBLE, lon1 DOUBLE, lat2 DOUBLE, lon2 DOUBLE)[]"
 PLOT_DISTRIBUTIONS = Request(bbox="DOUBLE[]", path="VARCHAR", bins="BIGINT")
 MODE_TRIPS = Request(modes="VARCHAR")
 AUDIT = Request(bbox="DOUBLE[]", w="BIGINT", k="BIGINT", seed="BIGINT")
@@ -56,12 +57,21 @@ def _path_row(path: str) -> pa.ListArray:
     return one_row(pa.table({"path": pa.array([path], pa.string())}))
 
 
-def _plot_density(real, synth, request):
+def _plot_density(real, synth, segments, request):
+    from duckmob.errors import DuckmobError
     from duckmob.metrics.plots import density_png
     from duckmob.grid import check_width
+    from duckmob.roads import Roads
 
     r = PLOT_DENSITY.parse(request, "_mob_plot_density")
-    return _path_row(density_png(*_sides(real, synth, r["bbox"]), r["path"], check_width(r["w"])))
+    roads = None
+    if r["roads"] is not None:   # a public table: its own values may be quoted in an error
+        found = points(segments)   # an empty or NULL list: no segment
+        if not len(found):
+            raise DuckmobError(f"mob_plot_density: roads := '{r['roads']}' has no segment; give a roads table "
+                               "(e.g. FROM mob_sf_roads()) or leave roads out")
+        roads = Roads.of(pa.Table.from_struct_array(found), name=f"roads := '{r['roads']}'")
+    return _path_row(density_png(*_sides(real, synth, r["bbox"]), r["path"], check_width(r["w"]), roads))
 
 
 def _plot_distributions(real, synth, request):
@@ -158,8 +168,8 @@ def udfs(con) -> list[Udf]:
             "STRUCT(traj_id BIGINT, user_id BIGINT, seq BIGINT, ts TIMESTAMP, lat DOUBLE, lon DOUBLE, mode VARCHAR)[]",
             MODE_TRIPS, special_nulls=True),
         Udf("_mob_audit", _audit, two + [POINTS_TYPE], METRIC_ROW, AUDIT, special_nulls=True),
-        Udf("_mob_plot_density", _plot_density, two, "STRUCT(path VARCHAR)[]", PLOT_DENSITY, side_effects=True,
-            special_nulls=True),
+        Udf("_mob_plot_density", _plot_density, two + [ROADS_TYPE], "STRUCT(path VARCHAR)[]", PLOT_DENSITY,
+            side_effects=True, special_nulls=True),
         Udf("_mob_plot_distributions", _plot_distributions, two, "STRUCT(path VARCHAR)[]", PLOT_DISTRIBUTIONS,
             side_effects=True, special_nulls=True),
     ]

@@ -32,11 +32,21 @@ SELECT unnest(_mob_evaluate(_mob_eval_points(real), _mob_eval_points(synth), {'b
                 'reference', reference)::VARCHAR}),
     recursive := true);
 
+-- The segments of a public roads table (lat1, lon1, lat2, lon2; a name, a view or any FROM item such as
+-- 'mob_sf_roads()') as one LIST(STRUCT); NULL when roads is NULL (the fallback query reads nothing).
+CREATE OR REPLACE TEMP MACRO _mob_plot_roads(roads) AS (
+    SELECT list({'lat1': TRY_CAST(lat1 AS DOUBLE), 'lon1': TRY_CAST(lon1 AS DOUBLE),
+                 'lat2': TRY_CAST(lat2 AS DOUBLE), 'lon2': TRY_CAST(lon2 AS DOUBLE)})
+    FROM query(coalesce('SELECT lat1, lon1, lat2, lon2 FROM ' || roads,
+                        'SELECT NULL AS lat1, NULL AS lon1, NULL AS lat2, NULL AS lon2 LIMIT 0')));
+
 -- Side-by-side heatmaps of how many trajectories pass each cell of a w x w grid (like PrivTrace Fig. 3):
--- shared logarithmic colour scale, colourbar. Writes a PNG; returns one row with its absolute path.
-CREATE OR REPLACE TEMP MACRO mob_plot_density(real, synth, path := 'density.png', bbox := NULL, w := 64) AS TABLE
-SELECT unnest(_mob_plot_density(_mob_eval_points(real), _mob_eval_points(synth),
-    {'bbox': bbox, 'path': path, 'w': w}), recursive := true);
+-- shared logarithmic colour scale, colourbar; with roads := 'table' (public segments), the roads drawn as thin
+-- grey lines under both panels. Writes a PNG; returns one row with its absolute path.
+CREATE OR REPLACE TEMP MACRO mob_plot_density(real, synth, path := 'density.png', bbox := NULL, w := 64,
+                                             roads := NULL) AS TABLE
+SELECT unnest(_mob_plot_density(_mob_eval_points(real), _mob_eval_points(synth), _mob_plot_roads(roads),
+    {'bbox': bbox, 'path': path, 'w': w, 'roads': roads}), recursive := true);
 
 -- Length and diameter distributions of both tables on shared bins, with their JSD. Writes a PNG; returns its path.
 CREATE OR REPLACE TEMP MACRO mob_plot_distributions(real, synth, path := 'distributions.png', bbox := NULL,
