@@ -220,8 +220,8 @@ def table(result: dict) -> str:
     ref = result["reference"]
     lines.append(f"{'real B vs A':17s}" + "".join(
         f"{('-' if k == 'seconds' else fmt.format(ref[k])):>9s}" for _, k, fmt in COLUMNS))
-    lines.append(f"(real A itself: {s['real_off30']:.1%} of its points > 30 m from a road, {s['real_off250']:.2%} "
-                 f"> 250 m: the 4 m GPS noise)")
+    lines.append(f"(real A itself: {s['real_off30']:.2%} of its points > 30 m from a road, {s['real_off250']:.2%} "
+                 f"> 250 m: the simulated GPS noise, 4 m with a 15 m tail on 10% of the fixes)")
     by = {r["output"]: r for r in rows}
     ratio_lines = []
     for name in ("privtrace", "cleanslate"):
