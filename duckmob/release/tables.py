@@ -259,7 +259,11 @@ def with_roads(db: Database, con, r: fitting.FitRequest, sensitive: tuple[str, .
         return r
     from duckmob.roads import Roads
 
-    found = lineage.resolve(con, r.roads, home(db))
+    try:
+        found = lineage.resolve(con, r.roads, home(db))
+    except lineage.Unplannable as exc:
+        raise DuckmobError(f"{exc} -- roads := names a table or view of road segments (lat1, lon1, lat2, lon2): store "
+                           "them as one first, e.g. CREATE TABLE roads AS FROM mob_sf_roads()") from None
     private = sorted(k for k in found.keys if k in sensitive or
                      read_ledger(db, lambda cur, k=k: ledger.budget(cur, k)) is not None)
     if private:
