@@ -19,6 +19,7 @@ from duckmob.errors import one_line
 from duckmob.privacy import accounting
 from duckmob.release import counting, fitting, interrupts
 from duckmob.synth import dpsgd
+from straight_trips import straight_trips
 
 SQL_BOX = "[0.0, 0.0, 1.0, 1.0]"
 BOX = [0.0, 0.0, 1.0, 1.0]
@@ -29,15 +30,7 @@ PARAMS = {"privtrace": {"K": 2, "max_depth": 0},
 
 
 def _trips(con, n=200, seed=0):
-    rng = np.random.default_rng(seed)
-    rows = []
-    for t in range(n):
-        a, b = rng.random(2) * 0.8 + 0.1, rng.random(2) * 0.8 + 0.1
-        for i, f in enumerate(np.linspace(0, 1, int(rng.integers(2, 8)))):
-            p = a + f * (b - a)
-            rows.append((t % 20, t, i * 60, float(p[0]), float(p[1])))
-    con.execute("CREATE TABLE trips (user_id INTEGER, traj_id INTEGER, ts TIMESTAMP, lat DOUBLE, lon DOUBLE)")
-    con.executemany("INSERT INTO trips VALUES (?, ?, to_timestamp(1.7e9 + ?)::TIMESTAMP, ?, ?)", rows)
+    straight_trips(con, n, seed)
     con.sql("FROM mob_set_budget('trips', eps := 10.0, delta := 1e-5)").fetchall()
 
 
