@@ -9,7 +9,6 @@ DP-SGD step. Each test asserts what the ledger holds afterwards.
 from __future__ import annotations
 
 import duckdb
-import numpy as np
 import pytest
 
 import duckmob

@@ -10,7 +10,6 @@ import threading
 import time
 
 import duckdb
-import numpy as np
 import pytest
 
 import duckmob

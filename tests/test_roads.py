@@ -197,7 +197,6 @@ def _brute_snap(roads, lat, lon):
 
 def test_snapping_equals_a_brute_force_projection(sf):
     rng = np.random.default_rng(11)
-    n = 300
     # 200 in the downtown box, 80 around the network (the Bay too), 20 far away
     lat = np.concatenate([rng.uniform(37.76, 37.80, 200), rng.uniform(37.75, 37.81, 80), rng.uniform(37.5, 38.1, 20)])
     lon = np.concatenate([rng.uniform(-122.45, -122.38, 200), rng.uniform(-122.46, -122.36, 80),

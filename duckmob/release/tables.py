@@ -123,7 +123,7 @@ def synthesize(db: Database, con, relation: str, *, mapping: Mapping, owned: boo
 def synthesize_gathered(db: Database, relation: str, temp_tables: list[str] | None, has_user: bool, points,
                         **request) -> sampling.Output:
     """:func:`synthesize` of rows a SQL macro gathered from the caller's temporary table (:func:`fit_gathered`)."""
-    r = _gathered_fit(relation, temp_tables, has_user, request)
+    r = _gathered_fit(db, relation, temp_tables, has_user, request)
     table = points() if cache_on() else points   # loaded once: its version, then the release
     key = _key("synthesize", r.source, "", {**request, **(fitting.roads_record(r) or {})},
                lambda: table_version(table))
@@ -234,14 +234,15 @@ def fit_gathered(db: Database, relation: str, temp_tables: list[str] | None, has
     """Fit a method on rows a SQL macro gathered from the caller's temporary table ``relation`` (checked on its
     schema already: ``has_user``), ``points()`` giving them as an Arrow table. A relation that is no temporary table
     (a CTE, a temporary view: what it reads cannot be seen from here) is refused before anything is reserved."""
-    r = _gathered_fit(relation, temp_tables, has_user, request)
+    r = _gathered_fit(db, relation, temp_tables, has_user, request)
     model, ledger_id, noise = fitting.fit(db, r, ArrowSource(points))
     return model, ledger_id, noise, r
 
 
-def _gathered_fit(relation: str, temp_tables: list[str] | None, has_user: bool, request: dict) -> fitting.FitRequest:
+def _gathered_fit(db: Database, relation: str, temp_tables: list[str] | None, has_user: bool,
+                  request: dict) -> fitting.FitRequest:
     """The checks of a fit on gathered rows that read no row: their budget key, the public arguments, the user
-    column the user unit needs."""
+    column the user unit needs, the public roads."""
     r = fitting.fit_request(source=gathered_key(relation, temp_tables), **request)
     _needs_user_column(has_user, r.unit, relation)
     if r.roads is not None:

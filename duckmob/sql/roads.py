@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from importlib import resources
 
-import pyarrow as pa
 
 from duckmob import roads
 from duckmob.sql.udf import Request, Udf, one_row

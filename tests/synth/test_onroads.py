@@ -103,3 +103,14 @@ def test_the_road_support_drops_mass_off_it_and_keeps_the_sensitivity():
     stats = release_statistics({"fine_density": part}, 4, scales, Recording(1), support=support)
     off = np.setdiff1d(np.arange(16), support)
     assert seen == [3] and (np.asarray(stats.density).reshape(-1)[off] == 0).all()
+
+
+def test_a_temporary_table_released_with_roads_is_placed_on_them(con):
+    # the gathered path (a TEMP table's rows reach the release as lists): the same roads rule
+    con.execute("CREATE TEMP TABLE tmp_trips AS FROM trips")
+    con.execute("FROM mob_set_budget('tmp_trips', eps := 5, delta := 1e-5)").fetchall()
+    rows = con.sql(f"FROM synthesize('tmp_trips', eps := 1, bbox := {BBOX}, roads := 'roads', n := 30, seed := 2)"
+                   ).to_arrow_table()
+    assert rows.num_rows > 0 and _distances(con, rows).max() < 1e-3
+    with pytest.raises(duckdb.Error, match="a road network built from the sensitive data is not public"):
+        con.sql(f"FROM synthesize('tmp_trips', eps := 1, bbox := {BBOX}, roads := 'trips', n := 5)").fetchall()
