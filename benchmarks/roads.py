@@ -126,6 +126,9 @@ def scores(real: Side, synth: Side, roads) -> dict:
 
 OUTPUTS = {"privtrace": ("privtrace", None), "privtrace+roads": ("privtrace", "roads"),
            "cleanslate": ("cleanslate", None), "cleanslate+roads": ("cleanslate", "roads")}
+# variants with a public parameter (--variants): the fine grid's cell size with roads
+VARIANTS = {"privtrace+roads/fine_m=50": ("privtrace", "roads", {"fine_m": 50.0}),
+            "privtrace+roads/fine_m=25": ("privtrace", "roads", {"fine_m": 25.0})}
 
 
 def run(trips: int, seeds: list[int], outputs: list[str], picture: str | None) -> dict:
@@ -156,9 +159,9 @@ def run(trips: int, seeds: list[int], outputs: list[str], picture: str | None) -
     duckmob.synthesize(con, "real_a", EPS, "privtrace", bbox=BOX, seed=10**6, n=10)
     runs, pictures = [], {}
     for name in outputs:
-        method, road_table = OUTPUTS[name]
+        method, road_table, params = (*OUTPUTS[name], {}) if name in OUTPUTS else VARIANTS[name]
         for seed in seeds:
-            kw = {} if road_table is None else {"roads": road_table}
+            kw = ({} if road_table is None else {"roads": road_table}) | params
             t1 = time.perf_counter()
             out = duckmob.synthesize(con, "real_a", EPS, method, bbox=BOX, seed=seed, n=a.n_traj, **kw)
             seconds = time.perf_counter() - t1
@@ -281,12 +284,14 @@ def main() -> None:
     parser.add_argument("--seeds", default="1,2")
     parser.add_argument("--methods", default="privtrace,cleanslate", help="privtrace and/or cleanslate")
     parser.add_argument("--no-roads", action="store_true", help="skip the +roads outputs")
+    parser.add_argument("--variants", default="", help=f"comma-separated, of: {', '.join(VARIANTS)}")
     parser.add_argument("--out", default=DEFAULT_OUT, help="writes OUT.txt, OUT.json and OUT_density.png")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     outputs = []
     for m in args.methods.split(","):
         outputs += [m] if args.no_roads else [m, f"{m}+roads"]
+    outputs += [v for v in args.variants.split(",") if v]
     result = run(args.trips, seeds, outputs, args.out + "_density.png")
     text = table(result)
     print(text)

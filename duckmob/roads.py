@@ -31,7 +31,6 @@ import bz2
 import gzip
 import hashlib
 import json
-import math
 import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -54,6 +53,12 @@ NODE_DECIMALS = 7          # endpoints equal after rounding to 1e-7 degree (abou
 SNAP_SPACING_M = 20.0      # the snapping index samples every segment at most this far apart (metres)
 _DIGEST_VERSION = b"duckmob roads v1\n"
 _M_PER_RAD = EARTH_RADIUS_M
+
+
+# place(): the reach of the weighted choice of a segment around a synthetic point (metres, public) and how many road
+# samples it looks at. Chosen on simulated San Francisco trips (benchmarks/roads.py): 120 m beat 60 m.
+PLACE_RADIUS_M = 120.0
+PLACE_SAMPLES = 64
 
 
 @dataclass(frozen=True, eq=False)
@@ -404,6 +409,42 @@ def _snap_chunk(index: _SnapIndex, qx, qy):
 
 # ---------------------------------------------------------------------------------------------- points on roads
 
+def place(roads: Roads, lat, lon, weights, rng: np.random.Generator, radius_m: float = PLACE_RADIUS_M,
+          k: int = PLACE_SAMPLES, chunk: int = 1 << 15):
+    """Move each point onto a road segment near it chosen at random with probability proportional to
+    ``weights[segment] * exp(-(d / radius_m)^2)`` over the ``k`` road samples (every <= 20 m along every segment)
+    nearest the point, d each sample's distance; the point goes to its projection on the chosen segment. Where
+    every candidate weighs 0 the nearest segment is taken. ``weights`` is a released (public) per-segment density and
+    ``rng`` the caller's generator: post-processing. Returns ``(lat, lon)``; vectorised in chunks of ``chunk``
+    points (memory about ``chunk * k * 24`` bytes)."""
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError("place needs the caller's numpy Generator (rng)")
+    lat = np.asarray(lat, dtype=np.float64).ravel()
+    lon = np.asarray(lon, dtype=np.float64).ravel()
+    weights = np.asarray(weights, dtype=np.float64)
+    if len(weights) != len(roads):
+        raise DuckmobError(f"place: {len(weights)} weights for {len(roads)} segments")
+    index = roads._snap_index
+    k = int(min(k, index.tree.n))
+    out_lat, out_lon = np.empty(len(lat)), np.empty(len(lat))
+    for start in range(0, len(lat), chunk):
+        part = slice(start, start + chunk)
+        qx, qy = index.plane(lat[part], lon[part])
+        d, j = index.tree.query(np.column_stack([qx, qy]), k=k)
+        d, j = d.reshape(len(qx), k), j.reshape(len(qx), k)
+        segs = index.seg[j]
+        kernel = np.exp(-(d / float(radius_m)) ** 2)
+        w = weights[segs] * kernel
+        total = w.sum(axis=1)
+        w[total <= 0, 0] = 1.0                     # nothing weighs: the nearest sample's segment
+        total = np.where(total > 0, total, 1.0)
+        pick = (np.cumsum(w, axis=1) < (rng.random(len(w)) * total)[:, None]).sum(axis=1)
+        chosen = segs[np.arange(len(segs)), np.minimum(pick, k - 1)]
+        seg, t, _ = index.project(qx, qy, chosen[:, None])
+        out_lat[part], out_lon[part] = points_along(roads, seg, t)
+    return out_lat, out_lon
+
+
 def points_along(roads: Roads, segment, t) -> tuple[np.ndarray, np.ndarray]:
     """(lat, lon) at fraction ``t`` (0: the (lat1, lon1) end, 1: the other) along each given segment."""
     seg = np.asarray(segment, dtype=np.int64)
@@ -437,25 +478,6 @@ def sample_along(roads: Roads, n: int, rng: np.random.Generator, weights=None, s
 
 
 # ---------------------------------------------------------------------------------------------- OpenStreetMap
-
-def cells_on(roads: Roads, bbox, w: int) -> np.ndarray:
-    """The sorted flat ids (``row * w + col``) of the cells of the public ``w`` x ``w`` grid over ``bbox`` that a
-    road segment passes: every segment sampled at a quarter of a cell's shorter side or finer (so no cell it
-    crosses is missed but by a corner clip shorter than that), vectorised over segments. A function of the public
-    roads and grid only: a data-independent support for releases on the network."""
-    from duckmob.grid import BBox, cell_of
-
-    box = BBox.of(bbox)
-    cell_m = min((box.max_lat - box.min_lat) * 111_195.0,
-                 (box.max_lon - box.min_lon) * 111_195.0 * math.cos(math.radians((box.min_lat + box.max_lat) / 2)))
-    step = cell_m / int(w) / 4
-    k = np.maximum(np.ceil(roads.length_m / step).astype(np.int64), 1) + 1   # points per segment, ends included
-    seg = np.repeat(np.arange(len(k)), k)
-    t = (np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)) / np.repeat(k - 1, k)
-    lat, lon = points_along(roads, seg, t)
-    cells = cell_of(lat, lon, box.as_list(), int(w))
-    return np.unique(cells[cells >= 0])
-
 
 def read_osm(path: str, bbox=None, classes=DRIVABLE) -> pa.Table:
     """Read the ways of an OpenStreetMap extract whose ``highway`` tag is one of ``classes`` (default

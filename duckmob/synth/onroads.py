@@ -11,7 +11,9 @@ so an area of the bbox with no road gets no point.
 
 from __future__ import annotations
 
-from duckmob.roads import Roads, snap
+import numpy as np
+
+from duckmob.roads import Roads, place, snap
 from duckmob.trajectories import Trajectories
 
 
@@ -26,12 +28,19 @@ class OnRoads:
         return getattr(self.model, name)
 
     def sample(self, n: int, rng) -> Trajectories:
-        """``model.sample(n, rng)`` with every point moved onto its nearest road segment (deterministic: the rows
-        under a seed are the model's, snapped)."""
+        """``model.sample(n, rng)`` with every point moved onto a road segment: drawn near it by the model's
+        released road-segment density when it has one (:func:`duckmob.roads.place`, with ``rng`` after the model's
+        own draws), else the nearest (:func:`duckmob.roads.snap`). Under a seed, the same rows."""
         part = self.model.sample(n, rng)
         if part.n_points == 0:
             return part
-        _, _, lat, lon, _ = snap(self.roads, part.lat, part.lon)
+        weights = getattr(getattr(self.model, "fine", None), "road", None)
+        if weights is not None and len(weights) == len(self.roads) and np.sum(weights) > 0:
+            # the model released a density of these very segments (PrivTrace with roads): each point goes to a
+            # segment near it drawn by that density, so the streets people use get the points
+            lat, lon = place(self.roads, part.lat, part.lon, weights, rng)
+        else:
+            _, _, lat, lon, _ = snap(self.roads, part.lat, part.lon)
         return Trajectories(part.offsets, part.traj_id, part.user_id, part.ts, lat, lon)
 
 

@@ -63,36 +63,41 @@ def test_roads_built_from_the_sensitive_table_are_refused_before_anything_is_spe
     assert con.sql("SELECT count(*) FROM mob_ledger()").fetchall() == spent
 
 
-def test_privtrace_releases_its_fine_density_on_the_road_cells_only(con):
-    # the support is public (the cells the roads pass); Laplace on each of its cells, none elsewhere
-    from duckmob.roads import cells_on
+def test_privtrace_releases_its_fine_density_on_the_road_segments(con):
+    # the support is public (every segment of the clipped network); the routes' cell density is its sum by cell
+    from duckmob.grid import cell_of
     from duckmob.synth import store
 
     con.sql(f"FROM mob_fit('trips', 'fine_on_roads', eps := 2, bbox := {BBOX}, roads := 'roads')").fetchall()
     _, model = store.load(con, "fine_on_roads")
-    w = model.fine.w
-    on = np.zeros(w * w, dtype=bool)
-    on[cells_on(Roads.of(con.sql("FROM roads").to_arrow_table()), json.loads(BBOX), w)] = True
-    density = np.asarray(model.fine.density).reshape(-1)
-    assert (density[~on] == 0).all() and (density[on] > 0).any() and (~on).sum() > 0
+    roads = Roads.of(con.sql("FROM roads").to_arrow_table()).clip(json.loads(BBOX))
+    road, w = np.asarray(model.fine.road, dtype=np.float64), model.fine.w
+    assert len(road) == len(roads) and (road >= 0).all() and (road > 0).any()
+    mid = cell_of((roads.lat1 + roads.lat2) / 2, (roads.lon1 + roads.lon2) / 2, json.loads(BBOX), w)
+    by_cell = np.bincount(mid[mid >= 0], weights=road[mid >= 0], minlength=w * w)
+    assert np.allclose(np.asarray(model.fine.density, dtype=np.float64), by_cell, rtol=1e-5, atol=1e-3)
 
 
-def test_the_road_support_drops_mass_off_it_and_keeps_the_sensitivity():
-    from duckmob.privacy.noise import NoiseSource
-    from duckmob.synth.placement import release_statistics
-    from duckmob.synth.placement.releases import statistics
-    from duckmob.trajectories import from_points
+def test_one_trajectory_moves_the_road_density_by_at_most_one():
+    # the segment density's sensitivity: a trajectory's mass 1 split over the distinct segments its fixes match
     import pyarrow as pa
+    import pyarrow.parquet as pq
+    from duckmob.privacy.noise import NoiseSource, granularity
+    from duckmob.synth.placement import release_statistics
+    from duckmob.synth.placement.releases import road_sums
+    from duckmob.trajectories import from_points
 
-    bbox = [0.0, 0.0, 0.004, 0.004]                       # about 440 m a side, a 4 x 4 fine grid
-    pts = pa.table({"traj_id": [1, 1, 1, 2, 2], "ts": pa.array([0, 1, 2, 0, 1], pa.timestamp("s")),
-                    "lat": [0.0005, 0.0005, 0.0035, 0.0035, 0.0035], "lon": [0.0005, 0.0015, 0.0015, 0.0005, 0.0035]})
-    data = from_points(pts, bbox=bbox)[0]
-    scales = {"density": 1.0}
-    support = np.array([0, 1, 5], dtype=np.int64)       # cells (0,0), (0,1), (1,1)
-    full = statistics(data, bbox, 4, scales, support=None)["fine_density"]
-    part = statistics(data, bbox, 4, scales, support=support)["fine_density"]
-    assert len(part) == 3 and (part == full[support]).all() and part.sum() < full.sum()
+    roads = Roads.of(pq.read_table("duckmob/data/roads_sf_downtown.parquet")).clip(json.loads(BBOX))
+    rng = np.random.default_rng(4)
+    n = 400
+    pts = pa.table({"traj_id": np.repeat(np.arange(40), 10), "ts": pa.array(np.tile(np.arange(10), 40), pa.timestamp("s")),
+                    "lat": rng.uniform(37.765, 37.795, n), "lon": rng.uniform(-122.44, -122.39, n)})
+    data = from_points(pts)[0]
+    scale = 5.0
+    full = road_sums(data, roads, scale)
+    without = road_sums(data.take(np.arange(1, 40)), roads, scale)
+    steps = round(1 / granularity(scale))           # one trajectory's mass in noise-grid steps
+    assert (full - without).min() >= 0 and (full - without).sum() == steps
     seen = []
 
     class Recording(NoiseSource):
@@ -100,9 +105,8 @@ def test_the_road_support_drops_mass_off_it_and_keeps_the_sensitivity():
             seen.append(size)
             return super().laplace(scale, size)
 
-    stats = release_statistics({"fine_density": part}, 4, scales, Recording(1), support=support)
-    off = np.setdiff1d(np.arange(16), support)
-    assert seen == [3] and (np.asarray(stats.density).reshape(-1)[off] == 0).all()
+    release_statistics({"road_density": full}, 64, {"density": scale}, Recording(1), roads=roads, bbox=json.loads(BBOX))
+    assert seen == [len(roads)]                      # Laplace on every segment, zero or not
 
 
 def test_a_temporary_table_released_with_roads_is_placed_on_them(con):

@@ -224,17 +224,17 @@ def release(data, bbox, eps: float, config: PlacementConfig, noise, max_trajecto
 
 
 def statistics(data: Trajectories, bbox, w: int, part_scales: dict[str, float],
-               walk: bool = True, support: np.ndarray | None = None) -> dict[str, np.ndarray]:
+               walk: bool = True, roads=None) -> dict[str, np.ndarray]:
     """The EXACT statistics of the parts in ``part_scales`` (never release them): whole noise-grid steps per fine
     cell and per step bin (``counting.normalised_sums``). Integers: the sums over batches of whole trajectories
     add up to the sums over all of them (``duckmob.source``). ``walk``: the density of the cells the fixes' line
-    walk passes (False: of the fixes' own cells, output 'stays'; :func:`fine_cells`). ``support``: the sorted fine
-    cells the density is released on (the cells a public road network passes, :func:`duckmob.roads.cells_on`;
-    None: every cell). A trajectory's mass stays normalised over ALL the cells it passes, and what falls outside
-    the support is dropped, so its mass on the support is at most 1: the sensitivity does not grow."""
-    cells, owner, n_cells = fine_cells(data, bbox, w, walk=walk)
-    entries = w * w if support is None else support
-    out = {"fine_density": normalised_sums(cells, owner, n_cells, entries, part_scales["density"])}
+    walk passes (False: of the fixes' own cells, output 'stays'; :func:`fine_cells`). With a public road network
+    ``roads`` (:class:`duckmob.roads.Roads`) the density is one of road segments instead (:func:`road_sums`)."""
+    if roads is not None:
+        out = {"road_density": road_sums(data, roads, part_scales["density"])}
+    else:
+        cells, owner, n_cells = fine_cells(data, bbox, w, walk=walk)
+        out = {"fine_density": normalised_sums(cells, owner, n_cells, w * w, part_scales["density"])}
     if "steps" in part_scales:
         b, step_owner, n_steps = step_bins(data, bbox)
         out["fine_steps"] = normalised_sums(b, step_owner, n_steps, len(STEP_EDGES_M) - 1, part_scales["steps"])
@@ -242,17 +242,26 @@ def statistics(data: Trajectories, bbox, w: int, part_scales: dict[str, float],
 
 
 def release_statistics(sums: dict[str, np.ndarray], w: int, part_scales: dict[str, float], noise,
-                       n_noisy: float | None = None, support: np.ndarray | None = None) -> "FineStats":
+                       n_noisy: float | None = None, roads=None, bbox=None) -> "FineStats":
     """The noise of the two parts on their exact statistics (:func:`statistics`), then post-processing.
     ``n_noisy`` (a DP count; None: the noisy step histogram's own total) sets the step histogram's blocks
-    (:func:`step_block`). ``support``: as in :func:`statistics` (Laplace on every cell of it, the rest zero;
-    the denoised density is kept on it)."""
+    (:func:`step_block`). With ``roads`` (and the public ``bbox``) the density is released on every segment of the
+    network (Laplace on each, zero or not: a data-independent support); its non-negative part is kept
+    (``FineStats.road``: where points go on the streets) and summed into the fine cells of the segments'
+    midpoints (the density the routes follow): both post-processing."""
     density_scale = part_scales["density"]
-    density = release_sums(sums["fine_density"], density_scale, noise)
-    density = (adaptive_density(density, w, density_scale) if support is None else
-               _on_support(density, support, w, density_scale)).astype(np.float32)
+    road = None
+    if roads is not None:
+        road = np.maximum(release_sums(sums["road_density"], density_scale, noise), 0.0)
+        mid = cell_of((roads.lat1 + roads.lat2) / 2, (roads.lon1 + roads.lon2) / 2, bbox, w)
+        inside = mid >= 0
+        density = np.bincount(mid[inside], weights=road[inside], minlength=w * w).astype(np.float32)
+        road = road.astype(np.float32)
+    else:
+        density = release_sums(sums["fine_density"], density_scale, noise)
+        density = adaptive_density(density, w, density_scale).astype(np.float32)
     if "steps" not in part_scales:     # output 'stays', or a public step_m: the density alone
-        return FineStats(w=w, density=density,
+        return FineStats(w=w, density=density, road=road,
                          steps=np.zeros(len(STEP_EDGES_M) - 1))
     steps_scale = part_scales["steps"]
     steps = release_sums(sums["fine_steps"], steps_scale, noise)
@@ -270,25 +279,32 @@ def release_statistics(sums: dict[str, np.ndarray], w: int, part_scales: dict[st
     if steps_mostly_noise(blocks, n_noisy, block_scale):
         # no spacing can be read from noise (the highest noisy block gives centimetre steps): steps all zero, and
         # the sampler spaces points one fine cell apart (a public length)
-        return FineStats(w=w, density=density,
+        return FineStats(w=w, density=density, road=road,
                          steps=np.zeros(n_bins))
     kept = truncate_tail(truncate_tail(blocks, block_scale, tau)[::-1], block_scale, tau)[::-1]
     if not (kept > 0).any():       # nothing above the noise: the highest block alone, not every bin evenly
         kept = (np.arange(len(blocks)) == np.argmax(blocks)).astype(np.float64)
     blocks = normcut(kept[None, :], axis=-1)[0]
-    return FineStats(w=w, density=density,
+    return FineStats(w=w, density=density, road=road,
                      steps=np.repeat(blocks / m, m)[:n_bins])
 
 
-def _on_support(values: np.ndarray, support: np.ndarray, w: int, scale: float) -> np.ndarray:
-    """The noisy values of the ``support`` cells laid on the w x w grid, denoised (:func:`adaptive_density`) and
-    kept on the support (post-processing: nothing off the support was released)."""
-    full = np.zeros(w * w)
-    full[support] = values
-    dense = adaptive_density(full, w, scale)
-    mask = np.zeros(w * w, dtype=bool)
-    mask[support] = True
-    return np.where(mask, dense, 0.0)
+def road_sums(data: Trajectories, roads, scale: float) -> np.ndarray:
+    """EXACT length-normalised road-segment density (never release it): each fix is matched to its nearest
+    segment of the public network (:func:`duckmob.roads.snap`, a transformation of the trajectory's own points),
+    and a trajectory adds ``1 / S`` to each of the S distinct segments its fixes match, in whole noise-grid steps
+    (``counting.normalised_sums``). One trajectory moves the table by at most 1 in L1 (k for a user of k), as the
+    fine-cell density does; integers, so batch sums add up exactly."""
+    if data.n_points == 0:
+        return np.zeros(len(roads), np.int64)
+    from duckmob.roads import snap
+
+    segment = snap(roads, data.lat, data.lon)[0]
+    owner = np.repeat(np.arange(data.n_trajectories, dtype=np.int64), data.lengths)
+    key = np.unique(owner * len(roads) + segment)              # distinct (trajectory, segment), by trajectory
+    owner, segment = key // len(roads), key % len(roads)
+    n_segments = np.bincount(owner, minlength=data.n_trajectories)
+    return normalised_sums(segment, owner, n_segments, len(roads), scale)
 
 
 def steps_mostly_noise(blocks: np.ndarray, n_noisy: float | None, block_scale: float) -> bool:
@@ -354,12 +370,15 @@ class FineStats:
     w: int
     density: np.ndarray     # (w * w,) float32
     steps: np.ndarray       # (len(STEP_EDGES_M) - 1,)
+    road: np.ndarray | None = None   # (segments,) float32: the released road-segment density, with roads
 
     def arrays(self, prefix: str = "fine_") -> dict[str, np.ndarray]:
-        return {f"{prefix}w": np.array(self.w), f"{prefix}density": self.density, f"{prefix}steps": self.steps}
+        out = {f"{prefix}w": np.array(self.w), f"{prefix}density": self.density, f"{prefix}steps": self.steps}
+        return out if self.road is None else {**out, f"{prefix}road": self.road}
 
     @classmethod
     def from_arrays(cls, z, prefix: str = "fine_") -> "FineStats | None":
         if f"{prefix}w" not in z:
             return None
-        return cls(int(z[f"{prefix}w"]), np.asarray(z[f"{prefix}density"]), np.asarray(z[f"{prefix}steps"]))
+        road = np.asarray(z[f"{prefix}road"]) if f"{prefix}road" in z else None
+        return cls(int(z[f"{prefix}w"]), np.asarray(z[f"{prefix}density"]), np.asarray(z[f"{prefix}steps"]), road)

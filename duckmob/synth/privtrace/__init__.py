@@ -66,7 +66,6 @@ from duckmob.privacy import accounting
 from duckmob.privacy.counting import count_record, noisy_count, normalised_sums, release_sums
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.unit import PrivacyUnit
-from duckmob.roads import cells_on
 from duckmob.source.batches import as_batches
 from duckmob.synth import placement
 from duckmob.synth.base import Model, Plan, ReleaseContext, Synthesizer, trajectories_from_cells
@@ -349,10 +348,7 @@ class PrivTrace(Synthesizer):
         # no coarser than the finest states (K 2^depth per side: from DP releases), so every state holds fine cells
         fine_w = placement.fine_width(self.bbox, config, n_noisy, plan.eps, k, at_least=K << int(exponent.max())) \
             if config.placing else None
-        # with a public road network, the fine density is released on the cells its roads pass (a public support)
-        on_roads = cells_on(self.roads, self.bbox, fine_w) if self.roads is not None and fine_w is not None else None
-        sums = batches.reduce(lambda d: self._statistics(d, grid, support, edges, scale, fine_w, plan.fine_scales,
-                                                         on_roads))
+        sums = batches.reduce(lambda d: self._statistics(d, grid, support, edges, scale, fine_w, plan.fine_scales))
         release.check_interrupt()
 
         # level2: length-normalised densities of the states; states below the noise are pruned
@@ -377,7 +373,8 @@ class PrivTrace(Synthesizer):
         info.update(K=K, states=m, alive_states=int(alive.sum()), depth=grid.depth, edges=support.n_edges,
                     second_order_states=int(use2.sum()))
         # fine placement: the fine density and the step histogram, eps * fine_share
-        fine = placement.release_statistics(sums, fine_w, plan.fine_scales, noise, n_noisy, on_roads) \
+        # with a public road network, the fine density is one of its segments (placement.road_sums)
+        fine = placement.release_statistics(sums, fine_w, plan.fine_scales, noise, n_noisy, self.roads, self.bbox) \
             if config.placing else None
         return PrivTraceModel(grid=grid, alive=alive, fine=fine, density=np.maximum(noisy2, 0.0),
                               first=first_n.astype(np.float32), second=second_n.astype(np.float32), start=p_start,
@@ -385,7 +382,7 @@ class PrivTrace(Synthesizer):
                               info=info)
 
     def _statistics(self, d: Trajectories, grid: StateGrid, support: Support, edges, scale: dict, fine_w,
-                    fine_scales, on_roads=None):
+                    fine_scales):
         """The EXACT tables of one batch of whole trajectories (integer noise-grid steps; never released as they
         are): level-2 density, length bins, first- and second-order transitions and the fine stage's two."""
         off, states, _ = state_sequences(grid, d.offsets, d.lat, d.lon)
@@ -396,5 +393,5 @@ class PrivTrace(Synthesizer):
                                           len(edges) - 1, scale["lengths"]),
                **transition_sums(support, off, states, scale["first"], scale["second"])}
         if fine_w is not None:
-            out.update(placement.statistics(d, self.bbox, fine_w, fine_scales, support=on_roads))
+            out.update(placement.statistics(d, self.bbox, fine_w, fine_scales, roads=self.roads))
         return out
