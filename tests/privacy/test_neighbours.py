@@ -169,6 +169,28 @@ def test_privtrace_moves_within_the_charge(recorder, tmp_path, path, kind, unit)
                    lambda: _points_db(tmp_path / f"dp{seed}.duckdb", dp, temp=temp), run)
 
 
+# a public lattice of streets every ~500 m over BBOX (made up, not from any table): PrivTrace with roads releases
+# its fine density on these segments
+LATTICE = """CREATE TABLE roads AS
+    SELECT 39.90 + i * 0.005 AS lat1, 116.30 + j * 0.005 AS lon1, 39.90 + i * 0.005 AS lat2, 116.305 + j * 0.005 AS lon2
+    FROM range(21) a(i), range(24) b(j)
+    UNION ALL SELECT 39.90 + i * 0.005, 116.30 + j * 0.005, 39.905 + i * 0.005, 116.30 + j * 0.005
+    FROM range(20) a(i), range(25) b(j)"""
+
+
+def _with_roads(con):
+    con.execute(LATTICE)
+    return con
+
+
+@pytest.mark.parametrize("unit", ["trajectory", "user"])
+def test_privtrace_on_roads_moves_within_the_charge(recorder, tmp_path, unit):
+    d, dp = tables(5, unit, "mixed")
+    check_pair(recorder, lambda: _with_roads(_points_db(tmp_path / "d.duckdb", d, temp=False)),
+               lambda: _with_roads(_points_db(tmp_path / "dp.duckdb", dp, temp=False)),
+               py_synthesize("privtrace", unit, PRIVTRACE, roads="roads"))
+
+
 # -- the neural methods' Laplace parts, out of core from SQL, both units ------------------------------------------
 
 @pytest.mark.parametrize("unit", ["trajectory", "user"])
