@@ -56,9 +56,10 @@ _M_PER_RAD = EARTH_RADIUS_M
 
 
 # place(): the reach of the weighted choice of a segment around a synthetic point (metres, public) and how many road
-# samples it looks at. Chosen on simulated San Francisco trips (benchmarks/roads.py): 120 m beat 60 m.
+# samples it looks at. Measured on simulated San Francisco trips (benchmarks/roads.py, docs/methods/README.md): 120 m
+# beat 60 m; 64 samples place a little better than 24 (point density .205 against .214) at twice the time.
 PLACE_RADIUS_M = 120.0
-PLACE_SAMPLES = 64
+PLACE_SAMPLES = 24
 
 
 @dataclass(frozen=True, eq=False)
