@@ -118,3 +118,22 @@ def test_a_temporary_table_released_with_roads_is_placed_on_them(con):
     assert rows.num_rows > 0 and _distances(con, rows).max() < 1e-3
     with pytest.raises(duckdb.Error, match="a road network built from the sensitive data is not public"):
         con.sql(f"FROM synthesize('tmp_trips', eps := 1, bbox := {BBOX}, roads := 'trips', n := 5)").fetchall()
+
+
+TINY = {
+    "hrnet": {"w": 8, "epochs": 1, "pretrain_iterations": 5, "stay_points": False, "max_len": 6, "progress": False,
+              "hidden": 8, "loc_dim": 8, "time_dim": 4, "output": "points"},
+    "baseline": {"w": 8, "epochs": 1, "stay_points": False, "max_len": 6, "progress": False, "hidden": 8,
+                 "loc_dim": 8, "time_dim": 4, "output": "points"},
+    "cleanslate": {"w": 4, "n_time": 4, "ti_epochs": 1, "tpg_epochs": 1, "ti_hidden": 8, "ti_latent": 2, "tpg_embed": 4,
+                   "tpg_hidden": 8, "n_hint": 200, "batch_size": 8, "ti_coarse": 2, "progress": False},
+    "pategail": {"rounds": 2, "episodes": 16, "disc_steps": 1, "w": 8, "n_slots": 8, "max_steps": 8, "hidden": 8,
+                 "student": False},
+}
+
+
+@pytest.mark.parametrize("method", sorted(TINY))
+def test_every_method_puts_its_points_on_the_roads(con, method):
+    rows = duckmob.synthesize(con, "trips", 1.0, method, bbox=json.loads(BBOX), roads="roads", n=20, seed=1,
+                              **TINY[method])
+    assert rows.num_rows > 0 and _distances(con, rows).max() < 1e-3
