@@ -174,7 +174,7 @@ class City:
 
         rng = np.random.default_rng(seed)
         g = self.graph
-        got_off, got_nodes, got_len = [np.zeros(1, np.int64)], [], []
+        got_nodes, got_len = [], []
         have = 0
         while have < n:
             m = int((n - have) * 1.3) + 16

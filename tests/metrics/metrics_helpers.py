@@ -52,3 +52,10 @@ def city(n: int = 60, seed: int = 0) -> list[list[tuple[int, int]]]:
         paths.append(path)
     return paths
 
+
+
+def real_and_synth(con) -> None:
+    """TEMP tables ``real`` (the test city, timed) and ``synth`` (another draw, without time) on ``con``."""
+    con.register("r", table(city()))
+    con.register("s", table(city(seed=4), with_time=False))
+    con.execute("CREATE TEMP TABLE real AS FROM r; CREATE TEMP TABLE synth AS FROM s")

@@ -7,15 +7,13 @@ import pytest
 
 import duckmob
 
-from metrics_helpers import BBOX, city, table
+from metrics_helpers import BBOX, city, real_and_synth, table
 
 
 @pytest.fixture
 def con():
     c = duckmob.connect()
-    c.register("r", table(city()))
-    c.register("s", table(city(seed=4), with_time=False))
-    c.execute("CREATE TEMP TABLE real AS FROM r; CREATE TEMP TABLE synth AS FROM s")
+    real_and_synth(c)
     yield c
     c.close()
 

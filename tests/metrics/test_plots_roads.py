@@ -8,7 +8,7 @@ import pytest
 
 import duckmob
 
-from metrics_helpers import BBOX, city, table
+from metrics_helpers import BBOX, city, real_and_synth, table
 
 # Three straight streets of the 32 x 32 test grid (0.01 degree cells) and one segment wholly outside the bbox.
 SEGMENTS = [(40.05, 116.01, 40.05, 116.31),    # an east-west street
@@ -20,9 +20,7 @@ SEGMENTS = [(40.05, 116.01, 40.05, 116.31),    # an east-west street
 @pytest.fixture
 def con():
     c = duckmob.connect()
-    c.register("r", table(city()))
-    c.register("s", table(city(seed=4), with_time=False))
-    c.execute("CREATE TEMP TABLE real AS FROM r; CREATE TEMP TABLE synth AS FROM s")
+    real_and_synth(c)
     values = ", ".join(f"({a}, {b}, {c_}, {d}, 'primary')" for a, b, c_, d in SEGMENTS)
     c.execute(f"CREATE TEMP TABLE streets AS FROM (VALUES {values}) t(lat1, lon1, lat2, lon2, highway)")
     yield c
