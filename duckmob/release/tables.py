@@ -326,7 +326,8 @@ def noisy_count_gathered(db: Database, relation: str, temp_tables, has_user: boo
         return pair_count(traj, user, what=what, unit=unit)
 
     source = gathered_key(relation, temp_tables)
-    key = _key("count", source, "", {**request, "mapping": mapping}, lambda: table_version(pa.table(dict(zip(("traj_id", "user_id"), pairs())))))
+    key = _key("count", source, "", {**request, "mapping": mapping},
+               lambda: table_version(pa.table(dict(zip(("traj_id", "user_id"), pairs())))))
     return _remembered(db, key, lambda: counting.noisy_count(
         db, source=source, user_col=mapping.user_col if has_user else None, count=count, **request))
 

@@ -171,12 +171,13 @@ def resolve(con, relation: str, home: str) -> Lineage:
     tables, others, operators = _plan(con, relation)
     # a window over row positions (row_number() OVER ()) or rowid is folded by DuckDB's optimiser into a plain
     # projection, yet makes each row's values depend on the rows around it: found in the texts read instead
-    words = set().union(*(identifiers(t) for t in _texts(con, relation)))
+    texts = _texts(con, relation)
+    words = set().union(*(identifiers(t) for t in texts))
     operators += [w.upper() for w in ("over", "rowid") if w in words]
     keys = [key(*_three(t, con), home) for t in tables]
     own = None
     if others:
-        files = _files(con, relation)
+        files = _files(con, texts)
         keys.extend(file_key(f) for f in files)
         if not files or any(not _reads_files(o) for o in others):
             named = _named_object(con, relation)
@@ -204,12 +205,12 @@ def file_key(path: str) -> str:
     return "file:" + os.path.realpath(path)
 
 
-def _files(con, relation: str) -> list[str]:
-    """The files ``relation`` reads: the string literals and quoted names of its text and of the views it mentions
-    (recursively) that name existing files or globs (expanded by DuckDB's ``glob``, which lists names and reads no row). A fact
-    about the catalog and the file system, never about a value of the data."""
+def _files(con, texts: list[str]) -> list[str]:
+    """The files a relation reads, from ``texts`` (its text and its views', :func:`_texts`): the string literals
+    and quoted names that name existing files or globs (expanded by DuckDB's ``glob``, which lists names and reads
+    no row). A fact about the catalog and the file system, never about a value of the data."""
     seen, found = set(), set()
-    for text in _texts(con, relation):
+    for text in texts:
         for literal in _LITERAL.findall(text):   # a string, or a quoted name (a replacement scan: FROM "x.csv")
             q = literal[0]
             path = literal[1:-1].replace(q + q, q)

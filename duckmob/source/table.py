@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -207,12 +207,18 @@ def content_version(cur, select: str) -> tuple[int, int]:
 
 
 def table_version(table: pa.Table) -> tuple[int, int]:
-    """:func:`content_version` of rows gathered in memory (an in-process DuckDB scans the Arrow table)."""
+    """:func:`content_version` of rows gathered in memory."""
+    return _in_memory(table, content_version)
+
+
+def _in_memory(table: pa.Table, query: Callable):
+    """``query(con, select)`` on an in-process DuckDB that scans ``table`` as ``select``: the SQL of the
+    out-of-core path run on rows gathered in memory."""
     import duckdb
 
     with duckdb.connect() as con:
         con.register("gathered_rows", table)
-        return content_version(con, "SELECT * FROM gathered_rows")
+        return query(con, "SELECT * FROM gathered_rows")
 
 
 # -- the per-trajectory rows of the counting releases -------------------------------------------------------------
@@ -267,12 +273,8 @@ def grouped_sequences(rows: pa.StructArray | None) -> pa.StructArray | None:
     (user_id, traj_id) key (computed by an in-process DuckDB over the rows, the same SQL as out of core)."""
     if rows is None or len(rows) == 0:
         return rows
-    import duckdb
-
     table = pa.Table.from_struct_array(rows.filter(pc.is_valid(rows)) if rows.null_count else rows)
-    with duckdb.connect() as con:
-        con.register("gathered_rows", table)
-        out = con.sql(sequences_query("SELECT * FROM gathered_rows", "user")).to_arrow_table()
+    out = _in_memory(table, lambda con, select: con.sql(sequences_query(select, "user")).to_arrow_table())
     return pa.StructArray.from_arrays([out.column(c).combine_chunks() for c in out.column_names],
                                       names=out.column_names)
 
@@ -307,5 +309,4 @@ def read_sequences(cur, select: str, privacy_unit: str) -> Iterator[tuple[np.nda
 
 __all__ = ["Prepared", "prepare", "TableSource", "read_points", "point_filter", "route", "n_buckets", "count_query",
            "pair_count", "sequences_query", "grouped_sequences", "sequence_arrays", "read_sequences", "content_version",
-           "table_version", "BUCKET_POINTS",
-           "READ_ROWS", "SEQUENCE_ROWS"]
+           "table_version", "BUCKET_POINTS", "READ_ROWS", "SEQUENCE_ROWS"]

@@ -90,7 +90,8 @@ def test_one_trajectory_moves_the_road_density_by_at_most_one():
     roads = Roads.of(pq.read_table("duckmob/data/roads_sf_downtown.parquet")).clip(json.loads(BBOX))
     rng = np.random.default_rng(4)
     n = 400
-    pts = pa.table({"traj_id": np.repeat(np.arange(40), 10), "ts": pa.array(np.tile(np.arange(10), 40), pa.timestamp("s")),
+    pts = pa.table({"traj_id": np.repeat(np.arange(40), 10),
+                    "ts": pa.array(np.tile(np.arange(10), 40), pa.timestamp("s")),
                     "lat": rng.uniform(37.765, 37.795, n), "lon": rng.uniform(-122.44, -122.39, n)})
     data = from_points(pts)[0]
     scale = 5.0
