@@ -1,12 +1,13 @@
 """Synthetic points on the public road network: post-processing of any fitted model's output.
 
-:class:`OnRoads` wraps a fitted model so that every point it samples is moved to its nearest road segment of a
-public road network (:func:`duckmob.roads.snap`: an exact projection, so every point lies on a segment). The
-network is a declared public input (``roads := 'table'``), never derived from the sensitive table
-(:mod:`duckmob.release.tables` refuses one whose lineage reads it), so this reads no private data and spends no
-budget: the output is a function of the released model, the seed and the public roads. Nothing else about the
-output changes (the trajectories, their lengths, their times); points far from every road are moved all the same,
-so an area of the bbox with no road gets no point.
+:class:`OnRoads` wraps a fitted model so that every point it samples is moved onto a road segment of a public road
+network: one drawn near it by the model's released road-segment density when it has one (PrivTrace with roads,
+:func:`duckmob.roads.place`), else the nearest (:func:`duckmob.roads.snap`); an exact projection either way, so
+every point lies on a segment. The network is a declared public input (``roads := 'table'``), never derived from
+the sensitive table (:mod:`duckmob.release.tables` refuses one whose lineage reads it), so this reads no private
+data and spends no budget: the output is a function of the released model, the seed and the public roads. Nothing
+else about the output changes (the trajectories, their lengths, their times); points far from every road are moved
+all the same, so an area of the bbox with no road gets no point.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from duckmob.trajectories import Trajectories
 
 
 class OnRoads:
-    """``model`` (any fitted model) whose samples are snapped onto ``roads``; every other attribute is the
+    """``model`` (any fitted model) whose samples are placed on ``roads``; every other attribute is the
     model's own (its size, its cap on points, whether it may be sampled on several threads)."""
 
     def __init__(self, model, roads: Roads):
