@@ -10,7 +10,9 @@ It costs a second evaluation on half-size tables, which reuses what the first co
 NULL).
 Families (``families=[...]``): ``hrnet`` (hrnet.py), ``privtrace`` (privtrace.py), ``pategail``
 (pategail.py), ``lestyan`` (lestyan.py), ``adatrace`` (adatrace.py), ``fine`` (fine.py: fine-grid point,
-trajectory and route density, consecutive-step lengths, one-point trajectories, points per trajectory); shared
+trajectory and route density, consecutive-step lengths, one-point trajectories, points per trajectory); the
+papers' reference-code definitions, only when named: ``pategail_paper``, ``hrnet_paper``, ``privtrace_paper``,
+``cleanslate_paper`` (paper/, docs/metrics_papers.md); shared
 helpers live in common.py, downstream tasks in downstream.py, privacy attacks in audit.py, pictures in plots.py.
 
 NOT differentially private: every number here reads the real table exactly, the reference included. The
@@ -33,7 +35,7 @@ from importlib import import_module
 import pyarrow as pa
 
 from duckmob.errors import DuckmobError
-from duckmob.metrics.common import FAMILIES, Metric, Options, Side, reference_sides, rng
+from duckmob.metrics.common import FAMILIES, PAPER_FAMILIES, Metric, Options, Side, reference_sides, rng
 from duckmob.grid import BBox
 from duckmob.source.schema import literal
 from duckmob.trajectories import Trajectories, from_points
@@ -88,6 +90,8 @@ def _info(name: str, n: int, notes: str) -> Metric:
 
 
 def family_module(name: str):
+    if name in PAPER_FAMILIES:
+        return import_module(f"duckmob.metrics.paper.{name.removesuffix('_paper')}")
     return import_module(f"duckmob.metrics.{name}")
 
 
@@ -122,7 +126,7 @@ def evaluate(real, synth, bbox, timings: dict | None = None, **options) -> list[
 
 def _family_rows(real: Side, synth: Side, opts: Options, timings: dict | None = None) -> list[Metric]:
     rows = []
-    for family in FAMILIES:
+    for family in FAMILIES + PAPER_FAMILIES:
         if family not in opts.families:
             continue
         t = time.perf_counter()

@@ -59,6 +59,8 @@ def _finite(x) -> float | None:
 
 
 FAMILIES = ("hrnet", "privtrace", "pategail", "lestyan", "adatrace", "fine")
+# The papers' reference-code definitions (duckmob/metrics/paper/): computed only when asked for by name.
+PAPER_FAMILIES = ("pategail_paper", "hrnet_paper", "privtrace_paper", "cleanslate_paper")
 
 
 @dataclass(frozen=True)
@@ -109,9 +111,10 @@ class Options:
         if fam is not None:
             fam = (fam,) if isinstance(fam, str) else tuple(fam)
             fam = tuple(str(f).lower() for f in fam)
-            bad = [f for f in fam if f not in FAMILIES]
+            bad = [f for f in fam if f not in FAMILIES + PAPER_FAMILIES]
             if bad or not fam:
-                raise DuckmobError(f"unknown metric families {bad or fam!r}: choose from {list(FAMILIES)}")
+                raise DuckmobError(f"unknown metric families {bad or fam!r}: choose from "
+                                   f"{list(FAMILIES + PAPER_FAMILIES)}")
             kwargs["families"] = fam
         if "radius_range" in kwargs:
             kwargs["radius_range"] = tuple(float(v) for v in kwargs["radius_range"])

@@ -1,0 +1,203 @@
+"""The papers' reference-code metric families (duckmob/metrics/paper/): each checked against the reference
+formulas recomputed here by hand, with plain Python loops, on small fixed inputs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from duckmob.errors import DuckmobError
+from duckmob.metrics import evaluate, load_side
+from duckmob.metrics.paper import pategail as pg
+
+WIDE = [30.0, 110.0, 45.0, 125.0]   # a bbox wide enough for the 160 km steps of the PateGail test
+
+
+def points(trajs: list[list[tuple[str, float, float]]], users=None) -> pa.Table:
+    """A points table: trajectory i is the fixes ``(iso time, lat, lon)`` of ``trajs[i]``."""
+    cols = {"traj_id": [], "user_id": [], "ts": [], "lat": [], "lon": []}
+    for i, fixes in enumerate(trajs):
+        for when, lat, lon in fixes:
+            cols["traj_id"].append(i)
+            cols["user_id"].append(None if users is None else users[i])
+            cols["ts"].append(dt.datetime.fromisoformat(when))
+            cols["lat"].append(lat)
+            cols["lon"].append(lon)
+    return pa.table({"traj_id": pa.array(cols["traj_id"], pa.int64()),
+                     "user_id": pa.array(cols["user_id"], pa.int64()),
+                     "ts": pa.array(cols["ts"], pa.timestamp("us")),
+                     "lat": pa.array(cols["lat"], pa.float64()), "lon": pa.array(cols["lon"], pa.float64())})
+
+
+def by_name(rows):
+    return {r["metric"]: r for r in rows}
+
+
+# ------------------------------------------------------------------------------- reference formulas, by hand
+
+def ref_histogram(values, lo, hi, bins):
+    """np.histogram(values, np.arange(lo, hi, (hi - lo) / bins)) with loops: edges lo + i * step below hi,
+    [e_i, e_i+1) bins, the last one closed, values outside dropped."""
+    step = float(hi - lo) / bins
+    edges = []
+    i = 0
+    while lo + i * step < hi:
+        edges.append(lo + i * step)
+        i += 1
+    counts = [0] * (len(edges) - 1)
+    for v in values:
+        for b in range(len(edges) - 1):
+            last = b == len(edges) - 2
+            if edges[b] <= v < edges[b + 1] or (last and v == edges[b + 1]):
+                counts[b] += 1
+                break
+    return counts
+
+
+def ref_pategail_jsd(p1, p2):
+    """PateGail's get_js_divergence: (p / (sum + 1e-10)) + 1e-10, m = mean, scipy entropy (renormalised)."""
+    def prep(p):
+        s = sum(p)
+        return [x / (s + 1e-10) + 1e-10 for x in p]
+
+    def kl(p, q):
+        sp, sq = sum(p), sum(q)
+        return sum((a / sp) * math.log((a / sp) / (b / sq)) for a, b in zip(p, q) if a > 0)
+
+    a, b = prep(p1), prep(p2)
+    m = [(x + y) / 2 for x, y in zip(a, b)]
+    return 0.5 * kl(a, m) + 0.5 * kl(b, m)
+
+
+def ref_pategail(rows_real, rows_synth):
+    """The five Table 1 JSDs from 48-slot rows of (lat, lon), as utils/evaluations.py computes them."""
+    def loc(p):
+        return p
+
+    def stats(rows):
+        dist, rad, daily = [], [], []
+        visits = {}
+        tops = []
+        for row in rows:
+            for i in range(47):
+                dist.append((row[i][0] - row[i + 1][0]) ** 2 + (row[i][1] - row[i + 1][1]) ** 2)
+            cy = sum(p[0] for p in row) / 48
+            cx = sum(p[1] for p in row) / 48
+            rad.append(sum((p[0] - cy) ** 2 + (p[1] - cx) ** 2 for p in row) / 48)
+            daily.append(len(set(loc(p) for p in row)) / 48)
+            counts = {}
+            for p in row:
+                counts[loc(p)] = counts.get(loc(p), 0) + 1
+                visits[loc(p)] = visits.get(loc(p), 0) + 1
+            top = sorted(counts.values(), reverse=True)[:20]
+            tops.append([c / 48 for c in top] + [0.0] * (20 - len(top)))
+        total = sum(visits.values())
+        shares = sorted((v / total for v in visits.values()), reverse=True)[:50]
+        shares += [0.0] * (50 - len(shares))
+        mean = [sum(t[r] for t in tops) / len(tops) for r in range(20)]
+        irank = [m / sum(mean) for m in mean]
+        return {"radius": ref_histogram(rad, 0, 2101.45, 1000), "dailyloc": ref_histogram(daily, 0, 1, 48),
+                "distance": ref_histogram(dist, 0, 2101.45, 1000), "grank": ref_histogram(shares, 0, 1, 50),
+                "irank": irank}
+
+    a, b = stats(rows_real), stats(rows_synth)
+    return {k: ref_pategail_jsd(a[k], b[k]) for k in a}
+
+
+# ------------------------------------------------------------------------------------------------- PateGail
+
+A, B, C = (39.90, 116.40), (39.96, 116.41), (32.00, 120.00)
+REAL = [
+    [("2024-01-01 00:10", *A), ("2024-01-01 08:05", 39.9512, 116.4049), ("2024-01-01 08:20", *B),
+     ("2024-01-01 12:00", 39.9031, 116.3986)],
+    [("2024-01-01 10:00", 40.00, 116.30), ("2024-01-01 10:40", 40.01, 116.30), ("2024-01-02 01:00", 40.02, 116.31)],
+    [("2024-01-01 06:00", 39.95, 116.45)],
+]
+SYNTH = [
+    [("2024-01-01 00:00", *A), ("2024-01-01 12:00", *C), ("2024-01-01 23:45", 39.99, 116.49)],
+    [("2024-01-01 09:00", 39.92, 116.42), ("2024-01-01 09:31", 39.93, 116.42), ("2024-01-01 10:01", 39.92, 116.42)],
+]
+# The same tables as 48-slot days, written out by hand: last fix of each half hour, carried forward, the
+# slots before the first fix at the first fix; 0.01-degree locations.
+REAL_ROWS = [
+    [A] * 16 + [B] * 8 + [A] * 24,
+    [(40.00, 116.30)] * 21 + [(40.01, 116.30)] * 27,
+    [(40.02, 116.31)] * 48,
+    [(39.95, 116.45)] * 48,
+]
+SYNTH_ROWS = [
+    [A] * 24 + [C] * 23 + [(39.99, 116.49)],
+    [(39.92, 116.42)] * 19 + [(39.93, 116.42)] + [(39.92, 116.42)] * 28,
+]
+
+
+def test_pategail_days_are_48_slot_rows_of_rounded_locations():
+    for trajs, rows in ((REAL, REAL_ROWS), (SYNTH, SYNTH_ROWS)):
+        d = pg.days(load_side(points(trajs), WIDE, "real")[0])
+        assert d.lat.shape == (len(rows), 48)
+        np.testing.assert_allclose(d.lat, [[p[0] for p in r] for r in rows], atol=1e-12)
+        np.testing.assert_allclose(d.lon, [[p[1] for p in r] for r in rows], atol=1e-12)
+        # one id per location
+        assert all(len(set(d.loc[i])) == len(set(rows[i])) for i in range(len(rows)))
+        assert (d.loc > 0).all()
+
+
+def test_pategail_paper_matches_the_reference_formulas():
+    rows = by_name(evaluate(points(REAL), points(SYNTH), WIDE, families=["pategail_paper"], reference=False))
+    expected = ref_pategail(REAL_ROWS, SYNTH_ROWS)
+    for name in ("radius", "dailyloc", "distance", "grank", "irank"):
+        got = rows[f"pategail_paper_{name}_jsd"]["value"]
+        assert got == pytest.approx(expected[name], rel=1e-9, abs=1e-15), name
+    # the 160 km steps and the far-away radius move Distance and Radius off zero; DailyLoc differs too
+    assert rows["pategail_paper_distance_jsd"]["value"] > 0.005   # 2 of 94 steps off the first bin
+    assert rows["pategail_paper_radius_jsd"]["value"] > 0.1
+    assert rows["pategail_paper_dailyloc_jsd"]["value"] > 0.1
+
+
+def test_pategail_paper_bins_as_the_reference_does():
+    # 999 distance bins of 2.10145 deg^2; DailyLoc 47 bins, 48/48 dropped; G-rank 49 bins on [0, 0.98]
+    assert len(pg.histogram_arange([0.0], 0, pg.MAX_DISTANCE, pg.DISTANCE_BINS)) == 999
+    daily = pg.histogram_arange(np.arange(1, 49) / 48, 0, 1, pg.DAILYLOC_BINS)
+    assert len(daily) == 47 and daily.sum() == 47
+    assert daily.tolist() == ref_histogram(list(np.arange(1, 49) / 48), 0, 1, 48)
+    grank = pg.histogram_arange([0.0, 0.5, 0.979, 0.98, 0.99], 0, 1, pg.GRANK_BINS)
+    assert len(grank) == 49 and grank.sum() == 4 and grank[-1] == 2
+
+
+def test_pategail_paper_distance_is_blind_to_city_steps():
+    """The degenerate case of issue 43: every step of a table in the first bin (here: nobody moves) scores near
+    0 on the reference Distance against real GeoLife trajectories; our own definition sees the difference."""
+    from duckmob.demo import sample_path
+
+    real = pq.read_table(sample_path())
+    lat = real.column("lat").to_numpy()
+    lon = real.column("lon").to_numpy()
+    traj = real.column("traj_id").to_numpy()
+    first = np.concatenate([[True], traj[1:] != traj[:-1]])
+    start = np.maximum.accumulate(np.where(first, np.arange(len(traj)), 0))
+    still = real.set_column(real.schema.get_field_index("lat"), "lat", pa.array(lat[start]))
+    still = still.set_column(still.schema.get_field_index("lon"), "lon", pa.array(lon[start]))
+    bbox = [39.8477, 116.1956, 40.1133, 116.4880]
+    rows = by_name(evaluate(real, still, bbox, families=["pategail_paper", "pategail", "fine"], reference=False))
+    assert rows["pategail_paper_distance_jsd"]["value"] < 0.01       # 0: real steps are all in bin 0 as well
+    assert rows["pategail_paper_radius_jsd"]["value"] < 0.01
+    assert rows["pategail_distance_jsd"]["value"] > 0.05             # 50 bins to the longest real step
+    assert rows["fine_step_jsd"]["value"] > 0.5                      # log-spaced bins from 1 m
+
+
+def test_pategail_paper_without_time_is_null_and_not_a_default():
+    synth = points(SYNTH)
+    timeless = synth.set_column(2, "ts", pa.nulls(synth.num_rows, pa.timestamp("us"))).append_column(
+        "seq", pa.array(range(synth.num_rows), pa.int64()))
+    rows = by_name(evaluate(points(REAL), timeless, WIDE, families="pategail_paper", reference=False))
+    assert rows["pategail_paper_distance_jsd"]["value"] is None
+    assert "no timestamps" in rows["pategail_paper_distance_jsd"]["description"]
+    default = by_name(evaluate(points(REAL), points(SYNTH), WIDE, reference=False))
+    assert not any(name.endswith("_paper") or "_paper_" in name for name in default)
+    with pytest.raises(DuckmobError, match="pategail_paper"):
+        evaluate(points(REAL), points(SYNTH), WIDE, families=["pategail_papers"])
