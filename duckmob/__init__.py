@@ -10,10 +10,10 @@ its formula); ``duckmob.evaluate`` is the plain function.
 from __future__ import annotations
 
 from duckmob.api import (BudgetError, DuckmobError, __version__, budgets, connect, evaluate, noisy_count, register,
-                         releases, sample, synthesize, transitions)
+                         releases, report, sample, synthesize, transitions)
 
 __all__ = ["connect", "register", "evaluate", "synthesize", "sample", "noisy_count", "transitions", "budgets",
-           "releases", "DuckmobError", "BudgetError", "__version__"]
+           "releases", "report", "DuckmobError", "BudgetError", "__version__"]
 
 
 def load_ipython_extension(ipython) -> None:

@@ -1,5 +1,6 @@
 """The public Python API (re-exported by :mod:`duckmob`): :func:`connect`, :func:`register`, :func:`synthesize`,
-:func:`sample`, :func:`evaluate`, :func:`noisy_count`, :func:`transitions`, :func:`budgets`, :func:`releases`.
+:func:`sample`, :func:`evaluate`, :func:`noisy_count`, :func:`transitions`, :func:`budgets`, :func:`releases`,
+:func:`report`.
 Entry points (the shell, the demo, notebooks) import it from here, so nothing imports the package root."""
 
 from __future__ import annotations
@@ -124,6 +125,24 @@ def transitions(con: duckdb.DuckDBPyConnection, table: str, *, order=1, eps, n_s
                               support=support, w=w, stability=stability)
 
 
+def report(con: duckdb.DuckDBPyConnection, synth: str, path: str | None = None, *, real: str | None = None,
+           bbox=None, release: int | None = None):
+    """The release report on table ``synth`` (the Python twin of ``FROM mob_report('synth', path := ...)``): a
+    :class:`duckmob.report.Report` (its ``html``, its sections' one-line summaries in ``rows()``), written to
+    ``path`` when given and shown inline in Jupyter. Without ``real`` it is the publishable page and ``real`` is
+    never read; with ``real`` (a table name) it adds the comparison with the real table (exact, NOT private: the
+    page says not to publish it). ``bbox``: the public box (default: the release's); ``release``: a ledger id
+    (default: the release that made ``synth``)."""
+    from duckmob import release as core
+    from duckmob.metrics import table_points
+    from duckmob.report import build
+
+    register(con)
+    return build(core.database(con), table_points(con, synth),
+                 real_points=None if real is None else table_points(con, real), bbox=bbox, release=release,
+                 path=path, synth_name=synth, real_name=real)
+
+
 def budgets(con: duckdb.DuckDBPyConnection):
     """The Python twin of ``FROM mob_budget()``: one row per source (source, eps, delta, spent, remaining, releases,
     declared_at) as a pyarrow Table. The ledger is verified first, as a release verifies it: a tampered or reset
@@ -140,4 +159,4 @@ def releases(con: duckdb.DuckDBPyConnection):
 
 
 __all__ = ["connect", "register", "evaluate", "synthesize", "sample", "noisy_count", "transitions", "budgets",
-           "releases", "DuckmobError", "BudgetError", "__version__"]
+           "releases", "report", "DuckmobError", "BudgetError", "__version__"]

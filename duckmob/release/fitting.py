@@ -202,7 +202,7 @@ def default_size(model) -> int:
 
 
 def output(model, n: int | None, seed: np.random.SeedSequence, max_rows: int | None = None, *,
-           desc: str = "output", threads: int = 1) -> sampling.Output:
+           desc: str = "output", threads: int = 1, on_first=None) -> sampling.Output:
     """The output of ``n`` trajectories of a fitted model (None: :func:`default_size`) under ``seed``: free
     post-processing, drawn block by block as it is read (:mod:`duckmob.release.sampling`). Refused before any row is
     drawn when it could have more than ``max_rows`` rows (None: :data:`duckmob.validators.MAX_ROWS`):
@@ -211,7 +211,7 @@ def output(model, n: int | None, seed: np.random.SeedSequence, max_rows: int | N
     given = n is not None
     n = validators.n_trajectories(default_size(model) if n is None else n)
     sampling.check_rows(n, model.max_points, validators.max_rows(max_rows), after_fit=not given)
-    return sampling.Output(model, n, seed, desc=desc, threads=threads)
+    return sampling.Output(model, n, seed, desc=desc, threads=threads, on_first=on_first)
 
 
 def sample(model, n: int | None, seed: np.random.SeedSequence, max_rows: int | None = None) -> Trajectories:

@@ -33,7 +33,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -183,6 +183,7 @@ class Output:
     desc: str = "output"
     progress: Rows | None = None
     threads: int = 1
+    on_first: Callable[[Trajectories, int], None] | None = None   # given block 0 once (release.outputs records it)
     _ahead: _Ahead | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
@@ -196,6 +197,9 @@ class Output:
         parts = [self._ahead.get(int(b)) for b in touched]
         for part in parts:
             self.progress.update(part.n_trajectories, part.n_points)
+        if self.on_first is not None and int(touched[0]) == 0:
+            first, self.on_first = self.on_first, None
+            first(parts[0], self.n)
         return parts
 
     def draw(self, ids) -> Trajectories:

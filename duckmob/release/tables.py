@@ -25,7 +25,7 @@ from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
 from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.unit import PrivacyUnit
-from duckmob.release import counting, fitting, sampling
+from duckmob.release import counting, fitting, outputs, sampling
 from duckmob.release.protocol import read_ledger, set_budget as declare
 from duckmob.release.registry import Database
 from duckmob.source import ArrowSource, lineage
@@ -156,16 +156,17 @@ def _synthesized(db: Database, key: str, r, source, close) -> sampling.Output:
     reservation too (:func:`fitting.fit`)."""
     hit = _recent(db, key)
     if hit is None:
-        model, _, noise = fitting.fit(db, r, source())
+        model, ledger_id, noise = fitting.fit(db, r, source())
         seed = noise.output_seed()
         if key is not None:
-            db.recent.put(key, (model, seed))
+            db.recent.put(key, (model, seed, ledger_id))
     else:
         if close is not None:
             close()
-        model, seed = hit
+        model, seed, ledger_id = hit
     return fitting.output(fitting.on_roads(model, r.on_roads), r.n, seed, r.max_rows, desc=f"synthesize {r.method}",
-                          threads=draw_threads(db))
+                          threads=draw_threads(db),
+                          on_first=outputs.recorder(db, ledger_id, model, bbox=r.synthesizer.bbox))
 
 
 def sample(db: Database, name, n=None, seed=None, max_rows=None) -> sampling.Output:
@@ -176,9 +177,10 @@ def sample(db: Database, name, n=None, seed=None, max_rows=None) -> sampling.Out
     n, seed, max_rows = validators.n_trajectories(n), validators.seed(seed), validators.max_rows(max_rows)
     _method, model = read_ledger(db, lambda cur: store.load(cur, name))
     described = read_ledger(db, lambda cur: store.described(cur, name))
+    ledger_id = read_ledger(db, lambda cur: outputs.model_ledger_id(cur, name))
     return fitting.output(fitting.on_roads(model, _stored_roads(db, name, described)), n,
                           NoiseSource(seed).output_seed(), max_rows, desc=f"mob_sample {name}",
-                          threads=draw_threads(db))
+                          threads=draw_threads(db), on_first=outputs.recorder(db, ledger_id, model, name=name))
 
 
 def _stored_roads(db: Database, name: str, described: dict):

@@ -1,7 +1,7 @@
 """The thin SQL layer: registering duckmob's UDFs and table macros on a DuckDB connection.
 
 The areas are listed in :data:`AREAS` (``trajectories``, ``privacy``, ``evaluate``, ``synth``, ``demo``,
-``roads``). Each
+``roads``, ``report``). Each
 area module gives its hidden Python UDFs in ``udfs(db)`` (a list of :class:`duckmob.sql.udf.Udf`) and the tables its
 macros name in ``setup(con)``; its table macros live in the ``.sql`` file of the same name beside it
 (``CREATE OR REPLACE TEMP MACRO ...``), executed in order after all UDFs exist. Table-valued functions follow
@@ -25,7 +25,7 @@ from importlib import resources
 import duckdb
 
 
-AREAS = ("trajectories", "privacy", "evaluate", "synth", "demo", "roads")   # in the order their macros are created
+AREAS = ("trajectories", "privacy", "evaluate", "synth", "demo", "roads", "report")   # in the order their macros are created
 
 
 def _areas() -> tuple:
