@@ -201,3 +201,131 @@ def test_pategail_paper_without_time_is_null_and_not_a_default():
     assert not any(name.endswith("_paper") or "_paper_" in name for name in default)
     with pytest.raises(DuckmobError, match="pategail_paper"):
         evaluate(points(REAL), points(SYNTH), WIDE, families=["pategail_papers"])
+
+
+# ---------------------------------------------------------------------------------------------------- HRNet
+
+def walks(rng, n, start, steps=(1, 5)):
+    """``n`` paths of cells from ``start``, each 1-4 further moves of one cell (a repeat now and then)."""
+    out = []
+    for _ in range(n):
+        r, c = start
+        path = [(r, c)]
+        for _ in range(int(rng.integers(*steps))):
+            r = int(np.clip(r + rng.integers(-1, 2), 0, 31))
+            c = int(np.clip(c + rng.integers(-1, 2), 0, 31))
+            path.append((r, c))
+        out.append(path)
+    return out
+
+
+def collapse(path):
+    return [p for i, p in enumerate(path) if i == 0 or p != path[i - 1]]
+
+
+def ref_js2(p: dict, q: dict, support):
+    """jensenshannon(p, q) ** 2 over ``support``, natural log, q uniform when empty."""
+    if not q:
+        q = {s: 1 for s in support}
+    sp, sq = sum(p.values()), sum(q.values())
+    out = 0.0
+    for s in support:
+        a, b = p.get(s, 0) / sp, q.get(s, 0) / sq
+        m = (a + b) / 2
+        out += 0.5 * (a * math.log(a / m) if a else 0) + 0.5 * (b * math.log(b / m) if b else 0)
+    return out
+
+
+def ref_hrnet(real_paths, synth_paths):
+    """destination, transition, route and travel distance as priv_traj_gen's evaluation.py computes them."""
+    from duckmob.grid import EARTH_RADIUS_M
+
+    real = [collapse(p) for p in real_paths]
+    real = [p for p in real if len(p) > 1]
+    synth = [collapse(p) for p in synth_paths]
+    firsts = {}
+    for p in real:
+        firsts[p[0]] = firsts.get(p[0], 0) + 1
+    starts = sorted((s for s in firsts if firsts[s] > 20), key=lambda s: (-firsts[s], s))[:20]
+    cells = [(r, c) for r in range(32) for c in range(32)]
+
+    def counts(paths, s, what):
+        out = {}
+        for p in paths:
+            if p[0] != s:
+                continue
+            if what == "destination":
+                keys = [p[-1]]
+            elif what == "transition":
+                keys = [p[1]] if len(p) > 1 else []
+            else:
+                keys = set(p[1:]) - {s}
+            for k in keys:
+                out[k] = out.get(k, 0) + 1
+        return out
+
+    res = {what: sum(ref_js2(counts(real, s, what), counts(synth, s, what), cells) for s in starts) / len(starts)
+           for what in ("destination", "transition", "route")}
+
+    def travel(p):
+        node = [(40.0 + r * 0.32 / 31, 116.0 + c * 0.32 / 31) for r, c in p]
+        tot = 0.0
+        for (a, b), (c, d) in zip(node[:-1], node[1:]):
+            h = (math.sin(math.radians(c - a) / 2) ** 2
+                 + math.cos(math.radians(a)) * math.cos(math.radians(c)) * math.sin(math.radians(d - b) / 2) ** 2)
+            tot += 2 * EARTH_RADIUS_M * math.asin(math.sqrt(h))
+        return tot
+
+    def hist(values):
+        lo, hi = min(values), max(values)
+        out = [0] * 30
+        for v in values:
+            out[min(int((v - lo) / (hi - lo) * 30), 29)] += 1
+        return out
+
+    h_real = hist([travel(p) for p in real])
+    h_synth = [0] * 30
+    d_synth = [travel(p) for p in synth]
+    for lo in range(0, len(d_synth), len(real)):
+        h_synth = [a + b for a, b in zip(h_synth, hist(d_synth[lo:lo + len(real)]))]
+    res["travel_distance"] = ref_js2(dict(enumerate(h_real)), dict(enumerate(h_synth)), range(30))
+    return res, starts
+
+
+def hrnet_tables():
+    from metrics_helpers import table
+
+    rng = np.random.default_rng(43)
+    real = (walks(rng, 26, (10, 10)) + walks(rng, 22, (12, 12)) + walks(rng, 5, (20, 20))
+            + [[(10, 10)]] * 3 + [[(12, 12), (12, 12)]])
+    synth = walks(rng, 30, (10, 10)) + walks(rng, 25, (20, 20)) + [[(10, 10)]] * 5 + walks(rng, 4, (11, 11))
+    return real, synth, table(real), table(synth)
+
+
+def test_hrnet_paper_matches_the_reference_formulas():
+    from metrics_helpers import BBOX
+
+    real, synth, real_t, synth_t = hrnet_tables()
+    expected, starts = ref_hrnet(real, synth)
+    assert starts == [(10, 10), (12, 12)]     # (20, 20): 5 real starts, not more than 20; one-cell ones dropped
+    rows = by_name(evaluate(real_t, synth_t, BBOX, families=["hrnet_paper"], reference=False))
+    for name in ("destination", "transition", "route", "travel_distance"):
+        assert rows[f"hrnet_paper_{name}_jsd"]["value"] == pytest.approx(expected[name], rel=1e-9), name
+    # no synthetic trajectory starts in (12, 12): that start scores against the uniform distribution
+    assert rows["hrnet_paper_destination_jsd"]["value"] > 0.3
+    assert "2 real start cells" in rows["hrnet_paper_destination_jsd"]["description"]
+
+
+def test_hrnet_paper_start_cells_follow_the_threshold():
+    from duckmob.metrics.paper import hrnet as hp
+    from metrics_helpers import BBOX, table
+
+    rng = np.random.default_rng(1)
+    few = walks(rng, 15, (3, 3)) + walks(rng, 9, (5, 5))
+    side = hp.real_kept(load_side(table(few), BBOX, "real")[0], 32)
+    assert hp.start_cells(side, 32).tolist() == [3 * 32 + 3]     # none above 20: the most frequent alone
+    many = [[(k, k), (k, k + 1)] for k in range(25) for _ in range(21 + k % 3)]   # 21, 22 or 23 from (k, k)
+    side = hp.real_kept(load_side(table(many), BBOX, "real")[0], 32)
+    # the 20 most frequent, most frequent first, ties to the smaller cell id
+    assert hp.start_cells(side, 32).tolist() == ([k * 33 for k in range(2, 25, 3)] + [k * 33 for k in range(1, 25, 3)]
+                                                 + [k * 33 for k in (0, 3, 6, 9)])
