@@ -329,3 +329,101 @@ def test_hrnet_paper_start_cells_follow_the_threshold():
     # the 20 most frequent, most frequent first, ties to the smaller cell id
     assert hp.start_cells(side, 32).tolist() == ([k * 33 for k in range(2, 25, 3)] + [k * 33 for k in range(1, 25, 3)]
                                                  + [k * 33 for k in (0, 3, 6, 9)])
+
+
+# ---------------------------------------------------------------------------------------- PrivTrace / AdaTrace
+
+def ref_adatrace(real, synth, qlat, qlon):
+    """AdaTrace's Evaluation.java on lists of [(lat, lon), ...]: length, diameter and trip errors, query AvRE."""
+    def euc(a, b):
+        return math.sqrt((a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2)
+
+    def length(t):
+        return sum(euc(a, b) for a, b in zip(t[:-1], t[1:]))
+
+    def diameter(t):
+        return max([euc(a, b) for i, a in enumerate(t) for b in t[i + 1:]] + [0.0])
+
+    def calc_jsd(p, q):
+        m = [(a + b) / 2 for a, b in zip(p, q)]
+        kl = lambda x: sum(a * math.log(a / c) for a, c in zip(x, m) if a != 0)   # noqa: E731
+        return 0.5 * kl(p) + 0.5 * kl(q)
+
+    def bucket_error(f):
+        ro, rs = [f(t) for t in real], [f(t) for t in synth]
+        size = (max(ro) - min(ro)) / 20
+        po = [sum(1 for v in ro if i * size <= v < (i + 1) * size) / len(ro) for i in range(20)]
+        ps = [sum(1 for v in rs if i * size <= v < (i + 1) * size) / len(rs) for i in range(20)]
+        return calc_jsd(po, ps)
+
+    lats = [p[0] for t in real for p in t]
+    lons = [p[1] for t in real for p in t]
+    lat0, lat1, lon0, lon1 = min(lats), max(lats), min(lons), max(lons)
+
+    def cell(p):
+        if not (lat0 <= p[0] <= lat1 and lon0 <= p[1] <= lon1):
+            return (0, 0)
+        return (min(int((p[0] - lat0) / (lat1 - lat0) * 6), 5), min(int((p[1] - lon0) / (lon1 - lon0) * 6), 5))
+
+    def trips(db):
+        out = {}
+        for t in db:
+            k = (cell(t[0]), cell(t[-1]))
+            out[k] = out.get(k, 0) + 1
+        return out
+
+    to, ts = trips(real), trips(synth)
+    keys = sorted(set(to) | set(ts))
+    trip = calc_jsd([to.get(k, 0) / len(real) for k in keys], [ts.get(k, 0) / len(synth) for k in keys])
+
+    radius = max(lat1 - lat0, lon1 - lon0) / 2.5
+
+    def seg_dist(c, a, b):
+        dy, dx = b[0] - a[0], b[1] - a[1]
+        u = ((c[0] - a[0]) * dy + (c[1] - a[1]) * dx) / (dy * dy + dx * dx)
+        u = min(max(u, 0.0), 1.0)
+        return euc(c, (a[0] + u * dy, a[1] + u * dx))
+
+    def answers(t, c):
+        for a, b in zip(t[:-1], t[1:]):
+            if euc(a, c) <= radius or euc(b, c) <= radius or a == b or seg_dist(c, a, b) <= radius:
+                return True
+        return False
+
+    errs = []
+    for c in zip(qlat, qlon):
+        ao = sum(answers(t, c) for t in real)
+        as_ = sum(answers(t, c) for t in synth)
+        errs.append(abs(as_ - ao) / max(ao, len(real) * 0.01))
+    return {"length": bucket_error(length), "diameter": bucket_error(diameter), "trip": trip,
+            "query": sum(errs) / len(errs)}
+
+
+def test_privtrace_paper_matches_adatrace_reference_formulas():
+    from duckmob.metrics.common import rng
+
+    g = np.random.default_rng(7)
+    real = [[(39.9 + 0.05 * g.random(), 116.3 + 0.08 * g.random()) for _ in range(int(g.integers(2, 9)))]
+            for _ in range(40)]
+    real[3] = [real[3][0], real[3][0], (39.93, 116.33)]           # identical consecutive points: every query
+    real[5] = [(39.91, 116.31)]                                    # one point: never answers
+    synth = [[(39.88 + 0.1 * g.random(), 116.3 + 0.1 * g.random()) for _ in range(int(g.integers(2, 6)))]
+             for _ in range(30)]
+    synth[0] = [(39.5, 116.0), (39.95, 116.35)]                     # starts outside the real bounds: cell (0, 0)
+
+    def tab(db):
+        return points([[(f"2024-01-01 08:{j:02d}", *p) for j, p in enumerate(t)] for t in db])
+
+    rows = by_name(evaluate(tab(real), tab(synth), [39.0, 115.5, 40.5, 117.0], families=["privtrace_paper"],
+                            reference=False))
+    u = rng(None).random((2, 200))
+    lats = [p[0] for t in real for p in t]
+    lons = [p[1] for t in real for p in t]
+    qlat = min(lats) + u[0] * (max(lats) - min(lats))
+    qlon = min(lons) + u[1] * (max(lons) - min(lons))
+    expected = ref_adatrace(real, synth, qlat, qlon)
+    assert rows["privtrace_paper_length_jsd"]["value"] == pytest.approx(expected["length"], rel=1e-9)
+    assert rows["privtrace_paper_diameter_jsd"]["value"] == pytest.approx(expected["diameter"], rel=1e-9)
+    assert rows["privtrace_paper_trip_jsd"]["value"] == pytest.approx(expected["trip"], rel=1e-9)
+    assert rows["privtrace_paper_query_avre"]["value"] == pytest.approx(expected["query"], rel=1e-9)
+    assert expected["query"] > 0 and expected["trip"] > 0
