@@ -4,6 +4,7 @@
     duckmob [DATABASE] [-i]                     interactive prompt when standard input is a terminal (or with -i)
     duckmob --version                           duckmob's and DuckDB's versions
     duckmob demo [--save FILE.duckdb] [--png FILE.png]         the demo on the shipped GeoLife sample
+    duckmob report DATABASE --synth TABLE [--real TABLE] -o FILE.html   a release report (duckmob.report)
 
 Statements end with ``;`` and may span lines. Several ``-c`` and ``-f`` run in the order given, and stop at the first
 that fails. Errors print as one line, with DuckDB's hints (``Did you mean "trips"?``) kept; ``--traceback`` shows
@@ -34,12 +35,17 @@ from duckmob.errors import one_line
 
 USAGE = """duckmob [DATABASE] [-c SQL]... [-f FILE]... [-o OUT] [-i] [--traceback]
        duckmob --version
-       duckmob demo [--save FILE.duckdb] [--png FILE.png]"""
+       duckmob demo [--save FILE.duckdb] [--png FILE.png]
+       duckmob report DATABASE --synth TABLE [--real TABLE] [--bbox ...] [--release ID] -o FILE.html"""
 DEMO = ("the whole pipeline on the GeoLife sample shipped with duckmob: load, clean, stay points, a synthetic "
         "table under differential privacy and its quality beside real-vs-real scores (about 15 seconds); leaves "
         "a database and a density picture in the current folder")
+REPORT = ("one self-contained HTML page on the release that made a synthetic table, for whoever decides whether "
+          "it may be published; with --real, the owner's version that compares it with the real table (exact: do "
+          "not publish that one)")
 COMMANDS = f"""commands:
   demo  {textwrap.fill(DEMO, 100, subsequent_indent=' ' * 8)}
+  report {textwrap.fill(REPORT, 99, subsequent_indent=' ' * 9)}
 
 Without a command: run SQL with every duckmob function registered, from -c, -f or standard input, or at a
 prompt (.help there lists the dot commands; they also work in -c, -f and piped SQL)."""
@@ -62,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"Error: {one_line(exc)}\n")
             return 1
         return 0
+    if argv[:1] == ["report"]:
+        return report(argv[1:])
     parser = argparse.ArgumentParser(prog="duckmob", usage=USAGE, epilog=COMMANDS,
                                      description="DuckDB with duckmob's functions registered.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -120,5 +128,46 @@ def main(argv: list[str] | None = None) -> int:
         con.close()
 
 
-__all__ = ["main", "Shell", "INTERRUPTED", "EXIT_INTERRUPTED", "is_interrupt", "DEFAULT_MAX_ROWS", "MODES",
+def _bbox(text: str) -> list[float]:
+    try:
+        box = [float(v) for v in text.replace("[", "").replace("]", "").split(",")]
+    except ValueError:
+        box = []
+    if len(box) != 4:
+        raise argparse.ArgumentTypeError(f"--bbox takes min_lat,min_lon,max_lat,max_lon (four numbers), got {text!r}")
+    return box
+
+
+def report(argv: list[str]) -> int:
+    """``duckmob report DATABASE --synth TABLE [--real TABLE] -o FILE.html``: write the release report, print its
+    path and one line per section."""
+    parser = argparse.ArgumentParser(prog="duckmob report", description=REPORT)
+    parser.add_argument("database", help="the database file holding the synthetic table and the privacy ledger")
+    parser.add_argument("--synth", required=True, metavar="TABLE", help="the synthetic table to report on")
+    parser.add_argument("--real", metavar="TABLE",
+                        help="the real table: adds the comparison (the page then holds exact statistics of the real "
+                             "data and must not be published); without it the real table is never read")
+    parser.add_argument("-o", "--output", default="report.html", metavar="FILE.html",
+                        help="the page to write (default: report.html)")
+    parser.add_argument("--bbox", type=_bbox, metavar="MIN_LAT,MIN_LON,MAX_LAT,MAX_LON",
+                        help="the public box (default: the one the release recorded)")
+    parser.add_argument("--release", type=int, metavar="ID",
+                        help="a ledger id (default: the release that made the table)")
+    args = parser.parse_args(argv)
+    try:
+        con = duckdb.connect(args.database)
+        try:
+            done = api.report(con, args.synth, args.output, real=args.real, bbox=args.bbox, release=args.release)
+        finally:
+            con.close()
+    except (api.DuckmobError, duckdb.Error) as exc:
+        sys.stderr.write(f"Error: {one_line(exc)}\n")
+        return 1
+    print(done.path)
+    for section, summary in done.rows():
+        print(f"  {section}: {summary}")
+    return 0
+
+
+__all__ = ["main", "report", "Shell", "INTERRUPTED", "EXIT_INTERRUPTED", "is_interrupt", "DEFAULT_MAX_ROWS", "MODES",
            "PIPE_WIDTH", "format_double", "text_width"]

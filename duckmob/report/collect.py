@@ -115,7 +115,7 @@ def release_facts(db, synth_points, *, release=None, bbox=None) -> Facts:
                                    "report on a table made by synthesize or mob_sample in this database, or pass "
                                    "release := <ledger id>")
             row, found = syntheses[-1], "last"
-    if output is None and found == "given":
+    if output is None:   # the release's own output record (its bbox and model description), if it drew one
         output = _output_of(db, int(row["id"]))
     params = json.loads(row["params"] or "{}")
     model = _stored_model(db, (output or {}).get("model") or params.get("model"))
@@ -130,7 +130,7 @@ def release_facts(db, synth_points, *, release=None, bbox=None) -> Facts:
 
 
 def _output_of(db, ledger_id: int) -> dict | None:
-    """The latest output record of a release (when the id was given rather than found by content)."""
+    """The latest output record of a release (when it was not found by the table's content)."""
     from duckmob.release import outputs
     from duckmob.release.protocol import read_ledger
 

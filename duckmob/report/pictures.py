@@ -20,9 +20,10 @@ DPI = 90
 SYNTH, REAL = "#d62728", "#1f77b4"
 
 
-def _png(fig) -> bytes:
+def _png(fig, tight: bool = True) -> bytes:
+    """The figure as PNG bytes; ``tight`` crops it (costs a second layout pass: not for a tight_layout figure)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", pad_inches=0.05)
+    fig.savefig(buf, format="png", dpi=DPI, **({"bbox_inches": "tight", "pad_inches": 0.05} if tight else {}))
     return buf.getvalue()
 
 
@@ -98,4 +99,4 @@ def distributions(synth: Side, real: Side | None = None, bins: int = 40) -> byte
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    return _png(fig)
+    return _png(fig, tight=False)
