@@ -23,6 +23,8 @@ and the spacing of points along it.
 
 from __future__ import annotations
 
+import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -43,12 +45,16 @@ from duckmob.trajectories import ragged_gather
 FLOOR = 1e-3
 # Spread of the per-cell cost factors of the extra route draws (Placement.route_tables): log-normal sigma.
 ROUTE_SPREAD = 1.0
-# Public seed of those factors: fixed, so a move's routes are the same in every block of an output (each block
-# computes the tables of its own moves).
+# Public seed of those factors: fixed, so a move's routes are the same in every block of an output, whichever
+# block computes them first (the route cache, Placement._cached).
 ROUTE_SEED = 32
 # Moves from which route tables are computed in two halves on two threads (Placement._route_tables_split): a first
 # block's thousands of moves, not the few new ones of a later block.
 SPLIT_MOVES = 512
+
+# The environment variable that turns the route cache off (Placement.keep_routes): every call then computes the
+# route tables of its own moves afresh. The rows are the same either way (tests/synth/test_route_cache.py).
+ROUTE_CACHE_VARIABLE = "DUCKMOB_ROUTE_CACHE"
 
 _DELTAS = np.array([(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)], dtype=np.int64)
 _STEP_LEN = np.hypot(_DELTAS[:, 0], _DELTAS[:, 1]).astype(np.float64)     # a step's length in fine cells
@@ -80,6 +86,8 @@ class Placement:
         q = self.p + floor
         self.cost = np.log(q.max() / q) + 1e-3
         self._fields, self._cache = {}, {}
+        self.keep_routes = route_cache_on()
+        self._fill = threading.Lock()       # one fill of the route cache at a time (drawing-ahead threads)
         # fine cells grouped by coarse cell, densest first; ties (cells of one evenly spread block) in a fixed
         # scrambled order, so anchors do not crowd into a block's corner
         scramble = (np.arange(w * w, dtype=np.uint64) * np.uint64(2654435761)) % np.uint64(1 << 32)
@@ -290,22 +298,23 @@ class Placement:
         with ``compute(sorted new keys) -> (first (k + 1), offsets, cells, end)`` (:meth:`route_table`'s
         layout). A key's routes do not depend on the other keys computed with it (one block of the Dijkstra
         graph each, ties broken by fine cell: :func:`_next_hops`), so the cache gives what a fresh computation
-        would. Its size is bounded by the model (coarse moves x route draws), not by the output's n."""
+        would. Its size is bounded by the model (coarse moves x route draws), not by the output's n.
+
+        Fills are merged by :func:`_merged` under a lock (drawing-ahead threads compute a key once and never drop
+        each other's keys); a filled table is a new dict assigned whole, so a reader holds one consistent
+        snapshot. ``keep_routes`` False (``DUCKMOB_ROUTE_CACHE=off``): the keys' tables are computed afresh."""
         keys = np.asarray(keys, dtype=np.int64)
-        c = self._cache.get(name)          # a snapshot: an entry is replaced whole, never changed in place
-        if c is None:
-            z = np.zeros(0, dtype=np.int64)
-            c = dict(keys=z, first=z, offsets=np.zeros(1, np.int64), cells=z, end=z)
-        known = c["keys"]                   # sorted, distinct
-        pos = np.minimum(np.searchsorted(known, keys), max(len(known) - 1, 0))
-        new = np.unique(keys[known[pos] != keys] if len(known) else keys)
-        if len(new):
-            held = (np.append(c["first"], len(c["end"])), c["offsets"], c["cells"], c["end"])
-            first, offsets, cells, end = _joined([held, compute(new)])
-            all_keys = np.concatenate([c["keys"], new])
-            order = np.argsort(all_keys, kind="stable")
-            c = dict(keys=all_keys[order], first=first[:-1][order], offsets=offsets, cells=cells, end=end)
-            self._cache[name] = c          # one assignment: a concurrent reader sees the old or the new table
+        if not self.keep_routes:
+            new = np.unique(keys)
+            first, offsets, cells, end = _checked(new, compute(new))
+            return first[:-1][np.searchsorted(new, keys)], offsets, cells, end
+        c = self._cache.get(name)           # a snapshot: an entry is replaced whole, never changed in place
+        if c is None or len(_missing(c["keys"], keys)):
+            with self._fill:
+                c = self._cache.get(name, _EMPTY)       # another thread may have filled it meanwhile
+                new = _missing(c["keys"], keys)
+                if len(new):
+                    c = self._cache[name] = _merged(c, new, _checked(new, compute(new)))
         return c["first"][np.searchsorted(c["keys"], keys)], c["offsets"], c["cells"], c["end"]
 
     def route_tables(self, moves: np.ndarray):
@@ -586,6 +595,48 @@ def _joined(tables: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
         n_routes, n_cells = n_routes + len(end), n_cells + len(cell)
     return (np.concatenate(firsts + [[n_routes]]).astype(np.int64), np.concatenate(offs).astype(np.int64),
             np.concatenate(cells), np.concatenate(ends))
+
+
+def route_cache_on() -> bool:
+    """Whether a :class:`Placement` keeps its route tables across calls (output blocks): on unless the environment
+    variable ``DUCKMOB_ROUTE_CACHE`` is ``off`` (or 0, false, no). Speed only: the rows are the same."""
+    return os.environ.get(ROUTE_CACHE_VARIABLE, "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+_EMPTY = dict(keys=np.zeros(0, np.int64), first=np.zeros(0, np.int64), offsets=np.zeros(1, np.int64),
+              cells=np.zeros(0, np.int64), end=np.zeros(0, np.int64))
+
+
+def _missing(known: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The distinct ``keys`` not in the sorted, distinct ``known``, sorted."""
+    if not len(known):
+        return np.unique(keys)
+    pos = np.minimum(np.searchsorted(known, keys), len(known) - 1)
+    return np.unique(keys[known[pos] != keys])
+
+
+def _checked(new: np.ndarray, table: tuple) -> tuple:
+    """``table`` (:meth:`Placement.route_table`'s layout, one entry per key of ``new``) after checking that every
+    key has routes. A key without any (a move from a coarse cell without anchors) has its ``first`` equal to the
+    next key's, so a chain would read that key's routes, or past the last route when its key was laid out last,
+    as a newly filled key is: the IndexError at 300 M fixes (block 60 of a default-n output). Public: the grids."""
+    first = table[0]
+    if len(first) != len(new) + 1 or (np.diff(first) <= 0).any():
+        raise ValueError("a route table has a move without routes (a coarse cell without anchors); route such "
+                         "cells as their proxy (Placement.proxy)")
+    return table
+
+
+def _merged(held: dict, new: np.ndarray, table: tuple) -> dict:
+    """The route cache ``held`` (``keys`` sorted and distinct; ``first[i]`` the first route of ``keys[i]`` in
+    ``offsets``, ``cells``, ``end``) with the table of the new keys ``new`` (sorted, none in ``held``) laid after
+    its routes: a new dict, ``held`` is not changed. A held key keeps its routes' numbers, so an index taken from
+    ``held`` reads the same routes in the result."""
+    first, offsets, cells, end = _joined([(np.append(held["first"], len(held["end"])), held["offsets"],
+                                           held["cells"], held["end"]), table])
+    keys = np.concatenate([held["keys"], new])
+    order = np.argsort(keys, kind="stable")
+    return dict(keys=keys[order], first=first[:-1][order], offsets=offsets, cells=cells, end=end)
 
 
 def _next_hops(nbr: np.ndarray, nbr_fine: np.ndarray, step: np.ndarray, dist: np.ndarray,
