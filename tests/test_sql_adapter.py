@@ -61,7 +61,7 @@ def test_the_release_udfs_take_their_columns_and_one_request(con):
 
 def test_every_area_is_listed_with_its_udfs_setup_and_sql():
     names = [a.__name__.rpartition(".")[2] for a in _areas()]
-    assert names == ["trajectories", "privacy", "evaluate", "synth", "demo", "roads"]
+    assert names == ["trajectories", "privacy", "evaluate", "synth", "demo", "roads", "report"]
     for area in _areas():
         assert callable(area.udfs) and callable(area.setup)
         assert (ROOT / "sql" / f"{area.__name__.rpartition('.')[2]}.sql").is_file()

@@ -48,6 +48,16 @@ def model_bbox(model) -> list[float] | None:
     return None
 
 
+def code_version() -> str:
+    """duckmob's installed version (the package metadata: duckmob.api's ``__version__`` is the same number)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("duckmob")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def model_ledger_id(con, name: str) -> int:
     """The ledger id of the release that fitted the stored model ``name`` (checked when it was loaded)."""
     from duckmob.synth import store
@@ -61,7 +71,6 @@ def recorder(db, ledger_id: int, model, *, name: str | None = None, bbox=None):
     def record(first, n: int) -> None:
         import duckdb
 
-        from duckmob.api import __version__
         from duckmob.synth import store
 
         if first.n_trajectories == 0 or int(first.traj_id[0]) != 0:
@@ -75,7 +84,7 @@ def recorder(db, ledger_id: int, model, *, name: str | None = None, bbox=None):
                 cur.execute(f"INSERT INTO {TABLE} (ledger_id, model, n, first_digest, bbox, description, "
                             "duckmob_version, format_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                             [int(ledger_id), name, int(n), digest(first.lat[lo:hi], first.lon[lo:hi]), box,
-                             described, __version__, int(getattr(model, "format_version", 0) or 0)])
+                             described, code_version(), int(getattr(model, "format_version", 0) or 0)])
         except duckdb.Error:   # a read-only database: the report falls back on the source's last release
             return
     return record

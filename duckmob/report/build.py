@@ -119,8 +119,10 @@ def release_section(facts: Facts, synth, synth_name: str, n_points: int) -> Sect
     if facts.model is not None:
         rows.append(["Stored model", f"{facts.model['name']} (mob_fit, {_when(facts.model['created_at'])})"])
     out = facts.output or {}
-    from duckmob.api import __version__
-    rows.append(["Versions", f"duckmob {out.get('duckmob_version') or __version__} when drawn, {__version__} now; "
+    from duckmob.release.outputs import code_version
+
+    now = code_version()
+    rows.append(["Versions", f"duckmob {out.get('duckmob_version') or now} when drawn, {now} now; "
                  f"model format {out.get('format_version') or '-'}"])
     rows.append(["Time", f"released {_when(r['recorded_at'])}" + (f"; drawn {_when(out['created_at'])}"
                                                                      if out.get("created_at") else "")])
