@@ -13,7 +13,8 @@ CREATE OR REPLACE TEMP MACRO _mob_eval_points(tbl) AS (
 -- reference: the same metric between two halves of the real table, split by a fixed hash of (user_id, traj_id)
 -- (the scale to read value against; also read exactly from the real table: NOT private either). It costs
 -- about a fifth more time; reference := false skips it (NULL column).
--- families: any of ['hrnet', 'privtrace', 'pategail', 'lestyan', 'adatrace', 'fine'] (NULL = all); w: grid
+-- families: any of ['hrnet', 'privtrace', 'pategail', 'lestyan', 'adatrace', 'fine'] (NULL = all), or by name the
+-- papers' reference-code definitions 'pategail_paper', 'hrnet_paper', 'privtrace_paper', 'cleanslate_paper'; w: grid
 -- width; bins: histogram bins; n_queries: random queries; seed: evaluation randomness (NULL = fixed default);
 -- fine_point_w / fine_traj_w / step_bins: the fine family's grids (200, 100) and step bins (50);
 -- further options as in duckmob.metrics.common.Options.
