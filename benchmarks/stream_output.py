@@ -7,12 +7,24 @@ Each case runs in a fresh subprocess: the model is fitted (eps 1, seed 1), a sma
 then the case runs; ``grew_mb`` is the growth of the process's peak RSS over the case (ru_maxrss), ``whole_mb`` the
 output as Arrow columns (40 bytes a row), ``rows_s`` rows written a second. ``table`` materialises the whole output
 (``duckmob.sample(..., stream=False)``), for comparison.
+
+Issue 42 (the route cache, drawing on threads), on a larger model:
+
+    python benchmarks/stream_output.py --cases route-cache --n 20480 --replicas 30
+
+fits PrivTrace once (eps 1, seed 1) on the shipped sample replicated ``replicas`` times (fresh ids, a jitter of up to
+0.0005 degrees a copy: 30 copies are 3.7 M fixes and give a model of several hundred states), stores it in a
+temporary database file, then times ``COPY (FROM mob_sample('m', n := N, seed := 9)) TO`` Parquet in a fresh process
+per case: the route cache on and off (``DUCKMOB_ROUTE_CACHE``) under ``SET threads = 1`` and 2, and the first block
+alone (``n := 2048``: its route tables, which no cache spares a query's first block). Wall and CPU seconds are the
+query's alone; ``load`` is the machine's one-minute load average when the case started.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -56,11 +68,77 @@ def run(case: str, n: int) -> dict:
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def fit_replicated(path: str, replicas: int) -> None:
+    """A PrivTrace model 'm' of the shipped sample replicated ``replicas`` times, stored in the database ``path``."""
+    script = textwrap.dedent(f"""
+        import duckmob
+        con = duckmob.connect({path!r})
+        con.execute("CREATE TABLE base AS FROM mob_geolife_sample()")
+        con.execute(\"\"\"CREATE TABLE trips AS SELECT (user_id + r * 1000)::BIGINT AS user_id,
+            traj_id::BIGINT + r * 100000000 AS traj_id, ts,
+            lat + ((hash(r, traj_id) % 1000)::BIGINT - 500) * 1e-6 AS lat,
+            lon + ((hash(traj_id, r) % 1000)::BIGINT - 500) * 1e-6 AS lon
+            FROM base, range({int(replicas)}) t(r)\"\"\")
+        con.execute("FROM mob_set_budget('trips', eps := 10, delta := 1e-5)").fetchall()
+        con.execute("FROM mob_fit('trips', 'm', eps := 1.0, bbox := {BBOX}, seed := 1)").fetchall()
+        con.close()
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(proc.stderr[-3000:])
+
+
+def sample_case(path: str, n: int, cache: str, threads: int) -> dict:
+    """``COPY (FROM mob_sample('m', n := n)) TO`` Parquet from the stored model, in a fresh process."""
+    with tempfile.TemporaryDirectory() as out:
+        script = textwrap.dedent(f"""
+            import json, os, time
+            import duckmob
+            con = duckmob.connect({path!r})
+            con.execute("SET threads = {int(threads)}")
+            load = os.getloadavg()[0]
+            wall, cpu = time.perf_counter(), time.process_time()
+            con.execute("COPY (FROM mob_sample('m', n := {int(n)}, seed := 9)) TO '{out}/x.parquet'")
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            rows = con.sql("SELECT count(*) FROM '{out}/x.parquet'").fetchall()[0][0]
+            con.close()
+            print(json.dumps({{"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "rows": rows,
+                              "load": round(load, 2)}}))
+        """)
+        env = dict(os.environ, DUCKMOB_ROUTE_CACHE=cache)
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+        if proc.returncode:
+            raise SystemExit(proc.stderr[-3000:])
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"case": f"mob_sample n={n} cache {cache}, threads {threads}", **got}
+
+
+def route_cache(n: int, replicas: int) -> None:
+    """Issue 42's cases (see the module docstring): one JSON line each, then the ratios."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.duckdb")
+        fit_replicated(path, replicas)
+        rows = [sample_case(path, 2048, "on", 1)]
+        for cache, threads in (("on", 1), ("on", 2), ("off", 1), ("off", 2)):
+            rows.append(sample_case(path, n, cache, threads))
+        for row in rows:
+            print(json.dumps(row), flush=True)
+        on1, on2, off1, off2 = rows[1:]
+        print(json.dumps({"cache_speedup_1_thread": round(off1["wall_s"] / on1["wall_s"], 2),
+                          "cache_speedup_2_threads": round(off2["wall_s"] / on2["wall_s"], 2),
+                          "threads_2_over_1_cache_on": round(on1["wall_s"] / on2["wall_s"], 2),
+                          "threads_2_over_1_cache_off": round(off1["wall_s"] / off2["wall_s"], 2)}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=300_000)
-    ap.add_argument("--cases", default="copy,reader,table")
+    ap.add_argument("--cases", default="copy,reader,table", help="copy,reader,table, or route-cache alone")
+    ap.add_argument("--replicas", type=int, default=30, help="route-cache: copies of the shipped sample")
     args = ap.parse_args()
+    if args.cases == "route-cache":
+        route_cache(args.n, args.replicas)
+        return
     for case in args.cases.split(","):
         print(json.dumps(run(case, args.n)), flush=True)
 
