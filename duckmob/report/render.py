@@ -68,7 +68,7 @@ def page(title: str, subtitle: str, sections: list[Section], *, owner: bool, foo
                "Share the public version (the same report without real :=).</p>")
     else:
         top = ('<p class="public">Public version: built from the release alone (the ledger, the recorded '
-               "parameters and the synthetic table); it holds nothing read from the real data.</p>")
+               "parameters and the synthetic table); it reads nothing from the real table.</p>")
     parts = [f'<section id="{escape(s.id)}"><h2>{escape(s.title)}</h2><p class="summary">{escape(s.summary)}</p>'
              f"{s.body}</section>" for s in sections]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
