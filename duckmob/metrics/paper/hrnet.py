@@ -12,22 +12,22 @@ REAL table loses its trajectories of one cell (``data_pre_processing.py`` 185: t
 hold none); the synthetic table is taken as generated.
 
 * Start cells: among real trajectories of 2+ cells, the start cells of MORE than 20 of them (``test_threshold``
-  20, baseline.yaml 22), the 20 most frequent if more qualify, the single most frequent if none does (771-795);
+  20, baseline.yaml 22), the 20 most frequent if more qualify, the single most frequent if none does (777-795);
   most frequent first, ties to the smaller cell id (the reference: dictionary order).
 * Destination: for each start s, the last cell of the trajectories starting in s, of any length
   (``compute_destination_count``, 563-570); transition: the second cell of those of 2+ cells
   (``count_first_next_locations``, 637-644); route: the distinct cells of each trajectory starting in s other
   than s itself (``count_route_locations``, 602-611; its route data is the trajectory itself unless routes are
-  given, dataset.py 218-220, and generated routes are the generated trajectories without compensation, 172-174).
+  given, dataset.py 211-218, and generated routes are the generated trajectories without compensation, 172-173).
   Each: count vectors over the w*w cells, ``jensenshannon(p, q) ** 2`` (natural log; :func:`scipy_js2`); a
   synthetic side with no count for s is the uniform distribution over all cells (425-428); the mean over start
-  cells (296).
+  cells (322).
 * Travel distance: the sum of the distances between consecutive cells of each trajectory (``compute_distances``,
   619-626), a cell at the grid NODE ``min + i * (max - min) / (w - 1)`` on each axis (``my_utils.make_gps``),
   great-circle metres here (the reference: geodesic metres, within 0.5 %); histograms of 30 bins
   (``n_bins_for_distance``, dataset.py 209) by ``np.histogram(d, bins=30)``, i.e. over EACH SIDE'S OWN range
   (628-634): the real table's over all its trajectories, the synthetic table's summed over batches of
-  min(1000, n_real) trajectories (234-236), each batch binned over its own range; JSD over the 30 bin indices.
+  min(1000, n_real) trajectories (232-233), each batch binned over its own range; JSD over the 30 bin indices.
   Bins that do not line up between the sides (or between batches) make this number hard to read: duckmob's
   ``hrnet_travel_distance_jsd`` bins both sides on one range.
 """
@@ -45,7 +45,7 @@ SOURCE = "HRNet reference code (Emory-AIMS/priv_traj_gen evaluation.py), Table 1
 TEST_THRESHOLD = 20    # conf/evaluation/baseline.yaml 22
 MAX_STARTS = 20        # evaluation.py 786
 DISTANCE_BINS = 30     # dataset.py 209
-BATCH = 1000           # evaluation.py 235
+BATCH = 1000           # evaluation.py 233
 
 
 def real_kept(real: Side, w: int) -> Side:
@@ -54,7 +54,7 @@ def real_kept(real: Side, w: int) -> Side:
 
 
 def start_cells(real: Side, w: int) -> np.ndarray:
-    """The reference's test start cells (771-795), most frequent first; ``real`` already holds 2+ cells only."""
+    """The reference's test start cells (777-795), most frequent first; ``real`` already holds 2+ cells only."""
     counts = np.bincount(real.cells(w).start, minlength=w * w)
     order = np.lexsort((np.arange(w * w), -counts))
     chosen = order[counts[order] > TEST_THRESHOLD][:MAX_STARTS]
