@@ -2,8 +2,9 @@
 
 It loads the sample, cleans it, finds stay points, synthesises it with PrivTrace under a declared budget, and
 measures the synthetic table beside a reference: the same metrics between two halves of the real sample, so each
-number has a scale. It leaves a database (``trips``, ``seqs``, ``synth`` and the ledger) and the density picture
-behind, and ends with three commands to run on them.
+number has a scale. It leaves a database (``trips``, ``seqs``, ``synth`` and the ledger), the density picture and,
+beside it, the release report (the public page, :mod:`duckmob.report`) behind, and ends with three commands to run
+on them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ HRNET_BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
 
 DEFAULT_SAVE = "duckmob_demo.duckdb"
 DEFAULT_PNG = "duckmob_demo_density.png"
+# The release report (the public page), written beside the picture.
+REPORT = "duckmob_demo_report.html"
 # The comment the demo puts on its trips table: a database carrying it was written by the demo and may be
 # replaced by the next run; any other existing file is left alone.
 MARK = "GeoLife sample loaded by duckmob demo"
@@ -83,6 +86,10 @@ def run(out=print, save: str = DEFAULT_SAVE, png: str = DEFAULT_PNG) -> None:
         picture = con.execute(f"SELECT path FROM mob_plot_density('trips', 'synth', path := ?, bbox := {bbox})",
                               [png]).fetchone()[0]
         out(f"  picture      {_shown(png, picture)}: where real and synthetic trajectories go, side by side")
+        report = os.path.join(os.path.dirname(png), REPORT)
+        page = con.execute("SELECT DISTINCT path FROM mob_report('synth', path := ?)", [report]).fetchone()[0]
+        out(f"  report       {_shown(report, page)}: the release report, the page to publish with the table "
+            "(docs/report.md)")
         out(f"  saved        {_shown(save, os.path.abspath(save))}: tables trips, seqs, synth and the privacy "
             f"ledger (duckmob {shlex.quote(save)} opens it)")
         out(f"  done in {time.perf_counter() - t0:.1f} s")
