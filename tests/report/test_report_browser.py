@@ -5,6 +5,7 @@ network log: a control page with one remote picture shows the check sees such a 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -85,3 +86,13 @@ def test_no_request_leaves_the_page(pages, tmp_path):
     assert page_requests(tmp_path, control) == ["http://127.0.0.1:9/x.png"]   # the check sees a request
     for which in ("public", "owner"):
         assert page_requests(tmp_path, folder / f"{which}.html") == []
+
+
+def test_public_page_prints(pages, tmp_path):
+    """Printed to PDF by Chromium (the print stylesheet): a document of a few pages."""
+    folder, _, _ = pages
+    pdf = tmp_path / "public.pdf"
+    chromium(tmp_path, folder / "public.html", f"--print-to-pdf={pdf}", "--no-pdf-header-footer")
+    data = pdf.read_bytes()
+    assert data[:5] == b"%PDF-" and len(data) > 50_000
+    assert 2 <= len(re.findall(rb"/Type\s*/Page[^s]", data)) <= 8
