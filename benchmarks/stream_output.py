@@ -15,9 +15,9 @@ Issue 42 (the route cache, drawing on threads), on a larger model:
 fits PrivTrace once (eps 1, seed 1) on the shipped sample replicated ``replicas`` times (fresh ids, a jitter of up to
 0.0005 degrees a copy: 30 copies are 3.7 M fixes and give a model of several hundred states), stores it in a
 temporary database file, then times ``COPY (FROM mob_sample('m', n := N, seed := 9)) TO`` Parquet in a fresh process
-per case: the route cache on and off (``DUCKMOB_ROUTE_CACHE``) under ``SET threads = 1`` and 2, and the first block
-alone (``n := 2048``: its route tables, which no cache spares a query's first block). Wall and CPU seconds are the
-query's alone; ``load`` is the machine's one-minute load average when the case started.
+per case: the route cache on and off (``DUCKMOB_ROUTE_CACHE``; ``--modes on`` for on only) under ``SET threads = 1``
+and 2, and the first block alone (``n := 2048``: its route tables, which no cache spares a query's first block).
+Wall and CPU seconds are the query's alone; ``load`` is the machine's one-minute load average when the case started.
 """
 
 from __future__ import annotations
@@ -113,21 +113,27 @@ def sample_case(path: str, n: int, cache: str, threads: int) -> dict:
     return {"case": f"mob_sample n={n} cache {cache}, threads {threads}", **got}
 
 
-def route_cache(n: int, replicas: int) -> None:
-    """Issue 42's cases (see the module docstring): one JSON line each, then the ratios."""
+def route_cache(n: int, replicas: int, modes: list[str]) -> None:
+    """Issue 42's cases (see the module docstring) for the cache ``modes`` ('on', 'off'): one JSON line each, then
+    the ratios of wall and CPU time (1 thread over 2; cache off over on)."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.duckdb")
         fit_replicated(path, replicas)
-        rows = [sample_case(path, 2048, "on", 1)]
-        for cache, threads in (("on", 1), ("on", 2), ("off", 1), ("off", 2)):
-            rows.append(sample_case(path, n, cache, threads))
-        for row in rows:
-            print(json.dumps(row), flush=True)
-        on1, on2, off1, off2 = rows[1:]
-        print(json.dumps({"cache_speedup_1_thread": round(off1["wall_s"] / on1["wall_s"], 2),
-                          "cache_speedup_2_threads": round(off2["wall_s"] / on2["wall_s"], 2),
-                          "threads_2_over_1_cache_on": round(on1["wall_s"] / on2["wall_s"], 2),
-                          "threads_2_over_1_cache_off": round(off1["wall_s"] / off2["wall_s"], 2)}))
+        print(json.dumps(sample_case(path, 2048, "on", 1)), flush=True)
+        got = {}
+        for cache in modes:
+            for threads in (1, 2):
+                got[cache, threads] = sample_case(path, n, cache, threads)
+                print(json.dumps(got[cache, threads]), flush=True)
+        ratios = {}
+        for what in ("wall_s", "cpu_s"):
+            for cache in modes:
+                ratios[f"{what} threads 1/2, cache {cache}"] = round(got[cache, 1][what] / got[cache, 2][what], 2)
+            if len(modes) == 2:
+                for threads in (1, 2):
+                    ratios[f"{what} cache off/on, threads {threads}"] = round(
+                        got["off", threads][what] / got["on", threads][what], 2)
+        print(json.dumps(ratios))
 
 
 def main() -> None:
@@ -135,9 +141,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=300_000)
     ap.add_argument("--cases", default="copy,reader,table", help="copy,reader,table, or route-cache alone")
     ap.add_argument("--replicas", type=int, default=30, help="route-cache: copies of the shipped sample")
+    ap.add_argument("--modes", default="on,off", help="route-cache: the route cache on, off or both")
     args = ap.parse_args()
     if args.cases == "route-cache":
-        route_cache(args.n, args.replicas)
+        route_cache(args.n, args.replicas, args.modes.split(","))
         return
     for case in args.cases.split(","):
         print(json.dumps(run(case, args.n)), flush=True)
