@@ -11,13 +11,14 @@ finds the release (:func:`find`). Nothing read from the sensitive table is writt
 output's (public) or a public parameter.
 
 The row is written on the release core's own connection; a read-only database writes nothing (the report then
-falls back on the last release of the source and says so).
+falls back on the last synthesis in the ledger and says so).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime, timezone
 
 import numpy as np
 
@@ -25,7 +26,7 @@ TABLE = "duckmob_outputs"
 
 _DDL = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
     ledger_id BIGINT NOT NULL, model VARCHAR, n BIGINT NOT NULL, first_digest VARCHAR NOT NULL, bbox DOUBLE[],
-    description JSON, duckmob_version VARCHAR, format_version INTEGER, created_at TIMESTAMP DEFAULT current_timestamp)"""
+    description JSON, duckmob_version VARCHAR, format_version INTEGER, created_at TIMESTAMP NOT NULL)"""
 
 
 def digest(lat, lon) -> str:
@@ -82,9 +83,10 @@ def recorder(db, ledger_id: int, model, *, name: str | None = None, bbox=None):
             with db.lock, db.connection() as cur:
                 cur.execute(_DDL)
                 cur.execute(f"INSERT INTO {TABLE} (ledger_id, model, n, first_digest, bbox, description, "
-                            "duckmob_version, format_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            "duckmob_version, format_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             [int(ledger_id), name, int(n), digest(first.lat[lo:hi], first.lon[lo:hi]), box,
-                             described, code_version(), int(getattr(model, "format_version", 0) or 0)])
+                             described, code_version(), int(getattr(model, "format_version", 0) or 0),
+                             datetime.now(timezone.utc).replace(tzinfo=None)])   # UTC, as the ledger's times
         except duckdb.Error:   # a read-only database: the report falls back on the source's last release
             return
     return record
