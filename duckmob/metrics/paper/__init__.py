@@ -35,9 +35,10 @@ def histogram_arange(values, lo: float, hi: float, bins: int) -> np.ndarray:
 
 def smoothed_jsd(p, q) -> float:
     """PateGail's JSD (utils/evaluations.py:90-104), natural log: each side normalised with 1e-10 added to its
-    sum, then 1e-10 added to every entry (so a distribution's empty bins are not empty); ``m = (p + q) / 2``; ``0.5 KL(p || m) + 0.5 KL(q || m)`` with
-    ``scipy.stats.entropy``, which renormalises ``p``, ``q`` and ``m`` to sum 1. Two all-zero vectors score 0;
-    an all-zero side is the uniform distribution. A rounding residue below 0 is returned as 0."""
+    sum, then 1e-10 added to every entry (so a distribution's empty bins are not empty); ``m = (p + q) / 2``;
+    ``0.5 KL(p || m) + 0.5 KL(q || m)`` with ``scipy.stats.entropy``, which renormalises ``p``, ``q`` and ``m``
+    to sum 1. Two all-zero vectors score 0; an all-zero side is the uniform distribution. A rounding residue
+    below 0 is returned as 0."""
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
     p = p / (p.sum() + 1e-10) + 1e-10
