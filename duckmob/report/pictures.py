@@ -63,7 +63,7 @@ def quantities(side: Side) -> dict[str, np.ndarray | None]:
     return {"Trip length (km)": side.length_m / 1000.0,
             "Points per trajectory": side.traj.lengths.astype(np.float64),
             "Step between points (m)": side.step_m,
-            "Hour of day of the first point": hours}
+            "Hour of day of the first point (as stored)": hours}
 
 
 def _edges(title: str, values: list[np.ndarray], bins: int) -> np.ndarray:
@@ -94,7 +94,8 @@ def distributions(synth: Side, real: Side | None = None, bins: int = 40) -> byte
             counts, _ = np.histogram(np.clip(values, edges[0], edges[-1] - 1e-9 * (edges[-1] - edges[0])), edges)
             ax.stairs(counts / max(counts.sum(), 1), edges, label=f"{label} ({len(values):,})", color=colour,
                       linewidth=1.6)
-        ax.set_title(title, fontsize=10)
+        missing = [label for values, label, _ in shown if values is None]
+        ax.set_title(title + (f" (no time in the {missing[0]} table)" if missing else ""), fontsize=10)
         ax.set_ylabel("share")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
