@@ -31,6 +31,7 @@ import bz2
 import gzip
 import hashlib
 import json
+import math
 import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -55,11 +56,13 @@ _DIGEST_VERSION = b"duckmob roads v1\n"
 _M_PER_RAD = EARTH_RADIUS_M
 
 
-# place(): the reach of the weighted choice of a segment around a synthetic point (metres, public) and how many road
-# samples it looks at. Measured on simulated San Francisco trips (benchmarks/roads.py, docs/methods/README.md): 120 m
-# beat 60 m; 64 samples place a little better than 24 (point density .205 against .214) at twice the time.
-PLACE_RADIUS_M = 120.0
-PLACE_SAMPLES = 24
+# Placer: the reach of the weighted choice of a segment around a synthetic point (metres, public) and how many road
+# samples it looks at (in a dense downtown the 96 samples reach about 100 m; where roads are sparse, further).
+# Measured on simulated San Francisco trips (benchmarks/roads.py, docs/roads.md), with the density released per
+# street piece: point / trajectory density JSD .183 / .135 at 120 m and 24 samples, .174 / .120 at 300 m and 96,
+# .173 / .116 at 400 m and 128; tabulated per cell, the choice costs about 1 s per million points whatever k.
+PLACE_RADIUS_M = 300.0
+PLACE_SAMPLES = 96
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,6 +168,16 @@ class Roads:
         """The road graph (built once per network)."""
         return _build_graph(self)
 
+    def pieces(self, piece_m: float = 400.0, min_cos: float = 0.85) -> np.ndarray:
+        """The street piece of each segment (int64 ids 0..P-1): segments that continue one another (sharing an end,
+        nearly straight on: |cos| of their angle at least ``min_cos``) form a street, cut by a grid of ``piece_m``
+        metre cells (by each segment's midpoint). A function of the public network only."""
+        key = (float(piece_m), float(min_cos))
+        cache = self.__dict__.setdefault("_pieces", {})
+        if key not in cache:
+            cache[key] = _pieces(self, *key)
+        return cache[key]
+
     @cached_property
     def _snap_index(self) -> "_SnapIndex":
         return _SnapIndex(self, SNAP_SPACING_M)
@@ -251,6 +264,27 @@ def _build_graph(roads: Roads) -> Graph:
     matrix = sparse.csr_matrix((weight, (a, b)), shape=(n_nodes, n_nodes))
     return Graph(node_lat=lat[first], node_lon=lon[first], u=u, v=v, length_m=length, matrix=matrix,
                  _edge_key=ek, _edge_seg=s)
+
+
+def _pieces(roads: "Roads", piece_m: float, min_cos: float) -> np.ndarray:
+    g = roads.graph
+    n = len(roads)
+    inc = sparse.csr_matrix((np.ones(2 * n), (np.r_[np.arange(n), np.arange(n)], np.r_[g.u, g.v])),
+                            shape=(n, g.n_nodes))
+    pairs = (inc @ inc.T).tocoo()
+    i, j = pairs.row, pairs.col
+    mid_lat = (roads.lat1 + roads.lat2) / 2
+    mid_lon = (roads.lon1 + roads.lon2) / 2
+    c = math.cos(math.radians(float(np.mean(mid_lat)))) if n else 1.0
+    dx, dy = (roads.lon2 - roads.lon1) * c, roads.lat2 - roads.lat1
+    norm = np.maximum(np.hypot(dx, dy), 1e-15)
+    straight = (i != j) & (np.abs(dx[i] * dx[j] + dy[i] * dy[j]) >= min_cos * norm[i] * norm[j])
+    # the same piece only within one piece_m cell (by midpoint), so a long street is cut into pieces
+    deg = piece_m / _M_PER_RAD * 180.0 / math.pi
+    cell = np.floor(mid_lat / deg).astype(np.int64) * 4_000_003 + np.floor(mid_lon * c / deg).astype(np.int64)
+    keep = straight & (cell[i] == cell[j])
+    link = sparse.csr_matrix((np.ones(int(keep.sum())), (i[keep], j[keep])), shape=(n, n))
+    return csgraph.connected_components(link, directed=False)[1].astype(np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -411,39 +445,72 @@ def _snap_chunk(index: _SnapIndex, qx, qy):
 # ---------------------------------------------------------------------------------------------- points on roads
 
 def place(roads: Roads, lat, lon, weights, rng: np.random.Generator, radius_m: float = PLACE_RADIUS_M,
-          k: int = PLACE_SAMPLES, chunk: int = 1 << 15):
-    """Move each point onto a road segment near it chosen at random with probability proportional to
+          k: int = PLACE_SAMPLES):
+    """Move each point onto a road segment near it, drawn by the released ``weights`` (:class:`Placer`; built
+    for this one call). Returns ``(lat, lon)``."""
+    return Placer(roads, weights, radius_m, k).place(lat, lon, rng)
+
+
+class Placer:
+    """Draws, for each point, a road segment near it with probability proportional to
     ``weights[segment] * exp(-(d / radius_m)^2)`` over the ``k`` road samples (every <= 20 m along every segment)
-    nearest the point, d each sample's distance; the point goes to its projection on the chosen segment. Where
-    every candidate weighs 0 the nearest segment is taken. ``weights`` is a released (public) per-segment density and
-    ``rng`` the caller's generator: post-processing. Returns ``(lat, lon)``; vectorised in chunks of ``chunk``
-    points (memory about ``chunk * k * 24`` bytes)."""
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError("place needs the caller's numpy Generator (rng)")
-    lat = np.asarray(lat, dtype=np.float64).ravel()
-    lon = np.asarray(lon, dtype=np.float64).ravel()
-    weights = np.asarray(weights, dtype=np.float64)
-    if len(weights) != len(roads):
-        raise DuckmobError(f"place: {len(weights)} weights for {len(roads)} segments")
-    index = roads._snap_index
-    k = int(min(k, index.tree.n))
-    out_lat, out_lon = np.empty(len(lat)), np.empty(len(lat))
-    for start in range(0, len(lat), chunk):
-        part = slice(start, start + chunk)
-        qx, qy = index.plane(lat[part], lon[part])
-        d, j = index.tree.query(np.column_stack([qx, qy]), k=k)
-        d, j = d.reshape(len(qx), k), j.reshape(len(qx), k)
-        segs = index.seg[j]
-        kernel = np.exp(-(d / float(radius_m)) ** 2)
-        w = weights[segs] * kernel
-        total = w.sum(axis=1)
-        w[total <= 0, 0] = 1.0                     # nothing weighs: the nearest sample's segment
-        total = np.where(total > 0, total, 1.0)
-        pick = (np.cumsum(w, axis=1) < (rng.random(len(w)) * total)[:, None]).sum(axis=1)
-        chosen = segs[np.arange(len(segs)), np.minimum(pick, k - 1)]
-        seg, t, _ = index.project(qx, qy, chosen[:, None])
-        out_lat[part], out_lon[part] = points_along(roads, seg, t)
-    return out_lat, out_lon
+    nearest it, d each sample's distance, and moves the point to its projection on that segment.
+
+    The candidates and their weights are tabulated once per cell of a public grid of ``radius_m / 5`` metre cells
+    over the network's extent (d measured from the cell's centre, which moves a weight by at most
+    exp(0.3) - 1 within a cell), so placing n points costs a table look-up and one draw each. A point whose cell
+    has no weighted candidate, or that lies beyond the network's extent, goes to its nearest segment
+    (:func:`snap`). ``weights`` is a released (public) per-segment density: building and using this reads no
+    private data (post-processing)."""
+
+    def __init__(self, roads: Roads, weights, radius_m: float = PLACE_RADIUS_M, k: int = PLACE_SAMPLES):
+        weights = np.asarray(weights, dtype=np.float64)
+        if len(weights) != len(roads):
+            raise DuckmobError(f"place: {len(weights)} weights for {len(roads)} segments")
+        self.roads, self.index = roads, roads._snap_index
+        index = self.index
+        k = int(min(k, index.tree.n))
+        self.cell_m = float(radius_m) / 5.0
+        xs = np.concatenate([index.ax, index.bx])
+        ys = np.concatenate([index.ay, index.by])
+        self.x0, self.y0 = float(xs.min()), float(ys.min())
+        self.nx = int((xs.max() - self.x0) // self.cell_m) + 1
+        self.ny = int((ys.max() - self.y0) // self.cell_m) + 1
+        gx, gy = np.meshgrid(self.x0 + (np.arange(self.nx) + 0.5) * self.cell_m,
+                             self.y0 + (np.arange(self.ny) + 0.5) * self.cell_m)
+        d, j = index.tree.query(np.column_stack([gx.ravel(), gy.ravel()]), k=k)
+        d, j = d.reshape(-1, k), j.reshape(-1, k)
+        self.segs = index.seg[j]
+        w = weights[self.segs] * np.exp(-(d / float(radius_m)) ** 2)
+        self.cum = np.cumsum(w, axis=1)
+        self.total = self.cum[:, -1]
+
+    def place(self, lat, lon, rng: np.random.Generator, chunk: int = 1 << 17):
+        """Each point moved onto a drawn segment near it (the class docstring); ``rng`` the caller's generator.
+        Returns ``(lat, lon)``; vectorised in chunks of ``chunk`` points."""
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError("place needs the caller's numpy Generator (rng)")
+        lat = np.asarray(lat, dtype=np.float64).ravel()
+        lon = np.asarray(lon, dtype=np.float64).ravel()
+        out_lat, out_lon = np.empty(len(lat)), np.empty(len(lat))
+        for start in range(0, len(lat), chunk):
+            part = slice(start, start + chunk)
+            qx, qy = self.index.plane(lat[part], lon[part])
+            cx = np.floor((qx - self.x0) / self.cell_m).astype(np.int64)
+            cy = np.floor((qy - self.y0) / self.cell_m).astype(np.int64)
+            inside = (cx >= 0) & (cx < self.nx) & (cy >= 0) & (cy < self.ny)
+            cell = np.where(inside, cy * self.nx + cx, 0)
+            u = rng.random(len(qx)) * self.total[cell]
+            pick = np.minimum((self.cum[cell] < u[:, None]).sum(axis=1), self.segs.shape[1] - 1)
+            chosen = self.segs[cell, pick]
+            drawn = inside & (self.total[cell] > 0)
+            seg, t, _ = self.index.project(qx, qy, chosen[:, None])
+            lat_p, lon_p = points_along(self.roads, seg, t)
+            if not drawn.all():
+                rest = ~drawn
+                _, _, lat_p[rest], lon_p[rest], _ = snap(self.roads, lat[part][rest], lon[part][rest])
+            out_lat[part], out_lon[part] = lat_p, lon_p
+        return out_lat, out_lon
 
 
 def points_along(roads: Roads, segment, t) -> tuple[np.ndarray, np.ndarray]:

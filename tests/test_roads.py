@@ -317,3 +317,56 @@ def test_the_osm_loader_reads_pbf_like_xml(tmp_path):
     bad = _write(tmp_path, "bad.osm.pbf", "garbage")
     with pytest.raises(DuckmobError, match=r"^mob_roads_from_osm: 'bad.osm.pbf' is not a readable .osm.pbf \("):
         R.read_osm(bad)
+
+
+def test_street_pieces_join_straight_continuations_within_a_cell():
+    # a plus-shaped crossing of two straight streets, each of two segments, and a bent spur: the two halves of a
+    # street are one piece, the crossing street another, the spur (at 45 degrees to both) its own; a long street is cut
+    # into pieces by the piece_m cells
+    lat0, lon0, d = 37.78, -122.41, 0.0005
+    roads = R.Roads.from_arrays(
+        lat1=np.array([lat0, lat0, lat0, lat0, lat0]), lon1=np.array([lon0, lon0, lon0, lon0, lon0]),
+        lat2=np.array([lat0, lat0, lat0 + d, lat0 - d, lat0 + d * 0.707]),
+        lon2=np.array([lon0 + d, lon0 - d, lon0, lon0, lon0 + d * 0.707 / np.cos(np.radians(lat0))]))
+    p = roads.pieces(100_000.0)         # one cell holds them all
+    assert p[0] == p[1] and p[2] == p[3] and len({p[0], p[2], p[4]}) == 3
+    # ten 100 m segments in a straight line: 200 m cells cut them into about five pieces
+    lon = lon0 + np.arange(11) * 100.0 / (111_195.0 * np.cos(np.radians(lat0)))
+    line = R.Roads.from_arrays(np.full(10, lat0), lon[:-1], np.full(10, lat0), lon[1:])
+    assert len(set(line.pieces(100_000.0))) == 1
+    assert 4 <= len(set(line.pieces(200.0))) <= 6
+    assert (np.diff(line.pieces(200.0)) != 0).sum() == len(set(line.pieces(200.0))) - 1   # pieces are contiguous
+
+
+def test_the_placer_draws_segments_by_their_weight_near_the_point(sf):
+    Placer, snap = R.Placer, R.snap
+
+    rng = np.random.default_rng(0)
+    # two points, weights on a single segment near the first: every draw for the first lands on that segment,
+    # the second (no weighted segment near it) goes to its nearest segment
+    lat = np.array([37.785, 37.770])
+    lon = np.array([-122.405, -122.430])
+    seg0 = snap(sf, lat[:1], lon[:1])[0][0]
+    weights = np.zeros(len(sf))
+    weights[seg0] = 1.0
+    placer = Placer(sf, weights)
+    out_lat, out_lon = placer.place(np.repeat(lat, 200), np.repeat(lon, 200), rng)
+    seg, _, _, _, dist = snap(sf, out_lat, out_lon)
+    assert dist.max() < 1.0                                   # on a road
+    assert (seg[:200] == seg0).all()
+    nearest = snap(sf, lat[1:], lon[1:])
+    assert np.allclose(out_lat[200:], nearest[2][0]) and np.allclose(out_lon[200:], nearest[3][0])
+    # two weighted segments near a point: the heavier drawn more, and swapping the weights swaps the shares
+    near = snap(sf, lat[:1] + 0.0003, lon[:1])[0][0]
+    assert near != seg0
+
+    def share(w0, w1):
+        w = np.zeros(len(sf))
+        w[seg0], w[near] = w0, w1
+        # which of the two each placed point lies on (snapped to a network of those two segments alone)
+        which, _, _, _, dist = snap(sf.take([seg0, near]),
+                                    *Placer(sf, w).place(np.repeat(lat[:1], 4000), np.repeat(lon[:1], 4000), rng))
+        assert dist.max() < 1.0
+        return float((which == 0).mean())
+
+    assert share(3.0, 1.0) > 0.65 and share(1.0, 3.0) < 0.35 and share(1.0, 0.0) == 1.0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from duckmob.roads import Roads, place, snap
+from duckmob.roads import Placer, Roads, snap
 from duckmob.trajectories import Trajectories
 
 
@@ -24,6 +24,7 @@ class OnRoads:
 
     def __init__(self, model, roads: Roads):
         self.model, self.roads = model, roads
+        self._placer = None       # built on the first sample (post-processing of the released weights)
 
     def __getattr__(self, name):
         return getattr(self.model, name)
@@ -39,7 +40,9 @@ class OnRoads:
         if weights is not None and len(weights) == len(self.roads) and np.sum(weights) > 0:
             # the model released a density of these very segments (PrivTrace with roads): each point goes to a
             # segment near it drawn by that density, so the streets people use get the points
-            lat, lon = place(self.roads, part.lat, part.lon, weights, rng)
+            if self._placer is None:
+                self._placer = Placer(self.roads, weights)
+            lat, lon = self._placer.place(part.lat, part.lon, rng)
         else:
             _, _, lat, lon, _ = snap(self.roads, part.lat, part.lon)
         return Trajectories(part.offsets, part.traj_id, part.user_id, part.ts, lat, lon)

@@ -79,7 +79,7 @@ def test_privtrace_releases_its_fine_density_on_the_road_segments(con):
 
 
 def test_one_trajectory_moves_the_road_density_by_at_most_one():
-    # the segment density's sensitivity: a trajectory's mass 1 split over the distinct segments its fixes match
+    # the street-piece density's sensitivity: a trajectory's mass 1 split over the distinct pieces its fixes match
     import pyarrow as pa
     import pyarrow.parquet as pq
     from duckmob.privacy.noise import NoiseSource, granularity
@@ -107,7 +107,8 @@ def test_one_trajectory_moves_the_road_density_by_at_most_one():
             return super().laplace(scale, size)
 
     release_statistics({"road_density": full}, 64, {"density": scale}, Recording(1), roads=roads, bbox=json.loads(BBOX))
-    assert seen == [len(roads)]                      # Laplace on every segment, zero or not
+    assert seen == [int(roads.pieces(400.0).max()) + 1]     # Laplace on every street piece, zero or not
+    assert len(full) == seen[0] and (full > 0).sum() < len(full)
 
 
 def test_a_temporary_table_released_with_roads_is_placed_on_them(con):

@@ -373,9 +373,9 @@ class PrivTrace(Synthesizer):
         info.update(K=K, states=m, alive_states=int(alive.sum()), depth=grid.depth, edges=support.n_edges,
                     second_order_states=int(use2.sum()))
         # fine placement: the fine density and the step histogram, eps * fine_share
-        # with a public road network, the fine density is one of its segments (placement.road_sums)
-        fine = placement.release_statistics(sums, fine_w, plan.fine_scales, noise, n_noisy, self.roads, self.bbox) \
-            if config.placing else None
+        # with a public road network, the fine density is one of its street pieces (placement.road_sums)
+        fine = placement.release_statistics(sums, fine_w, plan.fine_scales, noise, n_noisy, self.roads, self.bbox,
+                                            config.road_piece_m) if config.placing else None
         return PrivTraceModel(grid=grid, alive=alive, fine=fine, density=np.maximum(noisy2, 0.0),
                               first=first_n.astype(np.float32), second=second_n.astype(np.float32), start=p_start,
                               use2=use2, len_edges=edges, len_probs=len_probs, n_noisy=n_noisy, config=config,
@@ -393,5 +393,6 @@ class PrivTrace(Synthesizer):
                                           len(edges) - 1, scale["lengths"]),
                **transition_sums(support, off, states, scale["first"], scale["second"])}
         if fine_w is not None:
-            out.update(placement.statistics(d, self.bbox, fine_w, fine_scales, roads=self.roads))
+            out.update(placement.statistics(d, self.bbox, fine_w, fine_scales, roads=self.roads,
+                                            piece_m=self.config.road_piece_m))
         return out
