@@ -92,14 +92,16 @@ def recorder(db, ledger_id: int, model, *, name: str | None = None, bbox=None):
     return record
 
 
-def find(con, first_digest: str) -> dict | None:
-    """The latest recorded output whose trajectory 0 has ``first_digest`` (None: none, or no table yet)."""
+def find(con, first_digest: str, n: int | None = None) -> dict | None:
+    """The latest recorded output whose trajectory 0 has ``first_digest``, one of ``n`` trajectories first when
+    given (outputs of one model and seed but of other sizes may share it); None: none, or no table yet."""
     import duckdb
 
     try:
         row = con.execute(f"SELECT ledger_id, model, n, bbox, description, duckmob_version, format_version, created_at "
-                          f"FROM {TABLE} WHERE first_digest = ? ORDER BY created_at DESC, ledger_id DESC LIMIT 1",
-                          [first_digest]).fetchone()
+                          f"FROM {TABLE} WHERE first_digest = ? "
+                          "ORDER BY n IS NOT DISTINCT FROM ? DESC, created_at DESC, ledger_id DESC LIMIT 1",
+                          [first_digest, n]).fetchone()
     except duckdb.CatalogException:
         return None
     if row is None:

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow.compute as pc
 
 from duckmob.errors import DuckmobError
 from duckmob.privacy.accounting import Event
@@ -83,6 +84,13 @@ def first_digest(points) -> str | None:
     return digest(lat, lon)
 
 
+def _size(points) -> int | None:
+    """The number of trajectories an output with these points had: its largest traj_id + 1 (ids run 0 .. n-1)."""
+    traj = points.field("traj_id") if not hasattr(points, "column") else points.column("traj_id")
+    top = pc.max(traj).as_py()
+    return None if top is None else int(top) + 1
+
+
 def release_facts(db, synth_points, *, release=None, bbox=None) -> Facts:
     """The :class:`Facts` of the release that made ``synth_points`` (``release``: a ledger id to use instead).
     ``db``: the release core (:func:`duckmob.release.database`); reads the ledger, the output records and the
@@ -103,8 +111,8 @@ def release_facts(db, synth_points, *, release=None, bbox=None) -> Facts:
                                "pass an id that FROM mob_ledger() lists, or leave release out")
         row, found = by_id[int(release)], "given"
     else:
-        fingerprint = first_digest(synth_points)
-        output = None if fingerprint is None else read_ledger(db, lambda cur: outputs.find(cur, fingerprint))
+        fingerprint, n = first_digest(synth_points), _size(synth_points)
+        output = None if fingerprint is None else read_ledger(db, lambda cur: outputs.find(cur, fingerprint, n))
         if output is not None and int(output["ledger_id"]) in by_id:
             row, found = by_id[int(output["ledger_id"])], "content"
         else:

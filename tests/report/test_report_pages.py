@@ -177,3 +177,17 @@ def test_shell_command(db, tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["report", db, "--synth", "synth", "--bbox", "1,2,3", "-o", out])
     assert "--bbox takes min_lat,min_lon,max_lat,max_lon" in capsys.readouterr().err
+
+
+def test_outputs_of_one_model_and_seed_are_told_apart_by_size(con):
+    """Two samples of one model under one seed, of other sizes: each table finds its own output record."""
+    from duckmob import release
+    from duckmob.metrics import table_points
+    from duckmob.report.collect import release_facts
+
+    con.execute("CREATE OR REPLACE TABLE bigger AS FROM mob_sample('m', n := 900, seed := 3)")
+    assert con.execute("SELECT count(*) FROM duckmob_outputs WHERE ledger_id = 2").fetchone() == (2,)
+    db = release.database(con)
+    for table, n in (("drawn", 600), ("bigger", 900)):
+        facts = release_facts(db, table_points(con, table))
+        assert (facts.found, int(facts.release["id"]), facts.output["n"]) == ("content", 2, n)
