@@ -30,22 +30,25 @@ def render(page: str, out: str, size: str = "1000,1500") -> str:
     return out
 
 
-def make(out: str = DEFAULT) -> str:
-    """Release the shipped sample in a temporary database, write its public page beside ``out`` and screenshot
-    it into ``out``."""
+def page(path: str) -> str:
+    """Release the shipped sample in a temporary database and write its public page to ``path``."""
     from duckmob import api
 
-    page = os.path.splitext(out)[0] + ".html"
     with tempfile.TemporaryDirectory() as folder:
         con = api.connect(os.path.join(folder, "demo.duckdb"))
         try:
             con.execute("CREATE TABLE trips AS FROM mob_geolife_sample()")
             con.execute("FROM mob_set_budget('trips', eps := 2.0, delta := 1e-5)").fetchall()
             con.execute(f"CREATE TABLE synth AS FROM synthesize('trips', eps := 1.0, bbox := {BBOX}, seed := 7)")
-            api.report(con, "synth", page)
+            api.report(con, "synth", path)
         finally:
             con.close()
-    return render(page, out)
+    return path
+
+
+def make(out: str = DEFAULT) -> str:
+    """The page (:func:`page`) written beside ``out`` (same name, ``.html``) and its screenshot in ``out``."""
+    return render(page(os.path.splitext(out)[0] + ".html"), out)
 
 
 if __name__ == "__main__":
