@@ -39,7 +39,7 @@ USAGE = """duckmob [DATABASE] [-c SQL]... [-f FILE]... [-o OUT] [-i] [--tracebac
        duckmob report DATABASE --synth TABLE [--real TABLE] [--bbox ...] [--release ID] -o FILE.html"""
 DEMO = ("the whole pipeline on the GeoLife sample shipped with duckmob: load, clean, stay points, a synthetic "
         "table under differential privacy and its quality beside real-vs-real scores (about 15 seconds); leaves "
-        "a database and a density picture in the current folder")
+        "a database, a density picture and the release report in the current folder")
 REPORT = ("one self-contained HTML page on the release that made a synthetic table, for whoever decides whether "
           "it may be published; with --real, the owner's version that compares it with the real table (exact: do "
           "not publish that one)")
