@@ -14,7 +14,8 @@ UDFs are database-wide and persist for the life of the database instance: they a
 on the release core's own connection (``duckmob.release.Database``), so closing the connection that called
 ``register`` breaks nothing. Macros are TEMP (per connection): every connection or cursor that calls duckmob's
 SQL functions must be registered (``duckmob.register(cur)``: cheap once the database has the UDFs). Nothing
-duckmob-specific is written into a user's database file except the ledger and model tables.
+duckmob-specific is written into a user's database file except the ledger, model and output-record
+(``duckmob_outputs``, :mod:`duckmob.release.outputs`) tables.
 """
 
 from __future__ import annotations
