@@ -24,6 +24,7 @@ trajectories in their own order (real: ts; synthetic: seq). JSD = scipy.spatial.
     python benchmarks/roads.py                               # 5,000 trips, seeds 1,2; writes benchmarks/results/roads.*
     python benchmarks/roads.py --trips 20000 --seeds 1,2,3
     python benchmarks/roads.py --methods privtrace --trips 1000 --seeds 1 --out /tmp/roads   # a quick check
+    python benchmarks/roads.py --trips 2000 --seeds 1 --gap-s 240,360 --out /tmp/sparse      # T-Drive-like sampling
 """
 
 from __future__ import annotations
@@ -131,14 +132,14 @@ VARIANTS = {"privtrace+roads/fine_m=50": ("privtrace", "roads", {"fine_m": 50.0}
             "privtrace+roads/fine_m=25": ("privtrace", "roads", {"fine_m": 25.0})}
 
 
-def run(trips: int, seeds: list[int], outputs: list[str], picture: str | None) -> dict:
+def run(trips: int, seeds: list[int], outputs: list[str], picture: str | None, gap_s=(30.0, 60.0)) -> dict:
     import duckmob
     from roads_sim import City
 
     t0 = time.perf_counter()
     city = City(seed=0)
-    real_a = city.trips(trips, SEED_A)
-    real_b = city.trips(trips, SEED_B, id_offset=10 * trips)
+    real_a = city.trips(trips, SEED_A, gap_s=gap_s)
+    real_b = city.trips(trips, SEED_B, id_offset=10 * trips, gap_s=gap_s)
     sim_s = time.perf_counter() - t0
     print(f"simulated 2 x {trips:,} trips in {sim_s:.1f} s: {real_a.num_rows:,} and {real_b.num_rows:,} fixes",
           flush=True)
@@ -175,7 +176,7 @@ def run(trips: int, seeds: list[int], outputs: list[str], picture: str | None) -
     con.close()
     if picture:
         draw(picture, a, b, pictures)
-    return dict(setting=dict(trips=trips, seeds=seeds, eps=EPS, bbox=BOX, seed_a=SEED_A, seed_b=SEED_B,
+    return dict(setting=dict(trips=trips, seeds=seeds, eps=EPS, bbox=BOX, seed_a=SEED_A, seed_b=SEED_B, gap_s=gap_s,
                              fixes_a=real_a.num_rows, fixes_b=real_b.num_rows, sim_s=sim_s,
                              real_points_per_traj=a.points_per_traj(), cores=os.cpu_count(),
                              real_off30=ref_a["off30"], real_off250=ref_a["off250"], code=code_version()),
@@ -213,7 +214,8 @@ def mean_rows(result: dict) -> list[dict]:
 def table(result: dict) -> str:
     s = result["setting"]
     lines = [f"Simulated SF taxi trips (benchmarks/roads_sim.py), {s['trips']:,} trips per table "
-             f"({s['fixes_a']:,} fixes in real A, {s['real_points_per_traj']:.1f} per trip in the box), eps "
+             f"({s['fixes_a']:,} fixes in real A, {s['real_points_per_traj']:.1f} per trip in the box, a fix every "
+             f"{s.get('gap_s', (30, 60))[0]:g}-{s.get('gap_s', (30, 60))[1]:g} s), eps "
              f"{s['eps']:g}, trajectory unit, mean of {len(s['seeds'])} seed(s) {s['seeds']}; downtown box "
              f"{s['bbox']}; code {s['code']}",
              f"{'output':17s}" + "".join(f"{short:>9s}" for short, _, _ in COLUMNS)]
@@ -285,14 +287,16 @@ def main() -> None:
     parser.add_argument("--methods", default="privtrace,cleanslate", help="privtrace and/or cleanslate")
     parser.add_argument("--no-roads", action="store_true", help="skip the +roads outputs")
     parser.add_argument("--variants", default="", help=f"comma-separated, of: {', '.join(VARIANTS)}")
+    parser.add_argument("--gap-s", default="30,60", help="seconds between fixes, low,high (T-Drive-like: 240,360)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="writes OUT.txt, OUT.json and OUT_density.png")
     args = parser.parse_args()
+    gap_s = tuple(float(g) for g in args.gap_s.split(","))
     seeds = [int(s) for s in args.seeds.split(",")]
     outputs = []
     for m in args.methods.split(","):
         outputs += [m] if args.no_roads else [m, f"{m}+roads"]
     outputs += [v for v in args.variants.split(",") if v]
-    result = run(args.trips, seeds, outputs, args.out + "_density.png")
+    result = run(args.trips, seeds, outputs, args.out + "_density.png", gap_s)
     text = table(result)
     print(text)
     with open(args.out + ".txt", "w") as f:

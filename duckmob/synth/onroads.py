@@ -1,8 +1,8 @@
 """Synthetic points on the public road network: post-processing of any fitted model's output.
 
 :class:`OnRoads` wraps a fitted model so that every point it samples is moved onto a road segment of a public road
-network: one drawn near it by the model's released road-segment density when it has one (PrivTrace with roads,
-:func:`duckmob.roads.place`), else the nearest (:func:`duckmob.roads.snap`); an exact projection either way, so
+network: one drawn near it by the model's released road-segment density when it has one (PrivTrace and clean-slate
+with roads, :class:`duckmob.roads.Placer`), else the nearest (:func:`duckmob.roads.snap`); an exact projection either way, so
 every point lies on a segment. The network is a declared public input (``roads := 'table'``), never derived from
 the sensitive table (:mod:`duckmob.release.tables` refuses one whose lineage reads it), so this reads no private
 data and spends no budget: the output is a function of the released model, the seed and the public roads. Nothing
@@ -36,10 +36,10 @@ class OnRoads:
         part = self.model.sample(n, rng)
         if part.n_points == 0:
             return part
-        weights = getattr(getattr(self.model, "fine", None), "road", None)
+        weights = getattr(self.model, "road_density", None)
         if weights is not None and len(weights) == len(self.roads) and np.sum(weights) > 0:
-            # the model released a density of these very segments (PrivTrace with roads): each point goes to a
-            # segment near it drawn by that density, so the streets people use get the points
+            # the model released a density of these very segments (PrivTrace and clean-slate with roads): each
+            # point goes to a segment near it drawn by that density, so the streets people use get the points
             if self._placer is None:
                 self._placer = Placer(self.roads, weights)
             lat, lon = self._placer.place(part.lat, part.lon, rng)

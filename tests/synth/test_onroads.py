@@ -139,3 +139,44 @@ def test_every_method_puts_its_points_on_the_roads(con, method):
     rows = duckmob.synthesize(con, "trips", 1.0, method, bbox=json.loads(BBOX), roads="roads", n=20, seed=1,
                               **TINY[method])
     assert rows.num_rows > 0 and _distances(con, rows).max() < 1e-3
+
+
+def test_cleanslate_with_roads_releases_the_street_pieces_in_its_one_event(con):
+    # with roads: one more Laplace release (every street piece, scale k / eps_roads) inside the method's one event,
+    # still (eps, delta) in total; without roads the plan is what it was (no road part, the same event)
+    from duckmob.privacy import accounting
+    from duckmob.privacy.noise import NoiseSource
+    from duckmob.synth import store
+    from duckmob.synth.cleanslate import CleanSlate, budget_parts
+
+    params = TINY["cleanslate"]
+    synth = CleanSlate(json.loads(BBOX), **params)
+    plain = synth.plan(1.0, 1e-5)
+    assert plain.eps_roads == 0 and budget_parts(1.0, synth.config)[:3] == (plain.eps_count, plain.eps_prior,
+                                                                             plain.eps_steps)
+    roads = Roads.of(con.sql("FROM roads").to_arrow_table()).clip(json.loads(BBOX))
+    synth.roads = roads
+    plan = synth.plan(1.0, 1e-5)
+    assert plan.eps_roads == pytest.approx(synth.config.road_share * (1.0 - plan.eps_count))
+    assert plan.eps_prior == pytest.approx(plain.eps_prior) and plan.eps_steps == pytest.approx(plain.eps_steps)
+    assert accounting.epsilon(plan.event, 1e-5) == pytest.approx(1.0, rel=1e-3)
+    assert plan.event.to_json() != plain.event.to_json()
+    # the fit draws that release: Laplace of scale k / eps_roads on every piece, zero or not
+    con.sql(f"""FROM mob_fit('trips', 'cs_on_roads', method := 'cleanslate', eps := 1, bbox := {BBOX}, roads := 'roads',
+                params := {json.dumps(params).replace('"', "'")})""").fetchall()
+    _, model = store.load(con, "cs_on_roads")
+    road = model.road_density
+    assert len(road) == len(roads) and (road >= 0).all() and (road > 0).any()
+    assert model.info["eps_roads"] == pytest.approx(plan.eps_roads)
+    seen = []
+
+    class Recording(NoiseSource):
+        def laplace(self, scale, size):
+            seen.append((scale, size))
+            return super().laplace(scale, size)
+
+    from duckmob.synth.placement import release_road_density
+    release_road_density(np.zeros(int(roads.pieces().max()) + 1), roads, 1 / plan.eps_roads, Recording(1))
+    assert seen == [(pytest.approx(1 / plan.eps_roads), int(roads.pieces().max()) + 1)]
+    rows = con.sql("FROM mob_sample('cs_on_roads', n := 30, seed := 1)").to_arrow_table()
+    assert rows.num_rows > 0 and _distances(con, rows).max() < 1e-3

@@ -41,6 +41,9 @@ What ``fit`` spends, composed by the PLD accountant into ONE event (``model.even
    is 0);
 3. the step histogram (:func:`.spacing.release_steps`): Laplace(k / eps_steps) on every public bin,
    ``eps_steps = step_share (eps - eps_count)`` (one ``laplace(eps_steps)`` event; none when ``step_share`` is 0);
+   with a public road network (``roads :=``), also the density of its street pieces
+   (:func:`duckmob.synth.placement.road_sums`, sensitivity k): Laplace(k / eps_roads) on every piece,
+   ``eps_roads = road_share (eps - eps_count)`` (one ``laplace(eps_roads)`` event; none without roads);
 4. DP-SGD of TI: ``ceil(ti_epochs / q)`` Poisson-sampled steps at rate q, clip ``max_grad_norm``, noise
    multiplier ``sigma_TI`` calibrated so that (1) + ... + (4) reach ``s + ti_share (eps - s)`` with
    ``s = eps_count + eps_prior + eps_steps``;
@@ -80,7 +83,7 @@ from duckmob.privacy.counting import count_events, count_record, count_shares, n
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source.batches import as_batches
-from duckmob.synth import dpsgd
+from duckmob.synth import dpsgd, placement
 from duckmob.synth.base import (Model, Plan, ReleaseContext, Synthesizer, points_in_cells,
                                 trajectories_from_cells)
 from duckmob.synth.cleanslate.initialiser import Initialiser, categorical, sample_endpoints
@@ -126,6 +129,10 @@ class CleanSlateConfig(Config):
     step_share: float = param(0.05, float, low=0, high=1, high_open=True,
                               doc="share of eps (after the count) for the step-length histogram that spaces the "
                                   "points along each path (0: one point per path cell, the paper)")
+    road_share: float = param(0.05, float, low=0, high=1, high_open=True,
+                              doc="with roads := only: share of eps (after the count) for the density of the "
+                                  "road network's street pieces that places the points on the streets people use "
+                                  "(0: each point to its nearest road)")
     prior_cells: int | None = param(None, int, low=1, high=256,
                                     doc="cells per side of the end and distance histograms (null: from the noisy "
                                         "count, prior.prior_block; at most w)")
@@ -157,9 +164,10 @@ class CleanSlateConfig(Config):
     def check(self) -> None:
         if self.r >= self.w:
             raise DuckmobError(f"cleanslate parameter r must be below w (got r = {self.r}, w = {self.w})")
-        if self.prior_share + self.step_share >= 1:
-            raise DuckmobError(f"cleanslate parameters prior_share + step_share must be below 1, what DP-SGD gets "
-                               f"is the rest (got {self.prior_share:g} + {self.step_share:g})")
+        if self.prior_share + self.step_share + self.road_share >= 1:
+            raise DuckmobError(f"cleanslate parameters prior_share + step_share + road_share must be below 1, what "
+                               f"DP-SGD gets is the rest (got {self.prior_share:g} + {self.step_share:g} + "
+                               f"{self.road_share:g})")
 
 
 # Nats per hop of the shortest-path router: far above any path's summed -log p, so the fewest hops come first and
@@ -215,12 +223,14 @@ def max_points(config: CleanSlateConfig) -> int:
     return cells * POINTS_PER_CELL if config.step_share > 0 else cells
 
 
-def budget_parts(eps: float, config: CleanSlateConfig) -> tuple[float, float, float]:
-    """``(eps_count, eps_prior, eps_steps)``: the count's share of eps, and the prior's and the step histogram's
-    shares of what the count leaves (module docstring, 1-3)."""
+def budget_parts(eps: float, config: CleanSlateConfig, roads: bool = False) -> tuple[float, float, float, float]:
+    """``(eps_count, eps_prior, eps_steps, eps_roads)``: the count's share of eps, and the prior's, the step
+    histogram's and (with a public road network, ``roads``) the road density's shares of what the count leaves
+    (module docstring, 1-3). Without roads ``eps_roads`` is 0 and the others are what they were before roads."""
     eps_count = accounting.split(eps, {"count": config.count_share})["count"]
-    rest = accounting.split(eps - eps_count, {"prior": config.prior_share, "steps": config.step_share})
-    return eps_count, rest["prior"], rest["steps"]
+    rest = accounting.split(eps - eps_count, {"prior": config.prior_share, "steps": config.step_share,
+                                              "roads": config.road_share if roads else 0.0})
+    return eps_count, rest["prior"], rest["steps"], rest["roads"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,6 +242,7 @@ class CleanSlatePlan(Plan):
     eps_count: float
     eps_prior: float
     eps_steps: float
+    eps_roads: float
     steps_ti: int
     steps_tpg: int
     sigma_ti: float
@@ -261,6 +272,9 @@ _MACHINE = ("device", "threads", "progress")
 _INFO_NEEDED = ("n_noisy", "has_time")
 # Config fields added after format 2, which upgrade_format_2 sets (the older models' behaviour)
 _SINCE_FORMAT_3 = ("step_share",)
+# Config fields added later without a format change: a model stored before them reads their default (road_share
+# acts only in a fit with roads)
+_LATER = ("road_share",)
 
 
 def _stored_config(config: CleanSlateConfig) -> dict[str, Any]:
@@ -273,7 +287,8 @@ def upgrade_format_1(stored: dict) -> dict:
     ``max_trajectories_per_user``. Nothing is filled in: a format-1 model lacking a parameter its sampling reads
     (e.g. ``hop_cost``, which the very first ones did not store) is refused, not given today's default."""
     config, info = dict(stored["config"]), dict(stored["info"])
-    fields = {f.name for f in dataclasses.fields(CleanSlateConfig)} - set(_MACHINE) - set(_SINCE_FORMAT_3)
+    fields = ({f.name for f in dataclasses.fields(CleanSlateConfig)} - set(_MACHINE) - set(_SINCE_FORMAT_3)
+              - set(_LATER))
     missing = sorted(fields - set(config)) + [f"info.{key}" for key in _INFO_NEEDED if key not in info]
     if missing:
         raise DuckmobError(f"this cleanslate model was stored by an older duckmob and lacks {', '.join(missing)}, "
@@ -309,6 +324,12 @@ class CleanSlateModel(NeuralModel):
             tpg.load_state_dict(self.state["tpg"], strict=False)   # log_mask is public structure, rebuilt
             self._nets = (ti.eval(), tpg.eval())
         return self._nets
+
+    @property
+    def road_density(self) -> np.ndarray | None:
+        """The released density of the road network's segments (fitted with ``roads :=``), else None."""
+        road = self.state.get("road")
+        return None if road is None else road.numpy()
 
     @property
     def max_points(self) -> int:
@@ -454,7 +475,7 @@ class CleanSlate(Synthesizer):
         TI's noise multiplier calibrated to its target alone, TPG's to (eps, delta) and within ``prior`` (the
         source's budget and other releases) when given."""
         config, k = self.config, unit.max_trajectories_per_user
-        eps_count, eps_prior, eps_steps = budget_parts(eps, config)
+        eps_count, eps_prior, eps_steps, eps_roads = budget_parts(eps, config, roads=self.roads is not None)
         units = max(config.n_hint / k, 1.0)
         batch = float(config.batch_size or config.batch_factor * math.sqrt(units))
         q = min(1.0, batch / units)
@@ -463,7 +484,10 @@ class CleanSlate(Synthesizer):
         if eps_steps > 0:
             check_scale(k / eps_steps)
             fixed.append(accounting.laplace(eps_steps))
-        spent = eps_count + eps_prior + eps_steps
+        if eps_roads > 0:
+            check_scale(k / eps_roads)
+            fixed.append(accounting.laplace(eps_roads))
+        spent = eps_count + eps_prior + eps_steps + eps_roads
         target_ti = spent + config.ti_share * (eps - spent)
         sigma_ti = accounting.calibrate_noise_multiplier(fixed, q, steps_ti, target_ti, delta)
         ti = accounting.dp_sgd(sigma_ti, q, steps_ti)
@@ -472,7 +496,8 @@ class CleanSlate(Synthesizer):
         return CleanSlatePlan(eps=eps, delta=delta, unit=unit, event=event, bbox=self.bbox,
                               needs_time=self.needs_time, max_points=max_points(config), sample_rate=q,
                               default_size=config.n_hint,
-                              eps_count=eps_count, eps_prior=eps_prior, eps_steps=eps_steps, steps_ti=steps_ti,
+                              eps_count=eps_count, eps_prior=eps_prior, eps_steps=eps_steps, eps_roads=eps_roads,
+                              steps_ti=steps_ti,
                               steps_tpg=steps_tpg, sigma_ti=sigma_ti, sigma_tpg=sigma_tpg)
 
     def fit(self, source, plan: CleanSlatePlan, release: ReleaseContext) -> CleanSlateModel:
@@ -503,6 +528,14 @@ class CleanSlate(Synthesizer):
             if eps_prior > 0 else None
         # (3) the step histogram that spaces the points along the paths (.spacing)
         steps = release_steps(source, self.bbox, plan.eps_steps, noise, k, n_noisy) if plan.eps_steps > 0 else None
+        # (3b) with a public road network: the density of its street pieces, where the points go on the streets
+        # (placement.road_sums: each trajectory's mass 1 over the pieces its fixes match, sensitivity k; Laplace of
+        # k / eps_roads on every piece; the output's points drawn near their path by it, duckmob.synth.onroads)
+        road = None
+        if plan.eps_roads > 0:
+            road_scale = k / plan.eps_roads
+            road_sums = as_batches(source).reduce(lambda d: {"road": placement.road_sums(d, self.roads, road_scale)})
+            road = placement.release_road_density(road_sums["road"], self.roads, road_scale, noise)
         batch = plan.sample_rate * max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(rng.integers(2 ** 62)))
@@ -553,7 +586,7 @@ class CleanSlate(Synthesizer):
         info = dict(method=self.method, eps=plan.eps, delta=plan.delta,
                     epsilon_accounted=accounting.epsilon(event, plan.delta),
                     n_noisy=n_noisy, units_noisy=units_noisy, eps_count=eps_count, eps_prior=eps_prior,
-                    eps_steps=plan.eps_steps,
+                    eps_steps=plan.eps_steps, eps_roads=plan.eps_roads,
                     **count_record(count_shares(eps_count, k)[0], k),
                     prior_block=block, sample_rate=plan.sample_rate, expected_batch=batch, steps_ti=plan.steps_ti,
                     steps_tpg=plan.steps_tpg, noise_multiplier_ti=plan.sigma_ti,
@@ -568,6 +601,8 @@ class CleanSlate(Synthesizer):
                                ("detour", hist["detour"]))}
         if steps is not None:
             state["steps"] = torch.as_tensor(steps, dtype=torch.float64)
+        if road is not None:
+            state["road"] = torch.as_tensor(road, dtype=torch.float32)
         return CleanSlateModel(self.bbox.as_list(), config, state, event.to_json(), info, timings)
 
 

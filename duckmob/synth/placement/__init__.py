@@ -10,11 +10,12 @@ each, Laplace on every fine cell and bin), and samples from them (:mod:`.routes`
 method's cell-level output and spends nothing here.
 """
 
-from duckmob.synth.placement.releases import (EARTH_M_PER_DEG, MAX_POINTS, PARTS, SIGNAL_SHARE, STEP_BLOCKS_C,
-                                              STEP_EDGES_M, STEP_TAU, TAU, FineStats, PlacementConfig, _local_xy,
-                                              adaptive_density, fine_cells, fine_width, part_eps, parts,
-                                              privacy_events, release, release_statistics, scales, statistics,
-                                              step_bins, step_block, steps_mostly_noise)
+from duckmob.synth.placement.releases import (EARTH_M_PER_DEG, MAX_POINTS, PARTS, ROAD_PIECE_M, SIGNAL_SHARE,
+                                              STEP_BLOCKS_C, STEP_EDGES_M, STEP_TAU, TAU, FineStats, PlacementConfig,
+                                              _local_xy, adaptive_density, fine_cells, fine_width, part_eps, parts,
+                                              privacy_events, release, release_road_density, release_statistics,
+                                              road_sums, scales, statistics, step_bins, step_block,
+                                              steps_mostly_noise)
 from duckmob.synth.placement.routes import FLOOR, ROUTE_SPREAD, Placement, cell_centres, coarse_of_fine
 from duckmob.synth.placement.spacing import spaced
 
@@ -22,4 +23,4 @@ __all__ = ["PlacementConfig", "FineStats", "Placement", "release", "release_stat
            "privacy_events", "part_eps", "parts", "scales", "fine_width", "fine_cells", "step_bins", "step_block",
            "steps_mostly_noise", "adaptive_density", "coarse_of_fine", "cell_centres", "spaced", "PARTS",
            "STEP_EDGES_M", "STEP_BLOCKS_C", "STEP_TAU", "TAU", "SIGNAL_SHARE", "EARTH_M_PER_DEG", "MAX_POINTS",
-           "FLOOR", "ROUTE_SPREAD"]
+           "FLOOR", "ROUTE_SPREAD", "ROAD_PIECE_M", "road_sums", "release_road_density"]

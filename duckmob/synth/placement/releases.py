@@ -52,6 +52,9 @@ STEP_BLOCKS_C = 2.0
 # scales of a block when blocks are wider than a bin, below 1 scale on single bins (release_statistics; chosen on
 # GeoLife, docs/methods/privtrace.md).
 STEP_TAU = 2.0
+# With a public road network the density is released per street piece: the segments that continue one another
+# within cells of this many metres (duckmob.roads.Roads.pieces; measurements in docs/roads.md).
+ROAD_PIECE_M = 400.0
 EARTH_M_PER_DEG = 111_195.0
 MAX_POINTS = 20_000
 # The data-driven bound on the fine width (fine_width): the public assumption that trajectories' mass concentrates
@@ -75,7 +78,7 @@ class PlacementConfig(Config):
     output: str = param("points", str, choices=("points", "cells"),
                         doc="'points': routed, spaced points; 'cells': one uniform point per coarse cell")
     max_points: int = param(5000, int, low=2, high=MAX_POINTS, doc="cap on points per synthetic trajectory")
-    road_piece_m: float = param(400.0, float, low=10, high=100_000,
+    road_piece_m: float = param(ROAD_PIECE_M, float, low=10, high=100_000,
                                 doc="with roads: the density is released per street piece, the segments that "
                                     "continue one another within cells of this many metres")
     step_m: float | None = param(None, float, low=0, low_open=True,
@@ -227,7 +230,7 @@ def release(data, bbox, eps: float, config: PlacementConfig, noise, max_trajecto
 
 
 def statistics(data: Trajectories, bbox, w: int, part_scales: dict[str, float],
-               walk: bool = True, roads=None, piece_m: float = 400.0) -> dict[str, np.ndarray]:
+               walk: bool = True, roads=None, piece_m: float = ROAD_PIECE_M) -> dict[str, np.ndarray]:
     """The EXACT statistics of the parts in ``part_scales`` (never release them): whole noise-grid steps per fine
     cell and per step bin (``counting.normalised_sums``). Integers: the sums over batches of whole trajectories
     add up to the sums over all of them (``duckmob.source``). ``walk``: the density of the cells the fixes' line
@@ -245,7 +248,7 @@ def statistics(data: Trajectories, bbox, w: int, part_scales: dict[str, float],
 
 
 def release_statistics(sums: dict[str, np.ndarray], w: int, part_scales: dict[str, float], noise,
-                       n_noisy: float | None = None, roads=None, bbox=None, piece_m: float = 400.0) -> "FineStats":
+                       n_noisy: float | None = None, roads=None, bbox=None, piece_m: float = ROAD_PIECE_M) -> "FineStats":
     """The noise of the two parts on their exact statistics (:func:`statistics`), then post-processing.
     ``n_noisy`` (a DP count; None: the noisy step histogram's own total) sets the step histogram's blocks
     (:func:`step_block`). With ``roads`` (and the public ``bbox``) the density is released on every street piece of
@@ -256,12 +259,7 @@ def release_statistics(sums: dict[str, np.ndarray], w: int, part_scales: dict[st
     density_scale = part_scales["density"]
     road = None
     if roads is not None:
-        # one noisy value per street piece (the released support), kept where positive and spread along the
-        # piece's segments in proportion to their public lengths (post-processing)
-        piece = roads.pieces(piece_m)
-        noisy = np.maximum(release_sums(sums["road_density"], density_scale, noise), 0.0)
-        piece_length = np.bincount(piece, weights=roads.length_m, minlength=len(noisy))
-        road = noisy[piece] * roads.length_m / np.maximum(piece_length[piece], 1e-9)
+        road = release_road_density(sums["road_density"], roads, density_scale, noise, piece_m)
         mid = cell_of((roads.lat1 + roads.lat2) / 2, (roads.lon1 + roads.lon2) / 2, bbox, w)
         inside = mid >= 0
         density = np.bincount(mid[inside], weights=road[inside], minlength=w * w).astype(np.float32)
@@ -298,7 +296,7 @@ def release_statistics(sums: dict[str, np.ndarray], w: int, part_scales: dict[st
                      steps=np.repeat(blocks / m, m)[:n_bins])
 
 
-def road_sums(data: Trajectories, roads, scale: float, piece_m: float = 400.0) -> np.ndarray:
+def road_sums(data: Trajectories, roads, scale: float, piece_m: float = ROAD_PIECE_M) -> np.ndarray:
     """EXACT length-normalised density of the network's street pieces (never release it). Each fix is matched to
     its nearest segment of the public network (:func:`duckmob.roads.snap`, a transformation of the trajectory's
     own points), each segment belongs to one street piece (:meth:`duckmob.roads.Roads.pieces`: segments that
@@ -325,6 +323,18 @@ def road_sums(data: Trajectories, roads, scale: float, piece_m: float = 400.0) -
     owner, matched = key // n_pieces, key % n_pieces
     n_matched = np.bincount(owner, minlength=data.n_trajectories)
     return normalised_sums(matched, owner, n_matched, n_pieces, scale)
+
+
+def release_road_density(sums: np.ndarray, roads, scale: float, noise,
+                         piece_m: float = ROAD_PIECE_M) -> np.ndarray:
+    """The released road density on each segment: Laplace of ``scale`` on every street piece's exact sum
+    (:func:`road_sums`; a data-independent support, so eps-DP at sensitivity k for scale k / eps), then
+    post-processing: each piece's positive part spread along its segments in proportion to their public lengths.
+    One non-negative weight per segment of ``roads``."""
+    piece = roads.pieces(piece_m)
+    noisy = np.maximum(release_sums(sums, scale, noise), 0.0)
+    piece_length = np.bincount(piece, weights=roads.length_m, minlength=len(noisy))
+    return noisy[piece] * roads.length_m / np.maximum(piece_length[piece], 1e-9)
 
 
 def steps_mostly_noise(blocks: np.ndarray, n_noisy: float | None, block_scale: float) -> bool:

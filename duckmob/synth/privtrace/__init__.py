@@ -245,6 +245,11 @@ class PrivTraceModel(Model):
         lat, lon = self.grid.sample_points(visits % self.grid.m, rng)
         return trajectories_from_cells(lengths, lat[inverse], lon[inverse])
 
+    @property
+    def road_density(self) -> np.ndarray | None:
+        """The released density of the road network's segments (fitted with ``roads :=``), else None."""
+        return None if self.fine is None else self.fine.road
+
     def placement(self) -> placement.Placement:
         """The fine placement over this model's states (built once; post-processing)."""
         if self._placement is None:
