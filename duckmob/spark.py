@@ -482,7 +482,7 @@ def set_budget(ledger: str, source, eps: float, delta: float, *, spark=None) -> 
 
 
 def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partitions: int | None = None,
-           max_rows: int | None = None):
+           max_rows: int | None = None, roads=None):
     """``n`` trajectories of ``model`` (None: its noisy count, :func:`duckmob.release.fitting.default_size`) as a
     Spark DataFrame (traj_id, seq, lat, lon, ts) sampled on the executors: free post-processing of the model. n and
     the output's size are checked on the driver as the release core checks them (:func:`fitting.output`: refused,
@@ -492,7 +492,9 @@ def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partiti
     partitions (default: at most four per core of the session, never more than the blocks); each partition reads the
     broadcast model once and draws its blocks, block ``b`` from its own stream ``block_generator(seed, b)``. So the
     rows equal those of :func:`duckmob.release.sampling.blocks` for the same model, n and seed (sorted by traj_id,
-    seq), and no partition holds more than one block's rows in Python at a time. Lazy, as any DataFrame: the
+    seq), and no partition holds more than one block's rows in Python at a time. With ``roads`` (a public
+    :class:`duckmob.roads.Roads`, broadcast as Arrow) every point is placed on them as the release core places it
+    (:class:`duckmob.synth.onroads.OnRoads`) Lazy, as any DataFrame: the
     blocks are drawn when an action (write, count) runs, again at each action (the same rows each time)."""
     n = fitting.output(model, n, seed, max_rows).n   # the core's n and size checks; its rows are drawn below
     check_workers(spark)   # the workers import duckmob to draw (once per session: already done by a release)
@@ -503,15 +505,60 @@ def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partiti
     stored = spark.sparkContext.broadcast(model.to_bytes())
     load, method = type(model).from_bytes, model.stored_method()
     entropy, spawn_key = seed.entropy, tuple(seed.spawn_key)   # a SeedSequence travels as these two
+    on_roads = None if roads is None else spark.sparkContext.broadcast(_arrow_bytes(roads.to_arrow()))
 
     def draw(batches):
         here = load(stored.value, method)
+        if on_roads is not None:
+            from duckmob.roads import Roads
+            from duckmob.synth.onroads import OnRoads
+
+            here = OnRoads(here, Roads.of(pa.ipc.open_stream(on_roads.value).read_all()))
         out_seed = np.random.SeedSequence(entropy, spawn_key=spawn_key)
         for batch in batches:
             for block in batch.column(0).to_numpy():
                 yield from synthetic_table(sampling.draw_block(here, n, out_seed, int(block))).to_batches()
 
     return spark.range(blocks, numPartitions=partitions).mapInArrow(draw, _ROWS_DDL)
+
+
+def _arrow_bytes(table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _with_roads(r, roads, roads_name, sensitive: tuple[str, ...], ledger: str):
+    """``r`` with its public road network (``roads=``: a Spark DataFrame, read on the driver, or an Arrow table),
+    clipped to the bbox, before anything is reserved: a public input costs no budget. A DataFrame whose data is
+    what the release reads, or has a declared budget in ``ledger``, is refused: a network built from the sensitive
+    traces is not public. An Arrow table is the caller's own declaration that it is public."""
+    from dataclasses import replace
+
+    from duckmob.privacy import ledger as ledgers
+    from duckmob.roads import Roads
+
+    if hasattr(roads, "toArrow"):
+        keys = budget_keys(roads)
+        con = _ledger(ledger)
+        try:
+            budgeted = [k for k in keys if k in sensitive or ledgers.budget(con.cursor(), k) is not None]
+        finally:
+            con.close()
+        if budgeted:
+            raise DuckmobError(f"duckmob: roads= reads {', '.join(sorted(budgeted))}, which has a privacy budget (or "
+                               "is what this release reads): a road network built from the sensitive data is not "
+                               "public. Give a public network: an OpenStreetMap extract, a city's GIS")
+        table, name = roads.toArrow(), roads_name or release_source(keys)
+    elif isinstance(roads, pa.Table):
+        table, name = roads, roads_name or "roads"
+    else:
+        raise DuckmobError(f"duckmob: roads= takes a Spark DataFrame or a pyarrow Table of road segments (lat1, lon1, "
+                           f"lat2, lon2), got {type(roads).__name__}")
+    network = Roads.of(table, name=name).clip(r.synthesizer.bbox.as_list())
+    r.synthesizer.roads = network   # the request's own synthesizer: a public input
+    return replace(r, roads=name, on_roads=network)
 
 
 def _fit_request(stability, **kwargs):
@@ -530,7 +577,7 @@ def synthesize(df, *, ledger: str, eps, method: str = "privtrace", delta=None, b
                privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None, max_rows=None,
                stability: int | None = None, partitions: int | None = None, output_partitions: int | None = None,
                traj_col="traj_id", ts_col="ts", lat_col="lat", lon_col="lon", user_col="user_id", seq_col="seq",
-               source=None, **method_params):
+               source=None, roads=None, roads_name: str | None = None, **method_params):
     """``synthesize`` on a Spark DataFrame: fit + sample, one spend recorded in the DuckDB file ``ledger``, drawn
     on the budget of the data ``df`` reads (:func:`budget_keys`; declare it first with :func:`set_budget`);
     returns the synthetic table as a Spark DataFrame (traj_id, seq, lat, lon, ts) sampled on the executors
@@ -539,7 +586,9 @@ def synthesize(df, *, ledger: str, eps, method: str = "privtrace", delta=None, b
 
     Before anything is reserved: the arguments, the DataFrame's schema, its budget keys, its plan (a plan that can
     turn one row into several is refused naming the operator unless ``stability=s`` is declared: the release then
-    costs s times the sensitivity, :func:`_stability`) and the workers' python (:func:`check_workers`)."""
+    costs s times the sensitivity, :func:`_stability`), the roads (``roads=``: a public network as a Spark
+    DataFrame or an Arrow table, :func:`_with_roads`; ``roads_name`` names it in the ledger) and the workers'
+    python (:func:`check_workers`)."""
     from duckmob import synth
     from duckmob.release import interrupts
 
@@ -559,6 +608,8 @@ def synthesize(df, *, ledger: str, eps, method: str = "privtrace", delta=None, b
             raise DuckmobError(f"the DataFrame has no {user_col} column, so privacy_unit := 'user' cannot tell whose "
                                "each trajectory is: name its user column with user_col=..., or use "
                                "privacy_unit='trajectory'")
+        if roads is not None:
+            r = _with_roads(r, roads, roads_name, keys, ledger)
         check_workers(df.sparkSession)
         con = _ledger(ledger)
         try:
@@ -566,7 +617,7 @@ def synthesize(df, *, ledger: str, eps, method: str = "privtrace", delta=None, b
         finally:
             con.close()
     return sample(df.sparkSession, model, r.n, noise.output_seed(), partitions=output_partitions,
-                  max_rows=r.max_rows)
+                  max_rows=r.max_rows, roads=r.on_roads)
 
 
 def release_source(keys) -> str:

@@ -8,6 +8,8 @@ do)."""
 import shutil
 import sys
 
+import json
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -461,3 +463,56 @@ def test_spark_setup_of_the_docs_works_with_an_unactivated_venv(data, tmp_path):
     _, before, after, n = result[0].split()
     assert before == "python3" and after == sys.executable and int(n) == 50
     assert [st for _, _, st in _ledger_rows(str(tmp_path / "ledger_venv.duckdb"))] == ["spent"]
+
+
+def _grid_roads(streets: int = 24):
+    """A public street grid over BBOX (constants only): ``streets`` east-west and north-south streets, each cut at
+    every crossing."""
+    import pyarrow as pa
+
+    lats = np.linspace(BBOX[0], BBOX[2], streets)
+    lons = np.linspace(BBOX[1], BBOX[3], streets)
+    a_lat, a_lon = np.meshgrid(lats, lons[:-1], indexing="ij")          # east-west pieces
+    b_lat, b_lon = np.meshgrid(lats[:-1], lons, indexing="ij")          # north-south pieces
+    return pa.table({"lat1": np.r_[a_lat.ravel(), b_lat.ravel()], "lon1": np.r_[a_lon.ravel(), b_lon.ravel()],
+                     "lat2": np.r_[a_lat.ravel(), b_lat.ravel() + (lats[1] - lats[0])],
+                     "lon2": np.r_[a_lon.ravel() + (lons[1] - lons[0]), b_lon.ravel()]})
+
+
+def test_spark_places_on_public_roads_as_duckdb_does_and_refuses_private_ones(data):
+    """roads= on Spark: the same model, the same ledger record and the same rows as DuckDB's roads :=, every point
+    on a road (placed on the executors); a roads DataFrame that reads the sensitive file is refused before any
+    spend."""
+    from duckmob.roads import Roads, snap
+
+    folder, path, session = data
+    ledger = str(folder / "ledger_roads.duckdb")
+    dspark.set_budget(ledger, session.read.parquet(path), 10.0, 1e-5)
+    grid = _grid_roads()
+    n = 300
+    out = dspark.synthesize(session.read.parquet(path), ledger=ledger, eps=1.0, bbox=BBOX, seed=5, n=n,
+                            roads=grid, roads_name="grid", output_partitions=2).toArrow()
+    got = out.sort_by([("traj_id", "ascending"), ("seq", "ascending")])
+    network = Roads.of(grid).clip(BBOX)
+    assert got.num_rows > n and snap(network, got.column("lat").to_numpy(), got.column("lon").to_numpy())[4].max() < 1e-3
+    con = duckdb.connect()
+    duckmob.register(con)
+    con.execute(f"CREATE TABLE trips AS FROM '{path}'")
+    con.register("grid_arrow", grid)
+    con.execute("CREATE TABLE grid AS FROM grid_arrow")
+    con.execute("FROM mob_set_budget('trips', eps := 10, delta := 1e-5)").fetchall()
+    ddb = synthesize_table(con, "trips", 1.0, bbox=BBOX, seed=5, n=n, roads="grid")
+    ddb_params = json.loads(con.sql("SELECT params FROM duckmob_ledger").fetchall()[0][0])
+    con.close()
+    assert ddb.equals(got)
+    led = duckdb.connect(ledger)
+    params = json.loads(led.sql("SELECT params FROM duckmob_ledger").fetchall()[0][0])
+    spent = led.sql("SELECT count(*) FROM duckmob_ledger").fetchall()
+    led.close()
+    assert params["roads"] == "grid" and params["roads_digest"] == network.digest == ddb_params["roads_digest"]
+    traced = session.read.parquet(path).selectExpr("lat AS lat1", "lon AS lon1", "lat + 1e-4 AS lat2", "lon AS lon2")
+    with pytest.raises(duckmob.DuckmobError, match="a road network built from the sensitive data is not public"):
+        dspark.synthesize(session.read.parquet(path), ledger=ledger, eps=1.0, bbox=BBOX, roads=traced)
+    led = duckdb.connect(ledger)
+    assert led.sql("SELECT count(*) FROM duckmob_ledger").fetchall() == spent
+    led.close()
