@@ -494,8 +494,8 @@ def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partiti
     rows equal those of :func:`duckmob.release.sampling.blocks` for the same model, n and seed (sorted by traj_id,
     seq), and no partition holds more than one block's rows in Python at a time. With ``roads`` (a public
     :class:`duckmob.roads.Roads`, broadcast as Arrow) every point is placed on them as the release core places it
-    (:class:`duckmob.synth.onroads.OnRoads`) Lazy, as any DataFrame: the
-    blocks are drawn when an action (write, count) runs, again at each action (the same rows each time)."""
+    (:class:`duckmob.synth.onroads.OnRoads`). Lazy, as any DataFrame: the blocks are drawn when an action (write,
+    count) runs, again at each action (the same rows each time)."""
     n = fitting.output(model, n, seed, max_rows).n   # the core's n and size checks; its rows are drawn below
     check_workers(spark)   # the workers import duckmob to draw (once per session: already done by a release)
     blocks = sampling.n_blocks(n)
