@@ -132,14 +132,34 @@ VARIANTS = {"privtrace+roads/fine_m=50": ("privtrace", "roads", {"fine_m": 50.0}
             "privtrace+roads/fine_m=25": ("privtrace", "roads", {"fine_m": 25.0})}
 
 
-def run(trips: int, seeds: list[int], outputs: list[str], picture: str | None, gap_s=(30.0, 60.0)) -> dict:
+def replicated(table, copies: int, trips: int):
+    """``copies`` copies of a table of ``trips`` trips, each with traj_id and user_id moved past the previous
+    copy's: a larger table of the same population (for sizes the simulation is too slow to draw)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if copies == 1:
+        return table
+    parts = []
+    for c in range(copies):
+        shift = pa.scalar(c * 10 * trips, pa.int64())
+        parts.append(table.set_column(table.column_names.index("traj_id"), "traj_id",
+                                      pc.add(table.column("traj_id"), shift))
+                     .set_column(table.column_names.index("user_id"), "user_id",
+                                 pc.add(table.column("user_id"), shift)))
+    return pa.concat_tables(parts)
+
+
+def run(trips: int, seeds: list[int], outputs: list[str], picture: str | None, gap_s=(30.0, 60.0),
+        copies: int = 1) -> dict:
     import duckmob
     from roads_sim import City
 
     t0 = time.perf_counter()
     city = City(seed=0)
-    real_a = city.trips(trips, SEED_A, gap_s=gap_s)
-    real_b = city.trips(trips, SEED_B, id_offset=10 * trips, gap_s=gap_s)
+    base = trips // copies
+    real_a = replicated(city.trips(base, SEED_A, gap_s=gap_s), copies, base)
+    real_b = replicated(city.trips(base, SEED_B, id_offset=10 * trips, gap_s=gap_s), copies, base)
     sim_s = time.perf_counter() - t0
     print(f"simulated 2 x {trips:,} trips in {sim_s:.1f} s: {real_a.num_rows:,} and {real_b.num_rows:,} fixes",
           flush=True)
@@ -177,6 +197,7 @@ def run(trips: int, seeds: list[int], outputs: list[str], picture: str | None, g
     if picture:
         draw(picture, a, b, pictures)
     return dict(setting=dict(trips=trips, seeds=seeds, eps=EPS, bbox=BOX, seed_a=SEED_A, seed_b=SEED_B, gap_s=gap_s,
+                             copies=copies,
                              fixes_a=real_a.num_rows, fixes_b=real_b.num_rows, sim_s=sim_s,
                              real_points_per_traj=a.points_per_traj(), cores=os.cpu_count(),
                              real_off30=ref_a["off30"], real_off250=ref_a["off250"], code=code_version()),
@@ -198,6 +219,11 @@ def code_version() -> str:
     return head + ("+dirty" if dirty else "")
 
 
+def copies_note(setting: dict) -> str:
+    copies = setting.get("copies", 1)
+    return "" if copies == 1 else f", {copies} copies of {setting['trips'] // copies:,} simulated trips"
+
+
 def fmt_row(row: dict) -> str:
     return " ".join(f"{short} {fmt.format(row[key])}" for short, key, fmt in COLUMNS)
 
@@ -215,7 +241,7 @@ def table(result: dict) -> str:
     s = result["setting"]
     lines = [f"Simulated SF taxi trips (benchmarks/roads_sim.py), {s['trips']:,} trips per table "
              f"({s['fixes_a']:,} fixes in real A, {s['real_points_per_traj']:.1f} per trip in the box, a fix every "
-             f"{s.get('gap_s', (30, 60))[0]:g}-{s.get('gap_s', (30, 60))[1]:g} s), eps "
+             f"{s.get('gap_s', (30, 60))[0]:g}-{s.get('gap_s', (30, 60))[1]:g} s{copies_note(s)}), eps "
              f"{s['eps']:g}, trajectory unit, mean of {len(s['seeds'])} seed(s) {s['seeds']}; downtown box "
              f"{s['bbox']}; code {s['code']}",
              f"{'output':17s}" + "".join(f"{short:>9s}" for short, _, _ in COLUMNS)]
@@ -288,6 +314,8 @@ def main() -> None:
     parser.add_argument("--no-roads", action="store_true", help="skip the +roads outputs")
     parser.add_argument("--variants", default="", help=f"comma-separated, of: {', '.join(VARIANTS)}")
     parser.add_argument("--gap-s", default="30,60", help="seconds between fixes, low,high (T-Drive-like: 240,360)")
+    parser.add_argument("--copies", type=int, default=1,
+                        help="simulate trips / copies trips and replicate them (larger tables, faster)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="writes OUT.txt, OUT.json and OUT_density.png")
     args = parser.parse_args()
     gap_s = tuple(float(g) for g in args.gap_s.split(","))
@@ -296,7 +324,7 @@ def main() -> None:
     for m in args.methods.split(","):
         outputs += [m] if args.no_roads else [m, f"{m}+roads"]
     outputs += [v for v in args.variants.split(",") if v]
-    result = run(args.trips, seeds, outputs, args.out + "_density.png", gap_s)
+    result = run(args.trips, seeds, outputs, args.out + "_density.png", gap_s, args.copies)
     text = table(result)
     print(text)
     with open(args.out + ".txt", "w") as f:
