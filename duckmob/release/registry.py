@@ -49,6 +49,7 @@ class Database:
         self.verified = ledger.Verified()
         self.recent = Recent()
         self.outputs = Outputs()
+        self.models = Loaded()
 
     def _connect(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         """The core's own connection, which the UDFs are registered on and which must outlive the user's.
@@ -150,6 +151,13 @@ class Outputs(Recent):
         handle = uuid.uuid4().hex
         self.put(handle, output)
         return handle
+
+
+class Loaded(Recent):
+    """Stored models ``mob_sample`` loaded, by name and checksum, with what their sampling built (PrivTrace's route
+    tables), so that the next output of the same stored model starts warm (:func:`duckmob.release.tables.sample`)."""
+
+    SIZE = 2
 
 
 @dataclass

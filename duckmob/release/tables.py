@@ -175,12 +175,38 @@ def sample(db: Database, name, n=None, seed=None, max_rows=None) -> sampling.Out
     when it could have more than ``max_rows`` rows."""
     name = validators.model_name(name)
     n, seed, max_rows = validators.n_trajectories(n), validators.seed(seed), validators.max_rows(max_rows)
-    _method, model = read_ledger(db, lambda cur: store.load(cur, name))
+    model = _stored_model(db, name)
     described = read_ledger(db, lambda cur: store.described(cur, name))
     ledger_id = read_ledger(db, lambda cur: outputs.model_ledger_id(cur, name))
     return fitting.output(fitting.on_roads(model, _stored_roads(db, name, described)), n,
                           NoiseSource(seed).output_seed(), max_rows, desc=f"mob_sample {name}",
                           threads=draw_threads(db), on_first=outputs.recorder(db, ledger_id, model, name=name))
+
+
+def _stored_model(db: Database, name: str):
+    """The stored model ``name``, loaded and checked against its ledger row (``store.load``) at every call; a model
+    whose sampling may run on several threads at once (``concurrent_sample``: PrivTrace) is then the one an earlier
+    call loaded for the same stored row (name and checksum; :class:`~duckmob.release.registry.Loaded`), whose
+    route tables are kept: a later output's first block reads them instead of computing them."""
+    def loaded(cur):
+        cur.execute("BEGIN TRANSACTION")        # the model and its checksum from one snapshot
+        try:
+            model = store.load(cur, name)[1]
+            stored = cur.execute(f"SELECT checksum FROM {store.TABLE} WHERE name = ?", [name]).fetchone()[0]
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        cur.execute("COMMIT")
+        return model, stored
+
+    model, stored = read_ledger(db, loaded)
+    if not getattr(model, "concurrent_sample", False):
+        return model
+    key = json.dumps([name, stored])
+    kept = db.models.get(key)
+    if kept is None:
+        db.models.put(key, model)
+    return model if kept is None else kept
 
 
 def _stored_roads(db: Database, name: str, described: dict):

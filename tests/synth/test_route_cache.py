@@ -202,3 +202,45 @@ def test_sql_and_python_outputs_are_the_same_with_the_cache_off_or_on(monkeypatc
     for a, b in zip(off, on):
         assert a.equals(b)
     assert off[2].equals(off[1])                                 # the Python reader draws the SQL rows
+
+
+def test_a_second_mob_sample_of_an_unchanged_model_reads_its_kept_routes_and_a_refit_one_is_new(monkeypatch):
+    """mob_sample loads and checks the stored model at every query; a PrivTrace model is then the one the last
+    query of the same stored row loaded, so its route tables are kept across queries. A model stored again under
+    the same name is another row (another checksum): its routes are its own."""
+    computed = []
+    compute = Placement._route_tables
+
+    def counting(self, pairs, costs, target=None):
+        computed.append(len(pairs))
+        return compute(self, pairs, costs, target)
+
+    monkeypatch.setattr(Placement, "_route_tables", counting)
+    con = duckmob.connect()
+    try:
+        con.execute("CREATE TABLE trips AS FROM mob_geolife_sample()")
+        con.execute("FROM mob_set_budget('trips', eps := 10, delta := 1e-5)").fetchall()
+        con.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {GEOLIFE_BBOX}, seed := 1)").fetchall()
+        query = "FROM mob_sample('m', n := 3000, seed := 6)"
+        first = con.sql(query).to_arrow_table()
+        assert computed
+        computed.clear()
+        assert con.sql(query).to_arrow_table().equals(first)
+        assert computed == []                                   # every route read from the kept tables
+        assert duckmob.sample(con, "m", 3000, seed=6).equals(first) and computed == []
+        con.execute("DELETE FROM duckmob_models WHERE name = 'm'")
+        con.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {GEOLIFE_BBOX}, seed := 2)").fetchall()
+        computed.clear()
+        refit = con.sql(query).to_arrow_table()
+        assert computed and not refit.equals(first)
+    finally:
+        con.close()
+    monkeypatch.setenv(routes_module.ROUTE_CACHE_VARIABLE, "off")
+    fresh = duckmob.connect()
+    try:
+        fresh.execute("CREATE TABLE trips AS FROM mob_geolife_sample()")
+        fresh.execute("FROM mob_set_budget('trips', eps := 10, delta := 1e-5)").fetchall()
+        fresh.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {GEOLIFE_BBOX}, seed := 2)").fetchall()
+        assert fresh.sql(query).to_arrow_table().equals(refit)           # the refit model's own rows
+    finally:
+        fresh.close()
