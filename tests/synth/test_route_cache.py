@@ -5,9 +5,10 @@ The IndexError that withdrew the cache at 300 M fixes (block 60 of a default-n o
 8 x 8 fine grid: a coarse cell holding no fine cell centre (a PrivTrace split deeper than the fine grid) has no
 anchors, so a move from it has no routes and its ``first`` is the next key's. In a table computed for one block
 that silently reads another move's routes; in the kept table a key first met in a later block is laid out after
-every route, so the chain read past the end. Run against routes.py as it was before 084cb66, the first test fails
-with ``IndexError: index 12 is out of bounds for axis 0 with size 12`` (and with the fix reverted, proxy cells
-off, on the kept table only).
+every route, so the chain read past the end. The first test's scenario run against routes.py as it was before
+084cb66 raised ``IndexError: index 12 is out of bounds for axis 0 with size 12`` on the kept table (and started
+trajectory 0 in cell 2 on a fresh one); with that fix (proxy cells) reverted in today's code, the first test fails
+with the same IndexError.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ def _fresh(model: PrivTraceModel, keep: bool) -> PrivTraceModel:
     return again
 
 
-def test_kept_routes_give_the_rows_of_fresh_ones_in_any_block_order_and_thread_count(model):
+def test_kept_routes_give_the_rows_of_fresh_ones_in_any_block_order_and_thread_count(model, monkeypatch):
+    monkeypatch.setattr(sampling, "CHEAP_BLOCK_S", 0.0)        # draw ahead on 2 threads however cheap the blocks
     n, seed = 9000, np.random.SeedSequence(11)                 # five blocks, the last one partial
     off = _fresh(model, keep=False)
     expected = sampling.Output(off, n, seed, threads=1).table()
@@ -120,7 +122,9 @@ def test_kept_routes_give_the_rows_of_fresh_ones_in_any_block_order_and_thread_c
     assert first > 0
     for threads in (1, 2):
         on = _fresh(model, keep=True)
-        assert sampling.Output(on, n, seed, threads=threads).table().equals(expected)
+        output = sampling.Output(on, n, seed, threads=threads)
+        assert output._ahead.threads == threads
+        assert output.table().equals(expected)
         assert on.placement()._cache["moves"]["keys"].size == first      # the same moves kept, whatever the order
     assert pa.concat_tables([synthetic_table(parts[b]) for b in sorted(parts)]).combine_chunks().equals(expected)
 
@@ -186,7 +190,8 @@ def _sql_rows(monkeypatch, cache: str, threads: int):
         con.execute(f"SET threads = {threads}")
         con.execute("CREATE TABLE trips AS FROM mob_geolife_sample()")
         con.execute("FROM mob_set_budget('trips', eps := 10, delta := 1e-5)").fetchall()
-        synth = con.sql(f"FROM synthesize('trips', eps := 1.0, n := 5000, bbox := {GEOLIFE_BBOX}, seed := 4)").to_arrow_table()
+        synth = con.sql(f"FROM synthesize('trips', eps := 1.0, n := 5000, bbox := {GEOLIFE_BBOX}, "
+                        "seed := 4)").to_arrow_table()
         con.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {GEOLIFE_BBOX}, seed := 1)").fetchall()
         sample = con.sql("FROM mob_sample('m', n := 5000, seed := 6)").to_arrow_table()
         streamed = duckmob.sample(con, "m", 5000, seed=6, stream=True).read_all()
