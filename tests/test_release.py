@@ -16,6 +16,7 @@ import duckmob
 from duckmob import release
 from duckmob.errors import DuckmobError, one_line
 from duckmob.privacy import accounting, ledger
+from duckmob.privacy.ledger import schema, seals
 from duckmob.synth.privtrace import PrivTrace
 from straight_trips import straight_trips
 
@@ -358,9 +359,9 @@ def test_each_release_checks_the_ledger_incrementally(con, monkeypatch):
     con.sql("FROM mob_set_budget('trips', eps := 100.0, delta := 0)").fetchall()
     db = release.database(con)
     sealed, looks = [], []
-    real_seal, real_present = ledger._seal, ledger._present
-    monkeypatch.setattr(ledger, "_seal", lambda row: sealed.append(row.get("id")) or real_seal(row))
-    monkeypatch.setattr(ledger, "_present", lambda c: looks.append(1) or real_present(c))
+    real_seal, real_present = seals.seal, schema.present
+    monkeypatch.setattr(seals, "seal", lambda row: sealed.append(row.get("id")) or real_seal(row))
+    monkeypatch.setattr(schema, "present", lambda c: looks.append(1) or real_present(c))
     per_release = []
     for _ in range(30):
         sealed.clear()
@@ -382,7 +383,7 @@ def test_an_edit_of_a_release_in_progress_is_refused_at_its_end(con):
         row = ledger.release_row(con, rel.ledger_id)
         row["event"] = accounting.laplace(0.001).to_json()
         con.execute("UPDATE duckmob_ledger SET event = ?, seal = ? WHERE id = ?",
-                    [row["event"], ledger._seal(row), rel.ledger_id])   # resealed, as a careful editor would
+                    [row["event"], seals.seal(row), rel.ledger_id])   # resealed, as a careful editor would
         return "released"
 
     req = release.Request(source="trips", mechanism="test", privacy_unit="trajectory", params={}, seeded=False,

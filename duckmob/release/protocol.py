@@ -77,7 +77,7 @@ class Release:
         def replace(p: ledger.Prior, planned: tuple[Event, T]) -> T:
             nonlocal written
             event, result = planned
-            ledger.check(p, event)
+            p.check(event)
             written = True
             self._set_event(cur, event)
             return result
@@ -172,7 +172,7 @@ def _reserve(db: Database, request: Request, since: int, noise: NoiseSource | No
             raise interrupts.stopped(was_read=False)
 
     def reserve(p: ledger.Prior, event: Event) -> tuple[Event, int]:
-        ledger.check(p, event)
+        p.check(event)
         return event, ledger.reserve(cur, p, event, mechanism=request.mechanism, privacy_unit=request.privacy_unit,
                                      params=request.params, seeded=request.seeded, verified=db.verified)
 

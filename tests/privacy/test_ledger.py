@@ -13,6 +13,7 @@ import duckmob
 from duckmob.errors import BudgetError, DuckmobError, one_line
 from duckmob.privacy import accounting as acc
 from duckmob.privacy import ledger
+from duckmob.privacy.ledger import headfile, schema, seals
 
 SGD = acc.dp_sgd(1.0, 0.00256, 4000)
 
@@ -27,14 +28,14 @@ def test_no_budget_is_refused_with_what_to_run(con):
     assert [c[0] for c in con.sql("FROM mob_ledger()").description][:3] == ["id", "recorded_at", "source"]
     with pytest.raises(BudgetError, match=r"no privacy budget declared for 'trips': run FROM "
                                           r"mob_set_budget\('trips', eps := \.\.\., delta := \.\.\.\)"):
-        ledger.check(con, "trips", acc.laplace(0.1))
+        ledger.check_source(con, "trips", acc.laplace(0.1))
 
 
 def test_set_budget_spend_and_refuse(con):
     con.execute("CREATE TABLE trips AS SELECT 1 AS traj_id")   # a first budget names a table that exists
     rows = con.sql("FROM mob_set_budget('trips', eps := 2, delta := 1e-5)").fetchall()
     assert rows == [("trips", 2.0, 1e-5, 0.0, 2.0)]
-    ledger.check(con, "trips", acc.laplace(0.5))
+    ledger.check_source(con, "trips", acc.laplace(0.5))
     assert con.execute("SELECT count(*) FROM duckmob_ledger").fetchall()[0][0] == 0  # check writes nothing
     rec(con, "trips", acc.laplace(0.5))
     rec(con, "trips", SGD, seeded=True)
@@ -43,8 +44,8 @@ def test_set_budget_spend_and_refuse(con):
     assert spent == pytest.approx(1.2844, abs=1e-3) == ledger.spent(con, "trips")
     assert remaining == pytest.approx(2.0 - spent)
     with pytest.raises(BudgetError, match=r"privacy budget of 'trips' exceeded: eps 1\.28\d* of 2 is spent"):
-        ledger.check(con, "trips", acc.laplace(1.0))
-    ledger.check(con, "trips", acc.laplace(0.7))  # PLD composition: 1.2844 + 0.7 minus a little still fits
+        ledger.check_source(con, "trips", acc.laplace(1.0))
+    ledger.check_source(con, "trips", acc.laplace(0.7))  # PLD composition: 1.2844 + 0.7 minus a little still fits
     led = con.sql("SELECT id, source, mechanism, privacy_unit, params, event, seeded, epsilon "
                   "FROM mob_ledger()").fetchall()
     assert [r[0] for r in led] == [1, 2]
@@ -58,9 +59,9 @@ def test_budgets_are_per_source(con):
     ledger.set_budget(con, "a", 1.0, 0.0)
     ledger.set_budget(con, "b", 1.0, 0.0)
     rec(con, "a", acc.laplace(1.0))
-    ledger.check(con, "b", acc.laplace(1.0))
+    ledger.check_source(con, "b", acc.laplace(1.0))
     with pytest.raises(BudgetError):
-        ledger.check(con, "a", acc.laplace(0.01))
+        ledger.check_source(con, "a", acc.laplace(0.01))
     assert [r[0] for r in con.sql("FROM mob_budget()").fetchall()] == ["a", "b"]
 
 
@@ -80,7 +81,7 @@ def test_pure_budget_refuses_gaussian_mechanisms(con):
     ledger.set_budget(con, "t", 10.0, 0.0)
     with pytest.raises(BudgetError, match=r"has delta 0, and this release \(dp_sgd.*\) needs delta > 0: declare a "
                                           r"positive delta, e\.g\. FROM mob_set_budget\('t', eps := 10, delta := 1e-5\)"):
-        ledger.check(con, "t", SGD)   # never "raise the budget ... delta := 0": no eps is enough at delta 0
+        ledger.check_source(con, "t", SGD)   # never "raise the budget ... delta := 0": no eps is enough at delta 0
 
 
 def test_sql_errors_say_what_to_do(con):
@@ -142,7 +143,7 @@ def _reseal(con, ledger_id, event):
     row = ledger.release_row(con, ledger_id)
     row["event"] = event.to_json()
     con.execute("UPDATE duckmob_ledger SET event = ?, seal = ? WHERE id = ?",
-                [row["event"], ledger._seal(row), ledger_id])
+                [row["event"], seals.seal(row), ledger_id])
 
 
 def test_verification_hashes_only_the_rows_added_since(con, monkeypatch):
@@ -153,13 +154,13 @@ def test_verification_hashes_only_the_rows_added_since(con, monkeypatch):
     ledger.verify(con, verified)
     assert len(verified.rows) == 4 and verified.declared and verified.tables
     sealed = []
-    real_seal = ledger._seal
-    monkeypatch.setattr(ledger, "_seal", lambda row: sealed.append(row["id"]) or real_seal(row))
+    real_seal = seals.seal
+    monkeypatch.setattr(seals, "seal", lambda row: sealed.append(row["id"]) or real_seal(row))
     ledger.verify(con, verified)
     assert sealed == []
     monkeypatch.undo()
     rec(con, "t", acc.laplace(0.1))
-    monkeypatch.setattr(ledger, "_seal", lambda row: sealed.append(row["id"]) or real_seal(row))
+    monkeypatch.setattr(seals, "seal", lambda row: sealed.append(row["id"]) or real_seal(row))
     ledger.verify(con, verified)
     assert sealed == [5]
     assert ledger.prior(con, "t", verified=verified).events == (acc.laplace(0.1),) * 5
@@ -216,14 +217,14 @@ def test_a_dropped_budget_table_is_detected(con):
     rec(con, "t", acc.laplace(1.0))
     con.execute("DROP TABLE duckmob_budget")
     with pytest.raises(ledger.LedgerTampered, match="the table duckmob_budget was dropped"):
-        ledger.check(con, "t", acc.laplace(0.1))
+        ledger.check_source(con, "t", acc.laplace(0.1))
 
 
 def test_ensure_tables_looks_at_the_catalog_until_the_tables_are_found(con, monkeypatch):
     verified = ledger.Verified()
     looks = []
-    real_present = ledger._present
-    monkeypatch.setattr(ledger, "_present", lambda c: looks.append(1) or real_present(c))
+    real_present = schema.present
+    monkeypatch.setattr(schema, "present", lambda c: looks.append(1) or real_present(c))
     ledger.ensure_tables(con, verified)
     assert len(looks) == 1
     ledger.verify(con, verified)
@@ -314,7 +315,7 @@ c.execute("UPDATE duckmob_budget SET eps = 100 WHERE seq = 2")
     "edit a row and recompute its seal": """
 row = ledger.release_row(c, 1)
 row["event"] = accounting.laplace(0.001).to_json()
-c.execute("UPDATE duckmob_ledger SET event = ?, seal = ? WHERE id = 1", [row["event"], ledger._seal(row)])
+c.execute("UPDATE duckmob_ledger SET event = ?, seal = ? WHERE id = 1", [row["event"], seals.seal(row)])
 """,
     "insert a budget declaration": """
 c.execute("INSERT INTO duckmob_budget VALUES (nextval('duckmob_budget_seq'), 'trips', 100.0, 1e-5, now())")
@@ -345,6 +346,7 @@ def test_a_ledger_rewritten_in_another_process_is_refused_by_a_new_process(tmp_p
     _python(f"""
 import duckdb
 from duckmob.privacy import accounting, ledger
+from duckmob.privacy.ledger import seals
 c = duckdb.connect({path!r})   # plain DuckDB, in another process
 {ATTACKS[attack]}
 c.close()
@@ -363,7 +365,7 @@ def test_an_untouched_ledger_reopened_in_a_new_process_releases_normally(tmp_pat
         assert c.execute("SELECT count(*), count(*) FILTER (WHERE status = 'spent') FROM duckmob_ledger"
                          ).fetchone() == (4, 4)
         assert c.execute("SELECT comment FROM duckdb_tables() WHERE table_name = 'duckmob_ledger'"
-                         ).fetchone()[0] == ledger.MARK
+                         ).fetchone()[0] == headfile.MARK
     head = json.load(open(ledger.head_file(path)))
     assert (head["head"]["releases"], head["head"]["budgets"], "pending" in head) == (4, 2, False)
 
@@ -402,15 +404,15 @@ def test_a_crash_between_the_database_and_its_head_file_is_not_taken_for_tamperi
     # right before it records it as done (the statement committed)
     _python(f"""
 import os, duckmob
-from duckmob.privacy import ledger
-real = ledger._write_head
+from duckmob.privacy.ledger import headfile
+real = headfile.write_head
 def dying(path, head, pending=None):
     if pending is None and {crash == "after the commit"}:
         os._exit(0)
     real(path, head, pending)
     if pending is not None and {crash == "before the commit"}:
         os._exit(0)
-ledger._write_head = dying
+headfile.write_head = dying
 c = duckmob.connect({path!r})
 c.execute("FROM mob_noisy_count('trips', eps := 0.1)").fetchall()
 """)

@@ -4,7 +4,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from duckmob.errors import one_line
+from duckmob.errors import BudgetError, one_line
 from duckmob.privacy import accounting as acc
 from duckmob.privacy import ledger
 
@@ -157,8 +157,8 @@ def test_a_release_needing_delta_against_a_delta_zero_budget_says_so(con):
     con.execute("CREATE TABLE t AS SELECT 1 AS traj_id")
     con.sql("FROM mob_set_budget('t', eps := 4, delta := 0)").fetchall()
     p = ledger.prior(con, "t")
-    with pytest.raises(ledger.BudgetError) as err:
-        ledger.check(p, acc.dp_sgd(1.0, 0.01, 100))
+    with pytest.raises(BudgetError) as err:
+        p.check(acc.dp_sgd(1.0, 0.01, 100))
     assert str(err.value) == (
         "the privacy budget of 't' has delta 0, and this release (" + str(acc.dp_sgd(1.0, 0.01, 100)) +
         ") needs delta > 0: declare a positive delta, e.g. FROM mob_set_budget('t', eps := 4, delta := 1e-5), or "

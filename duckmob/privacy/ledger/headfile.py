@@ -3,7 +3,7 @@
 For a database file, the head of both hash chains (:mod:`duckmob.privacy.ledger.seals`: how many rows, how many
 declarations, the last link of each) is kept in a file beside it (:func:`head_file`), replaced atomically with
 every reservation, update and declaration, under the release lock; :func:`duckmob.privacy.ledger.verify` compares
-the database with it (:func:`_check_head`), so a new process too sees rows or declarations deleted, edited (seals
+the database with it (:func:`check_head`), so a new process too sees rows or declarations deleted, edited (seals
 recomputed or not), inserted, or the ledger dropped and recreated. A write records the state it leads to as
 ``pending`` first, then commits, then records it as done (a crash in between leaves a head file that accepts
 either state). The first write marks ``duckmob_ledger`` with a comment (:data:`MARK`): from then on a missing
@@ -17,14 +17,10 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 from duckmob.errors import DuckmobError
 from duckmob.privacy.ledger.schema import LEDGER
-from duckmob.privacy.ledger.seals import _GENESIS, LedgerTampered
-
-if TYPE_CHECKING:
-    from duckmob.privacy.ledger.state import Verified
+from duckmob.privacy.ledger.seals import GENESIS, LedgerTampered
 
 HEAD_SUFFIX = ".duckmob-ledger"
 # The comment on duckmob_ledger once its head file was written: a missing head file is then a lost one. (No quote
@@ -39,9 +35,9 @@ class Head:
     the last link of the hash chain over each (hex)."""
 
     releases: int = 0
-    release_chain: str = _GENESIS.hex()
+    release_chain: str = GENESIS.hex()
     budgets: int = 0
-    budget_chain: str = _GENESIS.hex()
+    budget_chain: str = GENESIS.hex()
 
     def empty(self) -> bool:
         return self.releases == 0 and self.budgets == 0
@@ -53,21 +49,17 @@ def head_file(database: str) -> str:
     return os.path.realpath(database) + HEAD_SUFFIX
 
 
-def _locate(con, verified: Verified) -> None:
-    """Find (once) the head file of ``con``'s database and whether it is read-only."""
-    if verified.located:
-        return
+def locate(con) -> tuple[str | None, bool]:
+    """(the head file of ``con``'s database or None where it can have none, whether the database is read-only)."""
     rows = con.execute("SELECT path, readonly FROM duckdb_databases() WHERE database_name = current_database()"
                        ).fetchall()
     path = rows[0][0] if rows else None
     # an in-memory database has no path; a remote one (s3://, md:) no place for a file beside it
     local = bool(path) and path != ":memory:" and "://" not in path and not path.startswith("md:")
-    verified.head_file = head_file(path) if local else None
-    verified.read_only = bool(rows[0][1]) if rows else False
-    verified.located = True
+    return (head_file(path) if local else None), (bool(rows[0][1]) if rows else False)
 
 
-def _read_head(path: str) -> tuple[Head, Head | None] | None:
+def read_head(path: str) -> tuple[Head, Head | None] | None:
     """(head, pending) as the head file at ``path`` records them; None when there is no such file."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -83,7 +75,7 @@ def _read_head(path: str) -> tuple[Head, Head | None] | None:
     return head, pending
 
 
-def _write_head(path: str, head: Head, pending: Head | None = None) -> None:
+def write_head(path: str, head: Head, pending: Head | None = None) -> None:
     """Replace the head file atomically (a temporary file, flushed to disk, renamed over it). A pending state
     must be on disk before the database commits, so its rename is flushed too (the folder, where POSIX allows)."""
     data = {"about": "duckmob's privacy ledger head for the database file beside it: keep the two together",
@@ -113,25 +105,24 @@ def _write_head(path: str, head: Head, pending: Head | None = None) -> None:
                            "declaration is recorded there too; make its folder writable") from None
 
 
-def _check_head(con, verified: Verified) -> None:
-    """Refuse when the verified ledger is not the one the head file records (nothing to check in memory).
+def recorded_head(con, path: str, anchored: bool) -> tuple[Head, Head | None] | None:
+    """(head, pending) as the head file ``path`` records them, for :func:`check_head`; None when there is none,
+    which is fine for a ledger never anchored (``anchored``: its head file was seen or written before) nor marked
+    (an older duckmob's, or nothing recorded yet: the next write creates it), and refused as a loss otherwise."""
+    stored = read_head(path)
+    if stored is None and (anchored or comment(con) == MARK):
+        raise LedgerTampered(
+            f"the ledger's head file {path} is missing, but this database's ledger was recorded "
+            "with one: it was deleted, or the database was copied or moved without it (copy it along, to the "
+            "same name with the suffix .duckmob-ledger). Releases are refused until it is restored")
+    return stored
 
-    No head file: fine for a ledger never marked (an older duckmob's, or nothing recorded yet: the next write
-    creates it), a loss otherwise."""
-    if verified.head_file is None:
-        return
-    stored = _read_head(verified.head_file)
-    if stored is None:
-        if verified.anchored or _comment(con) == MARK:
-            raise LedgerTampered(
-                f"the ledger's head file {verified.head_file} is missing, but this database's ledger was recorded "
-                "with one: it was deleted, or the database was copied or moved without it (copy it along, to the "
-                "same name with the suffix .duckmob-ledger). Releases are refused until it is restored")
-        return
-    verified.anchored = True
-    now = verified.head()
+
+def check_head(path: str, now: Head, stored: tuple[Head, Head | None]) -> None:
+    """Refuse when the verified ledger, whose state is ``now``, is not one the head file ``path`` records
+    (``stored``: :func:`recorded_head`; its head, or the pending state of a write that may have committed)."""
     if now not in stored:
-        raise _diverged(verified.head_file, now, stored[0])
+        raise _diverged(path, now, stored[0])
 
 
 def stale(path: str, head: Head) -> LedgerTampered:
@@ -168,10 +159,12 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
 
 
-def _comment(con) -> str | None:
+def comment(con) -> str | None:
+    """The comment on ``duckmob_ledger`` (None when there is no such table)."""
     rows = con.execute("SELECT comment FROM duckdb_tables() WHERE database_name = current_database() AND "
                        "schema_name = current_schema() AND table_name = ?", [LEDGER]).fetchall()
     return rows[0][0] if rows else None
 
 
-__all__ = ["HEAD_SUFFIX", "MARK", "Head", "head_file"]
+__all__ = ["HEAD_SUFFIX", "MARK", "Head", "head_file", "locate", "read_head", "write_head", "recorded_head",
+           "check_head", "stale", "comment"]

@@ -16,7 +16,7 @@ Objects (created together by :func:`create`, in the connection's default schema)
 - the sequences ``duckmob_ledger_id`` and ``duckmob_budget_seq``.
 
 Whether and when they are created, and the upgrade of an older duckmob's ledger, is
-:func:`duckmob.privacy.ledger.ensure_tables`'s.
+:func:`duckmob.privacy.ledger.integrity.ensure_tables`'s.
 """
 
 from __future__ import annotations
@@ -28,14 +28,15 @@ LEDGER = "duckmob_ledger"
 LEDGER_SEQ = "duckmob_ledger_id"
 BUDGET_SEQ = "duckmob_budget_seq"
 STATUSES = ("reserved", "spent", "failed", "cancelled")
-_COLUMNS = ["id", "recorded_at", "source", "mechanism", "epsilon", "delta", "privacy_unit", "params", "event",
+COLUMNS = ["id", "recorded_at", "source", "mechanism", "epsilon", "delta", "privacy_unit", "params", "event",
             "seeded", "status"]
 # What a budget declaration's seal covers (declared_at is shown, not checked: the order is the sequence's).
-_BUDGET_COLUMNS = ["seq", "source", "eps", "delta"]
-_OBJECTS = (("the table", LEDGER), ("the sequence", LEDGER_SEQ), ("the table", BUDGET), ("the sequence", BUDGET_SEQ))
+BUDGET_COLUMNS = ["seq", "source", "eps", "delta"]
+OBJECTS = (("the table", LEDGER), ("the sequence", LEDGER_SEQ), ("the table", BUDGET), ("the sequence", BUDGET_SEQ))
 
 
-def _present(con) -> tuple[set, set]:
+def present(con) -> tuple[set, set]:
+    """(the ledger's tables, its sequences) that exist in the current schema."""
     tables = {r[0] for r in con.execute(
         "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
         "AND schema_name = current_schema() AND table_name IN (?, ?)", [BUDGET, LEDGER]).fetchall()}
@@ -58,7 +59,8 @@ def create(con) -> None:
             seeded BOOLEAN NOT NULL, status VARCHAR NOT NULL, seal VARCHAR NOT NULL)""")
 
 
-def _has_column(con, table: str, column: str) -> bool:
+def has_column(con, table: str, column: str) -> bool:
+    """Whether ``table`` of the current schema has ``column``."""
     return con.execute("SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() AND "
                        "schema_name = current_schema() AND table_name = ? AND column_name = ?",
                        [table, column]).fetchall()[0][0] > 0
@@ -66,7 +68,7 @@ def _has_column(con, table: str, column: str) -> bool:
 
 def has_tables(con) -> bool:
     """Whether the ledger's tables exist (without creating them)."""
-    return _present(con)[0] == {BUDGET, LEDGER}
+    return present(con)[0] == {BUDGET, LEDGER}
 
 
 def releases(con) -> list[dict]:
@@ -74,21 +76,22 @@ def releases(con) -> list[dict]:
     :func:`duckmob.privacy.ledger.shown_releases`, verified first)."""
     if not has_tables(con):
         return []
-    rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM {LEDGER} ORDER BY id").fetchall()
-    return [dict(zip(_COLUMNS, r)) for r in rows]
+    rows = con.execute(f"SELECT {', '.join(COLUMNS)} FROM {LEDGER} ORDER BY id").fetchall()
+    return [dict(zip(COLUMNS, r)) for r in rows]
 
 
 def release_row(con, ledger_id: int) -> dict | None:
     """One ledger row by id (None when absent)."""
     if not has_tables(con):
         return None
-    rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM {LEDGER} WHERE id = ?", [int(ledger_id)]).fetchall()
-    return dict(zip(_COLUMNS, rows[0])) if rows else None
+    rows = con.execute(f"SELECT {', '.join(COLUMNS)} FROM {LEDGER} WHERE id = ?", [int(ledger_id)]).fetchall()
+    return dict(zip(COLUMNS, rows[0])) if rows else None
 
 
-def _now() -> datetime:
+def now() -> datetime:
+    """The current UTC time, naive (what the TIMESTAMP columns hold)."""
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-__all__ = ["BUDGET", "LEDGER", "LEDGER_SEQ", "BUDGET_SEQ", "STATUSES", "create", "has_tables", "releases",
-           "release_row"]
+__all__ = ["BUDGET", "LEDGER", "LEDGER_SEQ", "BUDGET_SEQ", "STATUSES", "COLUMNS", "BUDGET_COLUMNS", "OBJECTS",
+           "present", "create", "has_column", "has_tables", "releases", "release_row", "now"]

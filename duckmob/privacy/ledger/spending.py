@@ -14,14 +14,14 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from duckmob.errors import BudgetError
+from duckmob.errors import BudgetError, DuckmobError
 from duckmob.privacy import accounting
 from duckmob.privacy.accounting import Event, needs_delta
 from duckmob.privacy.ledger.schema import BUDGET, LEDGER, has_tables
 from duckmob.validators import source_name
 
 # Spends are compared with a tolerance: the PLD epsilon is a floating-point estimate.
-_SLACK = 1e-9
+SLACK = 1e-9
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,15 @@ class Prior:
         # a composition of Laplace events only: the sum of their epsilons bounds its epsilon at every delta, so
         # when the sum fits, the PLD (tighter, but slow to build: most of a fit's bookkeeping) cannot refuse it
         basic = accounting.pure_epsilon(composed)
-        if basic is not None and basic <= self.eps + _SLACK:
+        if basic is not None and basic <= self.eps + SLACK:
             return True
-        return accounting.epsilon(composed, self.delta) <= self.eps + _SLACK
+        return accounting.epsilon(composed, self.delta) <= self.eps + SLACK
 
     def check(self, event: Event) -> None:
         """Refuse (BudgetError, saying what to run) if ``event`` would take the source past its budget (every
         part's, for a release over several tables)."""
+        if not isinstance(event, Event):
+            raise DuckmobError(f"check takes a privacy event; got {type(event).__name__}")
         for part in self.parts:   # a release over several tables: refused by the first budget it does not fit
             part.check(event)
         if self.fits(event):
@@ -67,7 +69,7 @@ class Prior:
         raise BudgetError(
             f"privacy budget of '{self.source}' exceeded: eps {before:.4g} of {self.eps:g} is spent "
             f"({max(self.eps - before, 0):.4g} left) and this release needs eps {own:.4g}; use a smaller eps, or "
-            f"raise the budget to at least {_up(after)}: FROM mob_set_budget('{self.source}', eps := {_up(after)}, "
+            f"raise the budget to at least {rounded_up(after)}: FROM mob_set_budget('{self.source}', eps := {rounded_up(after)}, "
             f"delta := {self.delta:g})")
 
 
@@ -82,10 +84,10 @@ class Prior:
         if self.delta <= 0 or delta <= self.delta:   # a pure budget: check() refuses a release that needs delta
             return
         basic = accounting.pure_epsilon(event)
-        if basic is not None and basic <= eps + _SLACK:
+        if basic is not None and basic <= eps + SLACK:
             return
         cost = accounting.epsilon(event, self.delta)
-        if cost <= eps + _SLACK:
+        if cost <= eps + SLACK:
             return
         raise BudgetError(
             f"this release asks eps {eps:g} at delta {delta:g}, but the budget of '{self.source}' is kept at delta "
@@ -149,12 +151,13 @@ def spent(con, source: str, delta: float | None = None) -> float:
     return accounting.epsilon(accounting.compose(events(con, source)), delta)
 
 
-def _no_budget(source: str) -> BudgetError:
+def no_budget(source: str) -> BudgetError:
+    """The refusal of a release from ``source``, which has no budget, saying what to run."""
     return BudgetError(f"no privacy budget declared for '{source}': run FROM mob_set_budget('{source}', "
                        "eps := ..., delta := ...) first")
 
 
-def _up(x: float) -> str:
+def rounded_up(x: float) -> str:
     """``x`` rounded up to 3 significant digits (a budget to raise to)."""
     if not math.isfinite(x) or x <= 0:
         return f"{x:g}"
@@ -178,4 +181,4 @@ def budgets(con) -> list[dict]:
     return out
 
 
-__all__ = ["Prior", "join_keys", "keys_of", "budget", "events", "spent", "budgets"]
+__all__ = ["SLACK", "Prior", "join_keys", "keys_of", "budget", "events", "spent", "budgets", "no_budget", "rounded_up"]

@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 
 from duckmob.privacy.accounting import Event
 from duckmob.privacy.ledger.headfile import Head
-from duckmob.privacy.ledger.seals import _GENESIS, _link
+from duckmob.privacy.ledger.seals import GENESIS, link
 from duckmob.privacy.ledger.spending import keys_of
 
 
 @dataclass(frozen=True)
-class _Row:
+class Row:
     """What a :class:`Verified` holds of one ledger row."""
 
     fingerprint: int
@@ -34,7 +34,7 @@ class _Row:
 
 
 @dataclass(frozen=True)
-class _Declaration:
+class Declaration:
     """What a :class:`Verified` holds of one budget declaration."""
 
     seq: int
@@ -59,10 +59,10 @@ class Verified:
     """
 
     def __init__(self) -> None:
-        self.rows: list[_Row] = []
+        self.rows: list[Row] = []
         self.links: list[bytes] = []
         self.total = 0
-        self.declarations: list[_Declaration] = []
+        self.declarations: list[Declaration] = []
         self.budget_links: list[bytes] = []
         self.budget_total = 0
         self.tables = False
@@ -77,27 +77,27 @@ class Verified:
         """Whether a budget was seen."""
         return bool(self.declarations)
 
-    def remember(self, ledger_id: int, row: _Row) -> None:
+    def remember(self, ledger_id: int, row: Row) -> None:
         """Record row ``ledger_id`` as written by this process. A row beyond the next one (rows were added by
         another caller since the last check) is left for :func:`verify` to hash."""
         if ledger_id <= len(self.rows):
             self.total += row.fingerprint - self.rows[ledger_id - 1].fingerprint
             self.rows[ledger_id - 1] = row
             del self.links[ledger_id - 1:]
-            previous = self.links[-1] if self.links else _GENESIS
+            previous = self.links[-1] if self.links else GENESIS
             for r in self.rows[ledger_id - 1:]:
-                previous = _link(previous, r.seal)
+                previous = link(previous, r.seal)
                 self.links.append(previous)
         elif ledger_id == len(self.rows) + 1:
             self.rows.append(row)
             self.total += row.fingerprint
-            self.links.append(_link(self.links[-1] if self.links else _GENESIS, row.seal))
+            self.links.append(link(self.links[-1] if self.links else GENESIS, row.seal))
 
-    def declare(self, declaration: _Declaration) -> None:
+    def declare(self, declaration: Declaration) -> None:
         """Record a budget declaration (the next by ``seq``) as verified or written by this process."""
         self.declarations.append(declaration)
         self.budget_total += declaration.fingerprint
-        self.budget_links.append(_link(self.budget_links[-1] if self.budget_links else _GENESIS,
+        self.budget_links.append(link(self.budget_links[-1] if self.budget_links else GENESIS,
                                        declaration.seal))
 
     def fingerprint(self, ledger_id: int) -> int | None:
@@ -115,21 +115,21 @@ class Verified:
 
     def head(self) -> Head:
         """The state verified: what the head file must record."""
-        return Head(len(self.rows), (self.links[-1] if self.links else _GENESIS).hex(),
-                    len(self.declarations), (self.budget_links[-1] if self.budget_links else _GENESIS).hex())
+        return Head(len(self.rows), (self.links[-1] if self.links else GENESIS).hex(),
+                    len(self.declarations), (self.budget_links[-1] if self.budget_links else GENESIS).hex())
 
     def after(self, *, ledger_id: int | None = None, seal: str | None = None, budget_seal: str | None = None) -> Head:
         """The state after one write: ledger row ``ledger_id`` (re)written with ``seal``, or a declaration with
         ``budget_seal`` added."""
         head = self.head()
         if budget_seal is not None:
-            last = self.budget_links[-1] if self.budget_links else _GENESIS
-            return replace(head, budgets=head.budgets + 1, budget_chain=_link(last, budget_seal).hex())
+            last = self.budget_links[-1] if self.budget_links else GENESIS
+            return replace(head, budgets=head.budgets + 1, budget_chain=link(last, budget_seal).hex())
         k = min(ledger_id, len(self.rows) + 1)
-        previous = self.links[k - 2] if k >= 2 else _GENESIS
+        previous = self.links[k - 2] if k >= 2 else GENESIS
         for s in [seal] + [r.seal for r in self.rows[k:]]:
-            previous = _link(previous, s)
+            previous = link(previous, s)
         return replace(head, releases=max(k, len(self.rows)), release_chain=previous.hex())
 
 
-__all__ = ["Verified"]
+__all__ = ["Row", "Declaration", "Verified"]
