@@ -387,3 +387,25 @@ def test_privtrace_with_a_fine_grid_coarser_than_its_cells_samples_in_any_block_
     behind = [fresh.sample(40, np.random.default_rng(s)) for s in range(3, -1, -1)][::-1]
     for a, b in zip(ahead, behind):
         assert np.array_equal(a.offsets, b.offsets) and np.array_equal(a.lat, b.lat)
+
+
+def test_chord_stretch_measures_how_a_polyline_winds():
+    from duckmob.synth.placement.spacing import chord_stretch
+
+    # a straight polyline (stretch 1) and a zigzag whose 45-degree legs make every 2-vertex span sqrt(2) longer
+    # along it than in a straight line
+    x1, y1 = np.arange(11.0) * 10, np.zeros(11)
+    x2 = np.arange(11.0) * 10
+    y2 = np.where(np.arange(11) % 2 == 1, 10.0, 0.0)
+    x, y = np.r_[x1, x2], np.r_[y1, y2]
+    seg = np.hypot(np.diff(x), np.diff(y))
+    seg[10] = 0.0                                          # no step between the two polylines
+    along = np.r_[0.0, np.cumsum(seg)]
+    stretch = chord_stretch(x, y, along, np.array([0, 11, 22]), span_m=2 * 10 * np.sqrt(2))
+    assert stretch[0] == pytest.approx(1.0)
+    assert stretch[1] == pytest.approx(np.sqrt(2))
+    # too short to measure, and a polyline that doubles back on itself (capped at 3)
+    assert chord_stretch(np.zeros(1), np.zeros(1), np.zeros(1), np.array([0, 1]), 50.0)[0] == 1.0
+    xb = np.array([0.0, 100.0, 0.0, 100.0, 0.0])
+    assert chord_stretch(xb, np.zeros(5), np.r_[0.0, np.cumsum(np.abs(np.diff(xb)))], np.array([0, 5]), 200.0)[0] \
+        == 3.0

@@ -237,7 +237,9 @@ class PrivTraceModel(Model):
         """
         offsets, states = self.sample_states(n, rng)
         if self.fine is not None:       # released only when output is 'points' (models before it have none)
-            lengths, lat, lon = self.placement().points(offsets, states, rng, int(self.config.max_points))
+            # with roads, steps stretched by how the routes wind (a straight-line spacing like the real fixes')
+            lengths, lat, lon = self.placement().points(offsets, states, rng, int(self.config.max_points),
+                                                        chord=self.fine.road is not None)
             return trajectories_from_cells(lengths, lat, lon)
         lengths = np.diff(offsets)
         owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
