@@ -27,13 +27,14 @@ from duckmob.release import fitting, sampling  # noqa: E402
 from duckmob.release.fitting import default_size  # noqa: E402
 from duckmob.privacy.unit import PrivacyUnit  # noqa: E402
 from duckmob.source import batches as source_batches, table as stream  # noqa: E402
-from duckmob.sql.synth import synthesize_table  # noqa: E402
+from duckmob.api import synthesize  # noqa: E402
 from duckmob.synth import placement  # noqa: E402
 from duckmob.synth.base import fit_unrecorded  # noqa: E402
 from duckmob.synth.privtrace import PrivTrace  # noqa: E402
 from duckmob.synth.privtrace.markov import density_sums  # noqa: E402
 from duckmob.synth.cells import state_sequences, uniform_grid  # noqa: E402
 from duckmob.trajectories import from_points, synthetic_table  # noqa: E402
+from grid_roads import grid_roads  # noqa: E402
 
 SAMPLE = "duckmob/data/geolife_sample.parquet"
 BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
@@ -184,8 +185,8 @@ def test_spark_synthesize_equals_duckdb(data, monkeypatch):
     duckmob.register(con)
     con.execute(f"CREATE TABLE trips AS FROM '{path}'")
     con.execute("FROM mob_set_budget('trips', eps := 10, delta := 1e-5)").fetchall()
-    ddb = synthesize_table(con, "trips", 2.0, bbox=BBOX, seed=3, n=n, privacy_unit="user",
-                           max_trajectories_per_user=20)
+    ddb = synthesize(con, "trips", 2.0, bbox=BBOX, seed=3, n=n, privacy_unit="user",
+                     max_trajectories_per_user=20)
     spend = "SELECT mechanism, epsilon, delta, privacy_unit, params, event, seeded, status FROM duckmob_ledger"
     want_spend = con.sql(spend).fetchall()
     con.close()
@@ -465,20 +466,6 @@ def test_spark_setup_of_the_docs_works_with_an_unactivated_venv(data, tmp_path):
     assert [st for _, _, st in _ledger_rows(str(tmp_path / "ledger_venv.duckdb"))] == ["spent"]
 
 
-def _grid_roads(streets: int = 24):
-    """A public street grid over BBOX (constants only): ``streets`` east-west and north-south streets, each cut at
-    every crossing."""
-    import pyarrow as pa
-
-    lats = np.linspace(BBOX[0], BBOX[2], streets)
-    lons = np.linspace(BBOX[1], BBOX[3], streets)
-    a_lat, a_lon = np.meshgrid(lats, lons[:-1], indexing="ij")          # east-west pieces
-    b_lat, b_lon = np.meshgrid(lats[:-1], lons, indexing="ij")          # north-south pieces
-    return pa.table({"lat1": np.r_[a_lat.ravel(), b_lat.ravel()], "lon1": np.r_[a_lon.ravel(), b_lon.ravel()],
-                     "lat2": np.r_[a_lat.ravel(), b_lat.ravel() + (lats[1] - lats[0])],
-                     "lon2": np.r_[a_lon.ravel() + (lons[1] - lons[0]), b_lon.ravel()]})
-
-
 def test_spark_places_on_public_roads_as_duckdb_does_and_refuses_private_ones(data):
     """roads= on Spark: the same model, the same ledger record and the same rows as DuckDB's roads :=, every point
     on a road (placed on the executors); a roads DataFrame that reads the sensitive file is refused before any
@@ -488,7 +475,7 @@ def test_spark_places_on_public_roads_as_duckdb_does_and_refuses_private_ones(da
     folder, path, session = data
     ledger = str(folder / "ledger_roads.duckdb")
     dspark.set_budget(ledger, session.read.parquet(path), 10.0, 1e-5)
-    grid = _grid_roads()
+    grid = grid_roads(BBOX)
     n = 300
     out = dspark.synthesize(session.read.parquet(path), ledger=ledger, eps=1.0, bbox=BBOX, seed=5, n=n,
                             roads=grid, roads_name="grid", output_partitions=2).toArrow()
@@ -501,7 +488,7 @@ def test_spark_places_on_public_roads_as_duckdb_does_and_refuses_private_ones(da
     con.register("grid_arrow", grid)
     con.execute("CREATE TABLE grid AS FROM grid_arrow")
     con.execute("FROM mob_set_budget('trips', eps := 10, delta := 1e-5)").fetchall()
-    ddb = synthesize_table(con, "trips", 1.0, bbox=BBOX, seed=5, n=n, roads="grid")
+    ddb = synthesize(con, "trips", 1.0, bbox=BBOX, seed=5, n=n, roads="grid")
     ddb_params = json.loads(con.sql("SELECT params FROM duckmob_ledger").fetchall()[0][0])
     con.close()
     assert ddb.equals(got)

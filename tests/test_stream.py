@@ -11,8 +11,9 @@ import duckmob
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source import table as stream
 from duckmob.source.schema import Mapping
-from duckmob.sql.synth import synthesize_table
+from duckmob.api import synthesize
 from duckmob.synth import store
+from grid_roads import grid_roads
 
 SAMPLE = "duckmob/data/geolife_sample.parquet"
 BBOX = [39.8477, 116.1956, 40.1133, 116.4880]
@@ -69,6 +70,25 @@ def test_privtrace_model_out_of_core_equals_in_memory(con, small_batches, unit):
     assert int(a["K"]) >= 2 and a["density"].sum() > 0 and float(a["n_noisy"]) > 50
 
 
+def test_a_release_on_roads_out_of_core_equals_in_memory(con, small_batches):
+    # the street-piece density is summed batch by batch (integers): the same model as the in-memory path, and
+    # every point of its output on a road
+    from duckmob.roads import Roads, snap
+
+    con.register("grid_arrow", grid_roads(BBOX))
+    con.execute("CREATE OR REPLACE TABLE grid AS FROM grid_arrow")
+    opts = f"eps := 20.0, bbox := {BBOX}, seed := 11, roads := 'grid'"
+    con.execute(f"FROM mob_fit('mem', 'roads_in_memory', {opts})").fetchall()
+    con.execute(f"FROM mob_fit('t', 'roads_out_of_core', {opts})").fetchall()
+    a, b = _model_arrays(con, "roads_in_memory"), _model_arrays(con, "roads_out_of_core")
+    assert a.keys() == b.keys() and "fine_road" in a and a["fine_road"].sum() > 0
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key
+    rows = con.sql("FROM mob_sample('roads_out_of_core', n := 40, seed := 2)").to_arrow_table()
+    network = Roads.of(grid_roads(BBOX)).clip(BBOX)
+    assert snap(network, rows.column("lat").to_numpy(), rows.column("lon").to_numpy())[4].max() < 1e-3
+
+
 def test_bucketing_keeps_whole_trajectories(con):
     n = con.sql("SELECT count(*) FROM t").fetchall()[0][0]
     query = _points_query(con, "t")
@@ -85,7 +105,7 @@ def test_bucketing_keeps_whole_trajectories(con):
 @pytest.mark.parametrize("unit", ["trajectory", "user"])
 def test_synthesize_python_api_many_buckets(con, small_batches, unit):
     k = 2 if unit == "user" else None
-    out = synthesize_table(con, "t", 1.0, bbox=BBOX, seed=5, n=30, privacy_unit=unit, max_trajectories_per_user=k)
+    out = synthesize(con, "t", 1.0, bbox=BBOX, seed=5, n=30, privacy_unit=unit, max_trajectories_per_user=k)
     rows = con.sql(f"FROM synthesize('mem', eps := 1.0, bbox := {BBOX}, seed := 5, n := 30, privacy_unit := "
                    f"'{unit}', max_trajectories_per_user := {k or 'NULL'})").fetchall()
     assert [tuple(r.values()) for r in out.to_pylist()] == rows
@@ -122,7 +142,7 @@ def test_shadowed_table_is_refused_and_nothing_left_on_disk(con, small_batches, 
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)
-    synthesize_table(con, "t", 1.0, bbox=BBOX, seed=1, n=5)
+    synthesize(con, "t", 1.0, bbox=BBOX, seed=1, n=5)
     assert list(tmp_path.iterdir()) == []                # the buckets were deleted with the release
     other = duckdb.connect()
     try:
