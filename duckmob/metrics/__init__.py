@@ -8,6 +8,15 @@ in the synthetic one's): how far apart two samples of the real data are, the sca
 It costs a second evaluation on half-size tables, which reuses what the first computed per trajectory
 (:meth:`Side.take`): about 1.2x the time of the values alone (``reference=False`` skips it; the column is then
 NULL).
+
+``baseline`` is the second anchor, an absolute one: the same metric between real half 0 and a naive table, half
+1's trajectories (at most 1,000) as straight trips between uniformly random places in the bbox
+(:func:`duckmob.metrics.common.baseline_side`): what a synthesizer that learnt nothing about places would score.
+A ``value`` reads between the two: ``(value - reference) / (baseline - reference)`` is 0 as close as real data,
+1 no better than the naive table (the report's verdicts, :mod:`duckmob.report.compare`). It costs a third
+evaluation, whose real half is the reference's (nothing of it computed again) and whose naive table is bounded
+(``baseline=False`` skips it).
+
 Families (``families=[...]``): ``hrnet`` (hrnet.py), ``privtrace`` (privtrace.py), ``pategail``
 (pategail.py), ``lestyan`` (lestyan.py), ``adatrace`` (adatrace.py), ``fine`` (fine.py: fine-grid point,
 trajectory and route density, consecutive-step lengths, one-point trajectories, points per trajectory); the
@@ -35,7 +44,8 @@ from importlib import import_module
 import pyarrow as pa
 
 from duckmob.errors import DuckmobError
-from duckmob.metrics.common import FAMILIES, PAPER_FAMILIES, Metric, Options, Side, reference_sides, rng
+from duckmob.metrics.common import (FAMILIES, PAPER_FAMILIES, Metric, Options, Side, baseline_side, reference_sides,
+                                     rng)
 from duckmob.grid import BBox
 from duckmob.source.schema import literal
 from duckmob.trajectories import Trajectories, from_points
@@ -44,7 +54,7 @@ from duckmob.trajectories import Trajectories, from_points
 # mob_downstream, duckmob.evaluate; mob_check has the same column (docs/sql.md, "Exact results").
 NOT_PRIVATE_FIELD = pa.field("exact_not_private", pa.bool_())
 RESULT_SCHEMA = pa.schema([("metric", pa.string()), ("value", pa.float64()), ("reference", pa.float64()),
-                           ("lower_is_better", pa.bool_()), ("source", pa.string()), ("description", pa.string())])
+                           ("baseline", pa.float64()), ("lower_is_better", pa.bool_()), ("source", pa.string()), ("description", pa.string())])
 TABLE_SCHEMA = pa.schema([NOT_PRIVATE_FIELD, *RESULT_SCHEMA])
 
 
@@ -96,17 +106,18 @@ def family_module(name: str):
 
 
 def evaluate(real, synth, bbox, timings: dict | None = None, **options) -> list[dict]:
-    """Compare ``synth`` with ``real``: a list of row dicts (metric, value, reference, lower_is_better, source,
-    description).
+    """Compare ``synth`` with ``real``: a list of row dicts (metric, value, reference, baseline, lower_is_better,
+    source, description).
 
     ``real`` and ``synth`` are Arrow tables / struct arrays of points (traj_id, ts, lat, lon, optional user_id,
     seq) or :class:`Trajectories`. ``bbox`` is the public ``[min_lat, min_lon, max_lat, max_lon]``; points
     outside it are dropped on both sides. Options: see :class:`duckmob.metrics.common.Options` (``families``,
-    ``w``, ``bins``, ``n_queries``, ``seed``, ``reference``, ...). ``timings``, if given, receives seconds per
-    family (``reference``: all families again between the real halves).
-    A value is None where a metric is undefined (e.g. time-based metrics without timestamps); a reference is
-    None where it is undefined between the halves, or with ``reference=False``.
-    NOT differentially private, the reference no more than the value: for the data owner only (see the module
+    ``w``, ``bins``, ``n_queries``, ``seed``, ``reference``, ``baseline``, ...). ``timings``, if given, receives
+    seconds per family (``reference``: all families again between the real halves; ``baseline``: between real
+    half 0 and the naive table).
+    A value is None where a metric is undefined (e.g. time-based metrics without timestamps); a reference or
+    baseline is None where it is undefined between its tables, or with ``reference=False`` / ``baseline=False``.
+    NOT differentially private, the anchors no more than the value: for the data owner only (see the module
     docstring).
     """
     opts = Options.of(**options)
@@ -116,11 +127,8 @@ def evaluate(real, synth, bbox, timings: dict | None = None, **options) -> list[
     if timings is not None:
         timings["load"] = time.perf_counter() - t0
     rows = [real_info, synth_info] + _family_rows(real_side, synth_side, opts, timings)
-    if opts.reference:
-        t = time.perf_counter()
-        rows = _with_reference(rows, real_side, opts)
-        if timings is not None:
-            timings["reference"] = time.perf_counter() - t
+    if opts.reference or opts.baseline:
+        rows = _with_anchors(rows, real_side, opts, timings)
     return [r.as_dict() for r in rows]
 
 
@@ -138,15 +146,25 @@ def _family_rows(real: Side, synth: Side, opts: Options, timings: dict | None = 
     return rows
 
 
-def _with_reference(rows: list[Metric], real: Side, opts: Options) -> list[Metric]:
-    """``rows`` with their ``reference``: the same metrics, half 0 of the real table against half 1. A real
-    table with a half empty (one trajectory) has no reference."""
+def _with_anchors(rows: list[Metric], real: Side, opts: Options, timings: dict | None) -> list[Metric]:
+    """``rows`` with their ``reference`` (the same metrics, real half 0 against half 1) and ``baseline`` (half 0
+    against :func:`baseline_side` of half 1), as ``opts`` asks; the informational rows get the sizes of the two
+    tables compared. Half 0 is one Side for both, so what the reference computed on it is not computed again. A
+    real table with a half empty (one trajectory) has neither."""
     half0, half1 = reference_sides(real)
     if half0.n == 0 or half1.n == 0:
         return rows
-    ref = {"real_trajectories": float(half0.n), "synth_trajectories": float(half1.n)}
-    ref.update((m.metric, m.value) for m in _family_rows(half0, half1, opts))
-    return [replace(r, reference=ref.get(r.metric)) for r in rows]
+    anchors = {}
+    for name, wanted, other in (("reference", opts.reference, lambda: half1),
+                                ("baseline", opts.baseline, lambda: baseline_side(half1, opts.seed))):
+        if wanted:
+            t = time.perf_counter()
+            side = other()
+            anchors[name] = {"real_trajectories": float(half0.n), "synth_trajectories": float(side.n),
+                             **{m.metric: m.value for m in _family_rows(half0, side, opts)}}
+            if timings is not None:
+                timings[name] = time.perf_counter() - t
+    return [replace(r, **{name: got.get(r.metric) for name, got in anchors.items()}) for r in rows]
 
 
 def to_table(rows: list[dict]) -> pa.Table:

@@ -5,8 +5,8 @@ table may be published (``FROM mob_report('synth', path := 'report.html')``, :fu
 Two audiences, decided by what the report reads. Without the real table it is the publishable page, built from
 the release alone: the ledger row, the source's budget, the recorded output and stored model (public
 descriptions), the synthetic table and public parameters. With ``real`` it adds the comparison with the real
-table (every ``mob_evaluate`` metric with its real-vs-real reference and a verdict, real pictures beside the
-synthetic ones) under a banner saying it must not be published.
+table (every ``mob_evaluate`` metric with its two anchors, real-vs-real and a naive baseline, and a verdict; real
+pictures beside the synthetic ones) under a banner saying it must not be published.
 
 Modules: ``collect`` (the facts), ``pictures`` (PNG bytes), ``words`` (the guarantee in plain words),
 ``compare`` (the owner's comparison), ``render`` (HTML), ``build`` (the page and :class:`Report`).

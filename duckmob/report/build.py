@@ -181,20 +181,24 @@ def pictures_section(synth, real) -> Section:
 
 def comparison_section(real, synth, bbox) -> Section:
     rows = compare.comparison(real, synth, bbox)
-    judged = [r for r in rows if r["verdict"].startswith(("close", "a gap"))]
-    close = sum(r["verdict"].startswith("close") for r in judged)
-    cells = [[r["metric"], _num(r["value"]), _num(r["reference"]),
+    cells = [[r["metric"], _num(r["value"]), _num(r["reference"]), _num(r["baseline"]),
               {True: "lower", False: "higher", None: "-"}[r["lower_is_better"]], r["verdict"], r["description"]]
              for r in rows]
     body = render.paragraphs([
         "Exact, not private: every number below reads the real table. value: the synthetic table against the real "
-        "one; reference: two halves of the real table against each other (how far one real sample is from "
-        f"another). Verdict: close to real within {compare.FACTOR:g}x the reference, else a gap."])
-    table = render.table(["metric", "value", "reference", "better", "verdict", "what"], cells, {1, 2})
+        "one. Two anchors say what the value is worth: reference, two halves of the real table against each other "
+        "(as close as real data gets); baseline, half of the real table against a naive table of straight trips "
+        "between random places in the area (what a synthesizer that learnt nothing about places scores). Verdict: "
+        f"close to real within {100 * compare.CLOSE:.0f}% of the way from the reference to the baseline, no better "
+        "than the baseline at or past it, between otherwise."])
+    table = render.table(["metric", "value", "reference", "baseline", "better", "verdict", "what"], cells,
+                         {1, 2, 3})
     table = table.replace("<td>close to real</td>", '<td class="close">close to real</td>')
-    table = table.replace("<td>a gap", '<td class="gap">a gap')
-    return Section("comparison", "Compared with the real data (owner only)",
-                   f"{close} of {len(judged)} metrics close to real, {len(judged) - close} with a gap", body + table)
+    table = table.replace("<td>no better than the baseline", '<td class="gap">no better than the baseline')
+    n = compare.counts([r["verdict"] for r in rows])
+    summary = (f"{n['close to real']} of {sum(n.values())} metrics close to real, {n['between']} between, "
+               f"{n['no better than the baseline']} no better than the baseline")
+    return Section("comparison", "Compared with the real data (owner only)", summary, body + table)
 
 
 def build(db, synth_points, *, real_points=None, bbox=None, release=None, path=None, synth_name: str = "synth",

@@ -13,8 +13,8 @@ import pyarrow as pa
 
 from duckmob.sql.udf import POINTS_TYPE, Request, Udf, one_row, points
 
-METRIC_ROW = ("STRUCT(exact_not_private BOOLEAN, metric VARCHAR, value DOUBLE, reference DOUBLE, lower_is_better BOOLEAN, source VARCHAR, "
-              "description VARCHAR)[]")
+METRIC_ROW = ("STRUCT(exact_not_private BOOLEAN, metric VARCHAR, value DOUBLE, reference DOUBLE, baseline DOUBLE, "
+              "lower_is_better BOOLEAN, source VARCHAR, description VARCHAR)[]")
 
 # Each UDF's request (the STRUCT its macro in evaluate.sql builds), parsed into keyword arguments.
 EVALUATE = Request(bbox="DOUBLE[]", options="VARCHAR")

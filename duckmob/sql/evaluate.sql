@@ -9,10 +9,13 @@ CREATE OR REPLACE TEMP MACRO _mob_eval_points(tbl) AS (
     FROM mob_points(tbl));
 
 -- One row per metric: exact_not_private (always true: the first column of every exact result, so that each row says
--- it, in any order), metric, value, reference, lower_is_better, source (paper, section), description.
+-- it, in any order), metric, value, reference, baseline, lower_is_better, source (paper, section), description.
 -- reference: the same metric between two halves of the real table, split by a fixed hash of (user_id, traj_id)
 -- (the scale to read value against; also read exactly from the real table: NOT private either). It costs
--- about a fifth more time; reference := false skips it (NULL column).
+-- about a fifth more time; reference := false skips it (NULL column). baseline: the same metric between real
+-- half 0 and a naive table (half 1's trajectories as straight trips between uniformly random places in the
+-- bbox): (value - reference) / (baseline - reference) is 0 as good as real, 1 no better than naive. About half
+-- the values' time again; baseline := false skips it.
 -- families: any of ['hrnet', 'privtrace', 'pategail', 'lestyan', 'adatrace', 'fine'] (NULL = all), or by name the
 -- papers' reference-code definitions 'pategail_paper', 'hrnet_paper', 'privtrace_paper', 'cleanslate_paper'; w: grid
 -- width; bins: histogram bins; n_queries: random queries; seed: evaluation randomness (NULL = fixed default);
@@ -23,14 +26,15 @@ CREATE OR REPLACE TEMP MACRO mob_evaluate(real, synth, bbox := NULL, families :=
                                          top_patterns := NULL, pattern_w := NULL, n_times := NULL,
                                          query_w := NULL, radius_range := NULL, adatrace_radius := NULL,
                                          top_k := NULL, emd_sample := NULL, fine_point_w := NULL,
-                                         fine_traj_w := NULL, step_bins := NULL, reference := NULL) AS TABLE
+                                         fine_traj_w := NULL, step_bins := NULL, reference := NULL,
+                                         baseline := NULL) AS TABLE
 SELECT unnest(_mob_evaluate(_mob_eval_points(real), _mob_eval_points(synth), {'bbox': bbox, 'options':
     json_object('families', families, 'w', w, 'bins', bins, 'n_queries', n_queries, 'seed', seed, 'phi', phi,
                 'top_starts', top_starts, 'top_patterns', top_patterns, 'pattern_w', pattern_w,
                 'n_times', n_times, 'query_w', query_w, 'radius_range', radius_range,
                 'adatrace_radius', adatrace_radius, 'top_k', top_k, 'emd_sample', emd_sample,
                 'fine_point_w', fine_point_w, 'fine_traj_w', fine_traj_w, 'step_bins', step_bins,
-                'reference', reference)::VARCHAR}),
+                'reference', reference, 'baseline', baseline)::VARCHAR}),
     recursive := true);
 
 -- The segments of a public roads table (lat1, lon1, lat2, lon2; a name, a view or any FROM item such as

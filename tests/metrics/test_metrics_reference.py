@@ -60,12 +60,12 @@ def test_split_is_a_fixed_function_of_the_key():
 def test_every_row_has_a_deterministic_reference(sample):
     query = f"FROM mob_evaluate('trips', 'synth', bbox := {SAMPLE_BBOX})"
     first = sample.sql(query).to_arrow_table()
-    assert first.column_names == ["exact_not_private", "metric", "value", "reference", "lower_is_better", "source",
-                                  "description"]
+    assert first.column_names == ["exact_not_private", "metric", "value", "reference", "baseline", "lower_is_better",
+                                  "source", "description"]
     assert first.num_rows == 38 and first.column("reference").null_count == 0
     # Values and references, not descriptions: the real table's cleaning note can say "sorted the points of 1
     # trajectories by time" or not, as DuckDB's parallel list() hands the points over in varying order.
-    numbers = ["metric", "value", "reference"]
+    numbers = ["metric", "value", "reference", "baseline"]
     assert first.select(numbers).equals(sample.sql(query).to_arrow_table().select(numbers))
     rows = first.to_pylist()
     by = {r["metric"]: r for r in rows}
@@ -113,9 +113,10 @@ def test_audit_and_downstream_keep_the_row_shape():
     for query in (f"FROM mob_downstream('real', 'real', bbox := {BBOX}, task := 'commute')",
                   f"FROM mob_audit('real', 'real', 'real', bbox := {BBOX}, k := 8, seed := 1)"):
         got = con.sql(query).to_arrow_table()
-        assert got.column_names == ["exact_not_private", "metric", "value", "reference", "lower_is_better", "source",
-                                    "description"]
+        assert got.column_names == ["exact_not_private", "metric", "value", "reference", "baseline", "lower_is_better",
+                                    "source", "description"]
         assert got.column("reference").null_count == got.num_rows
+        assert got.column("baseline").null_count == got.num_rows
     con.close()
 
 

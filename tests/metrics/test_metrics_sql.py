@@ -25,14 +25,14 @@ def con():
 
 def test_mob_evaluate_matches_python(con):
     rows = con.sql(f"FROM mob_evaluate('real', 'synth', bbox := {BBOX}, w := {W}, seed := 3)").to_arrow_table()
-    assert rows.column_names == ["exact_not_private", "metric", "value", "reference", "lower_is_better", "source",
-                                 "description"]
+    assert rows.column_names == ["exact_not_private", "metric", "value", "reference", "baseline", "lower_is_better",
+                                 "source", "description"]
     assert rows.column("exact_not_private").to_pylist() == [True] * rows.num_rows
     expected = evaluate_points(table(city()), table(city(seed=3), with_time=False), BBOX, w=W, seed=3)
     got = rows.to_pylist()
     assert [r["metric"] for r in got] == [r["metric"] for r in expected]
     for a, b in zip(got, expected):
-        for col in ("value", "reference"):
+        for col in ("value", "reference", "baseline"):
             assert a[col] == pytest.approx(b[col]) if b[col] is not None else a[col] is None
     by = {r["metric"]: r for r in got}
     assert by["hrnet_density_t_jsd"]["value"] is None

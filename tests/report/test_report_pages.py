@@ -115,25 +115,51 @@ def test_owner_page_compares_every_metric_under_the_banner(con, tmp_path):
     html = path.read_text(encoding="utf-8")
     assert "holds exact statistics of the real data: do not publish it" in html
     evaluated = con.sql(f"FROM mob_evaluate('trips', 'synth', bbox := {BBOX})").fetchall()
-    for _, metric, value, reference, lower, *_ in evaluated:
+    judged = []
+    for _, metric, value, reference, baseline, lower, *_ in evaluated:
         assert f"<td>{metric}</td>" in html
-        assert compare.verdict(value, reference, lower) in html
-    judged = [compare.verdict(v, r, lo) for _, _, v, r, lo, *_ in evaluated]
-    close = sum(v.startswith("close") for v in judged)
-    gaps = sum(v.startswith("a gap") for v in judged)
-    assert rows[-1][1] == f"{close} of {close + gaps} metrics close to real, {gaps} with a gap"
+        judged.append(compare.verdict(value, reference, baseline, lower))
+        assert judged[-1] in html
+    n = compare.counts(judged)
+    assert rows[-1][1] == (f"{n['close to real']} of {sum(n.values())} metrics close to real, {n['between']} "
+                           f"between, {n['no better than the baseline']} no better than the baseline")
+    # Every metric with a direction is judged on this sample: the naive table is worse than real data on each.
+    assert sum(n.values()) == sum(lower is not None and value is not None
+                                  for _, _, value, _, _, lower, *_ in evaluated)
     assert len(re.findall(r'src="data:image/png', html)) == 2
     assert path.stat().st_size < 3_000_000
 
 
 def test_verdicts():
-    assert compare.verdict(0.02, 0.012, True) == "close to real"
-    assert compare.verdict(0.37, 0.0029, True) == "a gap (127.6x the reference)"
-    assert compare.verdict(0.1, 0.0, True) == "a gap (reference 0)"
-    assert compare.verdict(0.56, 0.83, False) == "close to real"
-    assert compare.verdict(0.39, 0.82, False) == "a gap (0.48 of the reference)"
-    assert compare.verdict(1932.0, 974.0, None) == "compare by eye"
-    assert compare.verdict(None, 0.2, True) == "not measured"
+    """The value placed between its anchors: 0 at the real-vs-real reference, 1 at the naive baseline."""
+    # Lower is better (the sample's hrnet_travel_distance_jsd: 0.0205, reference 0.0129, baseline 0.1076).
+    assert compare.position(0.0205, 0.0129, 0.1076, True) == pytest.approx(0.0803, abs=1e-4)
+    assert compare.verdict(0.0205, 0.0129, 0.1076, True) == "close to real"
+    assert compare.verdict(0.4129, 0.1134, 0.5576, True) == "between (67% of the way to the baseline)"
+    assert compare.verdict(0.326, 0.0029, 0.307, True) == "no better than the baseline"
+    assert compare.verdict(0.05, 0.1, 0.6, True) == "close to real"           # better than the reference
+    # A reference of 0 (a huge table) no longer flags everything: the baseline gives the scale.
+    assert compare.verdict(0.05, 0.0, 0.6, True) == "close to real"
+    assert compare.verdict(0.15, 0.0, 0.6, True) == "between (25% of the way to the baseline)"
+    assert compare.verdict(0.0247, 0.0121, 0.0978, True) == "close to real"   # 15%: privtrace_length_jsd
+    # Higher is better (lestyan_pattern_tp_ratio: 0.39, reference 0.82, baseline 0.03).
+    assert compare.position(0.39, 0.82, 0.03, False) == pytest.approx(0.5443, abs=1e-4)
+    assert compare.verdict(0.39, 0.82, 0.03, False) == "between (54% of the way to the baseline)"
+    assert compare.verdict(0.80, 0.82, 0.03, False) == "close to real"
+    assert compare.verdict(0.02, 0.82, 0.03, False) == "no better than the baseline"
+    # The naive table scores as well as real data: the metric cannot tell.
+    assert compare.position(0.2, 0.1, 0.1, True) is None
+    assert compare.verdict(0.2, 0.1, 0.05, True).startswith("not telling")
+    assert compare.verdict(0.2, 0.8, 0.9, False).startswith("not telling")
+    # Worse, but by less than a quarter of the reference: the anchors too close to measure a way between them.
+    assert compare.position(0.43, 0.56, 0.58, True) is None
+    assert compare.position(0.43, 0.56, 0.71, True) == pytest.approx(-0.8667, abs=1e-4)
+    assert compare.verdict(1932.0, 974.0, 974.0, None) == "compare by eye"
+    assert compare.verdict(0.2, 0.1, None, True) == "compare by eye"
+    assert compare.verdict(None, 0.2, 0.5, True) == "not measured"
+    assert compare.counts(["close to real", "between (50% of the way to the baseline)", "not telling (x)",
+                           "no better than the baseline", "close to real"]) == \
+        {"close to real": 2, "between": 1, "no better than the baseline": 1}
 
 
 def test_odds_follow_choosing_eps():
