@@ -57,9 +57,13 @@ def evaluate(con: duckdb.DuckDBPyConnection, real: str, synth: str, bbox=None, *
 
 
 @_entered
-def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: str = "privtrace", *,
-               stream: bool = False, batch_size: int | None = None, **params):
-    """Fit ``method`` on ``table`` under (eps, delta)-DP (one spend of its budget) and sample a synthetic table.
+def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: str = "privtrace", *, delta=None,
+               bbox=None, n=None, seed=None, privacy_unit: str = "trajectory", max_trajectories_per_user=None,
+               params=None, outside: str = "drop", traj_col: str = "traj_id", ts_col: str = "ts",
+               lat_col: str = "lat", lon_col: str = "lon", user_col: str = "user_id", max_rows=None, stability=None,
+               roads=None, stream: bool = False, batch_size: int | None = None, **method_params):
+    """Fit ``method`` on ``table`` under (eps, delta)-DP (one spend of the budget of every base table ``table``
+    reads) and sample a synthetic table.
 
     The Python twin of ``FROM synthesize('table', eps := ..., method := ..., bbox := [...], ...)``: the same
     keyword parameters (``bbox``, ``delta``, ``n``, ``seed``, ``privacy_unit``, ``max_trajectories_per_user``,
@@ -69,10 +73,23 @@ def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: s
     instead, drawn block by block (2048 trajectories) as it is read, in memory bounded by a few blocks (one, plus
     one per drawing thread) whatever ``n`` (batches of at most ``batch_size`` rows when given): the same rows as
     the table and as the SQL output under a seed. The spend happens at the call; reading the reader spends nothing.
-    """
-    from duckmob.sql.synth import synthesize_table
 
-    return synthesize_table(con, table, eps, method, stream=stream, batch_size=batch_size, **params)
+    ``table`` is resolved and read on ``con`` (which sees its temporary tables and views), out of core, after the
+    reservation. The ledger is written on the release core's own connection: a ROLLBACK of ``con``'s transaction
+    does not undo the spend.
+    """
+    from duckmob import release, synth, validators
+    from duckmob.release import tables
+    from duckmob.source.schema import Mapping
+
+    register(con)
+    output = tables.synthesize(
+        release.database(con), con, validators.source_name(table),
+        mapping=Mapping.of(traj_col=traj_col, ts_col=ts_col, lat_col=lat_col, lon_col=lon_col, user_col=user_col),
+        eps=eps, delta=delta, method=method, bbox=bbox, privacy_unit=privacy_unit,
+        max_trajectories_per_user=max_trajectories_per_user, params={**synth.parse_params(params), **method_params},
+        outside=outside, seed=seed, n=n, max_rows=max_rows, stability=stability, roads=roads)
+    return output.reader(batch_size) if stream else output.table()
 
 
 def sample(con: duckdb.DuckDBPyConnection, name: str, n: int | None = None, seed: int | None = None, *,
@@ -82,9 +99,12 @@ def sample(con: duckdb.DuckDBPyConnection, name: str, n: int | None = None, seed
     seed := ...)``, with the same rows under a seed. A pyarrow Table, or with ``stream=True`` a
     ``pyarrow.RecordBatchReader`` drawn block by block as it is read. Refused before any row is drawn when the output
     could have more than ``max_rows`` rows (n times the method's public cap on points per trajectory)."""
-    from duckmob.sql.synth import sample_table
+    from duckmob import release
+    from duckmob.release import tables
 
-    return sample_table(con, name, n, seed, max_rows=max_rows, stream=stream, batch_size=batch_size)
+    register(con)
+    output = tables.sample(release.database(con), name, n=n, seed=seed, max_rows=max_rows)
+    return output.reader(batch_size) if stream else output.table()
 
 
 @_entered

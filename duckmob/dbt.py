@@ -59,7 +59,7 @@ class Plugin(BasePlugin):
     def load(self, source_config):
         """The rows of a plugin source as a pyarrow Table: the Parquet file at ``meta.path``, or duckmob's shipped
         GeoLife sample when the source names no path."""
-        from duckmob.demo import sample_path
+        from duckmob.samples import sample_path
 
         path = source_config.get("path") or sample_path()
         return pq.read_table(path)

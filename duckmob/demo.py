@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from importlib import resources
 
 import duckdb
 
 from duckmob import api
 from duckmob.errors import DuckmobError
+from duckmob.samples import sample_path
 
 # Beijing's box as declared in the data's README: a public parameter, not computed from the data.
 BEIJING_BBOX = [39.4, 115.4, 41.1, 117.6]
@@ -37,11 +37,6 @@ HALF_A, HALF_B = "(SELECT * FROM trips WHERE traj_id % 2 = 0)", "(SELECT * FROM 
 SHOWN = {"privtrace_length_jsd": "length JSD", "privtrace_diameter_jsd": "diameter JSD",
          "privtrace_density_are": "density ARE", "privtrace_pattern_are": "pattern ARE",
          "hrnet_destination_jsd": "destination JSD", "hrnet_travel_distance_jsd": "travel distance JSD"}
-
-
-def sample_path() -> str:
-    """Path of the shipped GeoLife sample (10 users, 1,999 trajectories, 123,317 fixes)."""
-    return str(resources.files("duckmob").joinpath("data/geolife_sample.parquet"))
 
 
 def load_sample(con: duckdb.DuckDBPyConnection, name: str = "trips") -> None:

@@ -51,7 +51,7 @@ def _method(case: str) -> str:
 
 def run_case(case: str) -> dict[str, str]:
     import duckmob
-    from duckmob.demo import sample_path
+    from duckmob.samples import sample_path
 
     params = CASES[case]
     con = duckmob.connect()

@@ -4,6 +4,7 @@ release core."""
 
 import ast
 import pathlib
+import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "duckmob"
 
@@ -19,7 +20,8 @@ def _modules() -> dict[str, pathlib.Path]:
 
 def _imports(path: pathlib.Path, modules) -> set[str]:
     """The duckmob modules ``path`` imports anywhere (module level or inside functions), except under
-    ``if TYPE_CHECKING:`` (annotations only, never run)."""
+    ``if TYPE_CHECKING:`` (annotations only, never run): import statements, ``importlib.import_module`` (and
+    ``__import__``) calls, and string imports (:func:`_named`)."""
     tree = ast.parse(path.read_text())
     skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
             for child in node.body for n in ast.walk(child)}
@@ -33,7 +35,34 @@ def _imports(path: pathlib.Path, modules) -> set[str]:
                 found.add(sub if sub in modules else node.module)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "duckmob")
+        elif _imports_by_name(node) and node.args:
+            found.update(_named(node.args[0], modules))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "." in node.value:
+            found.update(_named(node, modules))   # a dotted name: not the word "duckmob" in a message
     return {m for m in found if m in modules}
+
+
+def _imports_by_name(node) -> bool:
+    """Whether ``node`` is a call of ``importlib.import_module``, ``import_module`` or ``__import__``."""
+    if not isinstance(node, ast.Call):
+        return False
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+    return name in ("import_module", "__import__")
+
+
+def _named(arg, modules) -> set[str]:
+    """The modules a string names: a constant that is a module's name (``'duckmob.sql.demo'``, or the
+    ``'duckmob.synth.hrnet:HRNet'`` of a registry of lazily imported classes); an f-string
+    (``f"duckmob.sql.{area}"``) any module its constant text and one name in place of each field could be."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        name = arg.value.partition(":")[0]
+        return {name} if name in modules else set()
+    if isinstance(arg, ast.JoinedStr):
+        pattern = "".join(re.escape(v.value) if isinstance(v, ast.Constant) else r"[A-Za-z_][A-Za-z0-9_]*"
+                          for v in arg.values)
+        if pattern.startswith("duckmob"):
+            return {m for m in modules if re.fullmatch(pattern, m)}
+    return set()
 
 
 def _graph():
@@ -90,6 +119,20 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def test_import_module_calls_and_string_imports_are_edges(tmp_path):
+    """What the first version missed (api -> sql -> sql.demo -> demo -> api ran through an f-string
+    import_module): calls of import_module with a constant or an f-string, and a registry's 'module:Class'."""
+    source = tmp_path / "m.py"
+    source.write_text("import importlib\nfrom importlib import import_module\n"
+                      "AREAS = ('a', 'b')\nMETHODS = {'x': 'duckmob.synth.x:X'}\n"
+                      "def areas():\n    return [importlib.import_module(f'duckmob.sql.{a}') for a in AREAS]\n"
+                      "def demo():\n    return import_module('duckmob.demo')\n"
+                      "def said():\n    return 'duckmob'   # a word, not an import\n")
+    modules = {m: None for m in ("duckmob", "duckmob.sql", "duckmob.sql.a", "duckmob.sql.b", "duckmob.sql.a.deep",
+                                 "duckmob.demo", "duckmob.synth.x", "duckmob.synth.y")}
+    assert _imports(source, modules) == {"duckmob.sql.a", "duckmob.sql.b", "duckmob.demo", "duckmob.synth.x"}
+
+
 METHOD_PACKAGES = ("privtrace", "hrnet", "pategail", "cleanslate")
 
 
@@ -102,8 +145,8 @@ def test_no_method_imports_another():
         for module in (m for m in graph if m == own or m.startswith(own + ".")):
             bad = {m for m in graph[module] if m.startswith(others)}
             assert not bad, (module, bad)
-    shared = [m for m in graph if m.startswith("duckmob.synth") and not m.startswith(
-        tuple(f"duckmob.synth.{m}" for m in METHOD_PACKAGES))]
+    shared = [m for m in graph if m.startswith("duckmob.synth.") and not m.startswith(
+        tuple(f"duckmob.synth.{m}" for m in METHOD_PACKAGES))]   # not the registry, duckmob.synth: it names them
     for module in shared:   # nor does a shared module reach into a method
         bad = {m for m in graph[module] if m.startswith(tuple(f"duckmob.synth.{m}" for m in METHOD_PACKAGES))}
         assert not bad, (module, bad)

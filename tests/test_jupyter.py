@@ -12,7 +12,8 @@ pytest.importorskip("sql", reason="jupysql is in the [test] extra")
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
 import duckmob  # noqa: E402
-from duckmob.demo import HRNET_BBOX, sample_path  # noqa: E402
+from duckmob.demo import HRNET_BBOX  # noqa: E402
+from duckmob.samples import sample_path  # noqa: E402
 
 BBOX = "[" + ", ".join(map(str, HRNET_BBOX)) + "]"
 

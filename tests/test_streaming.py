@@ -174,7 +174,7 @@ def test_every_methods_max_points_bounds_its_sampled_trajectories(case):
 
 
 def _sample_path():
-    from duckmob.demo import sample_path
+    from duckmob.samples import sample_path
 
     return str(sample_path())
 

@@ -32,8 +32,7 @@ AREAS = ("trajectories", "privacy", "evaluate", "synth", "demo", "roads", "repor
 def _areas() -> tuple:
     """Every area module of the SQL layer (``duckmob.sql.<area>``), in the order of :data:`AREAS` (later .sql files
     use earlier macros). Imported when a database is first registered, not with this package: the areas import the
-    release core and the methods, and two of them call back into :func:`register` (``synth.synthesize_table``,
-    ``demo`` through :mod:`duckmob.demo`)."""
+    release core and the methods."""
     return tuple(importlib.import_module(f"duckmob.sql.{area}") for area in AREAS)
 
 

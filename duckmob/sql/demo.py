@@ -3,6 +3,7 @@ inside the package, so a tour can start from nothing in any shell, notebook or d
 
 from __future__ import annotations
 
+from duckmob.samples import sample_path
 from duckmob.sql.udf import Udf
 
 
@@ -11,7 +12,5 @@ def setup(con) -> None:
 
 
 def udfs(db) -> list[Udf]:
-    from duckmob.demo import sample_path
-
     path = sample_path()
     return [Udf("_mob_sample_path", lambda: path, [], "VARCHAR", native=True)]

@@ -26,10 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from duckmob import release, synth, validators
+from duckmob import release
 from duckmob.errors import DuckmobError
 from duckmob.release import sampling, tables
-from duckmob.source.schema import Mapping, check_points
+from duckmob.source.schema import check_points
 from duckmob.sql.privacy import CALLER_TYPE, core_cursor, mapping, path, shadow_checked
 from duckmob.sql.udf import Request, Udf, one_row
 from duckmob.source.batches import concat
@@ -209,41 +209,3 @@ def setup(con) -> None:
         store.ensure_table(con)
     except Exception:  # read-only database: mob_models() shows nothing, mob_fit cannot store
         con.execute(store._DDL.replace("CREATE TABLE", "CREATE TEMP TABLE"))
-
-
-@release.interrupts.entered()
-def synthesize_table(con, table: str, eps, method: str = "privtrace", *, delta=None, bbox=None, n=None, seed=None,
-                     privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None,
-                     outside: str = "drop", traj_col: str = "traj_id", ts_col: str = "ts", lat_col: str = "lat",
-                     lon_col: str = "lon", user_col: str = "user_id", max_rows=None, stability=None, roads=None,
-                     stream: bool = False,
-                     batch_size: int | None = None, **method_params):
-    """Python twin of ``FROM synthesize(...)``: fit + sample, one spend of the budget of every base table ``table``
-    reads; a pyarrow Table, or with ``stream=True`` a ``pyarrow.RecordBatchReader`` drawn block by block as it is
-    read (batches of at most ``batch_size`` rows when given). The same rows either way under a seed.
-
-    ``table`` is resolved and read on ``con`` (which sees its temporary tables and views), out of core, after the
-    reservation. The ledger is written on the release core's own connection: a ROLLBACK of ``con``'s transaction
-    does not undo the spend."""
-    from duckmob.sql import register
-
-    register(con)
-    db = release.database(con)
-    output = tables.synthesize(
-        db, con, validators.source_name(table),
-        mapping=Mapping.of(traj_col=traj_col, ts_col=ts_col, lat_col=lat_col, lon_col=lon_col, user_col=user_col),
-        eps=eps, delta=delta, method=method, bbox=bbox, privacy_unit=privacy_unit,
-        max_trajectories_per_user=max_trajectories_per_user, params={**synth.parse_params(params), **method_params},
-        outside=outside, seed=seed, n=n, max_rows=max_rows, stability=stability, roads=roads)
-    return output.reader(batch_size) if stream else output.table()
-
-
-def sample_table(con, name: str, n=None, seed=None, *, max_rows=None, stream: bool = False,
-                 batch_size: int | None = None):
-    """Python twin of ``FROM mob_sample('name', n := ..., seed := ...)``: ``n`` trajectories of the stored model
-    ``name`` (free: no data read, nothing spent), a pyarrow Table or, with ``stream=True``, a RecordBatchReader."""
-    from duckmob.sql import register
-
-    register(con)
-    output = tables.sample(release.database(con), name, n=n, seed=seed, max_rows=max_rows)
-    return output.reader(batch_size) if stream else output.table()

@@ -172,7 +172,7 @@ def test_pategail_paper_bins_as_the_reference_does():
 def test_pategail_paper_distance_is_blind_to_city_steps():
     """The degenerate case of issue 43: every step of a table in the first bin (here: nobody moves) scores near
     0 on the reference Distance against real GeoLife trajectories; our own definition sees the difference."""
-    from duckmob.demo import sample_path
+    from duckmob.samples import sample_path
 
     real = pq.read_table(sample_path())
     lat = real.column("lat").to_numpy()
