@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from duckmob import cli
+from duckmob.cli import output
 
 
 def run(args, stdin=""):
@@ -428,9 +429,12 @@ def test_an_error_while_a_result_streams_is_one_line_and_the_connection_stays_us
 
 
 def test_doubles_show_about_4_significant_digits():
-    cases = {0.021534: "0.02153", 1234.5678: "1235", 1234567.0: "1.235e+06", 2.0: "2.0", 1968.0: "1968.0",
-             1e-05: "1e-05", 3.14159265: "3.142", 999.96: "1000", 123456.7: "123457", 0.0: "0.0",
-             float("nan"): "nan", float("-inf"): "-inf"}
+    # A value that is not whole never prints as a whole number (issue 40: 3.0003 printed as 3).
+    cases = {0.021534: "0.02153", 1234.5678: "1234.6", 1234567.0: "1.235e+06", 2.0: "2.0", 1968.0: "1968.0",
+             1e-05: "1e-05", 3.14159265: "3.142", 999.96: "999.96", 123456.7: "123456.7", 0.0: "0.0",
+             float("nan"): "nan", float("-inf"): "-inf", 3.0003: "3.0003", -3.0003: "-3.0003",
+             2.99999999: "2.99999999", 1234.04: "1234.04", 3801.22851: "3801.2", 12.35: "12.35",
+             1 + 2 ** -40: "1.000000000001"}
     assert {x: cli.format_double(x) for x in cases} == cases
     con = duckdb.connect()
     shell, out, _ = shell_on(con)
@@ -463,6 +467,46 @@ def test_long_text_is_cut_widest_column_first_and_every_column_stays():
     lines = out.getvalue().splitlines()
     assert max(map(len, lines)) <= 40 and "… │" in lines[1] and "20 columns (" in out.getvalue()
     assert "colu…" in lines[1]
+    con.close()
+
+
+def test_mob_check_actions_wrap_whole_at_the_pipe_width():
+    """Issue 40: mob_check's action column was cut at the pipe width; its sentences now wrap onto the row's lines."""
+    import duckmob
+
+    con = duckmob.connect()
+    con.execute("CREATE TABLE trips AS FROM mob_geolife_sample()")
+    query = "FROM mob_check('trips', bbox := [39.8477, 116.1956, 40.1133, 116.4880])"
+    actions = [a for (a,) in con.sql(f"SELECT action FROM ({query})").fetchall()]
+    shell, out, _ = shell_on(con)
+    shell.run_sql(query + ";")
+    lines = out.getvalue().splitlines()
+    assert max(map(len, lines)) <= cli.PIPE_WIDTH and "…" not in out.getvalue()
+    body = [[c.strip() for c in line.split("│")[1:-1]] for line in lines[4:] if line.startswith("│")]
+    rows = []       # a row's lines: the first names its check, the next ones leave it blank
+    for cells in body:
+        if cells[1]:
+            rows.append(cells[3])
+        else:
+            rows[-1] += " " + cells[3]
+    assert rows == actions and any(len(a) > 60 for a in actions)
+    assert len(body) > len(actions)     # some action took more than one line
+    con.close()
+
+
+def test_wrapping_is_for_words_and_bounded():
+    assert output._wrap("one two three", 20) == ["one two three"]
+    assert output._wrap("one two three four", 9) == ["one two", "three", "four"]
+    assert output._wrap("a b c d e f g h", 3) == ["a b", "c d", "e…"]      # at most WRAP_LINES lines
+    assert output._wrap("abcdefgh ij", 3) == ["abc", "def", "gh…"]            # a long word split
+    assert output._wrap("x" * 30, 8) == ["xxxxxxx…"]                          # no words: cut, one line
+    con = duckdb.connect()
+    shell, out, _ = shell_on(con)
+    shell.dot(".maxwidth 30")
+    shell.run_sql("SELECT 'a fairly long sentence of plain words to wrap' AS words, 7 AS n;")
+    lines = out.getvalue().splitlines()
+    assert len({cli.text_width(line) for line in lines[:6]}) == 1 and cli.text_width(lines[0]) <= 30
+    assert [line.split("│")[2].strip() for line in lines[4:7]] == ["7", "", ""]   # numbers on the row's first line
     con.close()
 
 

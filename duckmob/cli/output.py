@@ -6,14 +6,17 @@ Results print in the mode ``.mode`` sets, as the DuckDB CLI prints them:
   default): a longer result shows its first and its last ``maxrows / 2`` rows and its true row count (it is
   read once, as a stream of Arrow batches: memory holds the rows shown and one batch of :data:`BATCH_ROWS`, not
   the result). A table fits ``.maxwidth`` (default: the terminal's width; :data:`PIPE_WIDTH` when standard
-  output is not a terminal): the widest columns are cut first, all to the same width, their text ending in
-  ``…``; only when every column is down to :data:`MIN_COLUMN` characters are middle columns left out (a ``…``
-  column stands for them). DOUBLE and FLOAT values show about 4 significant digits (:func:`format_double`):
+  output is not a terminal): the widest columns are cut first, all to the same width; a cut cell of words (text
+  with spaces, such as ``mob_check``'s actions) wraps onto up to :data:`WRAP_LINES` lines of its row at word
+  boundaries, other text ends in ``…`` where it was cut (as does wrapped text longer than those lines); only when
+  every column is down to :data:`MIN_COLUMN` characters are middle columns left out (a ``…`` column stands for
+  them). DOUBLE and FLOAT values show about 4 significant digits (:func:`format_double`):
   a whole value as DuckDB writes it (2.0, 1968.0); otherwise from 1e-4 up to 1,000 as Python's ``{:.4g}``
-  (0.02153, 12.35), from 1,000 up to 1e6 rounded to a whole number without a decimal point (1235, 123457),
-  below 1e-4 and from 1e6 on in scientific notation (2.1e-05, 1.235e+06); nan, inf and NULL as DuckDB writes
-  them. A value without ``.0`` was rounded. Other types (DECIMAL, integers, timestamps, lists...) show as DuckDB
-  casts them to text.
+  (0.02153, 12.35), from 1,000 up to 1e6 rounded to a whole number (1235), but a value that is not whole never
+  prints as one: where those digits would round it to a whole number, it gets as many decimals as it takes to
+  show its fraction (3.0003, not 3; 1234.6, not 1235; 999.96, not 1000). Below 1e-4 and from 1e6 on in
+  scientific notation (2.1e-05, 1.235e+06); nan, inf and NULL as DuckDB writes them. Other types (DECIMAL,
+  integers, timestamps, lists...) show as DuckDB casts them to text.
 - ``csv``: a header line, then one line per row, quoted as CSV quotes (Python's ``csv`` module); NULL is empty.
 - ``markdown``: a pipe table (numbers right-aligned); the whole result is held to size its columns.
 - ``line``: one ``column = value`` line per column, names right-aligned, rows separated by a blank line.
@@ -45,6 +48,8 @@ PIPE_WIDTH = 120
 MIN_COLUMN = 5
 # A result of at most this many rows prints without its row count under the table (as DuckDB's renderer).
 QUIET_ROWS = 10
+# The most lines a cut cell of words wraps onto (a sentence of mob_check's at the pipe width takes 3).
+WRAP_LINES = 3
 
 
 def _scan(rel, exprs: list[str], each) -> None:
@@ -85,7 +90,11 @@ def format_double(x: float) -> str:
     if size == 0 or 1e-4 <= size < 1e6:
         if x.is_integer():
             return f"{x:.1f}"
-        return f"{x:.4g}" if size < 1000 else f"{x:.0f}"
+        text = f"{x:.4g}" if size < 1000 else f"{x:.0f}"
+        if float(text).is_integer():   # never a whole number for a value that is not: 3.0003, not 3
+            decimals = next(d for d in range(1, 18) if not round(x, d).is_integer())
+            text = f"{x:.{decimals}f}"
+        return text
     return f"{x:.4g}"
 
 
@@ -139,6 +148,32 @@ def _cut(text: str, width: int) -> str:
             break
         kept.append(char)
     return "".join(kept) + "…"
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` as lines of at most ``width`` columns: whole when it fits; a text of words wrapped at its spaces onto
+    at most :data:`WRAP_LINES` lines (a word wider than a line split), the last ending in ``…`` if more was left;
+    any other text cut to one line (:func:`_cut`)."""
+    if text_width(text) <= width or " " not in text.strip():
+        return [_cut(text, width)]
+    lines, line = [], ""
+    for word in text.split():
+        joined = f"{line} {word}" if line else word
+        if text_width(joined) <= width:
+            line = joined
+            continue
+        if line:
+            lines.append(line)
+        while text_width(word) > width:
+            head = _cut(word, width + 1)[:-1]  # the first ``width`` columns of the word, without the ellipsis
+            lines.append(head)
+            word = word[len(head):]
+        line = word
+    lines.append(line)
+    if len(lines) > WRAP_LINES:
+        last = _cut(lines[WRAP_LINES - 1], width - 1)
+        lines = lines[:WRAP_LINES - 1] + [last if last.endswith("…") else last + "…"]
+    return lines
 
 
 def _pad(text: str, width: int, align: str) -> str:
@@ -205,16 +240,26 @@ def draw_box(names: list[str], types: list[str], right: list[bool], first: list[
         return "│" + "│".join(" " + _pad(_cut(v, w), w, align or a) + " "
                               for v, w, a in zip(values, widths, aligns)) + "│"
 
+    def row_lines(values: list[str]) -> list[str]:
+        """One row: its text cells of words wrapped (:func:`_wrap`) over as many lines as the longest needs."""
+        values = [values[i] for i in keep]
+        if at is not None:
+            values.insert(at, "…")
+        cells = [_wrap(v, w) if a == "<" else [_cut(v, w)] for v, w, a in zip(values, widths, aligns)]
+        height = max(map(len, cells))
+        return ["│" + "│".join(" " + _pad(c[k] if k < len(c) else "", w, a) + " "
+                               for c, w, a in zip(cells, widths, aligns)) + "│" for k in range(height)]
+
     def rule(left: str, middle: str, end: str) -> str:
         return left + middle.join("─" * (w + 2) for w in widths) + end
 
     out = [rule("┌", "┬", "┐"), line(names, "^"), line(types, "^")]
     if rows:
         out.append(rule("├", "┼", "┤"))
-        out += [line(r) for r in first]
+        out += [text for r in first for text in row_lines(r)]
         if total > len(rows):
             out += [line(["·"] * len(names))] * 3
-        out += [line(r) for r in last]
+        out += [text for r in last for text in row_lines(r)]
     out.append(rule("└", "┴", "┘"))
     notes = []
     if total > len(rows) or total > QUIET_ROWS or total == 0:
@@ -312,4 +357,4 @@ def write_result(rel, path: str) -> None:
 
 
 __all__ = ["format_double", "text_width", "fit_columns", "draw_box", "write_result", "BATCH_ROWS", "PIPE_WIDTH",
-           "MIN_COLUMN", "QUIET_ROWS"]
+           "MIN_COLUMN", "QUIET_ROWS", "WRAP_LINES"]
