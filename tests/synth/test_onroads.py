@@ -162,21 +162,24 @@ def test_cleanslate_with_roads_releases_the_street_pieces_in_its_one_event(con):
     assert accounting.epsilon(plan.event, 1e-5) == pytest.approx(1.0, rel=1e-3)
     assert plan.event.to_json() != plain.event.to_json()
     # the fit draws that release: Laplace of scale k / eps_roads on every piece, zero or not
-    con.sql(f"""FROM mob_fit('trips', 'cs_on_roads', method := 'cleanslate', eps := 1, bbox := {BBOX}, roads := 'roads',
-                params := {json.dumps(params).replace('"', "'")})""").fetchall()
+    seen = []
+    laplace = NoiseSource.laplace
+
+    def recording(self, scale, size):
+        seen.append((scale, size))
+        return laplace(self, scale, size)
+
+    NoiseSource.laplace = recording
+    try:
+        con.sql(f"""FROM mob_fit('trips', 'cs_on_roads', method := 'cleanslate', eps := 1, bbox := {BBOX},
+                    roads := 'roads', params := {json.dumps(params).replace('"', "'")})""").fetchall()
+    finally:
+        NoiseSource.laplace = laplace
+    n_pieces = int(roads.pieces().max()) + 1
+    assert [scale for scale, size in seen if size == n_pieces] == [pytest.approx(1 / plan.eps_roads)]
     _, model = store.load(con, "cs_on_roads")
     road = model.road_density
     assert len(road) == len(roads) and (road >= 0).all() and (road > 0).any()
     assert model.info["eps_roads"] == pytest.approx(plan.eps_roads)
-    seen = []
-
-    class Recording(NoiseSource):
-        def laplace(self, scale, size):
-            seen.append((scale, size))
-            return super().laplace(scale, size)
-
-    from duckmob.synth.placement import release_road_density
-    release_road_density(np.zeros(int(roads.pieces().max()) + 1), roads, 1 / plan.eps_roads, Recording(1))
-    assert seen == [(pytest.approx(1 / plan.eps_roads), int(roads.pieces().max()) + 1)]
     rows = con.sql("FROM mob_sample('cs_on_roads', n := 30, seed := 1)").to_arrow_table()
     assert rows.num_rows > 0 and _distances(con, rows).max() < 1e-3
