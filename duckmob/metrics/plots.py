@@ -68,6 +68,29 @@ def road_lines(roads, box):
     return LineCollection(ends, colors=ROAD_COLOUR, linewidths=ROAD_WIDTH, zorder=0.5)
 
 
+CHAR_INCHES = 0.085   # one character of a 10 pt tick label (a digit is 0.64 em)
+GAP_INCHES = 0.15     # the least space between two labels
+
+
+def longitude_ticks(low: float, high: float, panel_inches: float) -> tuple[list[float], list[str]]:
+    """(ticks, labels) for the longitude axis of a panel ``panel_inches`` wide over ``[low, high]`` degrees: the
+    finest round step (1, 2 or 5 x 10^k degrees) whose labels, written with just the decimals the step needs,
+    keep :data:`GAP_INCHES` apart, and none within half a label of the panel's edges, where the right panel's
+    first label would run into the left one's last (matplotlib's default ticks overlapped by 45 px on San
+    Francisco's box, the downtown box's edges falling on round longitudes)."""
+    span = high - low
+    for step in (m * 10.0 ** k for k in range(-5, 3) for m in (1, 2, 5)):
+        decimals = max(0, -int(np.floor(np.log10(step) + 1e-9)))
+        chars = max(len(f"{v:.{decimals}f}") for v in (low, high))
+        label = chars * CHAR_INCHES
+        if step / span * panel_inches >= label + GAP_INCHES:
+            break
+    margin = span * label / 2 / panel_inches
+    ticks = [t for t in np.arange(np.ceil(low / step), np.floor(high / step) + 1) * step
+             if low + margin <= t <= high - margin]
+    return [float(t) for t in ticks], [f"{t:.{decimals}f}".replace("-", "\u2212") for t in ticks]
+
+
 def density_figure(real: Side, synth: Side, w: int = 64, roads=None):
     """The figure of :func:`density_png`: panels ``fig.axes[0]`` (real) and ``[1]`` (synthetic), each one image of
     :func:`pass_shares` on one shared logarithmic colour scale, then the colourbar. With ``roads`` (a
@@ -101,6 +124,7 @@ def density_figure(real: Side, synth: Side, w: int = 64, roads=None):
         ax.set_title(f"{label}: {side.n:,} trajectories, {int((grid > 0).sum()):,} cells passed", fontsize=10)
         ax.set_xlabel("longitude (degrees)" + ("" if roads is None else "; grey lines: the roads"))
     axes[0].set_ylabel("latitude (degrees)")
+    axes[0].set_xticks(*longitude_ticks(box.min_lon, box.max_lon, panel_w))
     bar = fig.colorbar(image, ax=list(axes), shrink=0.9, pad=0.01)
     # No suptitle: with the panels' aspect fixed, constrained layout leaves the spare height around the axes,
     # which the tight crop removes; a suptitle would pin it between the title and the panels.

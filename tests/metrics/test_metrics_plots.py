@@ -76,3 +76,55 @@ def test_density_panels_keep_the_bbox_shape_in_metres(tmp_path):
     for ax in fig.axes[:2]:
         box = ax.get_window_extent()
         assert box.width / box.height == pytest.approx(ew_m / ns_m, rel=0.02)
+
+
+def _label_boxes(fig):
+    """The drawn x tick labels of both panels, as (left, right) pixel spans in figure order."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    spans = []
+    for ax in fig.axes[:2]:
+        for label in ax.get_xticklabels():
+            if label.get_visible() and label.get_text():
+                box = label.get_window_extent(renderer)
+                spans.append((box.x0, box.x1))
+    return sorted(spans)
+
+
+@pytest.mark.parametrize("box, least", [([37.70, -122.52, 37.83, -122.35], 3),        # all SF: overlapped by 45 px
+                                        ([37.70, -122.52, 37.81, -122.36], 3),        # by 1 px
+                                        ([37.76, -122.45, 37.80, -122.38], 5),        # downtown: edges on round degrees
+                                        ([37.77, -122.43, 37.79, -122.40], 3),
+                                        ([39.8477, 116.1956, 40.1133, 116.4880], 4)])  # Beijing (the sample)
+def test_longitude_labels_never_overlap(box, least):
+    """Issue 40: on the SF box the left panel's last longitude label ran into the right panel's first, and
+    matplotlib's default ticks crowded narrow panels (45 px of overlap on the whole city's box)."""
+    import numpy as np
+
+    from duckmob.metrics import load_side
+    from duckmob.metrics.plots import density_figure, longitude_ticks
+
+    rng = np.random.default_rng(0)
+    lat = rng.uniform(box[0], box[2], 400)
+    lon = rng.uniform(box[1], box[3], 400)
+    side = load_side(pa_points(lat, lon), box, "real")[0]
+    fig = density_figure(side, side, 32)
+    spans = _label_boxes(fig)
+    assert len(spans) >= 2 * least
+    gaps = [b[0] - a[1] for a, b in zip(spans, spans[1:])]
+    assert min(gaps) > 5, gaps                     # pixels between neighbouring labels, across the panels too
+    ticks, labels = longitude_ticks(box[1], box[3], 6.9)
+    assert all(box[1] < t < box[3] for t in ticks)
+    if box[1] == -122.45:        # a 6.9 inch panel: every 0.01 degree but the two edges
+        assert ticks == pytest.approx([-122.44, -122.43, -122.42, -122.41, -122.40, -122.39])
+        assert labels[0] == "\u2212122.44"
+
+
+def pa_points(lat, lon):
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(lat)
+    return pa.table({"traj_id": np.arange(n) // 4, "ts": pa.array(np.datetime64("2024-05-01T08:00")
+                                                                  + np.arange(n) * np.timedelta64(30, "s")),
+                     "lat": lat, "lon": lon})
