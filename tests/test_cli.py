@@ -543,3 +543,19 @@ def test_duckmob_functions_are_registered_when_a_statement_needs_them(tmp_path):
     assert r.returncode == 0 and str(11 * 32 + 13) in r.stdout, r.stderr
     r = run([db, "-c", "FROM nope"])
     assert r.returncode == 1 and r.stderr.startswith("Error: Catalog Error: Table with name nope does not exist")
+
+
+def test_readme_set_up_matches_the_pins_and_the_demo():
+    """The README's set-up (issue 40 item 7): every torch pin is pyproject's, the CPU index an ordinary machine
+    needs is given with that pin, and the files the demo leaves are the ones it writes."""
+    from pathlib import Path
+
+    from duckmob import demo
+
+    root = Path(__file__).resolve().parents[1]
+    readme = root.joinpath("README.md").read_text(encoding="utf-8")
+    pin = re.search(r'"(torch==[0-9.]+)"', root.joinpath("pyproject.toml").read_text(encoding="utf-8")).group(1)
+    assert set(re.findall(r"torch==[0-9.]+", readme)) == {pin}
+    setup = " ".join(readme[readme.index("## Set-up"):readme.index("## From nothing")].split())
+    assert f"pip install {pin} --index-url https://download.pytorch.org/whl/cpu" in setup
+    assert f"`{demo.REPORT}`" in setup and "duckmob_demo_density.png" in setup
