@@ -21,13 +21,9 @@ N = 9000            # five blocks, the last one partial
 
 
 @pytest.fixture(scope="module")
-def con():
-    c = duckmob.connect()
-    c.execute("CREATE TABLE trips AS FROM mob_geolife_sample()")
-    c.execute("FROM mob_set_budget('trips', eps := 100, delta := 1e-5)").fetchall()
-    c.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {BBOX}, seed := 1)").fetchall()
-    yield c
-    c.close()
+def con(fitted_sample):
+    """The sample as ``trips`` and a PrivTrace model ``m`` on it (conftest.fitted_sample)."""
+    return fitted_sample
 
 
 @pytest.fixture
