@@ -44,7 +44,8 @@ def project(tmp_path_factory):
     mp.setenv("DUCKMOB_DBT_PATH", str(root / "example.duckdb"))
     mp.setenv("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")
     mp.chdir(copy)
-    result = dbt(copy, "run", synth_seed=7, density_png=str(root / "density.png"))
+    result = dbt(copy, "run", synth_seed=7, density_png=str(root / "density.png"),
+                 report_html=str(root / "report.html"))
     yield copy, root, result
     mp.undo()
 
@@ -76,6 +77,18 @@ def test_dbt_run_builds_synthetic_and_evaluation_tables(project):
     finally:
         con.close()
     assert (root / "density.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the evaluation's post-hook
+
+
+def test_the_synthetic_model_writes_its_release_report(project):
+    """synthetic_trips' post-hook writes the publishable page: the release found by the table's content (the
+    ledger's one release, not a guess), its eps, no comparison with the real table."""
+    copy, root, result = project
+    assert result.success, [r.message for r in result.result]
+    html = (root / "report.html").read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and "Release report: " in html
+    assert "privtrace on" in html and "release 1" in html
+    assert "No record links this table" not in html              # found by its content, not guessed
+    assert "do not publish" not in html and 'id="comparison"' not in html
 
 
 def test_dbt_test_checks_the_synthetic_table_and_the_ledger(project):

@@ -1,8 +1,11 @@
 -- A differentially private synthetic trajectory table: one release of synth_eps from the budget of trips.
 -- The pre-hook declares that budget (re-declaring the same one is harmless; the ledger keeps what was spent).
--- Hook text is rendered when the hook runs, so ref() there names the real table.
+-- The post-hook writes the release report, the publishable page (docs/report.md): built from the release and this
+-- table alone, it never reads trips. Hook text is rendered when the hook runs, so ref() there names the real
+-- table and `this` the table just built.
 {{ config(pre_hook="from mob_set_budget('{{ ref(\"trips\") }}', eps := {{ var('budget_eps') }}, "
-                   "delta := {{ var('budget_delta') }})") }}
+                   "delta := {{ var('budget_delta') }})",
+          post_hook="from mob_report('{{ this }}', path := '{{ project_path(var(\"report_html\")) }}')") }}
 {%- set seed = var('synth_seed', none) %}
 
 from synthesize('{{ ref("trips") }}',
