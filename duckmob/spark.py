@@ -63,6 +63,7 @@ from duckmob.source import PointSource
 from duckmob.source import batches as source_batches
 from duckmob.source.schema import Mapping, check_points
 from duckmob.errors import DuckmobError
+from duckmob.privacy.unit import no_user_column
 from duckmob.release import fitting, sampling
 from duckmob.trajectories import Trajectories, from_points, synthetic_table
 
@@ -605,9 +606,8 @@ def synthesize(df, *, ledger: str, eps, method: str = "privtrace", delta=None, b
                          privacy_unit=privacy_unit, max_trajectories_per_user=max_trajectories_per_user,
                          params={**synth.parse_params(params), **method_params}, seed=seed, n=n, max_rows=max_rows)
         if r.unit.is_user and not src.has_user:
-            raise DuckmobError(f"the DataFrame has no {user_col} column, so privacy_unit := 'user' cannot tell whose "
-                               "each trajectory is: name its user column with user_col=..., or use "
-                               "privacy_unit='trajectory'")
+            raise no_user_column("the DataFrame", instead="use privacy_unit='trajectory'", column=f"{user_col} column",
+                                 name_it="user_col=...")
         if roads is not None:
             r = _with_roads(r, roads, roads_name, keys, ledger)
         check_workers(df.sparkSession)

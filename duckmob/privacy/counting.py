@@ -61,8 +61,8 @@ from duckmob.privacy import accounting
 from duckmob.privacy.noise import NoiseSource, granularity
 from duckmob.privacy.normcut import normcut
 from duckmob.privacy.steps import grid_steps as _grid_steps, positions as _positions
+from duckmob.privacy.unit import PrivacyUnit
 
-PRIVACY_UNITS = ("trajectory", "user")
 # Largest released count, in steps of the noise grid g (public): a count is clamped to [0, MAX_UNITS] steps before
 # noise, so that count + noise (both on the g/2 grid, |value| < 2^52 g) is exact in float64.
 MAX_UNITS = 2 ** 51
@@ -180,24 +180,21 @@ def _select(offsets, cells, keep) -> tuple[np.ndarray, np.ndarray]:
             cells[np.repeat(keep, lengths)])
 
 
-def _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells,
-          noise) -> tuple[np.ndarray, np.ndarray, int]:
+def _unit(unit: PrivacyUnit, user_id, offsets, cells, noise) -> tuple[np.ndarray, np.ndarray, int]:
     """Apply contribution bounding; return (offsets, cells, k = trajectories per privacy unit).
 
     ``user_id`` (one per trajectory) is needed with the user unit; trajectories without a user are dropped
     (:func:`bound_contributions`)."""
-    if privacy_unit not in PRIVACY_UNITS:
-        raise DuckmobError(f"privacy_unit must be 'trajectory' or 'user'; got {privacy_unit!r}")
-    if privacy_unit == "trajectory":
+    if not unit.is_user:
         return offsets, cells, 1
     if user_id is None:
         raise DuckmobError("privacy_unit 'user' needs user_id (one per trajectory)")
     user_id = _user_ids(user_id)
     if user_id.shape != (len(offsets) - 1,):
         raise DuckmobError("user_id must have one entry per trajectory (len(offsets) - 1 entries)")
-    keep = bound_contributions(user_id, max_trajectories_per_user, noise.generator())
+    keep = bound_contributions(user_id, unit.max_trajectories_per_user, noise.generator())
     offsets, cells = _select(offsets, cells, keep)
-    return offsets, cells, int(max_trajectories_per_user)
+    return offsets, cells, unit.max_trajectories_per_user
 
 
 # -- windows ----------------------------------------------------------------------------------------------------
@@ -369,7 +366,7 @@ def first_order_support(n_states: int, support=None, w: int | None = None) -> np
 
 # -- noisy release --------------------------------------------------------------------------------------------
 
-def _bounded_batches(batches, n_states, order, eps, privacy_unit, max_trajectories_per_user, max_length, noise):
+def _bounded_batches(batches, n_states, order, eps, unit: PrivacyUnit, max_length, noise):
     """(order, Laplace scale k / eps, n_states, iterator of (offsets, cells) per batch) after the checks, the
     truncation and contribution bounding, the batches taken in order as one table.
 
@@ -378,19 +375,16 @@ def _bounded_batches(batches, n_states, order, eps, privacy_unit, max_trajectori
     privacy unit's contributions are bounded over ALL batches at once: ``bound_contributions`` draws its random
     numbers over the trajectories of every batch in order, exactly as on their concatenation."""
     order, eps = _order(order), positive("eps", eps)   # public arguments, checked before any batch is read
-    if privacy_unit not in PRIVACY_UNITS:
-        raise DuckmobError(f"privacy_unit must be 'trajectory' or 'user'; got {privacy_unit!r}")
-    user = privacy_unit == "user"
     keep = None
-    if user:
+    if unit.is_user:
         users = []
         for offsets, cells, user_id in batches():
             if user_id is None:
                 raise DuckmobError("privacy_unit 'user' needs user_id (one per trajectory)")
             users.append(_sequences(offsets, cells, n_states, user_id)[3])
         users = np.concatenate(users) if users else np.zeros(0, np.int64)
-        keep = bound_contributions(users, max_trajectories_per_user, noise.generator())
-    k = int(max_trajectories_per_user) if user else 1
+        keep = bound_contributions(users, unit.max_trajectories_per_user, noise.generator())
+    k = unit.max_trajectories_per_user
 
     def bounded():
         start = 0
@@ -412,13 +406,13 @@ def _one_batch(offsets, cells, user_id):
 
 
 def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSource, *, user_id=None,
-                            privacy_unit: str = "trajectory", max_trajectories_per_user: int | None = None,
-                            max_length: int | None = None, support=None, w: int | None = None,
+                            unit: PrivacyUnit = PrivacyUnit(), max_length: int | None = None,
+                            support=None, w: int | None = None,
                             cut: bool = True, dtype=np.float64) -> np.ndarray:
     """eps-DP length-normalised transition counts (PrivTrace §4.3 + App. B.6), NormCut-ed along the last axis.
 
-    Privacy map: one privacy unit (a trajectory, or a user's at most ``max_trajectories_per_user = k`` kept
-    trajectories) changes the exact table by at most k in L1; Laplace noise of scale ``k / eps`` on every entry
+    Privacy map: one privacy ``unit`` (a trajectory, or a user's at most ``unit.max_trajectories_per_user = k``
+    kept trajectories) changes the exact table by at most k in L1; Laplace noise of scale ``k / eps`` on every entry
     of the data-independent support (``first_order_support``; second order: triples whose two steps are in it)
     makes the table eps-DP; NormCut is post-processing. Account it as ``accounting.laplace(eps)``. Trajectories
     with an invalid cell (or, for the user unit, no user id) are dropped first and every entry is clamped to
@@ -429,20 +423,17 @@ def noisy_transition_counts(offsets, cells, n_states, order, eps, noise: NoiseSo
     :func:`noisy_transition_counts_sparse`; for sequences read in batches, :func:`noisy_transition_counts_batches`.
     """
     return noisy_transition_counts_batches(_one_batch(offsets, cells, user_id), n_states, order, eps, noise,
-                                           privacy_unit=privacy_unit,
-                                           max_trajectories_per_user=max_trajectories_per_user,
-                                           max_length=max_length, support=support, w=w, cut=cut, dtype=dtype)
+                                           unit=unit, max_length=max_length, support=support, w=w, cut=cut, dtype=dtype)
 
 
 def noisy_transition_counts_batches(batches, n_states, order, eps, noise: NoiseSource, *,
-                                    privacy_unit: str = "trajectory", max_trajectories_per_user: int | None = None,
-                                    max_length: int | None = None, support=None, w: int | None = None,
+                                    unit: PrivacyUnit = PrivacyUnit(), max_length: int | None = None,
+                                    support=None, w: int | None = None,
                                     cut: bool = True, dtype=np.float64) -> np.ndarray:
     """:func:`noisy_transition_counts` of the sequences ``batches()`` yields as ``(offsets, cells, user_id)``, read
     in batches (out of core): the same release as on their concatenation, bit for bit. Each batch's windows are
     summed in whole noise-grid steps (exact integers) and the sums added up; the noise is drawn once."""
-    order, scale, n_states, bounded = _bounded_batches(batches, n_states, order, eps, privacy_unit,
-                                                       max_trajectories_per_user, max_length, noise)
+    order, scale, n_states, bounded = _bounded_batches(batches, n_states, order, eps, unit, max_length, noise)
     kk = n_states + 2
     size = kk ** (order + 1)
     parts = []
@@ -506,8 +497,8 @@ def support_entries(n_states: int, order: int, support=None, w: int | None = Non
 
 
 def noisy_transition_counts_sparse(offsets, cells, n_states, order, eps, noise: NoiseSource, *, user_id=None,
-                                   privacy_unit: str = "trajectory", max_trajectories_per_user: int | None = None,
-                                   max_length: int | None = None, support="neighbours", w: int | None = None,
+                                   unit: PrivacyUnit = PrivacyUnit(), max_length: int | None = None,
+                                   support="neighbours", w: int | None = None,
                                    cut: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The same release as :func:`noisy_transition_counts` (same privacy map), listed over the support only.
 
@@ -516,20 +507,16 @@ def noisy_transition_counts_sparse(offsets, cells, n_states, order, eps, noise: 
     second-order neighbour support on a 32 x 32 grid has ~100 k entries instead of 1026^3.
     """
     return noisy_transition_counts_sparse_batches(_one_batch(offsets, cells, user_id), n_states, order, eps, noise,
-                                                  privacy_unit=privacy_unit,
-                                                  max_trajectories_per_user=max_trajectories_per_user,
-                                                  max_length=max_length, support=support, w=w, cut=cut)
+                                                  unit=unit, max_length=max_length, support=support, w=w, cut=cut)
 
 
 def noisy_transition_counts_sparse_batches(batches, n_states, order, eps, noise: NoiseSource, *,
-                                          privacy_unit: str = "trajectory",
-                                          max_trajectories_per_user: int | None = None,
-                                          max_length: int | None = None, support="neighbours", w: int | None = None,
+                                          unit: PrivacyUnit = PrivacyUnit(), max_length: int | None = None,
+                                          support="neighbours", w: int | None = None,
                                           cut: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """:func:`noisy_transition_counts_sparse` of sequences read in batches (as
     :func:`noisy_transition_counts_batches`): exact integer sums per batch, added up, noised once."""
-    order, scale, n_states, bounded = _bounded_batches(batches, n_states, order, eps, privacy_unit,
-                                                       max_trajectories_per_user, max_length, noise)
+    order, scale, n_states, bounded = _bounded_batches(batches, n_states, order, eps, unit, max_length, noise)
     kk = n_states + 2
     entries = support_entries(n_states, order, support, w)
     sums = np.zeros(len(entries), dtype=np.int64)
@@ -642,8 +629,7 @@ def region_transition_counts(offsets, cells, w: int, level: int) -> np.ndarray:
 
 
 def noisy_region_transition_counts(offsets, cells, w: int, level: int, eps: float, noise: NoiseSource, *,
-                                   user_id=None, privacy_unit: str = "trajectory",
-                                   max_trajectories_per_user: int | None = None) -> np.ndarray:
+                                   user_id=None, unit: PrivacyUnit = PrivacyUnit()) -> np.ndarray:
     """HRNet's DPTRAN (§4.1 eq. 4): TRAN + Laplace(k / eps) on every one of the ``4^level * w^2`` entries.
 
     Privacy map: eps-DP for the privacy unit (one trajectory changes TRAN by <= 1 in L1, a user by <= k),
@@ -654,7 +640,7 @@ def noisy_region_transition_counts(offsets, cells, w: int, level: int, eps: floa
     eps = positive("eps", eps)
     quadtree_depth(w)
     offsets, cells, _, user_id = _sequences(offsets, cells, w * w, user_id)
-    offsets, cells, k = _unit(privacy_unit, user_id, max_trajectories_per_user, offsets, cells, noise)
+    offsets, cells, k = _unit(unit, user_id, offsets, cells, noise)
     scale = k / eps
     traj, pair, n_transitions, size = _region_pairs(offsets, cells, w, level)
     # a trajectory's distinct pairs are at most its W_v transitions: mass <= 1 each (see normalised_release)
@@ -664,5 +650,5 @@ def noisy_region_transition_counts(offsets, cells, w: int, level: int, eps: floa
 __all__ = ["normalised_release", "normalised_sums", "release_sums", "transition_counts", "noisy_transition_counts",
            "noisy_transition_counts_sparse", "support_entries", "noisy_transition_counts_batches",
            "noisy_transition_counts_sparse_batches", "noisy_count", "bound_contributions", "truncate", "windows",
-           "first_order_support", "region_transition_counts", "noisy_region_transition_counts", "PRIVACY_UNITS",
+           "first_order_support", "region_transition_counts", "noisy_region_transition_counts",
            "MAX_UNITS", "count_shares", "count_events", "noisy_unit_counts", "count_record"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from duckmob.errors import DuckmobError
+
 TRAJECTORY = "trajectory"
 USER = "user"
 
@@ -49,3 +51,17 @@ class PrivacyUnit:
 
     def __str__(self) -> str:
         return self.kind
+
+
+def no_user_column(table: str, what: str = "privacy_unit := 'user' cannot tell whose each trajectory is",
+                   instead: str = "use privacy_unit := 'trajectory'", *,
+                   column: str = "user_id column (nor one named with user_col := ...)",
+                   name_it: str = "user_col := '...'") -> DuckmobError:
+    """The refusal, before anything is reserved, of a release that needs user ids from ``table`` (as the message
+    names it: "'trips'", "the DataFrame"), which has no user ``column``: ``what`` cannot be done without one; name
+    it with ``name_it``, or do ``instead``. Which columns a table has is public schema, not data, so saying so
+    releases nothing. Written once for SQL, the Python API and Spark (whose keywords are Python's)."""
+    return DuckmobError(f"{table} has no {column}, so {what}: name its user column with {name_it}, or {instead}")
+
+
+__all__ = ["PrivacyUnit", "TRAJECTORY", "USER", "no_user_column"]

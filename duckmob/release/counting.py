@@ -11,17 +11,9 @@ from duckmob.errors import DuckmobError
 from duckmob.privacy import accounting, counting
 from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.noise import check_scale
-from duckmob.privacy.unit import PrivacyUnit
+from duckmob.privacy.unit import PrivacyUnit, no_user_column
 from duckmob.release.protocol import Release, Request, run
 from duckmob.release.registry import Database
-
-
-def _needs_users(source: str, user_col: str | None, what: str, instead: str) -> None:
-    """Refuse, before anything is reserved, a release that needs user ids from a table without a user column.
-    Which columns a table has is public schema, not data, so saying so releases nothing."""
-    if user_col is None:
-        raise DuckmobError(f"'{source}' has no user_id column (nor one named with user_col := ...), so {what}: "
-                           f"name its user column with user_col := '...', or {instead}")
 
 
 def _stable(stability, eps: float) -> tuple[int, float]:
@@ -52,11 +44,11 @@ def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajector
     unit = validators.privacy_unit(privacy_unit, max_trajectories_per_user, needs_bound=what == "trajectories")
     k = unit.max_trajectories_per_user
     source = validators.source_name(source)
-    if what == "users":
-        _needs_users(source, user_col, "its users cannot be counted", "count trajectories with what := 'trajectories'")
-    elif unit.is_user:
-        _needs_users(source, user_col, "privacy_unit := 'user' cannot tell whose each trajectory is",
-                     "use privacy_unit := 'trajectory'")
+    if user_col is None and what == "users":
+        raise no_user_column(f"'{source}'", "its users cannot be counted",
+                             "count trajectories with what := 'trajectories'")
+    if user_col is None and unit.is_user:
+        raise no_user_column(f"'{source}'")
     eps = validators.epsilon(eps)
     s, eps_relation = _stable(stability, eps)
     sensitivity = k if what == "trajectories" else 1
@@ -92,9 +84,8 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
     unit = validators.privacy_unit(privacy_unit, max_trajectories_per_user)
     k = unit.max_trajectories_per_user
     source = validators.source_name(source)
-    if unit.is_user:
-        _needs_users(source, user_col, "privacy_unit := 'user' cannot tell whose each sequence is",
-                     "use privacy_unit := 'trajectory'")
+    if user_col is None and unit.is_user:
+        raise no_user_column(f"'{source}'", "privacy_unit := 'user' cannot tell whose each sequence is")
     eps = validators.epsilon(eps)
     s, eps_relation = _stable(stability, eps)
     if n_states is None:
@@ -121,8 +112,7 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
         loaded = release.read(load)
         # a callable yields (offsets, cells, user_id) batches read out of core (duckmob.source.table.read_sequences)
         batches = loaded if callable(loaded) else (lambda: iter([loaded]))
-        args = dict(privacy_unit=unit.kind, max_trajectories_per_user=k if unit.is_user else None,
-                    max_length=max_length, support=support, w=w)
+        args = dict(unit=unit, max_length=max_length, support=support, w=w)
         if support == "neighbours":
             return counting.noisy_transition_counts_sparse_batches(batches, n_states, order, eps_relation, noise,
                                                                    **args)

@@ -24,7 +24,7 @@ from duckmob import validators
 from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
 from duckmob.privacy.noise import NoiseSource
-from duckmob.privacy.unit import PrivacyUnit
+from duckmob.privacy.unit import PrivacyUnit, no_user_column
 from duckmob.release import counting, fitting, outputs, sampling
 from duckmob.release.protocol import read_ledger, set_budget as declare
 from duckmob.release.registry import Database
@@ -69,9 +69,7 @@ def _committed_shadowed(con, relation: str) -> None:
 
 def _needs_user_column(has_user: bool, unit: PrivacyUnit, relation: str) -> None:
     if unit.is_user and not has_user:
-        raise DuckmobError(f"'{relation}' has no user_id column (nor one named with user_col := ...), so "
-                           "privacy_unit := 'user' cannot tell whose each trajectory is: name its user column with "
-                           "user_col := '...', or use privacy_unit := 'trajectory'")
+        raise no_user_column(f"'{relation}'")
 
 
 def _prepared_fit(db: Database, con, relation: str, mapping: Mapping, owned: bool, caller_checked: bool,

@@ -12,6 +12,7 @@ from duckmob.privacy.counting import (MAX_UNITS, bound_contributions, first_orde
                                       noisy_transition_counts_sparse, region_transition_counts, transition_counts,
                                       truncate, windows)
 from duckmob.privacy.noise import NoiseSource, granularity
+from duckmob.privacy.unit import PrivacyUnit
 
 
 def ragged(seqs):
@@ -180,15 +181,14 @@ def test_user_level_noise_scales_with_k():
     seqs = random_seqs(200, m, rng)
     users = rng.integers(0, 30, 200)
     off, cells = ragged(seqs)
-    noisy = noisy_transition_counts(off, cells, m, 1, 1.0, NoiseSource(9), user_id=users, privacy_unit="user",
-                                    max_trajectories_per_user=4, cut=False)
+    noisy = noisy_transition_counts(off, cells, m, 1, 1.0, NoiseSource(9), user_id=users, unit=PrivacyUnit.user(4),
+                                    cut=False)
     resid_scale = np.abs(noisy[first_order_support(m)]).mean()
     assert resid_scale > 2.5  # Laplace(4) noise has mean |z| = 4 (vs 1 at trajectory level)
     with pytest.raises(DuckmobError, match="user_id"):
-        noisy_transition_counts(off, cells, m, 1, 1.0, NoiseSource(1), privacy_unit="user",
-                                max_trajectories_per_user=2)
-    with pytest.raises(DuckmobError, match="privacy_unit"):
-        noisy_transition_counts(off, cells, m, 1, 1.0, NoiseSource(1), privacy_unit="person")
+        noisy_transition_counts(off, cells, m, 1, 1.0, NoiseSource(1), unit=PrivacyUnit.user(2))
+    with pytest.raises(ValueError, match="privacy unit kind"):   # a unit is checked once, where it is made
+        PrivacyUnit("person")
 
 
 def test_region_transition_counts_are_hrnet_eq3():
@@ -267,7 +267,7 @@ def test_trajectories_without_a_user_are_dropped_not_refused():
     m = 9
     seqs = random_seqs(40, m, np.random.default_rng(1))
     users = np.arange(40) % 7 - 1  # user -1: no user
-    kw = dict(privacy_unit="user", max_trajectories_per_user=10, cut=False)
+    kw = dict(unit=PrivacyUnit.user(10), cut=False)
     got = noisy_transition_counts(*ragged(seqs), m, 1, 1.0, NoiseSource(3), user_id=users, **kw)
     kept = users >= 0
     want = noisy_transition_counts(*ragged([s for s, k in zip(seqs, kept) if k]), m, 1, 1.0, NoiseSource(3),
@@ -294,7 +294,7 @@ def test_a_trajectory_with_an_invalid_cell_is_dropped_whole(name):
     clean = ragged(seqs)
     np.testing.assert_array_equal(transition_counts(off_b, cells_b, m, 2), transition_counts(*clean, m, 2))
     for order in (1, 2):
-        for kw in (dict(), dict(privacy_unit="user", max_trajectories_per_user=2)):
+        for kw in (dict(), dict(unit=PrivacyUnit.user(2))):
             a = noisy_transition_counts(off_b, cells_b, m, order, 1.0, NoiseSource(5), cut=False,
                                         user_id=users, **kw)
             b = noisy_transition_counts(*clean, m, order, 1.0, NoiseSource(5), cut=False, user_id=users_clean,
@@ -312,7 +312,7 @@ def test_region_counts_drop_cells_outside_the_grid():
     np.testing.assert_array_equal(region_transition_counts(*ragged(with_bad), 4, 1),
                                   region_transition_counts(*ragged(seqs), 4, 1))
     users = np.arange(31) % 4
-    kw = dict(privacy_unit="user", max_trajectories_per_user=3)
+    kw = dict(unit=PrivacyUnit.user(3))
     a = noisy_region_transition_counts(*ragged(with_bad), 4, 1, 1.0, NoiseSource(8), user_id=users, **kw)
     b = noisy_region_transition_counts(*ragged(seqs), 4, 1, 1.0, NoiseSource(8), user_id=np.delete(users, 10), **kw)
     assert np.array_equal(a, b)
@@ -330,9 +330,9 @@ def test_messages_quote_nothing_from_the_data():
     for call in (lambda: noisy_transition_counts(off, cells, 0, 1, 1.0, noise),
                  lambda: noisy_transition_counts(off, cells, 9, 3, 1.0, noise),
                  lambda: noisy_transition_counts(off, cells, 9, 1, -1.0, noise),
-                 lambda: noisy_transition_counts(off, cells, 9, 1, 1.0, noise, privacy_unit="user"),
-                 lambda: noisy_transition_counts(off, cells, 9, 1, 1.0, noise, privacy_unit="user",
-                                                 max_trajectories_per_user=1, user_id=np.arange(7)),
+                 lambda: noisy_transition_counts(off, cells, 9, 1, 1.0, noise, unit=PrivacyUnit.user(1)),
+                 lambda: noisy_transition_counts(off, cells, 9, 1, 1.0, noise, unit=PrivacyUnit.user(1),
+                                                 user_id=np.arange(7)),
                  lambda: noisy_count(-17, 1.0, noise)):
         with pytest.raises(DuckmobError) as exc:
             call()

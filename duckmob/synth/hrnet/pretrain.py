@@ -27,6 +27,7 @@ from torch.nn import functional as F
 
 from duckmob.privacy.counting import noisy_region_transition_counts
 from duckmob.privacy.normcut import normcut
+from duckmob.privacy.unit import PrivacyUnit
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.synth.hrnet.model import HRNetModel
 from duckmob.progress import steps as progress_steps
@@ -56,7 +57,7 @@ def dptran(seqs: CellSequences, w: int, eps: float, noise, level: int = PRETRAIN
     if k == 1:
         return noisy_region_transition_counts(seqs.offsets, seqs.cells, w, level, eps, noise)
     return noisy_region_transition_counts(seqs.offsets, seqs.cells, w, level, eps, noise, user_id=seqs.user_id,
-                                          privacy_unit="user", max_trajectories_per_user=k)
+                                          unit=PrivacyUnit.user(k))
 
 
 def transition_targets(noisy: np.ndarray) -> np.ndarray:
