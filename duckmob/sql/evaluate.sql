@@ -14,8 +14,8 @@ CREATE OR REPLACE TEMP MACRO _mob_eval_points(tbl) AS (
 -- (the scale to read value against; also read exactly from the real table: NOT private either). It costs
 -- about a fifth more time; reference := false skips it (NULL column). baseline: the same metric between real
 -- half 0 and a naive table (half 1's trajectories as straight trips between uniformly random places in the
--- bbox): (value - reference) / (baseline - reference) is 0 as good as real, 1 no better than naive. About half
--- the values' time again; baseline := false skips it.
+-- bbox): (value - reference) / (baseline - reference) is 0 as good as real, 1 no better than naive. It costs
+-- about as much as the reference (its naive table has at most 1,000 trajectories); baseline := false skips it.
 -- families: any of ['hrnet', 'privtrace', 'pategail', 'lestyan', 'adatrace', 'fine'] (NULL = all), or by name the
 -- papers' reference-code definitions 'pategail_paper', 'hrnet_paper', 'privtrace_paper', 'cleanslate_paper'; w: grid
 -- width; bins: histogram bins; n_queries: random queries; seed: evaluation randomness (NULL = fixed default);

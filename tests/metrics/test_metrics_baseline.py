@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+import duckmob
 from duckmob.metrics import evaluate, load_side
 from duckmob.metrics.common import BASELINE_TRAJECTORIES, DEFAULT_SEED, baseline_side, reference_half, reference_sides
 from duckmob.report import compare
@@ -108,6 +109,15 @@ def test_baseline_switches():
     assert all(r["baseline"] is None for r in evaluate(one, one, BBOX, w=W, families=["privtrace"]))
     with pytest.raises(Exception, match="option baseline must be true or false"):
         evaluate(real, synth, BBOX, baseline="yes")
+    con = duckmob.connect()
+    con.register("r", real)
+    con.register("s", synth)
+    con.execute("CREATE TEMP TABLE real AS FROM r; CREATE TEMP TABLE synth AS FROM s")
+    query = f"SELECT metric, reference, baseline FROM mob_evaluate('real', 'synth', bbox := {BBOX}, w := {W}, " \
+            "families := ['privtrace', 'fine']"
+    assert con.sql(query + ", baseline := false)").fetchall() == [(r["metric"], r["reference"], None) for r in off]
+    assert con.sql(query + ")").fetchall() == [(r["metric"], r["reference"], r["baseline"]) for r in both]
+    con.close()
 
 
 def test_the_anchors_place_a_copy_near_real_and_a_naive_table_at_the_baseline():
