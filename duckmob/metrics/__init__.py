@@ -54,7 +54,8 @@ from duckmob.trajectories import Trajectories, from_points
 # mob_downstream, duckmob.evaluate; mob_check has the same column (docs/sql.md, "Exact results").
 NOT_PRIVATE_FIELD = pa.field("exact_not_private", pa.bool_())
 RESULT_SCHEMA = pa.schema([("metric", pa.string()), ("value", pa.float64()), ("reference", pa.float64()),
-                           ("baseline", pa.float64()), ("lower_is_better", pa.bool_()), ("source", pa.string()), ("description", pa.string())])
+                           ("baseline", pa.float64()), ("lower_is_better", pa.bool_()), ("source", pa.string()),
+                           ("description", pa.string())])
 TABLE_SCHEMA = pa.schema([NOT_PRIVATE_FIELD, *RESULT_SCHEMA])
 
 
