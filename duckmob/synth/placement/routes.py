@@ -528,10 +528,8 @@ class Placement:
         ``(lengths, lat, lon, ts)``, each point timed by its distance along the route between the times of the two
         cells it runs between (constant speed on each route; the last leg ends at the last cell's time).
 
-        ``chord``: the drawn steps are stretched by how much each route winds (:func:`.spacing.chord_stretch`), so
-        consecutive points lie about a drawn step apart in a straight line, as the real fixes the histogram
-        describes (without it, 1.3 times the real points per trajectory on simulated taxi trips; the models fitted
-        with roads use it, the others keep their seeded rows)."""
+        ``chord``: steps stretched by how each route winds (:func:`.spacing.chord_stretch`: straight-line spacing,
+        as the real fixes'; models fitted with roads use it, the others keep their seeded rows)."""
         f_off, f_cells, f_pos = self.fine_paths(offsets, coarse, rng, with_pos=True)
         n = len(f_off) - 1
         box, w = self.bbox, self.w
