@@ -51,7 +51,7 @@ def _bookkeeping(db, i: int) -> None:
     from duckmob.privacy import accounting
 
     request = release.Request(source="trips", mechanism="bench", privacy_unit="trajectory", params={"i": i},
-                              seeded=False, plan=lambda p: accounting.laplace(0.01))
+                              seeded=False, price=lambda p: (accounting.laplace(0.01), None))
     release.run(db, request, lambda r: r.read(lambda: None))
 
 

@@ -154,7 +154,7 @@ def test_a_failure_before_the_read_is_free(con):
         return rel.read(lambda: None)
 
     req = release.Request(source="trips", mechanism="test", privacy_unit="trajectory", params={}, seeded=False,
-                          plan=lambda p: accounting.laplace(0.6))
+                          price=lambda p: (accounting.laplace(0.6), None))
     with pytest.raises(release.Interrupted, match="nothing was stored"):
         release.run(db, req, interrupted_before_read)
     assert _statuses(con) == [(1, "cancelled")]
@@ -350,7 +350,7 @@ def test_a_refused_fit_does_not_free_the_name_another_fit_holds(con):
 
 def _nothing_read(db, eps=0.1):
     req = release.Request(source="trips", mechanism="test", privacy_unit="trajectory", params={}, seeded=False,
-                          plan=lambda p: accounting.laplace(eps))
+                          price=lambda p: (accounting.laplace(eps), None))
     return release.run(db, req, lambda rel: rel.read(lambda: None))
 
 
@@ -387,7 +387,7 @@ def test_an_edit_of_a_release_in_progress_is_refused_at_its_end(con):
         return "released"
 
     req = release.Request(source="trips", mechanism="test", privacy_unit="trajectory", params={}, seeded=False,
-                          plan=lambda p: accounting.laplace(2.0))
+                          price=lambda p: (accounting.laplace(2.0), None))
     with pytest.raises(ledger.LedgerTampered, match="ledger row 1 was edited"):
         release.run(db, req, lower_own_spend)
     assert _statuses(con) == [(1, "reserved")]   # not re-sealed as spent

@@ -31,9 +31,10 @@ def _statuses(con) -> list[tuple]:
     return con.execute("SELECT id, status FROM duckmob_ledger ORDER BY id").fetchall()
 
 
-def _request(plan) -> release.Request:
+def _request(event_of, plan_of=lambda p: None) -> release.Request:
+    """A test release whose price is ``(event_of(prior), plan_of(prior))``."""
     return release.Request(source="trips", mechanism="test", privacy_unit="trajectory", params={}, seeded=False,
-                           plan=plan)
+                           price=lambda p: (event_of(p), plan_of(p)))
 
 
 def _read(rel):
@@ -218,6 +219,25 @@ def test_a_plan_that_no_longer_fits_is_made_again_against_the_ledger_as_it_is(co
         con, lambda calibrate: release.run(db, _request(plan_to_what_is_left(calibrate)), _read))
     assert planned.get("result") == ("read", 2), planned.get("error")
     assert spent_before == [0.0, pytest.approx(0.5)]
+    assert ledger.events(con, "trips") == [accounting.laplace(0.5), accounting.laplace(0.4)]
+
+
+def test_the_release_computes_with_the_plan_its_reservation_paid_for(con):
+    """Request.price -> (event, plan): the release carries the plan of the price it reserved (release.plan), the
+    one made again when another release took room meanwhile, not the first one."""
+    _trips(con)
+    con.sql("FROM mob_set_budget('trips', eps := 1.0, delta := 0)").fetchall()
+    db = release.database(con)
+
+    def eps_left(p) -> float:
+        return 0.8 if p.fits(accounting.laplace(0.8)) else 0.4
+
+    def price_with(calibrate):
+        return _request(lambda p: calibrate() or accounting.laplace(eps_left(p)), lambda p: {"eps": eps_left(p)})
+
+    planned, _ = _while_counting(
+        con, lambda calibrate: release.run(db, price_with(calibrate), lambda rel: rel.read(lambda: rel.plan)))
+    assert planned.get("result") == ({"eps": 0.4}, 2), planned.get("error")
     assert ledger.events(con, "trips") == [accounting.laplace(0.5), accounting.laplace(0.4)]
 
 

@@ -62,8 +62,8 @@ def noisy_count(db: Database, *, source, eps, seed=None, privacy_unit="trajector
 
     params = {"eps": eps, "what": what, "sensitivity": sensitivity, **({"stability": s} if s > 1 else {}),
               "max_trajectories_per_user": k if unit.is_user and what == "trajectories" else None}
-    value, _ = run(db, Request(source=source, mechanism=f"count({what})",
-                               privacy_unit=unit.kind, params=params, seeded=noise.seeded, plan=lambda p: event), compute)
+    value, _ = run(db, Request(source=source, mechanism=f"count({what})", privacy_unit=unit.kind, params=params,
+                               seeded=noise.seeded, price=lambda p: (event, None)), compute)
     return value
 
 
@@ -125,5 +125,6 @@ def transitions(db: Database, *, source, order=1, eps, n_states, seed=None, priv
               "max_trajectories_per_user": k if unit.is_user else None, "support": support, "w": w,
               "normcut": True, **({"stability": s} if s > 1 else {})}
     result, _ = run(db, Request(source=source, mechanism=f"transition_counts(order={order})",
-                                privacy_unit=unit.kind, params=params, seeded=noise.seeded, plan=lambda p: event), compute)
+                                privacy_unit=unit.kind, params=params, seeded=noise.seeded,
+                                price=lambda p: (event, None)), compute)
     return result

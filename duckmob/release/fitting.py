@@ -87,32 +87,28 @@ def fit(db: Database, request: FitRequest, source: PointSource):
     recorded = {"method": r.method, "max_trajectories_per_user": r.unit.max_trajectories_per_user, **r.params,
                 **({"model": r.name} if r.name else {}), **({"stability": s} if s > 1 else {}),
                 **(roads_record(r) or {})}
-    plans: list[Plan] = []
-
-    def plan(prior: ledger.Prior) -> Event:
-        # the protocol reserves the event of the last plan it asked for (or reserves nothing), so plans[-1] is the
-        # plan the reservation pays for. Stability s (a fan-out relation declared by the caller): the mechanism runs
-        # at eps / s and is charged its event grouped by s (every sensitivity times s), i.e. eps in all
-        planned = synthesizer.plan(r.eps / s, r.delta, r.unit, prior)
-        event = accounting.grouped(planned.event, s)
+    def price(prior: ledger.Prior) -> tuple[Event, Plan]:
+        # Stability s (a fan-out relation declared by the caller): the mechanism runs at eps / s and is charged its
+        # event grouped by s (every sensitivity times s), i.e. eps in all; the plan keeps the mechanism's own event
+        plan = synthesizer.plan(r.eps / s, r.delta, r.unit, prior)
+        event = accounting.grouped(plan.event, s)
         prior.check_asked(event, r.eps, r.delta)   # never more than the eps asked, at the budget's delta
         if r.n is not None:   # an output of a size given in public: refused here, before the reservation
-            sampling.check_rows(r.n, planned.max_points, r.max_rows)
-        plans.append(planned)
-        return event
+            sampling.check_rows(r.n, plan.max_points, r.max_rows)
+        return event, plan
 
     def compute(release: Release):
-        planned = plans[-1]
-        batches = release.read(lambda: source.batches(bbox=planned.bbox, time_required=planned.needs_time,
+        plan: Plan = release.plan   # the plan the reservation paid for
+        batches = release.read(lambda: source.batches(bbox=plan.bbox, time_required=plan.needs_time,
                                                       unit=r.unit, rng=noise.generator))
         try:
             release.check_interrupt()
-            return synthesizer.fit(batches, planned, release)
+            return synthesizer.fit(batches, plan, release)
         finally:
             batches.close()
 
     req = Request(source=r.source, mechanism=r.method, privacy_unit=r.unit.kind, params=recorded,
-                  seeded=noise.seeded, plan=plan)
+                  seeded=noise.seeded, price=price)
     try:
         if r.name is None:
             model, ledger_id = run(db, req, compute, noise)

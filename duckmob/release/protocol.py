@@ -1,4 +1,4 @@
-"""The release protocol: validate, plan (outside the database's lock), reserve (under it, on the core's own
+"""The release protocol: validate, price (outside the database's lock), reserve (under it, on the core's own
 connection), read, compute, finish. See :mod:`duckmob.release` for the order and what happens on failure."""
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ P = TypeVar("P")
 
 @dataclass(frozen=True)
 class Request:
-    """A release to make: the public facts recorded in the ledger and the planned spend.
+    """A release to make: the public facts recorded in the ledger and the price of the spend.
 
-    ``plan(prior)`` returns the event to reserve given the source's :class:`~duckmob.privacy.ledger.Prior`
-    (a method that spends a fixed event ignores it). It runs before any data is read, outside the database's lock
-    (a calibration may take tens of seconds), so it must be a pure function of public parameters and the prior:
-    it is run again when other releases changed the prior meanwhile and its event no longer fits.
+    ``price(prior)`` returns ``(event, plan)`` given the source's :class:`~duckmob.privacy.ledger.Prior` (a release
+    that spends a fixed event ignores it): the event to reserve, and the plan the computation follows, which the
+    reserved :class:`Release` carries as ``release.plan`` (a method's :class:`~duckmob.synth.base.Plan`; None for a
+    counting release). It runs before any data is read, outside the database's lock (a calibration may take tens
+    of seconds), so it must be a pure function of public parameters and the prior: it is run again when other
+    releases changed the prior meanwhile and its event no longer fits; the plan reserved is the last one made.
     """
 
     source: str
@@ -35,7 +37,7 @@ class Request:
     privacy_unit: str
     params: dict
     seeded: bool
-    plan: Callable[[ledger.Prior], Event]
+    price: Callable[[ledger.Prior], tuple[Event, Any]]
 
 
 @dataclass(eq=False)
@@ -48,6 +50,7 @@ class Release:
     event: Event
     since: int   # interrupts.since(): the press count when the release was entered; a Ctrl-C after that stops it
     noise: NoiseSource | None = None   # where all of the release's noise comes from
+    plan: Any = None   # what the computation follows: the plan the reservation paid for (Request.price)
     was_read: bool = False
     drawn: Event | None = None   # set by stopped(): the event a failed release is recorded with
     interrupted: threading.Event = field(default_factory=threading.Event)
@@ -64,19 +67,19 @@ class Release:
         if self.interrupted.is_set() or interrupts.presses() != self.since:
             raise interrupts.stopped(self.was_read)
 
-    def settle(self, plan: Callable[[ledger.Prior], tuple[Event, T]], drawn: Event) -> T:
-        """Re-plan the spend after reading data: ``plan(prior)`` -> ``(event, result)`` runs outside the lock
+    def settle(self, price: Callable[[ledger.Prior], tuple[Event, T]], drawn: Event) -> T:
+        """Price the spend again after reading data: ``price(prior)`` -> ``(event, result)`` runs outside the lock
         against every other release as it is then (and again if they changed so that ``event`` no longer fits);
         under the lock, ``event`` replaces the reservation if it fits, and ``result`` is returned. Otherwise (or
-        if ``plan`` raises, or Ctrl-C was pressed) the reservation is cut to ``drawn`` -- the part of it this
+        if ``price`` raises, or Ctrl-C was pressed) the reservation is cut to ``drawn`` -- the part of it this
         release has already drawn noise for, which must be part of the reserved event -- and the error (a
         BudgetError when it does not fit) propagates.
         """
         written = False
 
-        def replace(p: ledger.Prior, planned: tuple[Event, T]) -> T:
+        def replace(p: ledger.Prior, priced: tuple[Event, T]) -> T:
             nonlocal written
-            event, result = planned
+            event, result = priced
             p.check(event)
             written = True
             self._set_event(cur, event)
@@ -84,8 +87,8 @@ class Release:
 
         with self.db.connection() as cur:
             try:
-                return _planned(self.db, cur, self.source, plan, lambda planned: planned[0], replace,
-                                exclude=self.ledger_id, check=self.check_interrupt)
+                return _priced(self.db, cur, self.source, price, replace, exclude=self.ledger_id,
+                               check=self.check_interrupt)
             except ledger.LedgerTampered:
                 raise   # nothing is written to a ledger found edited
             except BaseException:
@@ -137,57 +140,59 @@ def _dominates(big: Event, small: Event) -> bool:
             and small.param("sample_rate") == big.param("sample_rate") and small.param("steps") <= big.param("steps"))
 
 
-def _planned(db: Database, cur, source: str, plan: Callable[[ledger.Prior], P], event_of: Callable[[P], Event],
-             then: Callable[[ledger.Prior, P], T], *, exclude: int | None = None,
-             check: Callable[[], None]) -> T:
-    """``then(prior, planned)`` under the database's lock, with ``planned = plan(prior')`` computed without it.
+def _priced(db: Database, cur, source: str, price: Callable[[ledger.Prior], tuple[Event, P]],
+            then: Callable[[ledger.Prior, tuple[Event, P]], T], *, exclude: int | None = None,
+            check: Callable[[], None]) -> T:
+    """``then(prior, priced)`` under the database's lock, with ``priced = price(prior')`` (an event and what goes
+    with it) computed without it.
 
-    The lock is held only to read the ledger (``prior'``) and, later, to re-read it and write: planning (a DP-SGD
+    The lock is held only to read the ledger (``prior'``) and, later, to re-read it and write: pricing (a DP-SGD
     noise calibration takes tens of seconds at a large eps) does not hold up other releases. If the budget or
-    another release changed meanwhile and the planned event (``event_of(planned)``) no longer fits, the plan is
-    made again against the ledger as it is now; an event that still fits is kept (``then`` checks it against the
-    ``prior`` it is given, the current one). A new plan follows only a change that left less room (more spent, a
-    lower budget), so the loop ends once the others stop taking room: with an event that fits, or a refusal.
-    ``check()`` (Ctrl-C) runs before each plan, within a calibration (``accounting.stoppable``) and under the lock
-    after it."""
+    another release changed meanwhile and the priced event no longer fits, the price is made again against the
+    ledger as it is now; an event that still fits is kept (``then`` checks it against the ``prior`` it is given,
+    the current one). A new price follows only a change that left less room (more spent, a lower budget), so the
+    loop ends once the others stop taking room: with an event that fits, or a refusal. ``check()`` (Ctrl-C) runs
+    before each price, within a calibration (``accounting.stoppable``) and under the lock after it."""
     with db.lock:
         p = ledger.prior(cur, source, exclude=exclude, verified=db.verified)
     while True:
         check()
         with accounting.stoppable(check):   # a calibration checks for Ctrl-C between its evaluations
-            planned = plan(p)
+            priced = price(p)
         with db.lock:
             check()
             now = ledger.prior(cur, source, exclude=exclude, verified=db.verified)
-            if now == p or now.fits(event_of(planned)):
-                return then(now, planned)
+            if now == p or now.fits(priced[0]):
+                return then(now, priced)
         p = now
 
 
 def _reserve(db: Database, request: Request, since: int, noise: NoiseSource | None = None) -> Release:
-    """Plan ``request`` (outside the lock) and reserve its event (under it); refused (Interrupted, nothing
-    reserved) if Ctrl-C was pressed since ``since`` (:func:`~duckmob.release.interrupts.since`)."""
+    """Price ``request`` (outside the lock) and reserve its event (under it), the release carrying the plan that
+    came with it; refused (Interrupted, nothing reserved) if Ctrl-C was pressed since ``since``
+    (:func:`~duckmob.release.interrupts.since`)."""
     def not_interrupted() -> None:
         if interrupts.presses() != since:
             raise interrupts.stopped(was_read=False)
 
-    def reserve(p: ledger.Prior, event: Event) -> tuple[Event, int]:
+    def reserve(p: ledger.Prior, priced: tuple[Event, Any]) -> tuple[Event, Any, int]:
+        event, plan = priced
         p.check(event)
-        return event, ledger.reserve(cur, p, event, mechanism=request.mechanism, privacy_unit=request.privacy_unit,
-                                     params=request.params, seeded=request.seeded, verified=db.verified)
+        return event, plan, ledger.reserve(cur, p, event, mechanism=request.mechanism,
+                                           privacy_unit=request.privacy_unit, params=request.params,
+                                           seeded=request.seeded, verified=db.verified)
 
     with db.connection() as cur:
         try:
             with db.lock:
                 ledger.ensure_tables(cur, db.verified)   # a look at the catalog until the tables are found once
-            event, ledger_id = _planned(db, cur, request.source, request.plan, lambda event: event, reserve,
-                                        check=not_interrupted)
+            event, plan, ledger_id = _priced(db, cur, request.source, request.price, reserve, check=not_interrupted)
         except duckdb.Error as exc:
             if "read-only" in str(exc) or "read only" in str(exc):
                 raise DuckmobError("the database is opened read-only: a release must be recorded in its "
                                    "privacy ledger; open it writable") from None
             raise
-    release = Release(db, request.source, ledger_id, event, since, noise)
+    release = Release(db, request.source, ledger_id, event, since, noise, plan)
     db.active.add(release)
     return release
 

@@ -44,7 +44,9 @@ class Plan:
     trajectories the plan assumes before its noisy count is known (None when the spend does not depend on it);
     ``max_points``: the public cap on the points of one sampled trajectory, from the config (the model's
     :attr:`Model.max_points`), so that an output's size (``n * max_points``) is checked before anything is spent.
-    A method subclasses it with the rest of its schedule (noise multipliers, steps, budget shares)."""
+    A method subclasses it with the rest of its schedule (noise multipliers, steps, budget shares). The one plan type
+    of a fit: :meth:`Synthesizer.plan` makes it, the release protocol reserves its (grouped) event and carries it
+    (``release.plan``, :class:`duckmob.release.protocol.Request`'s ``price``), and ``fit`` follows it."""
 
     eps: float
     delta: float
@@ -66,8 +68,9 @@ class ReleaseContext(Protocol):
     def check_interrupt(self) -> None:
         """Raise if the release was interrupted (Ctrl-C); long loops call it once a step."""
 
-    def settle(self, plan: Callable[[Any], tuple[Event, T]], drawn: Event) -> T:
-        """Re-plan the spend after reading data (``plan(prior) -> (event, result)``); returns ``result``."""
+    def settle(self, price: Callable[[Any], tuple[Event, T]], drawn: Event) -> T:
+        """Price the spend again after reading data (``price(prior) -> (event, result)``, ``result`` typically a
+        new :class:`Plan` made with the noisy counts); returns ``result``."""
 
     def stopped(self, drawn: Event) -> None:
         """The fit is stopping (an exception propagates) having drawn the noise of ``drawn`` only, a part of its
@@ -84,8 +87,8 @@ class Unrecorded:
     def check_interrupt(self) -> None:
         return None
 
-    def settle(self, plan, drawn):
-        return plan(None)[1]
+    def settle(self, price, drawn):
+        return price(None)[1]
 
     def stopped(self, drawn) -> None:
         return None
