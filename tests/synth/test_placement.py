@@ -401,9 +401,13 @@ def test_chord_stretch_measures_how_a_polyline_winds():
     seg = np.hypot(np.diff(x), np.diff(y))
     seg[10] = 0.0                                          # no step between the two polylines
     along = np.r_[0.0, np.cumsum(seg)]
-    stretch = chord_stretch(x, y, along, np.array([0, 11, 22]), span_m=2 * 10 * np.sqrt(2))
+    stretch = chord_stretch(x, y, along, np.array([0, 11, 22]), step_m=2 * 10 * np.sqrt(2))
     assert stretch[0] == pytest.approx(1.0)
     assert stretch[1] == pytest.approx(np.sqrt(2))
+    # the span is at most CHORD_SPAN_CELLS fine cells: a long step on the zigzag measured over 2 vertices
+    from duckmob.synth.placement.spacing import CHORD_SPAN_CELLS
+    cell = 2 * 10 * np.sqrt(2) / CHORD_SPAN_CELLS
+    assert chord_stretch(x, y, along, np.array([0, 11, 22]), step_m=1000.0, cell_m=cell)[1] == pytest.approx(np.sqrt(2))
     # too short to measure, and a polyline that doubles back on itself (capped at 3)
     assert chord_stretch(np.zeros(1), np.zeros(1), np.zeros(1), np.array([0, 1]), 50.0)[0] == 1.0
     xb = np.array([0.0, 100.0, 0.0, 100.0, 0.0])

@@ -549,7 +549,7 @@ class Placement:
         # steps from the released histogram or the public step_m, enough to cover each route (spacing.py)
         step, want = drawn_steps(self.stats.steps, route_len, rng, max_points, self.step_m, self.cell_m())
         if chord and len(step):
-            step = step * chord_stretch(x, y, along, f_off, float(np.median(step)))[np.repeat(np.arange(n), want)]
+            step *= chord_stretch(x, y, along, f_off, np.median(step), self.cell_m())[np.repeat(np.arange(n), want)]
         lengths, p_owner, p_dist, target, idx, nxt, frac = spaced(along, f_off, route_start, route_len, step, want)
         lat = vlat[idx] + (vlat[nxt] - vlat[idx]) * frac
         lon = vlon[idx] + (vlon[nxt] - vlon[idx]) * frac
