@@ -96,10 +96,26 @@ def _coerce(name: str, value, meta, method: str):
     return value
 
 
+# How messages name a method's parameters ("HRNet parameter w must be ..."), by registry key; a method not listed is
+# named by its key. The one mapping between the two spellings.
+LABELS = {"privtrace": "PrivTrace", "hrnet": "HRNet", "pategail": "PateGail"}
+
+
 class Config:
-    """Base of the per-method config dataclasses (see the module docstring)."""
+    """Base of the per-method config dataclasses (see the module docstring).
+
+    ``method`` is the method's registry key (:data:`duckmob.synth.METHODS`, lowercase); messages name it by
+    :meth:`label`. ``MACHINE`` names the settings of the machine a fit runs on (where it computes, with how many
+    threads or processes, whether it shows progress), not of the model: a stored model never holds them
+    (:meth:`stored_dict`), and a loaded one takes their defaults (:meth:`restored`), whatever machine stored it."""
 
     method: ClassVar[str] = "method"
+    MACHINE: ClassVar[tuple[str, ...]] = ("device", "threads", "progress", "workers")
+
+    @classmethod
+    def label(cls) -> str:
+        """The method's name in messages (:data:`LABELS`)."""
+        return LABELS.get(cls.method, cls.method)
 
     @classmethod
     def parse(cls, params: dict[str, Any] | None = None, **defaults):
@@ -108,13 +124,13 @@ class Config:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(params) - set(fields))
         if unknown:
-            raise DuckmobError(f"unknown {cls.method} parameter(s) {unknown}: known ones are {sorted(fields)}")
+            raise DuckmobError(f"unknown {cls.label()} parameter(s) {unknown}: known ones are {sorted(fields)}")
         values = {}
         for name, f in fields.items():
             if name in params and params[name] is not None:
-                values[name] = _coerce(name, params[name], f.metadata, cls.method)
+                values[name] = _coerce(name, params[name], f.metadata, cls.label())
             elif name in defaults:
-                values[name] = _coerce(name, defaults[name], f.metadata, cls.method)
+                values[name] = _coerce(name, defaults[name], f.metadata, cls.label())
         config = cls(**values)
         config.check()
         return config
@@ -127,6 +143,21 @@ class Config:
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
+
+    def stored_dict(self) -> dict[str, Any]:
+        """The fields a stored model keeps (and its description shows): all but the :data:`MACHINE` settings."""
+        return {name: value for name, value in self.as_dict().items() if name not in self.MACHINE}
+
+    def off_machine(self):
+        """This config with every :data:`MACHINE` setting at its default: what a stored model is loaded with."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in self.MACHINE}
+        return self.replace(**defaults)
+
+    @classmethod
+    def restored(cls, stored: dict[str, Any]):
+        """The config of a stored model's config dict: parsed like a user's (so it is checked again), any
+        :data:`MACHINE` setting an older model kept ignored (the defaults: a model samples where it is loaded)."""
+        return cls.parse({name: value for name, value in stored.items() if name not in cls.MACHINE})
 
     @classmethod
     def docs(cls) -> dict[str, str]:

@@ -3,7 +3,8 @@
 Their fitted state is torch tensors (weights trained with DP-SGD or from noised rewards) plus public facts of the
 fit in ``info``: the noisy trajectory count ``n_noisy`` sizes a sample when no n is given, and ``event_json`` is
 the accounting event the fit spent. They are stored as one ``torch.save`` dict, read back with
-``weights_only=True`` (tensors and plain values only, no code).
+``weights_only=True`` (tensors and plain values only, no code); the config goes in without the machine's settings
+(:meth:`duckmob.synth.config.Config.stored_dict`) and comes back by :meth:`duckmob.synth.config.Config.restored`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ import torch
 
 from duckmob.privacy.accounting import Event
 from duckmob.synth.base import Model
+
+
+def upgrade_info_format_1(info: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 model's ``info`` (duckmob before stored models carried a version) in format 2's words: the
+    contribution bound is named ``max_trajectories_per_user`` (format 1: ``contribution_bound``)."""
+    info = dict(info)
+    if "contribution_bound" in info:
+        info["max_trajectories_per_user"] = info.pop("contribution_bound")
+    return info
 
 
 class NeuralModel(Model):

@@ -36,6 +36,7 @@ def test_every_method_declares_the_contract(method):
     cls = synth.get(method)
     assert issubclass(cls, base.Synthesizer) and cls.method == method
     assert issubclass(cls.config_class, Config)
+    assert cls.config_class.method in synth.METHODS     # spelled as the registry key (HRNet's config: 'hrnet')
     assert issubclass(cls.model_class, base.Model) and cls.model_class.format_version >= 2
     assert not inspect.isabstract(cls) and not inspect.isabstract(cls.model_class)
     assert list(inspect.signature(cls.model_class.sample).parameters) == ["self", "n", "rng"]
@@ -70,6 +71,8 @@ def test_every_model_stores_its_method_and_format(method):
     again = model.to_bytes()
     assert base.unpack(again)[:2] == (method, model.format_version)
     reloaded = synth.model_class(method).from_bytes(again)
+    # the machine's settings (device, threads, progress, workers) are neither stored nor described
+    assert not set(Config.MACHINE) & set(model.describe()) and not set(Config.MACHINE) & set(reloaded.describe())
     a, b = model.sample(7, np.random.default_rng(3)), reloaded.sample(7, np.random.default_rng(3))
     for name in ("offsets", "ts", "lat", "lon"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))

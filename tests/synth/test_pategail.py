@@ -273,6 +273,26 @@ def test_a_model_stored_in_format_1_is_upgraded_and_a_newer_format_refused():
         PateGailModel.from_bytes(pack("pategail", 3, model.payload()))
 
 
+def test_a_stored_model_keeps_no_machine_setting():
+    """The payload's config leaves out the machine's settings (device, threads); a model stored with them (older
+    duckmob) loads with the defaults, so it samples wherever it is loaded, the same rows."""
+    import io
+
+    from duckmob.synth.base import unpack
+
+    blob = (Path(__file__).parents[1] / "data" / "models_v1" / "pategail.bin").read_bytes()
+    model = PateGailModel.from_bytes(blob)
+    stored = torch.load(io.BytesIO(unpack(model.to_bytes())[2]), weights_only=True)
+    assert not {"device", "threads"} & set(stored["config"]) and stored["config"]["rounds"] == 2
+    assert not {"device", "threads"} & set(model.describe())
+    buf = io.BytesIO()
+    torch.save({**stored, "config": {**stored["config"], "device": "cuda:7", "threads": 4}}, buf)
+    loaded = PateGailModel.from_bytes(pack("pategail", 2, buf.getvalue()))
+    assert (loaded.config.device, loaded.config.threads) == (None, 1) and loaded.config == model.config
+    a, b = loaded.sample(6, np.random.default_rng(2)), model.sample(6, np.random.default_rng(2))
+    assert np.array_equal(a.lat, b.lat) and np.array_equal(a.ts, b.ts)
+
+
 # ------------------------------------------------------------------------------------------- the PATE student
 
 def test_the_student_is_post_processing_the_plan_spends_the_same():

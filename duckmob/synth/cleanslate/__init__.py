@@ -96,7 +96,7 @@ from duckmob.synth.cleanslate.transitions import Transitions, by_width
 from duckmob.synth.cleanslate.trips import grams, trips, visits
 from duckmob.synth.compute import cpu_threads
 from duckmob.synth.config import Config, param
-from duckmob.synth.neural import NeuralModel
+from duckmob.synth.neural import NeuralModel, upgrade_info_format_1
 from duckmob.trajectories import Trajectories
 
 US_PER_DAY = 86_400_000_000
@@ -265,9 +265,6 @@ def build_networks(config: CleanSlateConfig) -> tuple[Initialiser, Transitions]:
     return ti, tpg
 
 
-# What a model stores of its config: the machine's choices (where to compute, whether to show progress) are no
-# part of it; a loaded model computes where its machine can (``device`` null).
-_MACHINE = ("device", "threads", "progress")
 # What a stored model's info must hold for sampling (checked when an older format is read: nothing is filled in)
 _INFO_NEEDED = ("n_noisy", "has_time")
 # Config fields added after format 2, which upgrade_format_2 sets (the older models' behaviour)
@@ -277,24 +274,18 @@ _SINCE_FORMAT_3 = ("step_share",)
 _LATER = ("road_share",)
 
 
-def _stored_config(config: CleanSlateConfig) -> dict[str, Any]:
-    return {key: value for key, value in config.as_dict().items() if key not in _MACHINE}
-
-
 def upgrade_format_1(stored: dict) -> dict:
     """A format-1 model (duckmob before stored models carried a version: ``torch.save`` of bbox, config, state,
     event_json and info, no header) in format 2's layout: the info's ``contribution_bound`` is named
     ``max_trajectories_per_user``. Nothing is filled in: a format-1 model lacking a parameter its sampling reads
     (e.g. ``hop_cost``, which the very first ones did not store) is refused, not given today's default."""
-    config, info = dict(stored["config"]), dict(stored["info"])
-    fields = ({f.name for f in dataclasses.fields(CleanSlateConfig)} - set(_MACHINE) - set(_SINCE_FORMAT_3)
-              - set(_LATER))
+    config, info = dict(stored["config"]), upgrade_info_format_1(stored["info"])
+    fields = ({f.name for f in dataclasses.fields(CleanSlateConfig)} - set(CleanSlateConfig.MACHINE)
+              - set(_SINCE_FORMAT_3) - set(_LATER))
     missing = sorted(fields - set(config)) + [f"info.{key}" for key in _INFO_NEEDED if key not in info]
     if missing:
         raise DuckmobError(f"this cleanslate model was stored by an older duckmob and lacks {', '.join(missing)}, "
                            "which sampling needs: fit the model again")
-    if "contribution_bound" in info:
-        info["max_trajectories_per_user"] = info.pop("contribution_bound")
     return {**stored, "config": config, "info": info}
 
 
@@ -435,9 +426,9 @@ class CleanSlateModel(NeuralModel):
         return trajectories_from_cells(lengths, lat, lon, ts)
 
     def stored(self) -> dict[str, Any]:
-        """bbox, config (without the machine's choices), state, event_json and info; no timings: wall-clock
-        durations are not part of the release."""
-        return dict(bbox=self.bbox, config=_stored_config(self.config), state=self.state,
+        """bbox, config (without the machine's settings: :meth:`~duckmob.synth.config.Config.stored_dict`), state,
+        event_json and info; no timings: wall-clock durations are not part of the release."""
+        return dict(bbox=self.bbox, config=self.config.stored_dict(), state=self.state,
                     event_json=self.event_json, info=self.info)
 
     @classmethod
@@ -446,11 +437,11 @@ class CleanSlateModel(NeuralModel):
             stored = upgrade_format_1(stored)
         if version <= 2:
             stored = upgrade_format_2(stored)
-        return cls(stored["bbox"], CleanSlateConfig.parse(stored["config"]), stored["state"], stored["event_json"],
+        return cls(stored["bbox"], CleanSlateConfig.restored(stored["config"]), stored["state"], stored["event_json"],
                    stored["info"], {})
 
     def describe(self) -> dict[str, Any]:
-        return {**self.info, **_stored_config(self.config)}
+        return {**self.info, **self.config.stored_dict()}
 
 
 class CleanSlate(Synthesizer):

@@ -63,7 +63,7 @@ from duckmob.synth import dpsgd, placement
 from duckmob.synth.base import Plan, ReleaseContext, Synthesizer, trajectories_from_cells
 from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.config import param
-from duckmob.synth.neural import NeuralModel
+from duckmob.synth.neural import NeuralModel, upgrade_info_format_1
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.synth.hrnet.generate import (DECODES, one_cell_twice, sample_sequences, slot_times, to_trajectories,
                                          zorder_to_grid)
@@ -80,7 +80,7 @@ class HRNetConfig(placement.PlacementConfig):
     The fine-placement fields (``fine_share``, ``fine_w``, ``fine_m``, ``anchors``, ``max_points``) are
     placement's; ``output`` adds 'stays', the default here (see :class:`FittedModel.sample`)."""
 
-    method: ClassVar[str] = "HRNet"
+    method: ClassVar[str] = "hrnet"
 
     fine_share: float = param(0.1, float, low=0, high=0.9,
                               doc="share of eps spent on the fine density and the step histogram (0: cells only)")
@@ -142,11 +142,6 @@ class HRNetConfig(placement.PlacementConfig):
             raise DuckmobError("decode 'finest' samples from the finest resolution's softmax over all cells, which "
                                "multitask_loss 'conditional' does not train: use decode 'coarse_to_fine' or "
                                "multitask_loss 'full'")
-
-
-# Settings of the machine a fit ran on, not of the model (with their defaults): a model samples with the defaults,
-# on whatever machine it is used.
-MACHINE_SETTINGS = {"device": None, "progress": None, "threads": None, "workers": 1}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,9 +222,7 @@ def upgrade_format_1(stored: dict) -> dict:
     :data:`FORMAT_1_FALLBACKS`, ``info`` names the contribution bound ``max_trajectories_per_user`` (format 1:
     ``contribution_bound``) and says ``has_time`` (True where absent, as format 1's sampling assumed)."""
     config = {**FORMAT_1_FALLBACKS, **stored["config"], "pois": stored["pois"]}
-    info = {"has_time": True, **stored["info"]}
-    if "contribution_bound" in info:
-        info["max_trajectories_per_user"] = info.pop("contribution_bound")
+    info = {"has_time": True, **upgrade_info_format_1(stored["info"])}
     return {**stored, "config": config, "info": info}
 
 
@@ -237,9 +230,10 @@ class FittedModel(NeuralModel):
     """A fitted HRNet or baseline (``kind``): public configuration, DP weights, the DP length distribution and
     fine statistics (``extra``: numpy arrays), the spent event and timings.
 
-    Payload (format 2): ``torch.save`` of a dict ``bbox`` (list), ``config`` (the config's fields but
-    :data:`MACHINE_SETTINGS`), ``state`` (the network's weights), ``event_json``, ``info`` and ``extra`` (as
-    tensors); no timings (wall-clock durations vary with the data and the machine: not part of the release)."""
+    Payload (format 2): ``torch.save`` of a dict ``bbox`` (list), ``config`` (the config's fields but the
+    machine's settings, :meth:`~duckmob.synth.config.Config.stored_dict`), ``state`` (the network's weights),
+    ``event_json``, ``info`` and ``extra`` (as tensors); no timings (wall-clock durations vary with the data and
+    the machine: not part of the release)."""
 
     method = "hrnet"
     methods = ("hrnet", "baseline")
@@ -248,7 +242,8 @@ class FittedModel(NeuralModel):
     def __init__(self, kind: str, bbox: list, config: HRNetConfig, state: dict, event_json: str, info: dict,
                  timings: dict, extra: dict | None = None):
         self.kind = kind
-        self.bbox, self.config = bbox, config.replace(**MACHINE_SETTINGS)
+        # the machine's settings at their defaults: a model samples on whatever machine it is used
+        self.bbox, self.config = bbox, config.off_machine()
         self.state, self.event_json, self.info, self.timings = state, event_json, info, timings
         self.extra = {k: np.asarray(v) for k, v in (extra or {}).items()}
         self.fine = placement.FineStats.from_arrays(self.extra)
@@ -344,8 +339,8 @@ class FittedModel(NeuralModel):
         return trajectories_from_cells(*out)
 
     def stored_config(self) -> dict[str, Any]:
-        """The config's fields but :data:`MACHINE_SETTINGS` (what the payload stores)."""
-        return {name: v for name, v in self.config.as_dict().items() if name not in MACHINE_SETTINGS}
+        """The config's fields but the machine's settings (what the payload stores)."""
+        return self.config.stored_dict()
 
     def stored(self) -> dict[str, Any]:
         return dict(bbox=self.bbox, config=self.stored_config(), state=self.state, event_json=self.event_json,
@@ -358,7 +353,7 @@ class FittedModel(NeuralModel):
             # baseline's models share this class)
             stored, method = upgrade_format_1(stored), stored["method"]
         extra = {k: v.numpy() for k, v in stored["extra"].items()}
-        return cls(method, stored["bbox"], HRNetConfig.parse(stored["config"]), stored["state"],
+        return cls(method, stored["bbox"], HRNetConfig.restored(stored["config"]), stored["state"],
                    stored["event_json"], stored["info"], {}, extra)
 
     def describe(self) -> dict[str, Any]:

@@ -60,7 +60,7 @@ from duckmob.source.batches import as_batches
 from duckmob.synth.base import Plan, ReleaseContext, Synthesizer
 from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.config import Config, param
-from duckmob.synth.neural import NeuralModel
+from duckmob.synth.neural import NeuralModel, upgrade_info_format_1
 from duckmob.synth.dpsgd import torch_generator
 from duckmob.synth.pategail import aggregate, mdp
 from duckmob.synth.pategail.discriminators import Ensemble, sample_own
@@ -74,7 +74,7 @@ from duckmob.trajectories import Trajectories
 class PateGailConfig(Config):
     """PateGail's public hyper-parameters (``params := {...}`` in SQL), typed and validated."""
 
-    method: ClassVar[str] = "PateGail"
+    method: ClassVar[str] = "pategail"
 
     w: int = param(16, int, low=2, high=128, doc="grid width (w x w cells over the bbox)")
     n_slots: int = param(48, int, low=1, high=1440, doc="time slots per day (the paper's GeoLife: 48 half hours)")
@@ -156,16 +156,14 @@ def max_points(config: PateGailConfig) -> int:
 def upgrade_format_1(stored: dict) -> dict:
     """A format-1 payload (duckmob before models carried a version: the same torch dict) in format 2's words:
     the contribution bound in ``info`` is named ``max_trajectories_per_user`` (format 1: ``contribution_bound``)."""
-    info = dict(stored["info"])
-    if "contribution_bound" in info:
-        info["max_trajectories_per_user"] = info.pop("contribution_bound")
-    return {**stored, "info": info}
+    return {**stored, "info": upgrade_info_format_1(stored["info"])}
 
 
 class PateGailModel(NeuralModel):
     """A fitted PateGail: public configuration, the DP start model and policy weights, the spent event.
 
-    Payload (format 2): ``torch.save`` of a dict ``bbox`` (list), ``config`` (the config's fields), ``start``
+    Payload (format 2): ``torch.save`` of a dict ``bbox`` (list), ``config`` (the config's fields but the machine's
+    settings, :meth:`~duckmob.synth.config.Config.stored_dict`; models stored before kept them, ignored), ``start``
     (the three start histograms as tensors), ``state`` (the policy's weights), ``event_json`` and ``info``."""
 
     method = "pategail"
@@ -210,7 +208,7 @@ class PateGailModel(NeuralModel):
         return render_episodes(ep, self.bbox, config.w, config.n_slots, base, rng, config.step_m, config.slot_points)
 
     def stored(self) -> dict[str, Any]:
-        return dict(bbox=self.bbox, config=self.config.as_dict(),
+        return dict(bbox=self.bbox, config=self.config.stored_dict(),
                     start={n: torch.from_numpy(v) for n, v in self.start.items()},
                     state=self.state, event_json=self.event_json, info=self.info)
 
@@ -218,12 +216,12 @@ class PateGailModel(NeuralModel):
     def restore(cls, stored: dict[str, Any], version: int, method: str) -> "PateGailModel":
         if version == 1:
             stored = upgrade_format_1(stored)
-        return cls(stored["bbox"], PateGailConfig.parse(stored["config"]),
+        return cls(stored["bbox"], PateGailConfig.restored(stored["config"]),
                    {n: v.numpy() for n, v in stored["start"].items()}, stored["state"], stored["event_json"],
                    stored["info"])
 
     def describe(self) -> dict[str, Any]:
-        return {**self.config.as_dict(), **self.info}
+        return {**self.config.stored_dict(), **self.info}
 
 
 def device_count_epsilons(eps_count: float, max_trajectories_per_user: int) -> tuple[float, ...]:
@@ -328,7 +326,7 @@ class PateGail(Synthesizer):
         # separate streams: the policy's and the environment's draws never depend on how many devices there are
         rng, noise_rng, device_rng = noise.generator(), noise.generator(), noise.generator()
         gen = torch_generator(rng, torch.device("cpu"))
-        device = torch_device(config.device, "PateGail")
+        device = torch_device(config.device, PateGailConfig.label())
 
         # real episodes, sorted by device; every episode has >= 1 step, so every device holds >= 1 pair
         dev_of_traj = self.devices(data, k)

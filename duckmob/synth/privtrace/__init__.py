@@ -85,7 +85,7 @@ BUDGET_SPLIT = {"count": 0.02, "level1": 0.08, "level2": 0.04, "lengths": 0.06, 
 class PrivTraceConfig(PlacementConfig):
     """PrivTrace's public hyper-parameters (``params := {...}`` in SQL), typed and validated."""
 
-    method: ClassVar[str] = "PrivTrace"
+    method: ClassVar[str] = "privtrace"
 
     K: int | None = param(None, int, low=1, high=1024,
                           doc="first-layer cells per side; null: round(sqrt(N_noisy / c)) clipped to [2, K_max]")
