@@ -83,11 +83,12 @@ def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: s
     from duckmob.source.schema import Mapping
 
     register(con)
+    db, relation = release.database(con), validators.source_name(table)
+    mapping = Mapping.of(traj_col=traj_col, ts_col=ts_col, lat_col=lat_col, lon_col=lon_col, user_col=user_col)
+    params = {**synth.parse_params(params), **method_params}
     output = tables.synthesize(
-        release.database(con), con, validators.source_name(table),
-        mapping=Mapping.of(traj_col=traj_col, ts_col=ts_col, lat_col=lat_col, lon_col=lon_col, user_col=user_col),
-        eps=eps, delta=delta, method=method, bbox=bbox, privacy_unit=privacy_unit,
-        max_trajectories_per_user=max_trajectories_per_user, params={**synth.parse_params(params), **method_params},
+        db, tables.Relation(db, con, relation, mapping, shape="points"), eps=eps, delta=delta, method=method,
+        bbox=bbox, privacy_unit=privacy_unit, max_trajectories_per_user=max_trajectories_per_user, params=params,
         outside=outside, seed=seed, n=n, max_rows=max_rows, stability=stability, roads=roads)
     return output.reader(batch_size) if stream else output.table()
 
@@ -119,8 +120,9 @@ def noisy_count(con: duckdb.DuckDBPyConnection, table: str, *, eps, seed=None, p
     from duckmob.source.schema import Mapping
 
     register(con)
-    return tables.noisy_count(release.database(con), con, table, mapping=Mapping.of(traj_col=traj_col,
-                                                                                    user_col=user_col),
+    db = release.database(con)
+    return tables.noisy_count(db, tables.Relation(db, con, table, Mapping.of(traj_col=traj_col, user_col=user_col),
+                                                  shape="ids"),
                               eps=eps, seed=seed, privacy_unit=privacy_unit,
                               max_trajectories_per_user=max_trajectories_per_user, what=what, stability=stability)
 
@@ -138,9 +140,10 @@ def transitions(con: duckdb.DuckDBPyConnection, table: str, *, order=1, eps, n_s
     from duckmob.source.schema import Mapping
 
     register(con)
-    return tables.transitions(release.database(con), con, table,
-                              mapping=Mapping.of(traj_col=traj_col, user_col=user_col, cells_col=cells_col),
-                              order=order, eps=eps, n_states=n_states, seed=seed, privacy_unit=privacy_unit,
+    db = release.database(con)
+    mapping = Mapping.of(traj_col=traj_col, user_col=user_col, cells_col=cells_col)
+    return tables.transitions(db, tables.Relation(db, con, table, mapping, shape="sequences"), order=order, eps=eps,
+                              n_states=n_states, seed=seed, privacy_unit=privacy_unit,
                               max_trajectories_per_user=max_trajectories_per_user, max_length=max_length,
                               support=support, w=w, stability=stability)
 

@@ -7,7 +7,8 @@ SQL, Python, the shell, Jupyter or dbt) is :func:`run`, in this order:
    input's schema and lineage (:func:`duckmob.source.table.prepare`: column types, the base tables whose budgets
    it draws on). Nothing is read and nothing is spent.
 2. **plan** the spend from public parameters and the ledger as it is (a method may calibrate it to what is left),
-   outside the database's lock: a calibration that takes tens of seconds holds up no other release.
+   outside the database's lock: a calibration that takes tens of seconds holds up no other release. The request's
+   ``price(prior)`` gives the event to reserve and the plan the computation follows (``release.plan``).
 3. **reserve**, under the lock and on the core's own connection (never the caller's transaction: a ROLLBACK cannot
    undo it): re-read the budget of every base table and every other release of them, check the ledger's
    integrity, re-plan if others took room meanwhile, check the event fits, insert a ``reserved`` ledger row and
@@ -27,7 +28,9 @@ Messages on this path never carry anything computed from the table (``duckmob.tr
 The modules: :mod:`~duckmob.release.registry` (one :class:`Database` per DuckDB database instance, one lock per
 database file), :mod:`~duckmob.release.interrupts` (Ctrl-C), :mod:`~duckmob.release.protocol` (plan, reserve,
 run, finish), :mod:`~duckmob.release.fitting` (fit and sample), :mod:`~duckmob.release.counting` (the counting
-releases) and :mod:`~duckmob.release.tables` (the releases of DuckDB relations that SQL and Python call).
+releases), :mod:`~duckmob.release.inputs` (a release's input, resolved once: a relation read out of core or rows a
+SQL macro gathered) and :mod:`~duckmob.release.tables` (each release written once against its input, called by SQL
+and Python).
 """
 
 from duckmob.release.counting import noisy_count, transitions

@@ -13,6 +13,7 @@ reservation (the gathered list is then empty); a temporary table of the caller a
 from __future__ import annotations
 
 from contextlib import closing
+from typing import Callable
 
 import duckdb
 import numpy as np
@@ -22,7 +23,7 @@ from duckmob import release, validators
 from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
 from duckmob.release import tables
-from duckmob.source.schema import Mapping, check_ids, quote
+from duckmob.source.schema import Mapping, quote
 from duckmob.sql.udf import Request, Udf, one_row, points
 
 _BUDGET_ROW = "STRUCT(source VARCHAR, eps DOUBLE, delta DOUBLE, spent DOUBLE, remaining DOUBLE)[]"
@@ -135,6 +136,21 @@ def path(request: dict) -> tuple[dict, dict, list | None, bool]:
             bool(request.pop("out_of_core")))
 
 
+def release_input(db, request: dict, shape: str, gathered: Callable) -> tables.Input:
+    """The input of a SQL release, chosen here once (the one ``out_of_core`` branch) and taken out of ``request``
+    (what remains is the release's keyword arguments): a relation the core's connection can read, read out of core
+    on a cursor of that connection (it resolves names as the caller does but sees committed tables and views only:
+    the macros send temporary tables through the gathered rows), refused first when a temporary object of the caller
+    shadows what it reads; or the rows the macro gathered from a temporary table (``gathered()`` gives them in
+    ``shape``), their column types checked first (the schema only)."""
+    facts, cols, types, out_of_core = path(request)
+    if out_of_core:
+        relation = shadow_checked(db, facts)
+        return tables.Relation(db, core_cursor(db, facts), relation, mapping(cols), shape=shape, owned=True,
+                               caller_checked=True)
+    return tables.Gathered(facts["relation"], facts.get("temp_tables"), types, mapping(cols), gathered, shape=shape)
+
+
 def udfs(db) -> list[Udf]:
     def set_budget(request):
         r = SET_BUDGET.parse(request, "_mob_set_budget")
@@ -144,13 +160,13 @@ def udfs(db) -> list[Udf]:
             raise DuckmobError(f"mob_set_budget needs both eps and delta, e.g. FROM mob_set_budget('{source}', "
                                "eps := 4, delta := 1e-5)")
         eps, delta = validators.positive("eps", eps), validators.delta_value(delta)   # public arguments first
-        if readable(db, facts):
+        if readable(db, facts):   # resolved as the caller resolves it, on a cursor of the core's connection
             shadow_checked(db, facts)
-            with closing(core_cursor(db, facts)) as cur:
-                row = tables.set_budget(db, cur, source, eps, delta)
-        else:
-            with db.connection() as cur:
-                row = tables.set_budget(db, cur, source, eps, delta, temp_tables=facts.get("temp_tables"))
+            on, temp_tables = closing(core_cursor(db, facts)), None
+        else:                     # the caller's temporary table (its budget key), or a refusal
+            on, temp_tables = db.connection(), facts.get("temp_tables")
+        with on as cur:
+            row = tables.set_budget(db, cur, source, eps, delta, temp_tables=temp_tables)
         return one_row(pa.table({k: [row[k]] for k in ("source", "eps", "delta", "spent", "remaining")}))
 
     def listing(read, schema):
@@ -166,34 +182,17 @@ def udfs(db) -> list[Udf]:
     def transitions(rows, request):
         """mob_transitions: of a relation the core's connection reads out of core, or of the gathered rows."""
         r = TRANSITIONS.parse(request, "_mob_transitions")
-        facts, cols, types, out_of_core = path(r)
-        if out_of_core:
-            relation = shadow_checked(db, facts)
-            with closing(core_cursor(db, facts)) as cur:
-                return _transition_rows(*tables.transitions(db, cur, relation, mapping=mapping(cols),
-                                                            caller_checked=True, **r))
-        m = mapping(cols)
-        has_user = check_ids(dict(zip(("traj_id", "user_id", "cells"), types)), m)
-        return _transition_rows(*tables.transitions_gathered(
-            db, facts["relation"], facts.get("temp_tables"), has_user, m, lambda: points(rows), **r))
+        inp = release_input(db, r, "sequences", lambda: points(rows))
+        return _transition_rows(*tables.transitions(db, inp, **r))
 
     @release.interrupts.entered()
     def noisy_count(rows, request):
         """mob_noisy_count: of a relation the core's connection reads (DuckDB counts, an integer reaches Python), or
         of the gathered (traj_id, user_id) rows."""
         r = NOISY_COUNT.parse(request, "_mob_noisy_count")
-        facts, cols, types, out_of_core = path(r)
+        inp = release_input(db, r, "ids", lambda: tables.gathered_pairs(points(rows)))
         r["what"] = r["what"] or "trajectories"
-        if out_of_core:
-            relation = shadow_checked(db, facts)
-            with closing(core_cursor(db, facts)) as cur:
-                value = tables.noisy_count(db, cur, relation, mapping=mapping(cols), caller_checked=True, **r)
-        else:
-            m = mapping(cols)
-            has_user = check_ids(dict(zip(("traj_id", "user_id"), types[:2])), m)
-            value = tables.noisy_count_gathered(db, facts["relation"], facts.get("temp_tables"), has_user, m,
-                                                lambda: tables.gathered_pairs(points(rows)), **r)
-        return one_row(pa.table({"count": [value]}))
+        return one_row(pa.table({"count": [tables.noisy_count(db, inp, **r)]}))
 
     def out_of_core(request):
         facts = OUT_OF_CORE.parse(request, "_mob_out_of_core")

@@ -29,8 +29,7 @@ import pyarrow.compute as pc
 from duckmob import release
 from duckmob.errors import DuckmobError
 from duckmob.release import sampling, tables
-from duckmob.source.schema import check_points
-from duckmob.sql.privacy import CALLER_TYPE, core_cursor, mapping, path, shadow_checked
+from duckmob.sql.privacy import CALLER_TYPE, release_input
 from duckmob.sql.udf import Request, Udf, one_row
 from duckmob.source.batches import concat
 from duckmob.synth import store
@@ -164,23 +163,13 @@ def draw(db, handle, ids) -> pa.ListArray:
 
 def udfs(db) -> list[Udf]:
     def fit_or_synthesize(udf, columns, request, *, fit: bool):
-        """A fit (tables.fit / fit_gathered) or fit + sample (tables.synthesize / synthesize_gathered). Out of core:
-        of a relation read on a cursor of the core's connection (it resolves names as the caller does but sees
-        committed tables and views only: the macros send temporary tables through the gathered rows). Gathered: of a
-        temporary table's rows, their column types checked first (the schema only)."""
+        """A fit (tables.fit) or fit + sample (tables.synthesize) of the input the request names
+        (:func:`~duckmob.sql.privacy.release_input`: a relation read out of core, or a temporary table's rows)."""
         r = FIT.parse(request, udf)
         if fit:
             _named(r)
-        facts, cols, types, out_of_core = path(r)
-        if out_of_core:
-            relation = shadow_checked(db, facts)
-            release_fn = tables.fit if fit else tables.synthesize
-            return release_fn(db, core_cursor(db, facts), relation, mapping=mapping(cols), owned=True,
-                              caller_checked=True, **r)
-        m = mapping(cols)
-        has_user = check_points(dict(zip(("traj_id", "user_id", "ts", "lat", "lon"), types)), m)
-        release_fn = tables.fit_gathered if fit else tables.synthesize_gathered
-        return release_fn(db, facts["relation"], facts.get("temp_tables"), has_user, _lazy_points(*columns), **r)
+        inp = release_input(db, r, "points", _lazy_points(*columns))
+        return (tables.fit if fit else tables.synthesize)(db, inp, **r)
 
     @release.interrupts.entered()   # Ctrl-C from the first moment
     def _fit(traj, user, ts, lat, lon, seq, request):

@@ -1,5 +1,6 @@
-"""mob_noisy_count and mob_transitions read committed tables out of core (duckmob.release.tables): the same release as the
-in-memory list path bit for bit under a seed, both privacy units, with only bounded data reaching Python."""
+"""mob_noisy_count and mob_transitions read committed tables out of core (duckmob.release.inputs.Relation): the
+same release as the in-memory list path (inputs.Gathered) bit for bit under a seed, both privacy units, with only
+bounded data reaching Python."""
 
 import duckdb
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 
 import duckmob
 from duckmob.errors import DuckmobError
-from duckmob.release import tables
+from duckmob.release import inputs
 from duckmob.source import table as stream
 
 SAMPLE = "duckmob/data/geolife_sample.parquet"
@@ -50,10 +51,10 @@ def loaded(monkeypatch):
             return fn(*args, **kw)
         return wrapped
 
-    monkeypatch.setattr(tables, "count_query", spy(tables.count_query, "count"))
-    monkeypatch.setattr(tables, "pair_count", spy(tables.pair_count, "lists"))
-    monkeypatch.setattr(tables, "read_sequences", spy(tables.read_sequences, "batches"))
-    monkeypatch.setattr(tables, "sequence_arrays", spy(tables.sequence_arrays, "lists"))
+    monkeypatch.setattr(inputs, "count_query", spy(inputs.count_query, "count"))
+    monkeypatch.setattr(inputs, "pair_count", spy(inputs.pair_count, "lists"))
+    monkeypatch.setattr(inputs, "read_sequences", spy(inputs.read_sequences, "batches"))
+    monkeypatch.setattr(inputs, "sequence_arrays", spy(inputs.sequence_arrays, "lists"))
     return seen
 
 
@@ -106,7 +107,7 @@ def test_only_batches_of_whole_sequences_reach_python(con, monkeypatch, loaded):
         return out
 
     monkeypatch.setattr(stream, "sequence_arrays", spy)
-    monkeypatch.setattr(tables, "sequence_arrays", spy)
+    monkeypatch.setattr(inputs, "sequence_arrays", spy)
     monkeypatch.setattr(stream, "SEQUENCE_ROWS", 16)
     n = _one(con, "SELECT count(*) FROM s")[0][0]
     args = "eps := 1.0, n_states := 64, seed := 2, privacy_unit := 'user', max_trajectories_per_user := 3"
