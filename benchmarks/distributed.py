@@ -29,7 +29,7 @@ def main() -> None:
     from duckmob.privacy.noise import NoiseSource
     from duckmob.privacy.unit import PrivacyUnit
     from duckmob.synth.hrnet import HRNet
-    from duckmob.synth.hrnet.train import dp_sgd_train, training_arrays
+    from duckmob.synth.hrnet.train import RunContext, Schedule, dp_sgd_train, training_arrays
     from duckmob.trajectories import from_points
 
     parser = argparse.ArgumentParser()
@@ -54,10 +54,11 @@ def main() -> None:
     for workers in args.workers:
         model = copy.deepcopy(start)
         t0 = time.perf_counter()
-        log = dp_sgd_train(model, arrays, sample_rate=plan.sample_rate, steps=args.steps,
-                           noise_multiplier=plan.noise_multiplier, max_grad_norm=config.max_grad_norm, lr=config.lr,
-                           expected_batch_size=plan.expected_batch, rng=NoiseSource(11).generator(),
-                           device=torch.device("cpu"), progress=False, lr_final=config.lr_final, workers=workers)
+        schedule = Schedule(sample_rate=plan.sample_rate, steps=args.steps, noise_multiplier=plan.noise_multiplier,
+                            max_grad_norm=config.max_grad_norm, expected_batch_size=plan.expected_batch, lr=config.lr,
+                            lr_final=config.lr_final)
+        log = dp_sgd_train(model, arrays, schedule, RunContext(NoiseSource(11).generator(), torch.device("cpu"),
+                                                               progress=False), workers=workers)
         wall = time.perf_counter() - t0
         per_step = log.seconds / log.steps
         if first is None:

@@ -8,6 +8,8 @@ DP-SGD step. Each test asserts what the ledger holds afterwards.
 
 from __future__ import annotations
 
+import dataclasses
+
 import duckdb
 import pytest
 
@@ -123,7 +125,8 @@ def _press_before_step(monkeypatch, step: int, run: int = 0):
     the steps before it ran."""
     loop, runs = dpsgd._loop, []
 
-    def pressing_loop(*args, check_interrupt, **kwargs):
+    def pressing_loop(*args, context, **kwargs):
+        check_interrupt = context.check_interrupt
         calls, this = [], len(runs)
         runs.append(this)
 
@@ -132,7 +135,7 @@ def _press_before_step(monkeypatch, step: int, run: int = 0):
             if this == run and len(calls) == step:
                 release.interrupt_all()
             check_interrupt()
-        return loop(*args, check_interrupt=check, **kwargs)
+        return loop(*args, context=dataclasses.replace(context, check_interrupt=check), **kwargs)
 
     monkeypatch.setattr(dpsgd, "_loop", pressing_loop)
 
@@ -175,7 +178,8 @@ def test_an_error_in_clean_slate_tpg_keeps_ti_whole_and_the_tpg_steps_that_ran(c
     _trips(con)
     loop, runs = dpsgd._loop, []
 
-    def failing_loop(*args, check_interrupt, **kwargs):
+    def failing_loop(*args, context, **kwargs):
+        check_interrupt = context.check_interrupt
         this, calls = len(runs), []
         runs.append(this)
 
@@ -184,7 +188,7 @@ def test_an_error_in_clean_slate_tpg_keeps_ti_whole_and_the_tpg_steps_that_ran(c
             if this == 1 and len(calls) == 3:
                 raise MemoryError("out of memory in step 3")
             check_interrupt()
-        return loop(*args, check_interrupt=check, **kwargs)
+        return loop(*args, context=dataclasses.replace(context, check_interrupt=check), **kwargs)
 
     monkeypatch.setattr(dpsgd, "_loop", failing_loop)
     reserved, stopped = [], release.Release.stopped

@@ -6,6 +6,7 @@ the spend the ledger holds afterwards, not only that the code runs.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -287,7 +288,8 @@ def test_ctrl_c_stops_a_fit_records_the_spend_and_stores_no_model(con, monkeypat
     at_step_3, pressed = threading.Event(), threading.Event()
     loop = dpsgd._loop
 
-    def waiting_loop(*args, check_interrupt, **kwargs):
+    def waiting_loop(*args, context, **kwargs):
+        check_interrupt = context.check_interrupt
         calls = []
 
         def check():
@@ -296,7 +298,7 @@ def test_ctrl_c_stops_a_fit_records_the_spend_and_stores_no_model(con, monkeypat
                 at_step_3.set()
                 assert pressed.wait(60)
             check_interrupt()
-        return loop(*args, check_interrupt=check, **kwargs)
+        return loop(*args, context=dataclasses.replace(context, check_interrupt=check), **kwargs)
 
     monkeypatch.setattr(dpsgd, "_loop", waiting_loop)
 

@@ -117,10 +117,10 @@ def test_one_switch_governs_fits_and_outputs(capsys, monkeypatch):
     def fit(progress=None):
         model = torch.nn.Linear(2, 1)
         x = torch.ones(8, 2)
-        dpsgd.train_ghost(model, lambda m, rows: m(x[torch.as_tensor(rows)]).sum(1), 8, sample_rate=0.5, steps=5,
-                          noise_multiplier=1.0, max_grad_norm=1.0, lr=0.1, expected_batch_size=4.0,
-                          rng=np.random.default_rng(0), device=torch.device("cpu"), desc="toy DP-SGD",
-                          progress=progress)
+        schedule = dpsgd.Schedule(sample_rate=0.5, steps=5, noise_multiplier=1.0, max_grad_norm=1.0,
+                                  expected_batch_size=4.0, lr=0.1)
+        context = dpsgd.RunContext(np.random.default_rng(0), torch.device("cpu"), progress, desc="toy DP-SGD")
+        dpsgd.train_ghost(model, lambda m, rows: m(x[torch.as_tensor(rows)]).sum(1), 8, schedule, context)
         return capsys.readouterr().err
 
     monkeypatch.setenv("DUCKMOB_PROGRESS", "0")

@@ -194,9 +194,9 @@ def train_in_workers(train_fn: Callable, model: torch.nn.Module, *args, rng: np.
                      device: torch.device, threads: int | None = None, progress: bool | None = None,
                      check_interrupt: Callable[[], None] | None = None, **kwargs):
     """``train_fn(model, *args, rng=rng, device=..., group=..., check_interrupt=..., progress=..., **kwargs)`` in
-    ``workers`` processes (see the module docstring), e.g. :func:`duckmob.synth.dpsgd.train` or HRNet's
-    ``dp_sgd_train``; ``train_fn`` must pass ``group`` on to the DP-SGD loop. Every worker starts from ``model``
-    and ``rng`` as they are; at the end ``model`` holds the trained weights, ``rng`` is in the state rank 0's
+    ``workers`` processes (see the module docstring), e.g. HRNet's ``hrnet.train._in_worker``; ``train_fn`` must
+    pass them on to the DP-SGD loop (its :class:`~duckmob.synth.dpsgd.RunContext`). Every worker starts from
+    ``model`` and ``rng`` as they are; at the end ``model`` holds the trained weights, ``rng`` is in the state rank 0's
     generator ended in (as after one process's run) and rank 0's return value is returned.
 
     ``threads``: torch CPU threads per worker (None: this process's current setting). ``check_interrupt``: called

@@ -8,6 +8,11 @@ so adding or removing one unit moves the summed gradient by at most ``max_grad_n
 deviation ``noise_multiplier * max_grad_norm`` is added to the sum. ``steps`` such steps are
 :func:`duckmob.privacy.accounting.dp_sgd(noise_multiplier, sample_rate, steps)` -- the caller accounts it.
 
+A run takes two small values: its :class:`Schedule` (public: the rate, steps, noise multiplier and clipping norm
+the accountant is told, and the optimiser's settings) and its :class:`RunContext` (where and how it runs: the
+generator, the device, progress, the interrupt check, the steps counter, the worker group; none of it changes
+what is spent).
+
 All randomness (the batches, the Gaussian noise) comes from torch generators seeded from a numpy generator that
 the caller derives from its :class:`~duckmob.privacy.noise.NoiseSource`. Used by HRNet (``hrnet/train.py``) and
 the clean-slate method (``cleanslate/``).
@@ -30,7 +35,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -74,13 +79,32 @@ def per_example_gradients(model: torch.nn.Module, loss_of_one: Callable, *batch:
     return vmap(grad(one), in_dims=(None,) + (0,) * len(batch), randomness="error")(params, *batch)
 
 
-@dataclass
-class TrainingLog:
-    """Timing only: the loss on the private data is never recorded or shown (it is not a DP release)."""
+@dataclass(frozen=True)
+class Schedule:
+    """The public schedule of one DP-SGD run: ``steps`` Poisson-sampled steps at ``sample_rate``, each unit's
+    gradient clipped to ``max_grad_norm``, Gaussian noise of ``noise_multiplier * max_grad_norm`` (accounted as
+    :attr:`event`), the noisy sum divided by the public ``expected_batch_size`` (= sample_rate x the noisy count of
+    units, never a data-dependent size); Adam at ``lr``, decaying on a cosine to ``lr_final * lr`` (1: constant);
+    ``ema`` in [0, 1): above 0 the model ends with the exponential moving average of its iterates. The learning
+    rate schedule and the average are post-processing: they cost nothing."""
 
-    steps: int = 0
-    seconds: float = 0.0
-    epoch_seconds: list | None = None
+    sample_rate: float
+    steps: int
+    noise_multiplier: float
+    max_grad_norm: float
+    expected_batch_size: float
+    lr: float
+    lr_final: float = 1.0
+    ema: float = 0.0
+
+    def __post_init__(self):
+        if not 0 < self.sample_rate <= 1:
+            raise DuckmobError(f"the DP-SGD sampling rate must be in (0, 1], got {self.sample_rate}")
+
+    @property
+    def event(self) -> Event:
+        """What the run spends: ``dp_sgd(noise_multiplier, sample_rate, steps)`` (the caller accounts it)."""
+        return accounting.dp_sgd(self.noise_multiplier, self.sample_rate, self.steps)
 
 
 @dataclass
@@ -89,6 +113,35 @@ class StepsRun:
     processes (:mod:`duckmob.synth.distributed`), whose steps this process does not see (all are then charged)."""
 
     steps: int | None = 0
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where and how one DP-SGD run executes (none of it changes its privacy map): ``rng``, the numpy generator
+    (derived from the release's NoiseSource) that seeds the run's torch generators; the torch ``device``;
+    ``progress`` (None: DUCKMOB_PROGRESS decides) under the label ``desc``; ``check_interrupt``, called before
+    every step (whatever it raises propagates and training stops there: the model holds the steps taken, fewer
+    than planned, so the accounted event still bounds them); ``steps_run``, counting the steps begun
+    (:func:`charged_as_run`); ``group``: this process is one worker of
+    :func:`duckmob.synth.distributed.train_in_workers` (None: the whole run is here), computing the gradients of
+    its own sampled units only, the noise and the sum being global."""
+
+    rng: np.random.Generator
+    device: torch.device
+    progress: bool | None = None
+    check_interrupt: Callable[[], None] | None = None
+    steps_run: StepsRun | None = None
+    desc: str = "DP-SGD"
+    group: Any = None
+
+
+@dataclass
+class TrainingLog:
+    """Timing only: the loss on the private data is never recorded or shown (it is not a DP release)."""
+
+    steps: int = 0
+    seconds: float = 0.0
+    epoch_seconds: list | None = None
 
 
 def ran_event(event: Event, run: int, steps_run: int | None) -> Event:
@@ -141,28 +194,30 @@ def _units(n_rows: int, unit_of_row: np.ndarray | None):
     return len(ids), rows_of
 
 
-def _dp_optimizer(single: type, distributed: type, params: list, *, lr: float, noise_multiplier: float,
-                  max_grad_norm: float, expected_batch_size: float, generator: torch.Generator, group):
+def _dp_optimizer(single: type, distributed: type, params: list, schedule: Schedule, generator: torch.Generator,
+                  group) -> torch.optim.Optimizer:
     """opacus's ``single`` optimiser around Adam, or with a ``group`` its ``distributed`` variant, which divides
     each worker's clipped sum (plus the noise, on rank 0 only) by its ``expected_batch_size``, all-reduces (sum)
     and divides by the number of workers: given ``batch / world`` it ends at (all clipped + noise) / ``batch``,
     the single-process gradient."""
-    batch = max(1, round(expected_batch_size))
+    batch = max(1, round(schedule.expected_batch_size))
     cls, divisor = (single, batch) if group is None else (distributed, batch / group.world)
-    return cls(torch.optim.Adam(params, lr=lr), noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
-               expected_batch_size=divisor, loss_reduction="mean", generator=generator)
+    return cls(torch.optim.Adam(params, lr=schedule.lr), noise_multiplier=schedule.noise_multiplier,
+               max_grad_norm=schedule.max_grad_norm, expected_batch_size=divisor, loss_reduction="mean",
+               generator=generator)
 
 
-def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool], None], *, sample_rate: float,
-          steps: int, gen: torch.Generator, lr: float, lr_final: float, ema: float, progress: bool | None,
-          check_interrupt: Callable[[], None] | None, desc: str, shard: Callable | None = None,
-          steps_run: StepsRun | None = None) -> TrainingLog:
+def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool], None], schedule: Schedule,
+          gen: torch.Generator, *, context: RunContext) -> TrainingLog:
     """The DP-SGD loop shared by :func:`train` and :func:`train_ghost`: Poisson batches of units at exactly
-    ``sample_rate``, ``one_step(units, empty)`` leaves what the optimizer needs (per-sample or clipped summed
-    gradients), then the optimizer's noisy step, the cosine learning rate and the EMA of the iterates.
-    ``shard``: a worker's part of each batch (:meth:`duckmob.synth.distributed.Group.shard`), None: all of it.
-    ``steps_run``: counts each step as it begins, after ``check_interrupt`` and before it touches the data (a step
-    stopped midway is counted whole)."""
+    ``schedule.sample_rate`` drawn by ``gen``, ``one_step(units, empty)`` leaves what the optimizer needs
+    (per-sample or clipped summed gradients), then the optimizer's noisy step, the cosine learning rate and the
+    EMA of the iterates. With ``context.group`` a worker keeps its part of each batch
+    (:meth:`duckmob.synth.distributed.Group.shard`). ``context.steps_run`` counts each step as it begins, after
+    ``context.check_interrupt`` and before it touches the data (a step stopped midway is counted whole)."""
+    sample_rate, steps, ema = schedule.sample_rate, schedule.steps, schedule.ema
+    check_interrupt, steps_run = context.check_interrupt, context.steps_run
+    shard = None if context.group is None else context.group.shard
     if n_units > 0:
         sampler = UniformWithReplacementSampler(num_samples=n_units, sample_rate=sample_rate, generator=gen,
                                                 steps=steps)
@@ -171,7 +226,7 @@ def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool]
         sampler = [[]] * steps   # no unit: every Poisson batch is empty (opacus's sampler refuses 0 samples)
     steps_per_epoch = max(1, round(1 / sample_rate))
     log = TrainingLog(epoch_seconds=[])
-    bar = progress_steps(desc, steps, progress)   # a bar in a terminal, lines elsewhere, unless off
+    bar = progress_steps(context.desc, steps, context.progress)   # a bar in a terminal, lines elsewhere, unless off
     start = epoch_start = time.perf_counter()
     average = [p.detach().clone() for p in params] if ema > 0 else None
     try:
@@ -191,7 +246,7 @@ def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool]
             optimizer.zero_grad(set_to_none=True)
             one_step(units, empty)
             for group_ in optimizer.param_groups:
-                group_["lr"] = cosine_lr(lr, lr_final, step, steps)
+                group_["lr"] = cosine_lr(schedule.lr, schedule.lr_final, step, steps)
             optimizer.step()
             if average is not None:
                 with torch.no_grad():
@@ -214,44 +269,25 @@ def _loop(optimizer, params, n_units: int, one_step: Callable[[np.ndarray, bool]
     return log
 
 
-def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str, torch.Tensor]], n_rows: int, *,
-          sample_rate: float, steps: int, noise_multiplier: float, max_grad_norm: float, lr: float,
-          expected_batch_size: float, rng: np.random.Generator, device: torch.device,
-          progress: bool | None = None, unit_of_row: np.ndarray | None = None, ema: float = 0.0,
-          lr_final: float = 1.0, check_interrupt: Callable[[], None] | None = None,
-          desc: str = "DP-SGD", group=None, steps_run: StepsRun | None = None) -> TrainingLog:
-    """Train ``model`` in place with DP-SGD for ``steps`` Poisson-sampled steps (Adam on the noisy gradient),
-    from materialised per-example gradients.
+def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str, torch.Tensor]], n_rows: int,
+          schedule: Schedule, context: RunContext, *, unit_of_row: np.ndarray | None = None) -> TrainingLog:
+    """Train ``model`` in place with DP-SGD by ``schedule`` (Adam on the noisy gradient; :class:`Schedule`), as
+    ``context`` says (:class:`RunContext`), from materialised per-example gradients.
 
     ``row_gradients(rows)`` returns the per-row gradients ``{name: (len(rows), *shape)}`` of every trainable
     parameter (e.g. from :func:`per_example_gradients`), each row's gradient of its own loss only. Gradients
-    are averaged by the public ``expected_batch_size`` (= sample_rate x the noisy count of units), never by a
-    data-dependent size.
+    are averaged by the public ``schedule.expected_batch_size``, never by a data-dependent size.
 
     ``unit_of_row``: the privacy unit of each row (e.g. user ids; contributions already bounded by the caller),
     or None (each row is a unit). Units, not rows, are Poisson-sampled; a unit's row gradients are summed before
-    clipping, so its whole contribution to a step is clipped to ``max_grad_norm``.
-
-    ``ema``: in [0, 1); above 0 the model ends with the exponential moving average of its DP-SGD iterates
-    (post-processing). ``lr_final``: cosine decay from ``lr`` to ``lr_final * lr`` (a public schedule).
-
-    ``check_interrupt``: called before every step; whatever it raises propagates and training stops there (the
-    model holds the steps already taken, fewer than ``steps``, so the accounted event still bounds them).
-    ``steps_run``: counts the steps begun (:func:`charged_as_run`), read when training stops early.
-
-    ``group``: this process is one worker of :func:`duckmob.synth.distributed.train_in_workers` (None: the whole
-    run is here). It computes the gradients of its own sampled units only; the noise and the sum are global.
+    clipping, so its whole contribution to a step is clipped to ``schedule.max_grad_norm``.
     """
-    if not 0 < sample_rate <= 1:
-        raise DuckmobError(f"the DP-SGD sampling rate must be in (0, 1], got {sample_rate}")
-    gen = torch_generator(rng, torch.device("cpu"))
-    noise_gen = torch_generator(rng, device)
-    model.to(device).train()
+    gen = torch_generator(context.rng, torch.device("cpu"))
+    noise_gen = torch_generator(context.rng, context.device)
+    model.to(context.device).train()
     named = [(k, p) for k, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
-    optimizer = _dp_optimizer(DPOptimizer, DistributedDPOptimizer, params, lr=lr,
-                              noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
-                              expected_batch_size=expected_batch_size, generator=noise_gen, group=group)
+    optimizer = _dp_optimizer(DPOptimizer, DistributedDPOptimizer, params, schedule, noise_gen, context.group)
     n_units, rows_of = _units(n_rows, unit_of_row)
 
     def one_step(units: np.ndarray, empty: bool) -> None:
@@ -264,9 +300,7 @@ def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str
             # DPOptimizer(loss_reduction="mean") clips these, sums, adds noise, divides by the expected batch
             p.grad_sample = torch.zeros_like(gs) if empty else gs
 
-    return _loop(optimizer, params, n_units, one_step, sample_rate=sample_rate, steps=steps, gen=gen, lr=lr,
-                 lr_final=lr_final, ema=ema, progress=progress, check_interrupt=check_interrupt, desc=desc,
-                 shard=None if group is None else group.shard, steps_run=steps_run)
+    return _loop(optimizer, params, n_units, one_step, schedule, gen, context=context)
 
 
 def embedding_norm_sample(layer: torch.nn.Embedding, activations: list, backprops: torch.Tensor
@@ -306,13 +340,9 @@ def ghost_module():
 
 
 def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, np.ndarray], torch.Tensor],
-                n_rows: int, *, sample_rate: float, steps: int, noise_multiplier: float, max_grad_norm: float,
-                lr: float, expected_batch_size: float, rng: np.random.Generator, device: torch.device,
-                progress: bool | None = None, unit_of_row: np.ndarray | None = None,
-                max_trajectories_per_user: int = 1, ema: float = 0.0, lr_final: float = 1.0,
-                check_interrupt: Callable[[], None] | None = None, desc: str = "DP-SGD", group=None,
-                split_rows: Callable[[np.ndarray], list[np.ndarray]] | None = None,
-                steps_run: StepsRun | None = None) -> TrainingLog:
+                n_rows: int, schedule: Schedule, context: RunContext, *, unit_of_row: np.ndarray | None = None,
+                max_trajectories_per_user: int = 1,
+                split_rows: Callable[[np.ndarray], list[np.ndarray]] | None = None) -> TrainingLog:
     """:func:`train` without materialising per-example gradients: opacus's ghost clipping
     (``GradSampleModuleFastGradientClipping``: each row's gradient norm from its layer inputs and output
     gradients; Li et al. 2022; embedding tables by :func:`embedding_norm_sample`) for models built of
@@ -323,36 +353,33 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
     ``module`` (the wrapped model) on those rows only. A step: one backward pass of the summed losses gives every
     row's gradient norm; a second of ``sum_i c_i loss_i`` with ``c_i = min(1, C_row / norm_i)`` gives the sum of
     the clipped row gradients; opacus's ``DPOptimizerFastGradientClipping`` adds Gaussian noise of standard
-    deviation ``noise_multiplier * max_grad_norm`` and divides by the public ``expected_batch_size``.
+    deviation ``noise_multiplier * max_grad_norm`` and divides by the public ``expected_batch_size`` (all of
+    ``schedule``; ``context`` as in :func:`train`).
 
     Sensitivity: a row is one trajectory, a unit a user of at most k = ``max_trajectories_per_user`` of them (the
     contribution bound, enforced by the caller). Each row is clipped to ``C_row = max_grad_norm / k``; with
     ``unit_of_row`` users are Poisson-sampled with all their rows, so one unit moves the clipped sum by at most
     ``k * C_row = max_grad_norm`` (triangle inequality); with ``unit_of_row`` None each row is a unit (k must be
-    1). Accounted as ``dp_sgd(noise_multiplier, sample_rate, steps)``. ``group``: as in :func:`train` (a unit's
-    rows are all on one worker, so the bound holds per worker and for the all-reduced sum).
+    1). Accounted as ``schedule.event``. With ``context.group`` (a worker) a unit's rows are all on one worker, so
+    the bound holds per worker and for the all-reduced sum.
 
     ``split_rows(rows)``: the batch's rows in parts (every row in exactly one), each part's clipped sum computed
     by its own two passes and the parts' sums added before the noise: the same clipped sum (each row is clipped
     alone), for less padding when rows are ragged (e.g. parts of similar length). None: one part.
-    ``steps_run``: as in :func:`train`.
     """
     from opacus.optimizers import DistributedDPOptimizerFastGradientClipping, DPOptimizerFastGradientClipping
 
-    if not 0 < sample_rate <= 1:
-        raise DuckmobError(f"the DP-SGD sampling rate must be in (0, 1], got {sample_rate}")
     k = max_trajectories_per_user
     if unit_of_row is None and k != 1:
         raise DuckmobError("max_trajectories_per_user above 1 needs unit_of_row (the user of each trajectory)")
-    gen = torch_generator(rng, torch.device("cpu"))
-    noise_gen = torch_generator(rng, device)
-    model.to(device).train()
+    gen = torch_generator(context.rng, torch.device("cpu"))
+    noise_gen = torch_generator(context.rng, context.device)
+    model.to(context.device).train()
     params = [p for p in model.parameters() if p.requires_grad]
     wrapped = ghost_module()(model, batch_first=True, loss_reduction="sum", strict=False,
-                             max_grad_norm=max_grad_norm / k, use_ghost_clipping=True)
+                             max_grad_norm=schedule.max_grad_norm / k, use_ghost_clipping=True)
     optimizer = _dp_optimizer(DPOptimizerFastGradientClipping, DistributedDPOptimizerFastGradientClipping, params,
-                              lr=lr, noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
-                              expected_batch_size=expected_batch_size, generator=noise_gen, group=group)
+                              schedule, noise_gen, context.group)
     n_units, rows_of = _units(n_rows, unit_of_row)
 
     def one_step(units: np.ndarray, empty: bool) -> None:
@@ -386,12 +413,10 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
         with warnings.catch_warnings():
             # opacus's hooks fire on layers whose inputs (indices) need no gradient: expected here
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
-            return _loop(optimizer, params, n_units, one_step, sample_rate=sample_rate, steps=steps, gen=gen, lr=lr,
-                         lr_final=lr_final, ema=ema, progress=progress, check_interrupt=check_interrupt, desc=desc,
-                         shard=None if group is None else group.shard, steps_run=steps_run)
+            return _loop(optimizer, params, n_units, one_step, schedule, gen, context=context)
     finally:
         wrapped._close()   # the hooks and per-layer state go; ``model`` is left a plain module
 
 
-__all__ = ["train", "train_ghost", "per_example_gradients", "TrainingLog", "torch_generator", "cosine_lr", "StepsRun",
-           "ran_event", "charged_as_run"]
+__all__ = ["train", "train_ghost", "per_example_gradients", "Schedule", "RunContext", "TrainingLog",
+           "torch_generator", "cosine_lr", "StepsRun", "ran_event", "charged_as_run"]

@@ -328,7 +328,7 @@ def test_refine_draws_a_fine_cell_inside_the_coarse_cell():
 
 # -- privacy: clipping and accounting ---------------------------------------------------------------------
 
-def _clipped_sum_seen(monkeypatch, model, losses, n_rows, expected, **kw):
+def _clipped_sum_seen(monkeypatch, model, losses, n_rows, expected, max_grad_norm, **kw):
     """The summed clipped gradient one noiseless DP-SGD step hands to Adam (times the expected batch)."""
     seen = []
 
@@ -338,9 +338,10 @@ def _clipped_sum_seen(monkeypatch, model, losses, n_rows, expected, **kw):
 
     handle = register_optimizer_step_pre_hook(record)
     try:
-        dpsgd.train_ghost(model, losses, n_rows, sample_rate=1.0, steps=1, noise_multiplier=0.0, lr=1e-3,
-                          expected_batch_size=expected, rng=np.random.default_rng(0), device=torch.device("cpu"),
-                          progress=False, **kw)
+        schedule = dpsgd.Schedule(sample_rate=1.0, steps=1, noise_multiplier=0.0, max_grad_norm=max_grad_norm,
+                                  expected_batch_size=expected, lr=1e-3)
+        dpsgd.train_ghost(model, losses, n_rows, schedule,
+                          dpsgd.RunContext(np.random.default_rng(0), torch.device("cpu"), progress=False), **kw)
     finally:
         handle.remove()
     return seen[0]
@@ -426,6 +427,8 @@ def test_the_event_is_the_rate_trained_with_and_matches_dp_accounting(fitted):
     assert (ti.param("steps"), tpg.param("steps")) == (info["steps_ti"], info["steps_tpg"]) == (25, 25)
     plan = CleanSlate(BOX, **TINY).plan(eps, delta)
     assert model.event == plan.event and isinstance(plan, CleanSlatePlan)   # what fit spends is the plan
+    # each DP-SGD run trains by the schedule whose event is its leaf of the plan
+    assert [plan.dp_sgd(run, model.config, 3.0).event for run in (0, 1)] == [ti, tpg]
     assert (plan.sample_rate, plan.steps_ti, plan.sigma_tpg) == (info["sample_rate"], info["steps_ti"],
                                                                  info["noise_multiplier_tpg"])
 
@@ -657,9 +660,11 @@ def test_split_rows_give_the_same_training():
     for split in (None, by_width(gr.count, widths=(2, 3))):
         torch.manual_seed(0)
         model = Transitions(8, 1, 4, 4, 8)
-        dpsgd.train_ghost(model, losses, t.n, sample_rate=0.5, steps=4, noise_multiplier=1.0, max_grad_norm=0.1,
-                          lr=1e-2, expected_batch_size=30, rng=np.random.default_rng(5), device=torch.device("cpu"),
-                          progress=False, split_rows=split)
+        schedule = dpsgd.Schedule(sample_rate=0.5, steps=4, noise_multiplier=1.0, max_grad_norm=0.1,
+                                  expected_batch_size=30, lr=1e-2)
+        dpsgd.train_ghost(model, losses, t.n, schedule,
+                          dpsgd.RunContext(np.random.default_rng(5), torch.device("cpu"), progress=False),
+                          split_rows=split)
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert torch.allclose(weights[0], weights[1], atol=1e-5)
 

@@ -70,6 +70,12 @@ def recorded_gradients(group, x: np.ndarray, y: np.ndarray, sigma: float, seed: 
     unit 0 zero; x with users of 3 rows as the units) and for ghost clipping."""
     from duckmob.synth import dpsgd
 
+    schedule = dpsgd.Schedule(sample_rate=BATCH / N, steps=6, noise_multiplier=sigma, max_grad_norm=C,
+                              expected_batch_size=BATCH, lr=0.1)
+
+    def context() -> dpsgd.RunContext:
+        return dpsgd.RunContext(np.random.default_rng(seed), CPU, progress=False, group=group)
+
     out = {}
     seen: list = []
     hook = register_optimizer_step_pre_hook(
@@ -81,16 +87,12 @@ def recorded_gradients(group, x: np.ndarray, y: np.ndarray, sigma: float, seed: 
             seen.clear()
             torch.manual_seed(0)
             model = torch.nn.Linear(D, 1, bias=False)
-            dpsgd.train(model, FixedGradients(rows), N, sample_rate=BATCH / N, steps=6, noise_multiplier=sigma,
-                        max_grad_norm=C, lr=0.1, expected_batch_size=BATCH, rng=np.random.default_rng(seed),
-                        device=CPU, progress=False, group=group, unit_of_row=users)
+            dpsgd.train(model, FixedGradients(rows), N, schedule, context(), unit_of_row=users)
             out[name] = (torch.stack(seen), model.weight.detach().clone())
         seen.clear()
         torch.manual_seed(0)
         model = torch.nn.Linear(D, 1)
-        dpsgd.train_ghost(model, SquaredErrors(x, y), N, sample_rate=BATCH / N, steps=6, noise_multiplier=sigma,
-                          max_grad_norm=C, lr=0.1, expected_batch_size=BATCH, rng=np.random.default_rng(seed),
-                          device=CPU, progress=False, group=group)
+        dpsgd.train_ghost(model, SquaredErrors(x, y), N, schedule, context())
         out["ghost"] = (torch.stack(seen), torch.cat([p.detach().flatten() for p in model.parameters()]))
     finally:
         hook.remove()

@@ -321,9 +321,10 @@ def test_ema_returns_the_moving_average_of_the_iterates():
     def run(steps, ema):
         torch.manual_seed(0)
         model = BaselineModel(2, loc_dim=4, time_dim=2, hidden=4)
-        tr.dp_sgd_train(model, data, sample_rate=0.5, steps=steps, noise_multiplier=1.0, max_grad_norm=1.0,
-                        lr=0.1, expected_batch_size=3, rng=np.random.default_rng(3), device=torch.device("cpu"),
-                        progress=False, ema=ema)
+        schedule = tr.Schedule(sample_rate=0.5, steps=steps, noise_multiplier=1.0, max_grad_norm=1.0,
+                               expected_batch_size=3, lr=0.1, ema=ema)
+        tr.dp_sgd_train(model, data, schedule, tr.RunContext(np.random.default_rng(3), torch.device("cpu"),
+                                                             progress=False))
         return torch.cat([p.detach().flatten() for p in model.parameters()])
 
     theta = [run(k, 0.0) for k in range(3)]  # theta_0 (no step), theta_1, theta_2
@@ -351,9 +352,10 @@ def test_per_user_gradient_aggregation_is_clipped_per_user(monkeypatch):
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     clip = 0.01
     expect = sum(g * min(1.0, clip / (g.norm().item() + 1e-6)) for g in grads)
-    tr.dp_sgd_train(model, data, sample_rate=1.0, steps=1, noise_multiplier=0.0, max_grad_norm=clip, lr=1.0,
-                    expected_batch_size=3, rng=np.random.default_rng(0), device=torch.device("cpu"),
-                    progress=False, by_user=True)
+    schedule = tr.Schedule(sample_rate=1.0, steps=1, noise_multiplier=0.0, max_grad_norm=clip,
+                           expected_batch_size=3, lr=1.0)
+    tr.dp_sgd_train(model, data, schedule, tr.RunContext(np.random.default_rng(0), torch.device("cpu"), progress=False),
+                    by_user=True)
     # Adam's first step moves each coordinate by lr * sign(g) (up to eps): compare the signs of the update
     moved = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())])
     big = expect.abs() > 1e-6

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
 import tqdm
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from duckmob.synth.hrnet import train as tr
+from duckmob.errors import DuckmobError
+from duckmob.privacy.unit import PrivacyUnit
+from duckmob.synth import dpsgd
+from duckmob.synth.hrnet import HRNet, train as tr
 from duckmob.synth.hrnet.pretrain import pretrain as run_pretrain
 from duckmob.synth.hrnet.model import BaselineModel, HRNetModel
 
@@ -65,9 +70,10 @@ def train(check, steps=10):
     lengths = torch.randint(1, 4, (6,), generator=g)
     data = tr.TrainingData(cells.numpy(), times.numpy(), lengths.numpy(), np.arange(6))
     model = BaselineModel(2, loc_dim=4, time_dim=2, hidden=4)
-    return tr.dp_sgd_train(model, data, sample_rate=0.5, steps=steps, noise_multiplier=1.0, max_grad_norm=1.0,
-                           lr=0.1, expected_batch_size=3, rng=np.random.default_rng(0), device=torch.device("cpu"),
-                           progress=False, check_interrupt=check)
+    schedule = tr.Schedule(sample_rate=0.5, steps=steps, noise_multiplier=1.0, max_grad_norm=1.0,
+                           expected_batch_size=3, lr=0.1)
+    return tr.dp_sgd_train(model, data, schedule, tr.RunContext(np.random.default_rng(0), torch.device("cpu"),
+                                                               progress=False, check_interrupt=check))
 
 
 def pretrain(check, iterations=10):
@@ -127,3 +133,20 @@ def test_without_a_terminal_a_fit_says_it_is_alive_in_ten_lines(capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 10 and err[0] == "duckmob: HRNet DP-SGD: 10% (4/37 steps)"
     assert err[-1] == "duckmob: HRNet DP-SGD: 100% (37/37 steps)"
+
+
+def test_the_dp_sgd_run_takes_its_schedule_and_its_context_and_few_parameters():
+    """The planned DP-SGD run's schedule spends the plan's dp_sgd leaf; a sampling rate outside (0, 1] is refused
+    where the schedule is made; no function on the way from the plan to the loop takes more than 8 parameters."""
+    synth = HRNet([0.0, 0.0, 1.0, 1.0], w=8, epochs=2, pretrain_iterations=5)
+    plan = synth.plan(2.0, 1e-5, PrivacyUnit.user(3))
+    schedule = plan.dp_sgd(synth.config)
+    (leaf,) = [e for e in plan.event.leaves() if e.kind == "dp_sgd"]
+    assert schedule.event == leaf and schedule.expected_batch_size == plan.expected_batch
+    assert (schedule.lr, schedule.lr_final, schedule.ema) == (synth.config.lr, synth.config.lr_final, 0.0)
+    for rate in (0.0, 1.5):
+        with pytest.raises(DuckmobError, match=r"sampling rate must be in \(0, 1\]"):
+            dpsgd.Schedule(sample_rate=rate, steps=1, noise_multiplier=1.0, max_grad_norm=1.0,
+                           expected_batch_size=1.0, lr=0.1)
+    for fn in (tr.dp_sgd_train, dpsgd.train, dpsgd.train_ghost, dpsgd._loop):
+        assert len(inspect.signature(fn).parameters) <= 8, fn.__name__

@@ -248,6 +248,15 @@ class CleanSlatePlan(Plan):
     sigma_ti: float
     sigma_tpg: float
 
+    def dp_sgd(self, run: int, config: CleanSlateConfig, expected_batch: float) -> dpsgd.Schedule:
+        """The schedule of DP-SGD run ``run`` (0: TI, 1: TPG): this plan's rate and that run's steps and noise
+        multiplier, the config's clipping norm and optimiser settings, the public ``expected_batch`` (the rate
+        times the noisy count of units)."""
+        steps, sigma = (self.steps_ti, self.sigma_ti) if run == 0 else (self.steps_tpg, self.sigma_tpg)
+        return dpsgd.Schedule(sample_rate=self.sample_rate, steps=steps, noise_multiplier=sigma,
+                              max_grad_norm=config.max_grad_norm, expected_batch_size=expected_batch, lr=config.lr,
+                              lr_final=config.lr_final)
+
 
 def _device(spec) -> torch.device:
     if spec is None:
@@ -534,11 +543,10 @@ class CleanSlate(Synthesizer):
         if hist is not None:
             ti.set_prior(*(log_bias(coarse_probabilities(hist[h], config.w, config.ti_coarse))
                            for h in ("source", "dest")), log_bias(hist["slot"]))
-        unit_of_row = tr.user_id if k > 1 else None
-        common = dict(sample_rate=plan.sample_rate, max_grad_norm=config.max_grad_norm, lr=config.lr,
-                      lr_final=config.lr_final, expected_batch_size=batch, device=device,
-                      progress=config.progress, unit_of_row=unit_of_row, max_trajectories_per_user=k,
-                      check_interrupt=release.check_interrupt)
+        units = dict(unit_of_row=tr.user_id if k > 1 else None, max_trajectories_per_user=k)
+
+        def context(ran: dpsgd.StepsRun, desc: str) -> dpsgd.RunContext:
+            return dpsgd.RunContext(rng, device, config.progress, release.check_interrupt, steps_run=ran, desc=desc)
         timings = {"prepare_s": time.perf_counter() - t0}
         # (3) TI: one example per trajectory (its coarse cells); the VAE's reparameterisation noise is an input
         ti_source, ti_dest = (torch.as_tensor(coarse_of(a, config.w, config.ti_coarse)) for a in (tr.source, tr.dest))
@@ -553,8 +561,8 @@ class CleanSlate(Synthesizer):
 
         # a failure or Ctrl-C in a run is charged the steps that ran (dpsgd.charged_as_run): TI is DP-SGD part 0
         with dpsgd.charged_as_run(release, plan.event, run=0) as ran:
-            log = dpsgd.train_ghost(ti, ti_losses, tr.n, steps=plan.steps_ti, noise_multiplier=plan.sigma_ti,
-                                    rng=rng, desc="cleanslate TI", steps_run=ran, **common)
+            log = dpsgd.train_ghost(ti, ti_losses, tr.n, plan.dp_sgd(0, config, batch),
+                                    context(ran, "cleanslate TI"), **units)
         timings["ti_s"] = log.seconds
         # (4) TPG: one example per trajectory, its loss the mean over its grams
         current, label = torch.as_tensor(gr.current), torch.as_tensor(gr.label)
@@ -569,9 +577,8 @@ class CleanSlate(Synthesizer):
                           label[idx, :width].to(device), cnt.to(device))
 
         with dpsgd.charged_as_run(release, plan.event, run=1) as ran:
-            log = dpsgd.train_ghost(tpg, tpg_losses, tr.n, steps=plan.steps_tpg, noise_multiplier=plan.sigma_tpg,
-                                    rng=rng, desc="cleanslate TPG", split_rows=by_width(gr.count), steps_run=ran,
-                                    **common)
+            log = dpsgd.train_ghost(tpg, tpg_losses, tr.n, plan.dp_sgd(1, config, batch),
+                                    context(ran, "cleanslate TPG"), split_rows=by_width(gr.count), **units)
         timings.update(tpg_s=log.seconds, total_s=time.perf_counter() - t0)
         event = plan.event
         info = dict(method=self.method, eps=plan.eps, delta=plan.delta,

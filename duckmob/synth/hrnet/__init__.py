@@ -158,6 +158,13 @@ class HRNetPlan(Plan):
     steps: int
     noise_multiplier: float
 
+    def dp_sgd(self, config: HRNetConfig) -> dpsgd.Schedule:
+        """The DP-SGD run's schedule: this plan's rate, steps, noise multiplier and expected batch, the config's
+        clipping norm and optimiser settings."""
+        return dpsgd.Schedule(sample_rate=self.sample_rate, steps=self.steps, noise_multiplier=self.noise_multiplier,
+                              max_grad_norm=config.max_grad_norm, expected_batch_size=self.expected_batch,
+                              lr=config.lr, lr_final=config.lr_final, ema=config.ema)
+
 
 def poi_array(pois) -> np.ndarray:
     """The public POIs as a float64 (m, 2) array of (lat, lon)."""
@@ -518,12 +525,10 @@ class _Base(Synthesizer):
                              check_interrupt=release.check_interrupt)
                     timings["pretrain_s"] = time.perf_counter() - t1
                 # (5) DP-SGD
-                log = dp_sgd_train(model, arrays, sample_rate=plan.sample_rate, steps=plan.steps,
-                                   noise_multiplier=plan.noise_multiplier, max_grad_norm=config.max_grad_norm,
-                                   lr=config.lr, expected_batch_size=plan.expected_batch, rng=rng, device=device,
-                                   progress=config.progress, by_user=k > 1, ema=config.ema, lr_final=config.lr_final,
-                                   check_interrupt=release.check_interrupt, workers=config.workers,
-                                   steps_run=ran)
+                context = dpsgd.RunContext(rng, device, config.progress, release.check_interrupt, steps_run=ran,
+                                           desc="hrnet DP-SGD")
+                log = dp_sgd_train(model, arrays, plan.dp_sgd(config), context, by_user=k > 1,
+                                   workers=config.workers)
         timings.update(dp_sgd_s=log.seconds, epoch_s=log.epoch_seconds, total_s=time.perf_counter() - t0)
         info = dict(method=self.method, eps=eps, delta=delta, epsilon_accounted=accounting.epsilon(plan.event, delta),
                     n_noisy=n_noisy, units_noisy=units_noisy, eps_count=plan.eps_count,

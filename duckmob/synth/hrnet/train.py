@@ -19,7 +19,6 @@ gathers its batch by fancy indexing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -28,7 +27,7 @@ from torch.func import functional_call, grad, vmap
 from duckmob.grid import time_slot
 from duckmob.synth import dpsgd
 # the generic DP-SGD pieces live in duckmob.synth.dpsgd (shared with other methods); re-exported for HRNet's callers
-from duckmob.synth.dpsgd import TrainingLog, cosine_lr, torch_generator  # noqa: F401
+from duckmob.synth.dpsgd import RunContext, Schedule, TrainingLog, cosine_lr, torch_generator  # noqa: F401
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.trajectories import NO_TIME, CellSequences
 
@@ -92,57 +91,42 @@ def per_sample_gradients(model: torch.nn.Module, cells: torch.Tensor, times: tor
     return vmap(grad(loss_of_one), in_dims=(None, 0, 0, 0), randomness="error")(params, cells, times, lengths)
 
 
-def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: float, steps: int,
-                 noise_multiplier: float, max_grad_norm: float, lr: float, expected_batch_size: float,
-                 rng: np.random.Generator, device: torch.device, progress: bool | None = None,
-                 by_user: bool = False, ema: float = 0.0, lr_final: float = 1.0,
-                 check_interrupt: Callable[[], None] | None = None, workers: int = 1, group=None,
-                 steps_run: dpsgd.StepsRun | None = None) -> TrainingLog:
-    """Train ``model`` in place with DP-SGD (HRNet Algorithm 1) for ``steps`` Poisson-sampled steps.
+def dp_sgd_train(model: torch.nn.Module, data: TrainingData, schedule: Schedule, context: RunContext, *,
+                 by_user: bool = False, workers: int = 1) -> TrainingLog:
+    """Train ``model`` in place with DP-SGD (HRNet Algorithm 1) by ``schedule``, as ``context`` says
+    (:func:`duckmob.synth.dpsgd.train`: the Poisson-sampled steps, the public expected batch, the cosine learning
+    rate, the EMA of the iterates, the interrupt check and the steps counter).
 
-    ``model(cells, times, lengths)`` must return the per-example loss. Gradients are averaged by the
-    public ``expected_batch_size`` (= sample_rate x the noisy count of units), never by a data-dependent size.
-
-    ``ema``: in [0, 1); above 0 the model ends with the exponential moving average of its DP-SGD iterates
-    (``avg <- ema * avg + (1 - ema) * theta`` after every step), which averages out part of the Gaussian noise
-    the last steps left in the weights. Post-processing of the released iterates: no budget.
-
-    ``lr_final``: the learning rate decays from ``lr`` to ``lr_final * lr`` over the steps on a cosine (1: a
-    constant rate). A public schedule: no budget.
+    ``model(cells, times, lengths)`` must return the per-example loss.
 
     ``by_user``: the privacy unit is the user (``data.user_id``; contributions already bounded by the caller).
     Users, not trajectories, are Poisson-sampled; the per-trajectory gradients are summed per user before
     clipping, so each user's whole contribution to a step is clipped to ``max_grad_norm``.
     Per-example gradients come from :func:`per_sample_gradients`; the batch sampler, the per-sample clipping and
     the Gaussian noise are opacus's (``DPOptimizer`` reads the gradients from ``p.grad_sample``); their
-    randomness comes from one torch generator seeded from ``rng``. Privacy: see the module docstring; the caller
-    accounts ``dp_sgd(noise_multiplier, sample_rate, steps)``.
-
-    ``check_interrupt``: called with no arguments before every step (a cheap flag check, e.g.
-    ``Release.check_interrupt``). Whatever it raises propagates unchanged and training stops there: the model
-    then holds the steps already taken (fewer than ``steps``, so the ``dp_sgd`` event above still bounds what
-    they spent) and is left mid-training (no EMA swap). ``steps_run`` counts the steps begun, in this process
-    only (:func:`duckmob.synth.dpsgd.charged_as_run`; with ``workers`` above 1 it is set to None: all charged).
+    randomness comes from torch generators seeded from ``context.rng``. Privacy: see the module docstring; the
+    caller accounts ``schedule.event``. A stopped run leaves the model mid-training (no EMA swap) with fewer steps
+    than planned, which the event still bounds; ``context.steps_run`` counts them in this process only (with
+    ``workers`` above 1 it is set to None: all charged).
 
     ``workers``: above 1, the same run data-parallel in that many processes
     (:func:`duckmob.synth.distributed.train_in_workers`: the same Poisson batches, noise and accounted event;
-    each worker with this process's torch threads). ``group``: set in those workers only.
+    each worker with this process's torch threads).
     """
     if workers > 1:
         from duckmob.synth.distributed import train_in_workers
 
-        if steps_run is not None:
-            steps_run.steps = None   # the workers' steps are not seen here: a stop is charged all of them
+        if context.steps_run is not None:
+            context.steps_run.steps = None   # the workers' steps are not seen here: a stop is charged all of them
 
-        return train_in_workers(dp_sgd_train, model, data, rng=rng, workers=workers, device=device,
-                                progress=progress, check_interrupt=check_interrupt, sample_rate=sample_rate,
-                                steps=steps, noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, lr=lr,
-                                expected_batch_size=expected_batch_size, by_user=by_user, ema=ema,
-                                lr_final=lr_final)
+        return train_in_workers(_in_worker, model, data, schedule, rng=context.rng, workers=workers,
+                                device=context.device, progress=context.progress,
+                                check_interrupt=context.check_interrupt, by_user=by_user, desc=context.desc)
     cells = torch.from_numpy(data.cells)
     times = torch.from_numpy(data.times)
     lengths = torch.from_numpy(data.lengths)
     width = data.cells.shape[1]
+    device = context.device
 
     def row_gradients(rows: np.ndarray) -> dict[str, torch.Tensor]:
         idx = torch.as_tensor(rows, dtype=torch.long)
@@ -150,8 +134,12 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, *, sample_rate: flo
         t = min(int(lb.max()) + 1, width)   # the batch's padded width, not the data's
         return per_sample_gradients(model, cells[idx, :t].to(device), times[idx, :t].to(device), lb.to(device))
 
-    return dpsgd.train(model, row_gradients, data.n, sample_rate=sample_rate, steps=steps,
-                       noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, lr=lr,
-                       expected_batch_size=expected_batch_size, rng=rng, device=device, progress=progress,
-                       unit_of_row=data.user_id if by_user else None, ema=ema, lr_final=lr_final,
-                       check_interrupt=check_interrupt, desc="hrnet DP-SGD", group=group, steps_run=steps_run)
+    return dpsgd.train(model, row_gradients, data.n, schedule, context,
+                       unit_of_row=data.user_id if by_user else None)
+
+
+def _in_worker(model: torch.nn.Module, data: TrainingData, schedule: Schedule, *, by_user: bool,
+               **context) -> TrainingLog:
+    """:func:`dp_sgd_train` in one worker of :func:`duckmob.synth.distributed.train_in_workers`, which hands it the
+    worker's ``rng``, ``device``, ``group``, ``check_interrupt`` and ``progress`` (and the caller's ``desc``)."""
+    return dp_sgd_train(model, data, schedule, RunContext(**context), by_user=by_user)
