@@ -179,3 +179,43 @@ def test_wrong_column_fails_with_duckmob_message(project):
     (failed,) = [r for r in result.result if r.status == "error"]
     last = failed.message.strip().splitlines()[-1].strip()
     assert last.startswith("duckmob: the input has no column latitude"), last
+
+
+def test_the_synthetic_model_puts_its_points_on_public_roads(project):
+    """The var roads names a model of public road segments: synthetic_trips is released on them (every point on a
+    road, the roads recorded in the ledger); here a street grid over the bbox built from constants."""
+    import json
+
+    from duckmob.roads import Roads, snap
+
+    copy, root, first = project
+    assert first.success
+    model = copy / "models" / "street_grid.sql"
+    model.write_text("""-- a public street grid over the bbox: constants only (stands in for an OpenStreetMap extract)
+{%- set b = var('bbox') %}
+select {{ b[0] }} + ({{ b[2] }} - {{ b[0] }}) * i / 23.0 as lat1,
+       {{ b[1] }} + ({{ b[3] }} - {{ b[1] }}) * j / 23.0 as lon1,
+       {{ b[0] }} + ({{ b[2] }} - {{ b[0] }}) * i / 23.0 as lat2,
+       {{ b[1] }} + ({{ b[3] }} - {{ b[1] }}) * (j + 1) / 23.0 as lon2
+from range(24) r(i), range(23) c(j)
+union all
+select {{ b[0] }} + ({{ b[2] }} - {{ b[0] }}) * j / 23.0, {{ b[1] }} + ({{ b[3] }} - {{ b[1] }}) * i / 23.0,
+       {{ b[0] }} + ({{ b[2] }} - {{ b[0] }}) * (j + 1) / 23.0, {{ b[1] }} + ({{ b[3] }} - {{ b[1] }}) * i / 23.0
+from range(24) r(i), range(23) c(j)
+""")
+    try:
+        result = dbt(copy, "run", "--select", "street_grid", "synthetic_trips", synth_eps=0.5, synth_seed=3,
+                     roads="street_grid", report_html=str(root / "report_roads.html"))
+    finally:
+        model.unlink()
+    assert result.success, [r.message for r in result.result]
+    con = duckmob.connect(str(root / "example.duckdb"), read_only=True)
+    try:
+        grid = Roads.of(con.sql("FROM street_grid").to_arrow_table())
+        rows = con.sql("SELECT lat, lon FROM synthetic_trips").to_arrow_table()
+        params = json.loads(con.execute("SELECT params FROM duckmob_ledger ORDER BY id DESC LIMIT 1").fetchone()[0])
+    finally:
+        con.close()
+    assert rows.num_rows > 0
+    assert snap(grid, rows.column("lat").to_numpy(), rows.column("lon").to_numpy())[4].max() < 1e-3
+    assert params["roads"] == '"example"."main"."street_grid"' and params["roads_digest"] == grid.digest
