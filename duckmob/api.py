@@ -80,16 +80,17 @@ def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: s
     """
     from duckmob import release, synth, validators
     from duckmob.release import tables
+    from duckmob.release.fitting import FitArgs
     from duckmob.source.schema import Mapping
 
     register(con)
     db, relation = release.database(con), validators.source_name(table)
     mapping = Mapping.of(traj_col=traj_col, ts_col=ts_col, lat_col=lat_col, lon_col=lon_col, user_col=user_col)
-    params = {**synth.parse_params(params), **method_params}
-    output = tables.synthesize(
-        db, tables.Relation(db, con, relation, mapping, shape="points"), eps=eps, delta=delta, method=method,
-        bbox=bbox, privacy_unit=privacy_unit, max_trajectories_per_user=max_trajectories_per_user, params=params,
-        outside=outside, seed=seed, n=n, max_rows=max_rows, stability=stability, roads=roads)
+    args = FitArgs(eps=eps, delta=delta, method=method, bbox=bbox, privacy_unit=privacy_unit,
+                   max_trajectories_per_user=max_trajectories_per_user,
+                   params={**synth.parse_params(params), **method_params}, outside=outside, seed=seed, n=n,
+                   max_rows=max_rows, stability=stability, roads=roads)
+    output = tables.synthesize(db, tables.Relation(db, con, relation, mapping, shape="points"), args)
     return output.reader(batch_size) if stream else output.table()
 
 

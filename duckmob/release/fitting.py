@@ -4,7 +4,7 @@ fitted model (free post-processing)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,42 @@ class FitRequest:
     stability: int | None = None   # the caller's public stability (None: 1, once the plan is checked stable)
     roads: str | None = None       # the name of a public road network the output is placed on
     on_roads: Any = None           # that network (duckmob.roads.Roads), read by the release core before the fit
+
+
+def _sql(kind: str, default=None):
+    return field(default=default, metadata={"sql": kind})
+
+
+@dataclass(frozen=True)
+class FitArgs:
+    """The public arguments of a fit (``synthesize``, ``mob_fit``) as the caller gave them, not yet validated: the
+    one typed definition that the SQL request STRUCT (:meth:`sql_types`, duckmob/sql/synth.py), the Python API and
+    :func:`fit_request` follow (tests/test_release_args.py checks the macros, :func:`duckmob.synthesize` and
+    Spark's ``synthesize`` against it). :meth:`request` validates them for the input's budget key."""
+
+    eps: Any = field(metadata={"sql": "DOUBLE"})   # required (NULL from SQL is refused by fit_request)
+    delta: Any = _sql("DOUBLE")
+    method: Any = _sql("VARCHAR", "privtrace")
+    bbox: Any = _sql("DOUBLE[]")
+    privacy_unit: Any = _sql("VARCHAR", "trajectory")
+    max_trajectories_per_user: Any = _sql("BIGINT")
+    params: Any = _sql("VARCHAR")
+    outside: Any = _sql("VARCHAR", "drop")
+    seed: Any = _sql("BIGINT")
+    n: Any = _sql("BIGINT")
+    max_rows: Any = _sql("BIGINT")
+    name: Any = _sql("VARCHAR")
+    stability: Any = _sql("BIGINT")
+    roads: Any = _sql("VARCHAR")
+
+    @classmethod
+    def sql_types(cls) -> dict[str, str]:
+        """Each argument's SQL type, in the order of the request STRUCT the macros build."""
+        return {f.name: f.metadata["sql"] for f in fields(cls)}
+
+    def request(self, source: str) -> FitRequest:
+        """The validated :class:`FitRequest` on the budget key ``source`` (:func:`fit_request`)."""
+        return fit_request(source=source, **{f.name: getattr(self, f.name) for f in fields(self)})
 
 
 def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, privacy_unit="trajectory",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pyarrow.compute as pc
@@ -36,10 +36,10 @@ def _needs_user_column(has_user: bool, unit: PrivacyUnit, relation: str) -> None
         raise no_user_column(f"'{relation}'")
 
 
-def _fit_request(db: Database, inp: Input, request: dict) -> fitting.FitRequest:
+def _fit_request(db: Database, inp: Input, args: fitting.FitArgs) -> fitting.FitRequest:
     """The checks of a fit that read no row: the public arguments, the stability the input's plan allows, the
     public roads, the user column the user unit needs."""
-    r = fitting.fit_request(source=inp.source, **request)
+    r = args.request(inp.source)
     r = replace(r, stability=inp.stable(r.stability))
     if r.roads is not None:
         with inp.roads_connection(db) as con:
@@ -48,26 +48,26 @@ def _fit_request(db: Database, inp: Input, request: dict) -> fitting.FitRequest:
     return r
 
 
-def fit(db: Database, inp: Input, **request):
-    """Fit a method on ``inp`` (one release): ``(model, ledger id, noise, FitRequest)``. ``request``: the public
-    arguments of :func:`duckmob.release.fit_request` (without ``source``)."""
+def fit(db: Database, inp: Input, args: fitting.FitArgs):
+    """Fit a method on ``inp`` with the public arguments ``args`` (one release): ``(model, ledger id, noise,
+    FitRequest)``."""
     try:
-        r = _fit_request(db, inp, request)
+        r = _fit_request(db, inp, args)
         model, ledger_id, noise = fitting.fit(db, r, inp.points())
         return model, ledger_id, noise, r
     finally:
         inp.close()
 
 
-def synthesize(db: Database, inp: Input, **request) -> sampling.Output:
-    """Fit on ``inp`` and open the output (``synthesize``): the synthetic table's
+def synthesize(db: Database, inp: Input, args: fitting.FitArgs) -> sampling.Output:
+    """Fit on ``inp`` with the public arguments ``args`` and open the output (``synthesize``): the synthetic table's
     :class:`~duckmob.release.sampling.Output`, drawn block by block as it is read. The same request again within a
     few minutes (a lazy DuckDB relation printed, then fetched) gets the same model and output seed back, so the same
     rows, charged once (:class:`Recent`). The size check (:func:`fitting.output`) runs before any row is drawn; with
     an explicit n it ran before the reservation too (:func:`fitting.fit`)."""
     try:
-        r = _fit_request(db, inp, request)
-        key = _key("synthesize", inp, {**request, **(fitting.roads_record(r) or {})})
+        r = _fit_request(db, inp, args)
+        key = _key("synthesize", inp, {**asdict(args), **(fitting.roads_record(r) or {})})
         hit = _recent(db, key)
         if hit is None:
             model, ledger_id, noise = fitting.fit(db, r, inp.points())

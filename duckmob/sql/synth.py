@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from duckmob import release
 from duckmob.errors import DuckmobError
 from duckmob.release import sampling, tables
+from duckmob.release.fitting import FitArgs
 from duckmob.sql.privacy import CALLER_TYPE, release_input
 from duckmob.sql.udf import Request, Udf, one_row
 from duckmob.source.batches import concat
@@ -114,19 +115,16 @@ def _summary(name, method, source, eps, delta, model) -> pa.Table:
 
 MAPPING_TYPE = "STRUCT(traj_col VARCHAR, ts_col VARCHAR, lat_col VARCHAR, lon_col VARCHAR, user_col VARCHAR)"
 # The request of a fit (the STRUCT the synthesize and mob_fit macros in synth.sql build): the caller's facts,
-# the input path, the gathered rows' column types, the column mapping, then fit_request's keyword arguments.
-FIT = Request(source=CALLER_TYPE, out_of_core="BOOLEAN", types="VARCHAR[]", mapping=MAPPING_TYPE, eps="DOUBLE",
-              delta="DOUBLE", method="VARCHAR", bbox="DOUBLE[]", privacy_unit="VARCHAR",
-              max_trajectories_per_user="BIGINT", params="VARCHAR", outside="VARCHAR", seed="BIGINT", n="BIGINT",
-              max_rows="BIGINT", name="VARCHAR", stability="BIGINT", roads="VARCHAR")
+# the input path, the gathered rows' column types, the column mapping, then the fit's public arguments (FitArgs).
+FIT = Request(source=CALLER_TYPE, out_of_core="BOOLEAN", types="VARCHAR[]", mapping=MAPPING_TYPE,
+              **FitArgs.sql_types())
 SAMPLE = Request(name="VARCHAR", n="BIGINT", seed="BIGINT", max_rows="BIGINT")
 COLUMNS = ["BIGINT[]", "BIGINT[]", "TIMESTAMP[]", "DOUBLE[]", "DOUBLE[]", "BIGINT[]"]   # traj, user, ts, lat, lon, seq
 
 
-def _named(request: dict) -> dict:
-    if request["name"] is None:
+def _named(name) -> None:
+    if name is None:
         raise DuckmobError("a model needs a name: FROM mob_fit('trips', 'my_model', eps := 1.0, ...)")
-    return request
 
 
 def _opened(db, output: sampling.Output) -> pa.Array:
@@ -167,9 +165,9 @@ def udfs(db) -> list[Udf]:
         (:func:`~duckmob.sql.privacy.release_input`: a relation read out of core, or a temporary table's rows)."""
         r = FIT.parse(request, udf)
         if fit:
-            _named(r)
-        inp = release_input(db, r, "points", _lazy_points(*columns))
-        return (tables.fit if fit else tables.synthesize)(db, inp, **r)
+            _named(r["name"])
+        inp = release_input(db, r, "points", _lazy_points(*columns))   # what remains: the fit's arguments
+        return (tables.fit if fit else tables.synthesize)(db, inp, FitArgs(**r))
 
     @release.interrupts.entered()   # Ctrl-C from the first moment
     def _fit(traj, user, ts, lat, lon, seq, request):
