@@ -16,8 +16,9 @@ lower is better for every column:
                                        (2-5 cells of a 20 x 20 grid)
 
 The table shows the mean over the seeds; the per-seed values are printed as the runs go. The last row of each
-data set, "real vs real", is the same metrics between two halves of the real table (even against odd traj_id,
-the split ``duckmob demo`` uses: ``duckmob.demo.HALF_A`` / ``HALF_B``): how far apart two real samples are, the
+data set, "real vs real", is the same metrics between two halves of the real table (mob_evaluate's ``reference``:
+the halves by a fixed hash of (user_id, traj_id), the one rule of duckmob demo and the report): how far apart two
+real samples are, the
 best a synthetic table can be expected to do. (Each half has half the trajectories, so that row is a little
 pessimistic for the density and pattern errors.)
 
@@ -82,18 +83,19 @@ def load(con, data: str, limit: int | None) -> tuple[int, int]:
     return len(pick), len(np.unique(np.asarray(keys["user_id"])[pick]))
 
 
-def metrics(con, real: str, synth: str) -> dict[str, float]:
-    """The shown metrics of ``synth`` against ``real`` (table names or parenthesised queries on ``con``)."""
+def metrics(con, real: str, synth: str, column: str = "value") -> dict[str, float]:
+    """The shown metrics of ``synth`` against ``real`` (table names or parenthesised queries on ``con``);
+    ``column="reference"``: mob_evaluate's real-vs-real reference instead."""
     import duckmob
 
-    rows = duckmob.evaluate(con, real, synth, bbox=BOX, families=["privtrace"]).to_pylist()
-    return {r["metric"]: r["value"] for r in rows}
+    rows = duckmob.evaluate(con, real, synth, bbox=BOX, families=["privtrace"], reference=column == "reference",
+                            baseline=False).to_pylist()
+    return {r["metric"]: r[column] for r in rows}
 
 
 def run(data: str, eps_list: list[float], seeds: list[int], limit: int | None) -> dict:
     """Every (eps, seed) fit on one data set and the real-vs-real reference."""
     import duckmob
-    from duckmob.demo import HALF_A, HALF_B
 
     con = duckmob.connect()
     t0 = time.perf_counter()
@@ -104,7 +106,7 @@ def run(data: str, eps_list: list[float], seeds: list[int], limit: int | None) -
     print(f"{data}: {n_real:,} trajectories of {n_users} users inside {BOX} ({time.perf_counter() - t0:.0f} s)",
           flush=True)
     t1 = time.perf_counter()
-    reference = metrics(con, HALF_A, HALF_B)
+    reference = metrics(con, "trips", "trips", column="reference")
     print(f"{data} real vs real: {line(reference)} ({time.perf_counter() - t1:.0f} s)", flush=True)
     runs = []
     for eps in eps_list:

@@ -34,12 +34,12 @@ def test_summary_and_reference_column(ran):
     assert "1,999 trajectories" in out and "stay points" in out and "PrivTrace at eps 1.0" in out
     assert "of 2.0 spent" in out
     header = next(line for line in out.splitlines() if "quality" in line)
-    assert "synthetic" in header and "real vs real" in header
+    assert "synthetic" in header and "real vs real" in header and "naive" in header
     for label in demo.SHOWN.values():
         (row,) = [line for line in out.splitlines() if line.strip().startswith(label + " ")]
-        synthetic, real = row.split()[-2:]
-        assert float(synthetic) >= 0 and float(real) >= 0, row  # both columns hold a number
-    assert "even against odd" in out  # the public rule that split the sample is said
+        synthetic, real, naive = row.split()[-3:]
+        assert float(synthetic) >= 0 and float(real) >= 0 and float(naive) >= 0, row  # every column holds a number
+    assert "two halves of the real sample" in out and "naive:" in out  # what the anchors are is said
 
 
 def test_leaves_a_database_and_a_picture_and_says_where(ran):
