@@ -48,6 +48,17 @@ def test_every_method_declares_the_contract(method):
         assert cls.default_delta > 0 and cls.mechanism
 
 
+@pytest.mark.parametrize("method", ["hrnet", "baseline", "cleanslate", "pategail"])
+def test_a_device_torch_cannot_name_is_refused_with_the_parameters(method):
+    """The torch methods check ``device`` where every parameter is checked (Config.parse), in one line."""
+    cls = synth.get(method)
+    label = cls.config_class.label()
+    with pytest.raises(DuckmobError, match=f"^{label} parameter device must be a torch device such as 'cpu' or "
+                                           "'cuda', got 'gpu0'$"):
+        cls(BBOX, device="gpu0")
+    assert cls(BBOX, device="cpu").config.device == "cpu"
+
+
 @pytest.mark.parametrize("method", sorted(synth.METHODS))
 @pytest.mark.parametrize("unit", [PrivacyUnit.trajectory(), PrivacyUnit.user(3)])
 def test_every_plan_is_public_and_within_its_budget(method, unit):

@@ -14,7 +14,7 @@ import torch
 from duckmob.errors import BudgetError, DuckmobError
 from duckmob.grid import cell_of, parent
 from duckmob.synth.base import fit_unrecorded
-from duckmob.synth.hrnet import Baseline, FittedModel, HRNet
+from duckmob.synth.hrnet import Baseline, FittedModel, HRNet, HRNetConfig
 from duckmob.privacy import accounting
 from duckmob.privacy.accounting import calibrate_noise_multiplier
 from duckmob.privacy.noise import NoiseSource
@@ -522,6 +522,8 @@ def test_multitask_loss_and_decode_are_checked():
         HRNet(BOX, input_levels="sum")
     with pytest.raises(DuckmobError, match="multitask_loss must be one of"):
         HRNet(BOX, multitask_loss="joint")
+    with pytest.raises(DuckmobError, match=r"^HRNet parameter pois must be a list of \[lat, lon\] pairs$"):
+        HRNetConfig.parse({"pois": [[1.0, 2.0, 3.0]]})
     with pytest.raises(DuckmobError, match="decode must be one of"):
         HRNet(BOX, decode="greedy")
     with pytest.raises(DuckmobError, match="does not train: use decode 'coarse_to_fine'"):

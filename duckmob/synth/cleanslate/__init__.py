@@ -94,7 +94,7 @@ from duckmob.synth.cleanslate.prior import (ENDPOINTS, coarse_of, coarse_probabi
 from duckmob.synth.cleanslate.spacing import corner_vertices, release_steps, space
 from duckmob.synth.cleanslate.transitions import Transitions, by_width
 from duckmob.synth.cleanslate.trips import grams, trips, visits
-from duckmob.synth.compute import cpu_threads
+from duckmob.synth.compute import cpu_threads, device as torch_device
 from duckmob.synth.config import Config, param
 from duckmob.synth.neural import NeuralModel, upgrade_info_format_1
 from duckmob.trajectories import Trajectories
@@ -162,6 +162,7 @@ class CleanSlateConfig(Config):
     progress: bool | None = param(None, bool, doc="null: DUCKMOB_PROGRESS decides (on except in CI and pytest)")
 
     def check(self) -> None:
+        torch_device(self.device, self.label())    # a device torch cannot name is refused with the parameters
         if self.r >= self.w:
             raise DuckmobError(f"cleanslate parameter r must be below w (got r = {self.r}, w = {self.w})")
         if self.prior_share + self.step_share + self.road_share >= 1:
@@ -258,12 +259,6 @@ class CleanSlatePlan(Plan):
                               lr_final=config.lr_final)
 
 
-def _device(spec) -> torch.device:
-    if spec is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(spec)
-
-
 def build_networks(config: CleanSlateConfig) -> tuple[Initialiser, Transitions]:
     """TI and TPG of a (resolved) config, freshly initialised from torch's RNG; TI over the coarse cells of
     ``ti_coarse``."""
@@ -344,7 +339,7 @@ class CleanSlateModel(NeuralModel):
 
     def _sample(self, n: int, rng: np.random.Generator) -> Trajectories:
         config = self.config
-        device = _device(config.device)
+        device = torch_device(config.device)
         ti, tpg = self.networks()
         tpg.to(device)
         source, dest, slot = self._endpoints(ti, int(n), rng, device)
@@ -509,7 +504,7 @@ class CleanSlate(Synthesizer):
     def _fit(self, source, plan: CleanSlatePlan, release: ReleaseContext) -> CleanSlateModel:
         config = self.config
         t0 = time.perf_counter()
-        device = _device(config.device)
+        device = torch_device(config.device)
         noise = release.noise
         rng = noise.generator()
         # out of core: the first fix of each cell visit of every trajectory, in the in-memory order

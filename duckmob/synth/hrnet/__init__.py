@@ -138,6 +138,9 @@ class HRNetConfig(placement.PlacementConfig):
     progress: bool | None = param(None, bool, doc="null: DUCKMOB_PROGRESS decides (on except in CI and pytest)")
 
     def check(self) -> None:
+        torch_device(self.device, self.label())    # a device torch cannot name is refused with the parameters
+        if self.pois is not None:
+            poi_array(self.pois)
         if self.decode == "finest" and self.multitask and self.multitask_loss == "conditional":
             raise DuckmobError("decode 'finest' samples from the finest resolution's softmax over all cells, which "
                                "multitask_loss 'conditional' does not train: use decode 'coarse_to_fine' or "

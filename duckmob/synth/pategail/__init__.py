@@ -120,6 +120,7 @@ class PateGailConfig(Config):
                          doc="torch CPU threads during fit and sample (the tensors are small: one is fastest)")
 
     def check(self) -> None:
+        torch_device(self.device, self.label())    # a device torch cannot name is refused with the parameters
         if self.start_share + self.count_share >= 0.95:
             raise DuckmobError("PateGail parameters start_share + count_share must leave eps for the rounds "
                                "(their sum must be below 0.95)")
