@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from duckmob.metrics.common import (Metric, Options, Side, bbox_sides_m, circle_queries, circle_query_are,
-                                     jsd, kendall_tau, pattern_counts, shared_histograms, top_patterns)
+from duckmob.metrics.common import (Metric, Options, Side, bbox_sides_m, jsd, kendall_tau, pattern_counts,
+                                     shared_histograms, top_patterns)
+from duckmob.metrics.queries import circle_queries, circle_query_are
 
 SOURCE = "AdaTrace (Gursoy et al. 2018), as in PrivTrace §5.1"
 

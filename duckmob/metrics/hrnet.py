@@ -12,7 +12,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from duckmob.metrics.common import (DAY_US, LN2, Metric, Options, Side, are, bernoulli_jsd, diameters_m, jsd,
-                                     path_lengths_m, pattern_are, query_counts, require_time, shared_histograms)
+                                     path_lengths_m, pattern_are, require_time, shared_histograms)
+from duckmob.metrics.queries import query_counts
 
 SOURCE = "HRNet §5.1.4, App. A.3"
 

@@ -6,8 +6,8 @@ whose route passes through random circles; transition patterns are counted on a 
 
 from __future__ import annotations
 
-from duckmob.metrics.common import (Metric, Options, Side, bbox_sides_m, circle_queries, circle_query_are,
-                                     jsd, pattern_are, shared_histograms)
+from duckmob.metrics.common import Metric, Options, Side, bbox_sides_m, jsd, pattern_are, shared_histograms
+from duckmob.metrics.queries import circle_queries, circle_query_are
 
 SOURCE = "PrivTrace §5.1, App. B.4"
 
