@@ -96,7 +96,6 @@ def test_user_level_change_is_at_most_k():
     users = np.repeat(np.arange(20), 3)
     new_user = [np.tile([0, 1], 500), np.array([5]), rng.integers(0, m, 300), np.array([1, 2, 3]), np.array([9])]
     d = ragged(base)
-    d_plus = ragged(base + new_user)
     users_plus = np.concatenate([users, np.full(len(new_user), 99)])
     keep = bound_contributions(users_plus, k, np.random.default_rng(3))
     assert keep[:60].all() and keep[60:].sum() == k

@@ -176,7 +176,7 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
                f"length error: JSD of travel distance in planar degrees, {BUCKETS} buckets of (max - min) / "
                f"{BUCKETS} from 0, shares of all trajectories, nats"),
         Metric("privtrace_paper_diameter_jsd", bucket_error(diameters_deg(real), diameters_deg(synth)), True,
-               SOURCE, f"diameter error: the same on the diameter in planar degrees, nats"),
+               SOURCE, "diameter error: the same on the diameter in planar degrees, nats"),
     ]
     box = bounds(real)
     out.append(Metric("privtrace_paper_trip_jsd",
