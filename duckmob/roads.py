@@ -63,6 +63,9 @@ _M_PER_RAD = EARTH_RADIUS_M
 # .173 / .116 at 400 m and 128; tabulated per cell, the choice costs about 1 s per million points whatever k.
 PLACE_RADIUS_M = 300.0
 PLACE_SAMPLES = 96
+# The Placer's table has at most this many cells (radius / 5 metres each, coarser over a network too wide for that):
+# memory at most PLACE_CELLS x PLACE_SAMPLES x 8 bytes (50 MB), whatever the city.
+PLACE_CELLS = 1 << 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -458,7 +461,8 @@ class Placer:
 
     The candidates and their weights are tabulated once per cell of a public grid of ``radius_m / 5`` metre cells
     over the network's extent (d measured from the cell's centre, which moves a weight by at most
-    exp(0.3) - 1 within a cell), so placing n points costs a table look-up and one draw each. A point whose cell
+    exp(0.3) - 1 within a cell; over a network wider than :data:`PLACE_CELLS` such cells, square cells as small as
+    that many allow), so placing n points costs a table look-up and one draw each. A point whose cell
     has no weighted candidate, or that lies beyond the network's extent, goes to its nearest segment
     (:func:`snap`). ``weights`` is a released (public) per-segment density: building and using this reads no
     private data (post-processing)."""
@@ -470,19 +474,20 @@ class Placer:
         self.roads, self.index = roads, roads._snap_index
         index = self.index
         k = int(min(k, index.tree.n))
-        self.cell_m = float(radius_m) / 5.0
         xs = np.concatenate([index.ax, index.bx])
         ys = np.concatenate([index.ay, index.by])
         self.x0, self.y0 = float(xs.min()), float(ys.min())
+        area = (float(xs.max()) - self.x0 + 1.0) * (float(ys.max()) - self.y0 + 1.0)
+        self.cell_m = max(float(radius_m) / 5.0, math.sqrt(area / PLACE_CELLS) * 1.01)
         self.nx = int((xs.max() - self.x0) // self.cell_m) + 1
         self.ny = int((ys.max() - self.y0) // self.cell_m) + 1
         gx, gy = np.meshgrid(self.x0 + (np.arange(self.nx) + 0.5) * self.cell_m,
                              self.y0 + (np.arange(self.ny) + 0.5) * self.cell_m)
         d, j = index.tree.query(np.column_stack([gx.ravel(), gy.ravel()]), k=k)
         d, j = d.reshape(-1, k), j.reshape(-1, k)
-        self.segs = index.seg[j]
+        self.segs = index.seg[j].astype(np.int32)
         w = weights[self.segs] * np.exp(-(d / float(radius_m)) ** 2)
-        self.cum = np.cumsum(w, axis=1)
+        self.cum = np.cumsum(w, axis=1).astype(np.float32)
         self.total = self.cum[:, -1]
 
     def place(self, lat, lon, rng: np.random.Generator, chunk: int = 1 << 17):

@@ -370,3 +370,18 @@ def test_the_placer_draws_segments_by_their_weight_near_the_point(sf):
         return float((which == 0).mean())
 
     assert share(3.0, 1.0) > 0.65 and share(1.0, 3.0) < 0.35 and share(1.0, 0.0) == 1.0
+
+
+def test_the_placer_table_stays_bounded_on_a_wide_network():
+    # a 24 x 24 street grid over about 200 km: radius / 5 metre cells would be 10^7; the table keeps at most
+    # PLACE_CELLS cells, and points are still placed on the roads
+    from grid_roads import grid_roads
+
+    bbox = [39.0, 115.5, 41.0, 117.5]
+    wide = R.Roads.of(grid_roads(bbox))
+    placer = R.Placer(wide, np.ones(len(wide)))
+    assert placer.nx * placer.ny <= R.PLACE_CELLS and placer.cum.nbytes + placer.segs.nbytes <= 60e6
+    rng = np.random.default_rng(1)
+    lat, lon = rng.uniform(39.0, 41.0, 500), rng.uniform(115.5, 117.5, 500)
+    out_lat, out_lon = placer.place(lat, lon, rng)
+    assert R.snap(wide, out_lat, out_lon)[4].max() < 1e-3
