@@ -512,9 +512,8 @@ def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partiti
         here = load(stored.value, method)
         if on_roads is not None:
             from duckmob.roads import Roads
-            from duckmob.synth.onroads import OnRoads
 
-            here = OnRoads(here, Roads.of(pa.ipc.open_stream(on_roads.value).read_all()))
+            here = fitting.on_roads(here, Roads.of(pa.ipc.open_stream(on_roads.value).read_all()))
         out_seed = np.random.SeedSequence(entropy, spawn_key=spawn_key)
         for batch in batches:
             for block in batch.column(0).to_numpy():
@@ -535,10 +534,7 @@ def _with_roads(r, roads, roads_name, sensitive: tuple[str, ...], ledger: str):
     clipped to the bbox, before anything is reserved: a public input costs no budget. A DataFrame whose data is
     what the release reads, or has a declared budget in ``ledger``, is refused: a network built from the sensitive
     traces is not public. An Arrow table is the caller's own declaration that it is public."""
-    from dataclasses import replace
-
     from duckmob.privacy import ledger as ledgers
-    from duckmob.roads import Roads
 
     if hasattr(roads, "toArrow"):
         keys = budget_keys(roads)
@@ -557,9 +553,7 @@ def _with_roads(r, roads, roads_name, sensitive: tuple[str, ...], ledger: str):
     else:
         raise DuckmobError(f"duckmob: roads= takes a Spark DataFrame or a pyarrow Table of road segments (lat1, lon1, "
                            f"lat2, lon2), got {type(roads).__name__}")
-    network = Roads.of(table, name=name).clip(r.synthesizer.bbox.as_list())
-    r.synthesizer.roads = network   # the request's own synthesizer: a public input
-    return replace(r, roads=name, on_roads=network)
+    return fitting.with_network(r, table, name)
 
 
 def _fit_request(stability, **kwargs):

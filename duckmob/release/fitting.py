@@ -4,7 +4,7 @@ fitted model (free post-processing)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -166,6 +166,16 @@ def roads_record(r: FitRequest) -> dict | None:
     if r.on_roads is None:
         return None
     return {"roads": r.roads, "roads_digest": r.on_roads.digest, "roads_bbox": r.synthesizer.bbox.as_list()}
+
+
+def with_network(r: FitRequest, table, name: str) -> FitRequest:
+    """``r`` with the public road network ``table`` (segments, read by the caller before anything is reserved and
+    checked public) clipped to its bbox, handed to its synthesizer and recorded under ``name``."""
+    from duckmob.roads import Roads
+
+    network = Roads.of(table, name=name).clip(r.synthesizer.bbox.as_list())
+    r.synthesizer.roads = network   # the request's own synthesizer (made for it by fit_request): a public input
+    return replace(r, roads=name, on_roads=network)
 
 
 def on_roads(model, roads):

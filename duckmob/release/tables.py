@@ -200,8 +200,6 @@ def with_roads(db: Database, con, r: fitting.FitRequest, sensitive: tuple[str, .
     sensitive traces is not public (which streets people use is what the release protects)."""
     if r.roads is None:
         return r
-    from duckmob.roads import Roads
-
     try:
         found = lineage.resolve(con, r.roads, home(db))
     except lineage.Unplannable as exc:
@@ -214,10 +212,7 @@ def with_roads(db: Database, con, r: fitting.FitRequest, sensitive: tuple[str, .
                            "(or is what this release reads): a road network built from the sensitive data is not "
                            "public. Give a public network: an OpenStreetMap extract (FROM mob_roads_from_osm(...)), a "
                            "city's GIS, or mob_sf_roads()")
-    table = con.sql(f"SELECT * FROM {r.roads}").to_arrow_table()
-    roads = Roads.of(table, name=r.roads).clip(r.synthesizer.bbox.as_list())
-    r.synthesizer.roads = roads   # the request's own synthesizer (made for it by fit_request): a public input
-    return replace(r, on_roads=roads)
+    return fitting.with_network(r, con.sql(f"SELECT * FROM {r.roads}").to_arrow_table(), r.roads)
 
 
 def noisy_count(db: Database, inp: Input, **request) -> float:
