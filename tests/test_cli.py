@@ -475,9 +475,6 @@ def test_mob_check_actions_wrap_whole_at_the_pipe_width():
     import duckmob
 
     con = duckmob.connect()
-    # one thread: mob_check gathers the rows with list(), whose order (and so whether a trajectory arrives sorted
-    # by ts and is reported 'repaired') follows the scan; the two runs compared here must read alike
-    con.execute("SET threads = 1")
     con.execute("CREATE TABLE trips AS FROM mob_geolife_sample()")
     query = "FROM mob_check('trips', bbox := [39.8477, 116.1956, 40.1133, 116.4880])"
     actions = [a for (a,) in con.sql(f"SELECT action FROM ({query})").fetchall()]

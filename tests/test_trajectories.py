@@ -414,6 +414,21 @@ def test_mob_check_says_it_is_not_private(con):
     assert got["trajectories with fewer than 2 points"] == 1 and got["trajectories left"] == 1
 
 
+def test_mob_check_counts_out_of_order_in_the_tables_own_order_whatever_the_threads(con):
+    """mob_check's 'trajectories out of time order' once followed the order a parallel scan read the rows in (it
+    failed in CI); it now reads the table's own row order: a table stored in time order has none, on any number of
+    threads, and one stored backwards has every trajectory out of order."""
+    con.execute("""CREATE TABLE trips AS SELECT i // 50 AS traj_id, i // 500 AS user_id,
+                   TIMESTAMP '2020-01-01' + to_seconds(i % 50) AS ts, 40.0 + (i % 50) * 1e-4 AS lat, 116.0 AS lon
+                   FROM range(400000) r(i) ORDER BY i""")
+    con.execute("CREATE TABLE backwards AS FROM trips ORDER BY traj_id, ts DESC")
+    query = f"SELECT count FROM mob_check('{{}}', bbox := {BOX}) WHERE \"check\" = 'trajectories out of time order'"
+    for threads in (1, 4):
+        con.execute(f"SET threads = {threads}")
+        assert con.execute(query.format("trips")).fetchone()[0] == 0
+        assert con.execute(query.format("backwards")).fetchone()[0] == 8000
+
+
 @pytest.mark.parametrize("capacity", [1 << 32, 1000, 64])
 def test_distinct_pairs_are_np_unique_of_the_pairs_whatever_the_slicing(capacity):
     from duckmob.trajectories import distinct_pairs

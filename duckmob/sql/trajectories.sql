@@ -163,13 +163,15 @@ FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col,
 -- outside the bbox, repeated timestamps, trajectories left with fewer than 2 points), traj_ids shared by several
 -- users (a trajectory is the pair (user_id, traj_id)), and what mob_staypoints / mob_cell_sequences refuse.
 -- The counts are EXACT, NOT differentially private: do not share or publish the output. Every row says so in its
--- first column, exact_not_private (always true), as mob_evaluate's do, so it survives ORDER BY and filters.
+-- first column, exact_not_private (always true), as mob_evaluate's do, so it survives ORDER BY and filters. Points
+-- out of time order are counted in the table's own row order (not the order a parallel scan happens to read).
 CREATE OR REPLACE TEMP MACRO mob_check(tbl, bbox := NULL, traj_col := 'traj_id', ts_col := 'ts',
                                       lat_col := 'lat', lon_col := 'lon', user_col := 'user_id') AS TABLE
 SELECT true AS exact_not_private, unnest(_mob_check(list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon,
-                               'seq': seq}), {'bbox': bbox}), recursive := true)
-FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col, lon_col := lon_col,
-                user_col := user_col);
+                               'seq': seq} ORDER BY __mob_row), {'bbox': bbox}), recursive := true)
+FROM (SELECT *, row_number() OVER () AS __mob_row   -- the table's own row order, whatever the scan's threads
+      FROM mob_points(tbl, traj_col := traj_col, ts_col := ts_col, lat_col := lat_col, lon_col := lon_col,
+                      user_col := user_col));
 
 -- Scattered points of interest (poi_id, lat, lon) -> distinct quadtree leaves minimising total distance
 -- (HRNet §3.2.2): one row (poi_id, cell) per POI.
