@@ -115,17 +115,19 @@ def noisy_count(con: duckdb.DuckDBPyConnection, table: str, *, eps, seed=None, p
                 user_col: str = "user_id", stability=None) -> float:
     """The Python twin of ``FROM mob_noisy_count('table', eps := ...)``: an eps-DP count of the trajectories (or
     users) of ``table``, counted by DuckDB on ``con`` (which sees its temporary tables) after the reservation; one
-    spend of the budget of every base table ``table`` reads."""
+    spend of the budget of every base table ``table`` reads. The arguments are checked first
+    (:class:`duckmob.release.counting.CountArgs`), before ``table`` is resolved."""
     from duckmob import release
     from duckmob.release import tables
+    from duckmob.release.counting import CountArgs
     from duckmob.source.schema import Mapping
 
+    args = CountArgs(eps=eps, seed=seed, privacy_unit=privacy_unit,
+                     max_trajectories_per_user=max_trajectories_per_user, what=what, stability=stability)
     register(con)
     db = release.database(con)
-    return tables.noisy_count(db, tables.Relation(db, con, table, Mapping.of(traj_col=traj_col, user_col=user_col),
-                                                  shape="ids"),
-                              eps=eps, seed=seed, privacy_unit=privacy_unit,
-                              max_trajectories_per_user=max_trajectories_per_user, what=what, stability=stability)
+    mapping = Mapping.of(traj_col=traj_col, user_col=user_col)
+    return tables.noisy_count(db, tables.Relation(db, con, table, mapping, shape="ids"), args)
 
 
 @_entered
@@ -135,18 +137,20 @@ def transitions(con: duckdb.DuckDBPyConnection, table: str, *, order=1, eps, n_s
                 stability=None):
     """The Python twin of ``FROM mob_transitions('table', ...)``: eps-DP length-normalised transition counts of a
     table of cell sequences read on ``con`` in record batches; ``(states (n, order + 1), counts)`` of the entries
-    left positive by NormCut."""
+    left positive by NormCut. The arguments are checked first (:class:`duckmob.release.counting.TransitionArgs`),
+    before ``table`` is resolved."""
     from duckmob import release
     from duckmob.release import tables
+    from duckmob.release.counting import TransitionArgs
     from duckmob.source.schema import Mapping
 
+    args = TransitionArgs(order=order, eps=eps, n_states=n_states, seed=seed, privacy_unit=privacy_unit,
+                          max_trajectories_per_user=max_trajectories_per_user, max_length=max_length,
+                          support=support, w=w, stability=stability)
     register(con)
     db = release.database(con)
     mapping = Mapping.of(traj_col=traj_col, user_col=user_col, cells_col=cells_col)
-    return tables.transitions(db, tables.Relation(db, con, table, mapping, shape="sequences"), order=order, eps=eps,
-                              n_states=n_states, seed=seed, privacy_unit=privacy_unit,
-                              max_trajectories_per_user=max_trajectories_per_user, max_length=max_length,
-                              support=support, w=w, stability=stability)
+    return tables.transitions(db, tables.Relation(db, con, table, mapping, shape="sequences"), args)
 
 
 def report(con: duckdb.DuckDBPyConnection, synth: str, path: str | None = None, *, real: str | None = None,

@@ -410,14 +410,16 @@ def test_dropping_every_ledger_object_is_detected_by_the_process_that_saw_the_bu
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda db, load: release.noisy_count(db, source="trips", eps=0.5, what="users", user_col=None,
-                                          count=lambda *_: load()),
+    (lambda db, load: release.noisy_count(db, release.CountArgs(eps=0.5, what="users"), source="trips",
+                                          user_col=None, count=lambda *_: load()),
      "its users cannot be counted: name its user column with user_col := '...', or count trajectories"),
-    (lambda db, load: release.noisy_count(db, source="trips", eps=0.5, privacy_unit="user",
-                                          max_trajectories_per_user=2, user_col=None, count=lambda *_: load()),
+    (lambda db, load: release.noisy_count(db, release.CountArgs(eps=0.5, privacy_unit="user",
+                                                                max_trajectories_per_user=2),
+                                          source="trips", user_col=None, count=lambda *_: load()),
      "privacy_unit := 'user' cannot tell whose each trajectory is"),
-    (lambda db, load: release.transitions(db, source="trips", eps=0.5, n_states=4, privacy_unit="user",
-                                          max_trajectories_per_user=2, user_col=None, load=load),
+    (lambda db, load: release.transitions(db, release.TransitionArgs(eps=0.5, n_states=4, privacy_unit="user",
+                                                                     max_trajectories_per_user=2),
+                                          source="trips", user_col=None, load=load),
      "privacy_unit := 'user' cannot tell whose each sequence is"),
 ])
 def test_a_release_needing_users_from_a_table_without_a_user_column_costs_nothing(con, call, message):

@@ -11,6 +11,7 @@ from duckmob import release
 from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
 from duckmob.release import tables
+from duckmob.release.counting import CountArgs
 from duckmob.release.inputs import Gathered, Relation
 from duckmob.source.schema import Mapping
 from straight_trips import straight_trips
@@ -34,8 +35,8 @@ def _closed(cur) -> bool:
 def test_an_owned_cursor_is_closed_after_the_release_and_on_a_refusal(trips):
     db = release.database(trips)
     cur = trips.cursor()
-    count = tables.noisy_count(db, Relation(db, cur, "trips", Mapping.of(), shape="ids", owned=True), eps=1.0,
-                               seed=3)
+    count = tables.noisy_count(db, Relation(db, cur, "trips", Mapping.of(), shape="ids", owned=True),
+                               CountArgs(eps=1.0, seed=3))
     assert abs(count - 60) < 30 and count != round(count)
     assert _closed(cur)
 
@@ -44,17 +45,17 @@ def test_an_owned_cursor_is_closed_after_the_release_and_on_a_refusal(trips):
         Relation(db, refused, "no_such_table", Mapping.of(), shape="ids", owned=True)
     assert _closed(refused)
 
-    invalid = trips.cursor()   # refused on a public argument, after the input was resolved
+    invalid = trips.cursor()   # refused by the release, after the input was resolved: a noise scale too large
     inp = Relation(db, invalid, "trips", Mapping.of(), shape="ids", owned=True)
-    with pytest.raises(DuckmobError, match="eps"):
-        tables.noisy_count(db, inp, eps=-1.0)
+    with pytest.raises(DuckmobError, match="eps is too small"):
+        tables.noisy_count(db, inp, CountArgs(eps=1e-9))
     assert _closed(invalid)
     assert ledger.spent(trips, "trips") == pytest.approx(1.0)   # the one count only
 
 
 def test_a_callers_connection_is_left_open(trips):
     db = release.database(trips)
-    tables.noisy_count(db, Relation(db, trips, "trips", Mapping.of(), shape="ids"), eps=1.0, seed=3)
+    tables.noisy_count(db, Relation(db, trips, "trips", Mapping.of(), shape="ids"), CountArgs(eps=1.0, seed=3))
     assert trips.execute("SELECT count(*) FROM trips").fetchone()[0] > 60
 
 
@@ -77,6 +78,7 @@ def test_gathered_rows_release_as_the_sql_macro_releases_them(trips):
     by_sql = trips.sql("FROM mob_noisy_count('mine', eps := 1.0, seed := 3, privacy_unit := 'user', "
                        "max_trajectories_per_user := 2)").fetchall()[0][0]
     inp = Gathered("mine", ["mine"], ["BIGINT", "BIGINT"], Mapping.of(), pairs, shape="ids")
-    by_hand = tables.noisy_count(db, inp, eps=1.0, seed=3, privacy_unit="user", max_trajectories_per_user=2)
+    by_hand = tables.noisy_count(db, inp, CountArgs(eps=1.0, seed=3, privacy_unit="user",
+                                                    max_trajectories_per_user=2))
     assert by_hand == by_sql and abs(by_hand - 40) < 20   # 20 users, at most 2 trajectories each
     assert read and ledger.spent(trips, inp.source) >= 1.0   # charged to the temporary table's own budget

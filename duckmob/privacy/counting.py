@@ -56,9 +56,9 @@ import numpy as np
 
 from duckmob.errors import DuckmobError
 from duckmob.grid import parent, quadtree_depth
-from duckmob.validators import count, positive
+from duckmob.validators import count
 from duckmob.privacy import accounting
-from duckmob.privacy.noise import NoiseSource, granularity
+from duckmob.privacy.noise import NoiseSource, granularity, laplace_scale
 from duckmob.privacy.normcut import normcut
 from duckmob.privacy.steps import grid_steps as _grid_steps, positions as _positions
 from duckmob.privacy.unit import PrivacyUnit
@@ -102,10 +102,22 @@ def _cell_ids(cells, n_states: int) -> np.ndarray:
     return np.where(ok, values, -1).astype(np.int64)
 
 
-def _sequences(offsets, cells, n_states, user_id=None) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
-    """Validated ragged sequences ``(offsets, cells, n_states, user_id)``.
+def _n_states(n_states) -> int:
+    """The public number of states (checked once per release, by its entry point)."""
+    return count("n_states", n_states, example="n_states := 1024 (public: w * w grid cells)")
 
-    The public arguments raise when wrong: ``n_states`` must be a positive integer, ``offsets`` a ragged offset
+
+def _needs_users(user_id) -> None:
+    """The user unit bounds each user's trajectories, so it needs their user ids (a caller's bug, not the data's)."""
+    if user_id is None:
+        raise DuckmobError("privacy_unit 'user' needs user_id (one per trajectory)")
+
+
+def _sequences(offsets, cells, n_states: int, user_id=None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Validated ragged sequences ``(offsets, cells, user_id)`` over ``n_states`` states (checked by the caller:
+    :func:`_n_states`).
+
+    The public arguments raise when wrong: ``offsets`` must be a ragged offset
     vector over ``cells`` and ``user_id`` (if given) have one entry per trajectory; these are the caller's
     contract, not the table's content, and their messages quote nothing from the data. The data never raises: a
     trajectory with any cell outside ``0 .. n_states - 1``, or a NULL cell, is dropped whole and silently, with
@@ -114,7 +126,6 @@ def _sequences(offsets, cells, n_states, user_id=None) -> tuple[np.ndarray, np.n
     (e.g. let an attacker binary-search the largest cell id by varying n_states).
     """
     offsets = np.asarray(offsets, dtype=np.int64)
-    n_states = count("n_states", n_states, example="n_states := 1024 (public: w * w grid cells)")
     n_cells = len(cells)
     if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != n_cells \
             or np.any(np.diff(offsets) < 0):
@@ -132,7 +143,7 @@ def _sequences(offsets, cells, n_states, user_id=None) -> tuple[np.ndarray, np.n
         keep[owner[invalid]] = False
         offsets, cells = _select(offsets, cells, keep)
         user_id = None if user_id is None else user_id[keep]
-    return offsets, cells, n_states, user_id
+    return offsets, cells, user_id
 
 
 def _order(order) -> int:
@@ -143,9 +154,20 @@ def _order(order) -> int:
 
 def truncate(offsets: np.ndarray, cells: np.ndarray, max_length: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Keep the first ``max_length`` cells of every sequence (public cap); ``None`` keeps everything."""
+    return _truncated(offsets, cells, _max_length(max_length))
+
+
+def _max_length(max_length) -> int | None:
+    """The public cap on cells per trajectory: None (no cap) or a positive integer."""
+    if max_length is None:
+        return None
+    return count("max_length", max_length, example="max_length := 64 (a public cap on cells per trajectory)")
+
+
+def _truncated(offsets: np.ndarray, cells: np.ndarray, max_length: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`truncate` with ``max_length`` checked by the caller (once per release, not once per batch)."""
     if max_length is None:
         return offsets, cells
-    max_length = count("max_length", max_length, example="max_length := 64 (a public cap on cells per trajectory)")
     lengths = np.diff(offsets)
     kept = np.minimum(lengths, int(max_length))
     pos = np.arange(len(cells), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
@@ -183,15 +205,11 @@ def _select(offsets, cells, keep) -> tuple[np.ndarray, np.ndarray]:
 def _unit(unit: PrivacyUnit, user_id, offsets, cells, noise) -> tuple[np.ndarray, np.ndarray, int]:
     """Apply contribution bounding; return (offsets, cells, k = trajectories per privacy unit).
 
-    ``user_id`` (one per trajectory) is needed with the user unit; trajectories without a user are dropped
-    (:func:`bound_contributions`)."""
+    ``user_id`` (one per trajectory, as :func:`_sequences` returns it) is needed with the user unit; trajectories
+    without a user are dropped (:func:`bound_contributions`)."""
     if not unit.is_user:
         return offsets, cells, 1
-    if user_id is None:
-        raise DuckmobError("privacy_unit 'user' needs user_id (one per trajectory)")
-    user_id = _user_ids(user_id)
-    if user_id.shape != (len(offsets) - 1,):
-        raise DuckmobError("user_id must have one entry per trajectory (len(offsets) - 1 entries)")
+    _needs_users(user_id)
     keep = bound_contributions(user_id, unit.max_trajectories_per_user, noise.generator())
     offsets, cells = _select(offsets, cells, keep)
     return offsets, cells, unit.max_trajectories_per_user
@@ -319,7 +337,8 @@ def transition_counts(offsets, cells, n_states, order=1, *, max_length: int | No
     every trajectory adds exactly 1 to ``counts.sum()`` (see the module docstring for the proof). Trajectories with
     an invalid cell are left out, as in the releases.
     """
-    offsets, cells, n_states, _ = _sequences(offsets, cells, n_states)
+    n_states = _n_states(n_states)
+    offsets, cells, _ = _sequences(offsets, cells, n_states)
     order = _order(order)
     offsets, cells = truncate(offsets, cells, max_length)
     index, owner, n_windows = windows(offsets, cells, n_states, order)
@@ -364,9 +383,17 @@ def first_order_support(n_states: int, support=None, w: int | None = None) -> np
     return mask
 
 
+def check_dense(n_states: int, order: int) -> None:
+    """Refuse, from public arguments alone, a dense table of more than :data:`MAX_DENSE` entries (``n_states`` real
+    states plus the virtual start and end, to the power ``order + 1``)."""
+    if (n_states + 2) ** (order + 1) > MAX_DENSE:
+        raise DuckmobError(f"a dense order-{order} table over {n_states} states is too large: use fewer states, "
+                           "support := 'neighbours' (with w), or markov_order := 1")
+
+
 # -- noisy release --------------------------------------------------------------------------------------------
 
-def _bounded_batches(batches, n_states, order, eps, unit: PrivacyUnit, max_length, noise):
+def _bounded_batches(batches, n_states, order, eps, unit: PrivacyUnit, max_length, noise, *, dense: bool = False):
     """(order, Laplace scale k / eps, n_states, iterator of (offsets, cells) per batch) after the checks, the
     truncation and contribution bounding, the batches taken in order as one table.
 
@@ -374,31 +401,34 @@ def _bounded_batches(batches, n_states, order, eps, unit: PrivacyUnit, max_lengt
     Trajectories with an invalid cell are dropped (``_sequences``), then every sequence is truncated, then the
     privacy unit's contributions are bounded over ALL batches at once: ``bound_contributions`` draws its random
     numbers over the trajectories of every batch in order, exactly as on their concatenation."""
-    order, eps = _order(order), positive("eps", eps)   # public arguments, checked before any batch is read
+    # the public arguments, checked once before any batch is read (the unit was checked when it was made)
+    order, n_states = _order(order), _n_states(n_states)
+    if dense:
+        check_dense(n_states, order)
+    k = unit.max_trajectories_per_user
+    scale = laplace_scale(k, eps)
+    max_length = _max_length(max_length)
     keep = None
     if unit.is_user:
         users = []
         for offsets, cells, user_id in batches():
-            if user_id is None:
-                raise DuckmobError("privacy_unit 'user' needs user_id (one per trajectory)")
-            users.append(_sequences(offsets, cells, n_states, user_id)[3])
+            _needs_users(user_id)
+            users.append(_sequences(offsets, cells, n_states, user_id)[2])
         users = np.concatenate(users) if users else np.zeros(0, np.int64)
-        keep = bound_contributions(users, unit.max_trajectories_per_user, noise.generator())
-    k = unit.max_trajectories_per_user
+        keep = bound_contributions(users, k, noise.generator())
 
     def bounded():
         start = 0
         for offsets, cells, user_id in batches():
-            offsets, cells, _, user_id = _sequences(offsets, cells, n_states, user_id)
-            offsets, cells = truncate(offsets, cells, max_length)
+            offsets, cells, user_id = _sequences(offsets, cells, n_states, user_id)
+            offsets, cells = _truncated(offsets, cells, max_length)
             if keep is not None:
                 part = keep[start:start + len(offsets) - 1]
                 start += len(offsets) - 1
                 offsets, cells = _select(offsets, cells, part)
             yield offsets, cells
 
-    n_states = count("n_states", n_states, example="n_states := 1024 (public: w * w grid cells)")
-    return order, k / eps, n_states, bounded()
+    return order, scale, n_states, bounded()
 
 
 def _one_batch(offsets, cells, user_id):
@@ -433,7 +463,8 @@ def noisy_transition_counts_batches(batches, n_states, order, eps, noise: NoiseS
     """:func:`noisy_transition_counts` of the sequences ``batches()`` yields as ``(offsets, cells, user_id)``, read
     in batches (out of core): the same release as on their concatenation, bit for bit. Each batch's windows are
     summed in whole noise-grid steps (exact integers) and the sums added up; the noise is drawn once."""
-    order, scale, n_states, bounded = _bounded_batches(batches, n_states, order, eps, unit, max_length, noise)
+    order, scale, n_states, bounded = _bounded_batches(batches, n_states, order, eps, unit, max_length, noise,
+                                                       dense=True)
     kk = n_states + 2
     size = kk ** (order + 1)
     parts = []
@@ -443,16 +474,9 @@ def noisy_transition_counts_batches(batches, n_states, order, eps, noise: NoiseS
         parts.append(_summed(index, steps.astype(np.float64), size))
         if len(parts) > 16:     # keep the partial sums small: re-reduce them
             parts = [_summed(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), size)]
-    g = granularity(scale)
-    if g > 1:
-        raise DuckmobError(f"eps is too small for this sensitivity (noise scale {scale:.3g} > 2^20): the release "
-                           "would carry no information; use a larger eps")
+    g = granularity(scale)   # at most 1: laplace_scale refused a larger scale before any batch was read
     uniq, sums = _summed(np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64),
                          np.concatenate([p[1] for p in parts]) if parts else np.zeros(0), size)
-    if kk ** (order + 1) > MAX_DENSE:
-        raise DuckmobError(f"a dense order-{order} table over {n_states} states has {kk ** (order + 1):,} entries, "
-                           f"more than {MAX_DENSE:,}: use fewer states (at most {int(MAX_DENSE ** (1 / 3)) - 2} "
-                           "for the second order, e.g. a coarser grid), support := 'neighbours', or markov_order 1")
     sup1 = first_order_support(n_states, support, w)
     np.minimum(sums, MAX_UNITS, out=sums)  # public clamp: keeps sums * g + noise exact
     out = np.zeros((kk,) * (order + 1), dtype=dtype)
@@ -584,25 +608,23 @@ def noisy_count(n_items: int, eps: float, noise: NoiseSource, sensitivity: int =
     a noise scale of 1; clamping is 1-Lipschitz, so the sensitivity is unchanged), which keeps the sum exact
     whatever the data: no count refuses.
     """
-    eps = positive("eps", eps)
+    if isinstance(sensitivity, bool) or int(sensitivity) != sensitivity or sensitivity < 1:
+        raise DuckmobError(f"sensitivity must be a positive integer; got {sensitivity!r}")
+    scale = laplace_scale(sensitivity, eps)
     if isinstance(n_items, bool) or int(n_items) != n_items or n_items < 0:
         # a count is never negative: this is the caller's bug, and the message quotes nothing from the data
         raise DuckmobError("n_items must be a non-negative integer count")
-    if isinstance(sensitivity, bool) or int(sensitivity) != sensitivity or sensitivity < 1:
-        raise DuckmobError(f"sensitivity must be a positive integer; got {sensitivity!r}")
-    scale = sensitivity / eps
     g = granularity(scale)
-    if g > 1:
-        raise DuckmobError(f"eps is too small for this sensitivity (noise scale {scale:.3g} > 2^20); use a larger eps")
     clamped = min(int(n_items), math.floor(MAX_UNITS * g))
     return float(clamped + noise.laplace(scale, 1)[0])
 
 
 # -- HRNet's coarse-to-fine transition matrix ------------------------------------------------------------------
 
-def _region_pairs(offsets, cells, w, level) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    quadtree_depth(w)
-    offsets, cells, n_cells, _ = _sequences(offsets, cells, w * w)
+def _region_pairs(offsets, cells, w: int, level) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """HRNet's distinct (region, cell) pairs per trajectory of sequences already checked (:func:`_sequences`) on
+    the ``w`` x ``w`` grid (w checked by the caller: ``quadtree_depth``)."""
+    n_cells = w * w
     lengths = np.diff(offsets)
     owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     starts = np.arange(max(len(cells) - 1, 0), dtype=np.int64)
@@ -623,6 +645,8 @@ def region_transition_counts(offsets, cells, w: int, level: int) -> np.ndarray:
     with ``W_v`` the number of transitions of v: each trajectory adds at most 1 in L1. Trajectories with an
     invalid cell are left out, as in the release.
     """
+    w = 1 << quadtree_depth(w)
+    offsets, cells, _ = _sequences(offsets, cells, w * w)
     traj, pair, n_transitions, size = _region_pairs(offsets, cells, w, level)
     out = np.bincount(pair, weights=1.0 / np.maximum(n_transitions[traj], 1), minlength=size)
     return out.reshape(4 ** int(level), w * w)
@@ -637,11 +661,10 @@ def noisy_region_transition_counts(offsets, cells, w: int, level: int, eps: floa
     multiples of the noise grid (clamped to ``MAX_UNITS`` steps) plus grid noise. Trajectories with an invalid
     cell, or without a user id under the user unit, are dropped first (module docstring).
     """
-    eps = positive("eps", eps)
-    quadtree_depth(w)
-    offsets, cells, _, user_id = _sequences(offsets, cells, w * w, user_id)
-    offsets, cells, k = _unit(unit, user_id, offsets, cells, noise)
-    scale = k / eps
+    w = 1 << quadtree_depth(w)
+    scale = laplace_scale(unit.max_trajectories_per_user, eps)
+    offsets, cells, user_id = _sequences(offsets, cells, w * w, user_id)
+    offsets, cells, _ = _unit(unit, user_id, offsets, cells, noise)
     traj, pair, n_transitions, size = _region_pairs(offsets, cells, w, level)
     # a trajectory's distinct pairs are at most its W_v transitions: mass <= 1 each (see normalised_release)
     return normalised_release(pair, traj, n_transitions, size, scale, noise).reshape(4 ** int(level), w * w)
@@ -651,4 +674,4 @@ __all__ = ["normalised_release", "normalised_sums", "release_sums", "transition_
            "noisy_transition_counts_sparse", "support_entries", "noisy_transition_counts_batches",
            "noisy_transition_counts_sparse_batches", "noisy_count", "bound_contributions", "truncate", "windows",
            "first_order_support", "region_transition_counts", "noisy_region_transition_counts",
-           "MAX_UNITS", "count_shares", "count_events", "noisy_unit_counts", "count_record"]
+           "MAX_UNITS", "check_dense", "count_shares", "count_events", "noisy_unit_counts", "count_record"]

@@ -57,6 +57,7 @@ import math
 import numpy as np
 
 from duckmob.errors import DuckmobError
+from duckmob import validators
 from duckmob.validators import positive
 
 # Bits of the grid below the scale: g = 2^(floor(log2 b) - BITS), t = b / g in [2^BITS, 2^(BITS+1)).
@@ -105,6 +106,13 @@ def check_scale(scale: float) -> float:
     return scale
 
 
+def laplace_scale(sensitivity: float, eps) -> float:
+    """The Laplace scale ``sensitivity / eps`` of an eps-DP release, refused (:func:`check_scale`) when eps is not
+    positive or the scale is one the sampler cannot honour: the one check of a mechanism's eps in the privacy core,
+    made before any data is read."""
+    return check_scale(sensitivity / positive("eps", eps))
+
+
 class NoiseSource:
     """The one source of randomness for privacy (Laplace noise) and for post-processing (``generator()``).
 
@@ -113,10 +121,9 @@ class NoiseSource:
     """
 
     def __init__(self, seed: int | None = None):
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-            raise DuckmobError(f"seed must be a non-negative integer or None (OS entropy); got {seed!r}")
+        seed = validators.seed(seed)   # the one check of a seed (releases pass one it already made)
         self.seeded: bool = seed is not None
-        self._seeds = np.random.SeedSequence(None if seed is None else int(seed))
+        self._seeds = np.random.SeedSequence(seed)
         self._rng = np.random.Generator(np.random.PCG64(self._seeds.spawn(1)[0]))
 
     def __repr__(self) -> str:
@@ -213,4 +220,5 @@ def public_generator(*key: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(k) for k in key])))
 
 
-__all__ = ["BITS", "MAX_SCALE", "NoiseSource", "public_generator", "granularity", "epsilon_rounded", "check_scale"]
+__all__ = ["BITS", "MAX_SCALE", "NoiseSource", "public_generator", "granularity", "epsilon_rounded", "check_scale",
+           "laplace_scale"]

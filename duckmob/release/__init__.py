@@ -33,12 +33,12 @@ SQL macro gathered) and :mod:`~duckmob.release.tables` (each release written onc
 and Python).
 """
 
-from duckmob.release.counting import noisy_count, transitions
+from duckmob.release.counting import CountArgs, TransitionArgs, noisy_count, transitions
 from duckmob.release.fitting import FitArgs, FitRequest, fit, fit_request, sample
 from duckmob.release.interrupts import Interrupted, install_interrupt_handler, interrupt_all
 from duckmob.release.protocol import Release, Request, read_ledger, run, set_budget
 from duckmob.release.registry import Database, database
 
 __all__ = ["Database", "database", "Release", "Request", "Interrupted", "run", "FitArgs", "FitRequest", "fit_request",
-           "fit", "sample", "noisy_count", "transitions", "set_budget", "read_ledger", "install_interrupt_handler",
-           "interrupt_all"]
+           "fit", "sample", "CountArgs", "TransitionArgs", "noisy_count", "transitions", "set_budget", "read_ledger",
+           "install_interrupt_handler", "interrupt_all"]

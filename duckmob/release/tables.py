@@ -215,25 +215,24 @@ def with_roads(db: Database, con, r: fitting.FitRequest, sensitive: tuple[str, .
     return fitting.with_network(r, con.sql(f"SELECT * FROM {r.roads}").to_arrow_table(), r.roads)
 
 
-def noisy_count(db: Database, inp: Input, **request) -> float:
-    """``mob_noisy_count`` of ``inp``: counted after the reservation (by DuckDB out of core: an integer reaches
-    Python). ``request``: eps, seed, privacy_unit, max_trajectories_per_user, what, stability."""
+def noisy_count(db: Database, inp: Input, args: counting.CountArgs) -> float:
+    """``mob_noisy_count`` of ``inp`` with the public arguments ``args``: counted after the reservation (by DuckDB
+    out of core: an integer reaches Python)."""
     try:
-        request = {**request, "stability": inp.stable(request.get("stability"))}
-        return _remembered(db, _key("count", inp, request), lambda: counting.noisy_count(
-            db, source=inp.source, user_col=inp.user_col, count=inp.count, **request))
+        args = replace(args, stability=inp.stable(args.stability))
+        return _remembered(db, _key("count", inp, asdict(args)), lambda: counting.noisy_count(
+            db, args, source=inp.source, user_col=inp.user_col, count=inp.count))
     finally:
         inp.close()
 
 
-def transitions(db: Database, inp: Input, **request):
-    """``mob_transitions`` of ``inp`` (read after the reservation, out of core in record batches of whole
-    sequences): ``(states, counts)`` as :func:`duckmob.release.transitions`."""
+def transitions(db: Database, inp: Input, args: counting.TransitionArgs):
+    """``mob_transitions`` of ``inp`` with the public arguments ``args`` (read after the reservation, out of core in
+    record batches of whole sequences): ``(states, counts)`` as :func:`duckmob.release.transitions`."""
     try:
-        request = {**request, "stability": inp.stable(request.get("stability"))}
-        return _remembered(db, _key("transitions", inp, request), lambda: counting.transitions(
-            db, source=inp.source, user_col=inp.user_col, load=inp.sequences(request.get("privacy_unit")),
-            **request))
+        args = replace(args, stability=inp.stable(args.stability))
+        return _remembered(db, _key("transitions", inp, asdict(args)), lambda: counting.transitions(
+            db, args, source=inp.source, user_col=inp.user_col, load=inp.sequences(args.privacy_unit)))
     finally:
         inp.close()
 

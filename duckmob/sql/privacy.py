@@ -23,6 +23,7 @@ from duckmob import release, validators
 from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
 from duckmob.release import tables
+from duckmob.release.counting import CountArgs, TransitionArgs
 from duckmob.source.schema import Mapping, quote
 from duckmob.sql.udf import Request, Udf, one_row, points
 
@@ -49,16 +50,14 @@ _IDS = "STRUCT(traj_col VARCHAR, user_col VARCHAR)"
 _SEQ_COLS = "STRUCT(traj_col VARCHAR, user_col VARCHAR, cells_col VARCHAR)"
 # Each UDF's request (the STRUCT its macro in privacy.sql builds), parsed into keyword arguments: the caller's facts
 # (``source``, from _mob_caller), the input path chosen when the statement was planned (``out_of_core``), the column
-# types of the gathered rows (``types``, the schema), the column mapping, then the release's own public parameters.
+# types of the gathered rows (``types``, the schema), the column mapping, then the release's own public arguments,
+# whose one typed definition is CountArgs / TransitionArgs (duckmob.release.counting).
 OUT_OF_CORE = Request(relation="VARCHAR", database="VARCHAR", schema="VARCHAR")
 SET_BUDGET = Request(source=CALLER_TYPE, eps="DOUBLE", delta="DOUBLE")
 TRANSITIONS = Request(source=CALLER_TYPE, out_of_core="BOOLEAN", types="VARCHAR[]", mapping=_SEQ_COLS,
-                      order="BIGINT", eps="DOUBLE", n_states="BIGINT", seed="BIGINT", privacy_unit="VARCHAR",
-                      max_trajectories_per_user="BIGINT", max_length="BIGINT", support="VARCHAR", w="BIGINT",
-                      stability="BIGINT")
-NOISY_COUNT = Request(source=CALLER_TYPE, out_of_core="BOOLEAN", types="VARCHAR[]", mapping=_IDS, eps="DOUBLE",
-                      seed="BIGINT", privacy_unit="VARCHAR", max_trajectories_per_user="BIGINT", what="VARCHAR",
-                      stability="BIGINT")
+                      **TransitionArgs.sql_types())
+NOISY_COUNT = Request(source=CALLER_TYPE, out_of_core="BOOLEAN", types="VARCHAR[]", mapping=_IDS,
+                      **CountArgs.sql_types())
 
 
 def setup(con) -> None:
@@ -136,6 +135,13 @@ def path(request: dict) -> tuple[dict, dict, list | None, bool]:
             bool(request.pop("out_of_core")))
 
 
+def public_args(request: dict, kind):
+    """The release's public arguments (``kind``: :class:`CountArgs` or :class:`TransitionArgs`), taken out of a
+    parsed request and validated, before the input is resolved (nothing opened yet, nothing to close on a
+    refusal)."""
+    return kind(**{name: request.pop(name) for name in kind.sql_types()})
+
+
 def release_input(db, request: dict, shape: str, gathered: Callable) -> tables.Input:
     """The input of a SQL release, chosen here once (the one ``out_of_core`` branch) and taken out of ``request``
     (what remains is the release's keyword arguments): a relation the core's connection can read, read out of core
@@ -182,17 +188,18 @@ def udfs(db) -> list[Udf]:
     def transitions(rows, request):
         """mob_transitions: of a relation the core's connection reads out of core, or of the gathered rows."""
         r = TRANSITIONS.parse(request, "_mob_transitions")
+        args = public_args(r, TransitionArgs)
         inp = release_input(db, r, "sequences", lambda: points(rows))
-        return _transition_rows(*tables.transitions(db, inp, **r))
+        return _transition_rows(*tables.transitions(db, inp, args))
 
     @release.interrupts.entered()
     def noisy_count(rows, request):
         """mob_noisy_count: of a relation the core's connection reads (DuckDB counts, an integer reaches Python), or
         of the gathered (traj_id, user_id) rows."""
         r = NOISY_COUNT.parse(request, "_mob_noisy_count")
+        args = public_args(r, CountArgs)   # what := NULL is 'trajectories'
         inp = release_input(db, r, "ids", lambda: tables.gathered_pairs(points(rows)))
-        r["what"] = r["what"] or "trajectories"
-        return one_row(pa.table({"count": [tables.noisy_count(db, inp, **r)]}))
+        return one_row(pa.table({"count": [tables.noisy_count(db, inp, args)]}))
 
     def out_of_core(request):
         facts = OUT_OF_CORE.parse(request, "_mob_out_of_core")
