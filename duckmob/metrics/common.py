@@ -23,6 +23,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
+from duckmob import validators
 from duckmob.errors import DuckmobError
 from duckmob.grid import EARTH_RADIUS_M, BBox, cell_of, cell_center, haversine_m
 from duckmob.trajectories import NO_TIME, Trajectories, ragged_gather
@@ -127,13 +128,9 @@ class Options:
                      "query_w", "adatrace_w", "adatrace_coverage_w", "adatrace_queries", "adatrace_bins",
                      "adatrace_top_k", "top_k", "irank_k", "emd_sample", "fine_point_w", "fine_traj_w",
                      "step_bins"):
-            v = getattr(opts, name)
-            if int(v) != v or v < 1:
-                raise DuckmobError(f"option {name} must be a positive integer, got {v!r}")
+            validators.count(f"option {name}", getattr(opts, name))
         for name in ("phi", "max_set_fraction", "adatrace_radius"):
-            v = getattr(opts, name)
-            if not (np.isfinite(v) and v > 0):
-                raise DuckmobError(f"option {name} must be a positive number, got {v!r}")
+            validators.positive(f"option {name}", getattr(opts, name))
         for name in ("reference", "baseline"):
             if not isinstance(getattr(opts, name), (bool, np.bool_)):
                 raise DuckmobError(f"option {name} must be true or false, got {getattr(opts, name)!r}")
@@ -224,10 +221,9 @@ def shared_histograms(real_values, synth_values, bins: int, upper: float | None 
     ``upper`` defaults to the largest real value (HRNet's ``d_max``; PrivTrace and AdaTrace do the same on the
     original data): the reference side fixes the edges, both sides are counted on them, and synthetic values
     beyond ``upper`` are counted in the last bin (so mass outside the real range is still penalised). Values
-    are non-negative quantities (metres, counts).
+    are non-negative quantities (metres, counts). ``bins`` was checked where it was given (:meth:`Options.of`,
+    ``mob_plot_distributions``).
     """
-    if int(bins) != bins or bins < 1:
-        raise DuckmobError(f"bins must be a positive integer, got {bins!r}")
     r = np.asarray(real_values, dtype=np.float64)
     s = np.asarray(synth_values, dtype=np.float64)
     if upper is None:

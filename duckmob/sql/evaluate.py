@@ -75,10 +75,11 @@ def _plot_density(real, synth, segments, request):
 
 
 def _plot_distributions(real, synth, request):
+    from duckmob import validators
     from duckmob.metrics.plots import distributions_png
 
     r = PLOT_DISTRIBUTIONS.parse(request, "_mob_plot_distributions")
-    return _path_row(distributions_png(*_sides(real, synth, r["bbox"]), r["path"], int(r["bins"])))
+    return _path_row(distributions_png(*_sides(real, synth, r["bbox"]), r["path"], validators.count("bins", r["bins"])))
 
 
 def _mode_trips(con):
