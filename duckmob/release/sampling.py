@@ -238,4 +238,6 @@ class Output:
         return pa.RecordBatchReader.from_batches(SCHEMA, batches())
 
 
-SCHEMA = synthetic_table(Trajectories.empty()).schema
+# synthetic_table's schema, written out (building it from an empty table imports pandas at every start)
+SCHEMA = pa.schema([("traj_id", pa.int64()), ("seq", pa.int64()), ("lat", pa.float64()), ("lon", pa.float64()),
+                    ("ts", pa.timestamp("us"))])

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from importlib import resources
 
-
-from duckmob import roads
 from duckmob.sql.udf import Request, Udf, one_row
 
 FROM_OSM = Request(path="VARCHAR", bbox="DOUBLE[]")
@@ -29,6 +27,8 @@ def _from_osm(request):
     if r["path"] is None:
         from duckmob.errors import DuckmobError
         raise DuckmobError("mob_roads_from_osm: give the path of an .osm or .osm.pbf extract")
+    from duckmob import roads   # here, not at registration: it imports SciPy's spatial and sparse modules
+
     table = roads.read_osm(r["path"], bbox=r["bbox"])
     if not table.num_rows:
         return one_row(table)

@@ -141,10 +141,10 @@ def test_concurrent_fills_compute_each_key_once_and_keep_every_key():
     computed, lock = [], threading.Lock()
     compute = pl._route_tables_split
 
-    def recording(pairs, costs):
+    def recording(pairs, costs, which=None):
         with lock:
             computed.append(pairs[:, 0] * 16 + pairs[:, 1])
-        return compute(pairs, costs)
+        return compute(pairs, costs, which)
 
     pl._route_tables_split = recording
     a, b = np.divmod(np.arange(16 * 16), 16)
@@ -216,9 +216,9 @@ def test_a_second_mob_sample_of_an_unchanged_model_reads_its_kept_routes_and_a_r
     computed = []
     compute = Placement._route_tables
 
-    def counting(self, pairs, costs, target=None):
+    def counting(self, pairs, costs, target=None, which=None):
         computed.append(len(pairs))
-        return compute(self, pairs, costs, target)
+        return compute(self, pairs, costs, target, which)
 
     monkeypatch.setattr(Placement, "_route_tables", counting)
     con = duckmob.connect()

@@ -193,18 +193,18 @@ class Placement:
             nbr[u, d] = base_m[u] + self.rank[f[u]] + np.where(to_a[u], 0, off_m[u])
         return base, off_b, fine, nbr
 
-    def _route_tables(self, pairs: np.ndarray, costs: list, target: int | None = None) -> list:
+    def _route_tables(self, pairs: np.ndarray, costs: list, target: int | None = None,
+                      which: list | None = None) -> list:
         """Routes of the coarse moves ``pairs`` (k, 2) from every anchor of A to the cheapest anchor of B (or to
         B's anchor number ``target``, where B has it) over the fine cells of A and B, under each per-cell cost
         of ``costs``: for each, one multi-source Dijkstra over the block-diagonal graph of all moves (built once
-        for all costs, :meth:`_move_graph`). One table per cost in :meth:`route_table`'s layout."""
+        for all costs, :meth:`_move_graph`). One table per cost in :meth:`route_table`'s layout, of the moves
+        ``which[c]`` (sorted indices into ``pairs``; None: all): its Dijkstra starts from their anchors alone (a
+        move's block is its own: the others are never reached), next hops only where its routes walk."""
         base, off_b, fine, nbr = self._move_graph(pairs)
         n_nodes = len(fine)
         n_anchor_b = np.diff(self.anchor_offsets)[pairs[:, 1]]
-        if target is None:      # sources: the anchors of B in every move (their local ranks are < anchors of B)
-            src_nodes = ragged_gather(base[:-1] + off_b, n_anchor_b)
-        else:
-            src_nodes = (base[:-1] + off_b + target)[n_anchor_b > target]
+        b_start = base[:-1] + off_b
         # the reversed graph (searched from B's anchors back), row x listing x's neighbours u: edge x -> u carries
         # the cost of moving u -> x (entering x); its layout is the same under every cost
         valid = nbr >= 0
@@ -212,27 +212,34 @@ class Placement:
         indptr = np.concatenate([[0], np.cumsum(valid.sum(axis=1))]).astype(np.int64)
         nbr_fine = np.where(valid, fine[nbr], -1)
         tables = []
-        for cost in costs:
-            pred = np.full(n_nodes, -9999, dtype=np.int64)
+        for c, cost in enumerate(costs):
+            sel = np.arange(len(pairs)) if which is None else np.asarray(which[c], dtype=np.int64)
+            if target is None:      # sources: the anchors of B in every move (their local ranks are < anchors of B)
+                src_nodes = ragged_gather(b_start[sel], n_anchor_b[sel])
+            else:
+                src_nodes = (b_start[sel] + target)[n_anchor_b[sel] > target]
+            dist = None
             if n_nodes and len(src_nodes):
                 data = (cost[fine][:, None] * _STEP_LEN)[valid]
                 graph = sp.csr_matrix((data, indices, indptr), shape=(n_nodes, n_nodes))
                 dist = dijkstra(graph, directed=True, indices=src_nodes, min_only=True)
-                # a step's cost (inf where there is no neighbour: index -1 reads the appended inf)
-                step = np.append(cost, np.inf)[nbr_fine] * _STEP_LEN
-                pred = _next_hops(nbr, nbr_fine, step, dist, pred)
-            tables.append(self._walked(pairs, base, fine, pred, target))
+            # next hops at the nodes asked (a step to no neighbour: index -1 reads the appended inf)
+            hops = None if dist is None else (lambda nodes, cost=cost, dist=dist: _next_hops(
+                nbr[nodes], nbr_fine[nodes], np.append(cost, np.inf)[nbr_fine[nodes]] * _STEP_LEN, dist, dist[nodes]))
+            tables.append(self._walked(pairs[sel], base[sel], fine, hops, target))
         return tables
 
-    def _route_tables_split(self, pairs: np.ndarray, costs: list) -> list:
+    def _route_tables_split(self, pairs: np.ndarray, costs: list, which: list | None = None) -> list:
         """:meth:`_route_tables` of many moves (a first block's thousands) in two halves on two threads: their
         NumPy work overlaps (the Dijkstra itself holds the GIL). The same tables: a move's routes depend on its
         own graph only, and the halves are joined per cost in move order."""
         if len(pairs) < SPLIT_MOVES:
-            return self._route_tables(pairs, costs)
-        halves = np.array_split(np.arange(len(pairs)), 2)
+            return self._route_tables(pairs, costs, which=which)
+        cut = len(pairs) - len(pairs) // 2             # np.array_split's first half
+        jobs = [(lo, hi, None if which is None else [w[(w >= lo) & (w < hi)] - lo for w in which])
+                for lo, hi in ((0, cut), (cut, len(pairs)))]
         with ThreadPoolExecutor(2, thread_name_prefix="duckmob-routes") as pool:
-            parts = list(pool.map(lambda h: self._route_tables(pairs[h], costs), halves))
+            parts = list(pool.map(lambda j: self._route_tables(pairs[j[0]:j[1]], costs, which=j[2]), jobs))
         return [_joined([part[c] for part in parts]) for c in range(len(costs))]
 
     def route_table(self, moves: np.ndarray, cost: np.ndarray | None = None, target: int | None = None):
@@ -245,8 +252,9 @@ class Placement:
         pairs = np.stack(np.divmod(np.asarray(moves, dtype=np.int64), self.n_coarse), axis=1)
         return self._route_tables(pairs, [self.cost if cost is None else cost], target)[0]
 
-    def _walked(self, pairs, base, fine, pred, target):
-        """:meth:`route_table`'s tables from the next hops ``pred`` over :meth:`_move_graph`'s nodes."""
+    def _walked(self, pairs, base, fine, hops, target):
+        """:meth:`route_table`'s tables of the moves ``pairs`` (move m's nodes from ``base[m]``), walking from each
+        anchor of A by the next hops ``hops(nodes)`` (None: no node has one)."""
         a, b = pairs[:, 0], pairs[:, 1]
         n_anchor_a = np.diff(self.anchor_offsets)[a]
         first = np.concatenate([[0], np.cumsum(n_anchor_a)]).astype(np.int64)
@@ -257,8 +265,8 @@ class Placement:
         n = len(r_move)
         paths, owners = [cur], [np.arange(n)]
         alive = np.arange(n)
-        for _ in range(len(fine) + 1):
-            nxt = pred[cur]
+        for _ in range(len(fine) + 1 if hops is not None else 0):
+            nxt = hops(cur)
             go = nxt >= 0
             if not go.any():
                 break
@@ -323,28 +331,27 @@ class Placement:
         sends every synthetic trip down the same one. Computed once per move and model (cached: the perturbations
         are public and fixed). Returns ``(first (draws, moves), offsets, cells, end)`` over all draws together."""
         moves = np.asarray(moves, dtype=np.int64)
+        draws = np.repeat(np.arange(self.route_draws, dtype=np.int64), len(moves))
+        first, offsets, cells, end = self.drawn_routes(draws, np.tile(moves, self.route_draws))
+        return first.reshape(self.route_draws, len(moves)), offsets, cells, end
+
+    def drawn_routes(self, draws: np.ndarray, moves: np.ndarray):
+        """The routes of each move ``moves[i]`` (``a * n_coarse + b``) under route draw ``draws[i]`` alone:
+        ``(first per entry, offsets, cells, end)``. A first block computes only the draws its trips picked (about
+        70% of its moves' draws); a later block the others it picks (cached: the same routes either way)."""
         space = self.n_coarse * self.n_coarse
-        keys = np.arange(self.route_draws, dtype=np.int64)[:, None] * space + moves[None, :]
 
         def compute(new):
-            # the new keys' moves under each draw they need, one graph for all draws (a draw needing fewer moves
-            # than the union gets the union's routes, then only its own keys are kept)
+            # the new keys' moves, one graph for all draws; each draw's Dijkstra and walk over its own moves only
             draw, move = np.divmod(new, space)
             union = np.unique(move)
-            draws = np.unique(draw)
             pairs = np.stack(np.divmod(union, self.n_coarse), axis=1)
-            tables = self._route_tables_split(pairs, [self.cost_field(int(d)) for d in draws])
-            kept = []
-            for d, (first, offsets, cells, end) in zip(draws, tables):
-                mine = np.searchsorted(union, move[draw == d])
-                if len(mine) == len(union):
-                    kept.append((first, offsets, cells, end))
-                else:
-                    kept.append(_subset(first, offsets, cells, end, mine))
-            return _joined(kept)
+            drawn = np.unique(draw)
+            which = [np.searchsorted(union, move[draw == d]) for d in drawn]   # keys sorted: by draw, then move
+            return _joined(self._route_tables_split(pairs, [self.cost_field(int(d)) for d in drawn], which))
 
-        first, offsets, cells, end = self._cached("moves", keys.reshape(-1), compute)
-        return first.reshape(keys.shape), offsets, cells, end
+        keys = np.asarray(draws, dtype=np.int64) * space + np.asarray(moves, dtype=np.int64)
+        return self._cached("moves", keys, compute)
 
     def leg_paths(self, coarse: np.ndarray, start: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Most probable fine paths inside one coarse cell each: from the anchor cell ``start[i]`` of
@@ -460,18 +467,19 @@ class Placement:
         has_next[:-1] = owner_pt[1:] == owner_pt[:-1]
         i = np.flatnonzero(has_next)
         keys = coarse[i] * self.n_coarse + coarse[i + 1]
-        moves, move_of = np.unique(keys, return_inverse=True)
-        first, r_off, r_cells, r_end = self.route_tables(moves) if len(moves) else (None,) * 4
+        # which route draw each move takes (drawn before the tables: computing them draws nothing), then the
+        # routes of the (draw, move) pairs taken
+        table = rng.integers(0, self.route_draws, len(i)) if len(i) else np.zeros(0, np.int64)
+        first, r_off, r_cells, r_end = self.drawn_routes(table, keys) if len(i) else (None,) * 4
         # chain: the route taken at each move (its anchor index in A follows from the previous route)
         route = np.empty(len(i), dtype=np.int64)
         step_pos = i - offsets[owner_pt[i]]                 # 0 for the first move of a sequence
-        table = rng.integers(0, len(first), len(i)) if len(i) else np.zeros(0, np.int64)   # which route draw
         anchor = self.rank[start]                           # index among the first cell's anchors
         cur_anchor = anchor.copy()
         # the moves grouped by position (a stable sort), so step t touches only the sequences still moving
         by_pos = np.argsort(step_pos, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(np.bincount(step_pos))]) if len(i) else np.zeros(1, np.int64)
-        base = first[table, move_of][by_pos] if len(i) else np.zeros(0, np.int64)
+        base = first[by_pos] if len(i) else np.zeros(0, np.int64)
         who_all = owner_pt[i][by_pos]
         for t in range(len(bounds) - 1):
             lo, hi = bounds[t], bounds[t + 1]
@@ -645,31 +653,22 @@ def _merged(held: dict, new: np.ndarray, table: tuple) -> dict:
 
 
 def _next_hops(nbr: np.ndarray, nbr_fine: np.ndarray, step: np.ndarray, dist: np.ndarray,
-               pred: np.ndarray) -> np.ndarray:
-    """The next node of each node's shortest route, from the distances ``dist`` (to the sources): over its
-    neighbours ``nbr`` (nodes x 8; -1 none, fine cells ``nbr_fine``) at costs ``step`` (nodes x 8; inf none), the one
-    minimising ``step + dist[neighbour]``, ties (equal up to 1e-9, as equal-cost staircases on evenly costed cells
-    are) broken by the lowest fine cell. So a route depends on its own move's graph only, not on the heap order
-    of the moves computed with it, and the route cache gives exactly what a fresh computation would, in any
-    block order. ``pred`` (-9999 filled) is written and returned; sources and unreachable nodes keep -9999."""
+               own: np.ndarray) -> np.ndarray:
+    """The next node of the shortest route of each of some nodes, from the distances ``dist`` (to the sources,
+    over every node): over a node's neighbours ``nbr`` (its row: 8; -1 none, fine cells ``nbr_fine``) at costs
+    ``step`` (its row; inf none), the one minimising ``step + dist[neighbour]``, ties (equal up to 1e-9, as
+    equal-cost staircases on evenly costed cells are) broken by the lowest fine cell. So a route depends on its
+    own move's graph only, not on the heap order of the moves computed with it, and the route cache gives
+    exactly what a fresh computation would, in any block order. ``own``: the nodes' own distances; a source or
+    a node that reaches none gets -9999. Row by row: the same for a node whichever others are asked with it."""
     via = step + dist[nbr]                          # inf where there is no neighbour (step is)
     best = via.min(axis=1)
     low = np.where(via <= (best * (1 + 1e-9))[:, None], nbr_fine, np.iinfo(np.int64).max)
     pick = low.argmin(axis=1)                       # a node's neighbours are distinct fine cells
-    inner = np.flatnonzero(np.isfinite(best) & (dist > 0))      # not a source, and reaches one
-    pred[inner] = nbr[inner, pick[inner]]
-    return pred
-
-
-def _subset(first, offsets, cells, end, keys) -> tuple:
-    """The route table of the keys ``keys`` (indices into ``first[:-1]``) of a table in :meth:`Placement.route_table`'s
-    layout, in that order."""
-    n_routes = np.diff(first)[keys]
-    routes = ragged_gather(first[keys], n_routes)
-    lengths = np.diff(offsets)[routes]
-    return (np.concatenate([[0], np.cumsum(n_routes)]).astype(np.int64),
-            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-            cells[ragged_gather(offsets[routes], lengths)], end[routes])
+    hop = np.full(len(own), -9999, dtype=np.int64)
+    inner = np.flatnonzero(np.isfinite(best) & (own > 0))      # not a source, and reaches one
+    hop[inner] = nbr[inner, pick[inner]]
+    return hop
 
 
 def cell_centres(w: int, bbox) -> tuple[np.ndarray, np.ndarray]:

@@ -140,7 +140,8 @@ def transition_windows(support: Support, seq_offsets: np.ndarray, states: np.nda
     inner[last_idx] = False
     i = np.flatnonzero(inner)                      # moves s_i -> s_{i+1}
     col = np.full(len(states), D, dtype=np.int64)  # column of the next state, or the end
-    col[i] = support.edge_index(states[i], states[i + 1]) - support.offsets[states[i]]
+    edge = support.edge_index(states[i], states[i + 1])
+    col[i] = edge - support.offsets[states[i]]
 
     # first order: the window into each state (start -> s_1, or s_{i-1} -> s_i), then the end window; placed so
     # that each trajectory's windows stay together (state p at p + owner, T's end at its last state's slot + 1)
@@ -154,7 +155,7 @@ def transition_windows(support: Support, seq_offsets: np.ndarray, states: np.nda
 
     # second order: context (start, s_1) or (s_{i-1}, s_i), then the next state's column (or the end)
     row = np.where(pos == 0, states, 0)
-    row[prev] = m + support.edge_index(states[prev - 1], states[prev])
+    row[prev] = m + edge                           # prev is i + 1: the move into each state after the first
     return Windows(first_index, first_owner, row * (D + 1) + col, owner, L)
 
 

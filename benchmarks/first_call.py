@@ -1,0 +1,119 @@
+"""A first release against plain SQL, end to end, each in a fresh process (issue 42, item 1).
+
+    python benchmarks/first_call.py --source geolife_beijing.parquet --size 15.3e6 --pairs 3
+
+Two commands, run alternately in fresh Python processes over the same view of a replicated GeoLife table (the one
+benchmarks/scale.py builds: ``DIR/points_<n>.parquet``, made here if missing):
+
+- ``sql``: ``import duckdb``, connect, ``CREATE VIEW trips``, and plain DuckDB SQL computing comparable statistics
+  (benchmarks/scale.py's STATS_SQL: cells of a 64 x 64 grid, length-normalised cell counts, first-order
+  transitions, no noise);
+- ``synthesize``: ``import duckmob``, ``duckmob.connect()``, ``CREATE VIEW trips``, ``mob_set_budget`` and
+  ``SELECT count(*) FROM synthesize('trips', eps := 1, n := 1000, bbox := ..., seed := 1)`` (PrivTrace: imports,
+  planning, the statistics stage, the first block's route tables and the sampling all count).
+
+Each time is the wall time from starting the process to its exit, as the parent sees it (interpreter start and
+imports included); CPU is the child's user + system time. Each pair prints both times, the ratio and the load
+average just before it; the end prints the medians and the median of the per-pair ratios. The machine is shared:
+read the ratio of a pair, measured side by side, not a time alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from scale import BBOX, SOURCE_VARIABLE, STATS_SQL, generate  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SQL_CHILD = """
+import duckdb
+con = duckdb.connect()
+con.execute("CREATE VIEW trips AS FROM '{points}'")
+print(con.sql('''{query}''').fetchall()[0][0])
+"""
+
+SYNTH_CHILD = """
+import duckmob
+con = duckmob.connect()
+con.execute("CREATE VIEW trips AS FROM '{points}'")
+con.execute("FROM mob_set_budget('trips', eps := 100, delta := 1e-5)").fetchall()
+print(con.sql("SELECT count(*) FROM synthesize('trips', eps := 1.0, n := 1000, bbox := {bbox}, seed := 1)")
+      .fetchall()[0][0])
+"""
+
+
+def run(code: str) -> tuple[float, float, str]:
+    """Wall seconds from start to exit of ``python -c code``, its CPU seconds (user + system) and its last line."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise SystemExit(f"a child failed: {done.stderr.strip().splitlines()[-1]}")
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu, done.stdout.strip().splitlines()[-1]
+
+
+def load() -> str:
+    """The 1-minute load average (the machine is shared: every figure carries it)."""
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--source", default=os.environ.get(SOURCE_VARIABLE),
+                   help=f"the Parquet file of GeoLife Beijing fixes (default: ${SOURCE_VARIABLE})")
+    p.add_argument("--dir", default="/tmp/duckmob-scale", help="folder of the generated Parquet file")
+    p.add_argument("--size", default="15.3e6", help="fixes in the table")
+    p.add_argument("--pairs", type=int, default=3, help="sql / synthesize pairs, alternating")
+    p.add_argument("--out", help="also write the lines to this file")
+    a = p.parse_args(argv)
+    size = int(float(a.size))
+    points = os.path.join(a.dir, f"points_{size}.parquet")
+    if not os.path.exists(points):
+        if not a.source or not os.path.isfile(a.source):
+            p.error(f"no table {points} and no source to make it from: pass --source PATH (GeoLife Beijing fixes) "
+                    f"or set {SOURCE_VARIABLE}")
+        os.makedirs(a.dir, exist_ok=True)
+        generate(a.dir, size, a.source, cells_too=False)
+    a_, b_, c_, d_ = BBOX
+    sql = SQL_CHILD.format(points=points, query=STATS_SQL.format(a=a_, b=b_, c=c_, d=d_, w=64))
+    synth = SYNTH_CHILD.format(points=points, bbox=BBOX)
+    run(sql)   # warm the file cache and the .pyc files once, uncounted
+    lines = [f"# python benchmarks/first_call.py --size {a.size} --pairs {a.pairs}: {size:,} fixes, "
+             f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}",
+             f"{'pair':>4} {'load':>5} {'sql wall/CPU s':>15} {'synthesize wall/CPU s':>22} {'ratio wall/CPU':>15}"]
+    print(lines[0], flush=True)
+    print(lines[1], flush=True)
+    sqls, synths, ratios = [], [], []
+    for i in range(a.pairs):
+        before = load()
+        s_wall, s_cpu, _ = run(sql)
+        p_wall, p_cpu, rows = run(synth)
+        sqls.append(s_wall)
+        synths.append(p_wall)
+        ratios.append(p_wall / s_wall)
+        lines.append(f"{i + 1:>4} {before:>5} {s_wall:>7.2f} / {s_cpu:<5.2f} {p_wall:>13.2f} / {p_cpu:<6.2f} "
+                     f"{p_wall / s_wall:>7.1f}x / {p_cpu / s_cpu:.1f}x   ({rows} rows)")
+        print(lines[-1], flush=True)
+    lines.append(f"median: sql {statistics.median(sqls):.2f} s, synthesize {statistics.median(synths):.2f} s, "
+                 f"ratio of pairs {statistics.median(ratios):.1f}x (load after: {load()})")
+    print(lines[-1])
+    if a.out:
+        with open(a.out, "a") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
