@@ -24,7 +24,6 @@ from typing import Callable
 
 import pyarrow as pa
 
-from duckmob import validators
 from duckmob.errors import DuckmobError
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.release.registry import Database
@@ -150,8 +149,8 @@ class Relation(Input):
 
     def stable(self, declared):
         """Refused, before anything is reserved, when the plan can fan rows out and no stability was declared
-        (:func:`duckmob.source.lineage.check_stability`)."""
-        return lineage.check_stability(self.prepared.lineage, validators.stability(declared))
+        (:func:`duckmob.source.lineage.check_stability`). ``declared`` was checked with the release's arguments."""
+        return lineage.check_stability(self.prepared.lineage, declared)
 
     def roads_connection(self, db: Database):
         return nullcontext(self.con)   # the connection the relation is resolved on

@@ -165,7 +165,7 @@ def udfs(db) -> list[Udf]:
         if eps is None or delta is None:
             raise DuckmobError(f"mob_set_budget needs both eps and delta, e.g. FROM mob_set_budget('{source}', "
                                "eps := 4, delta := 1e-5)")
-        eps, delta = validators.positive("eps", eps), validators.delta_value(delta)   # public arguments first
+        ledger.check_budget(eps, delta)   # the ledger's check of a budget, before the table is resolved
         if readable(db, facts):   # resolved as the caller resolves it, on a cursor of the core's connection
             shadow_checked(db, facts)
             on, temp_tables = closing(core_cursor(db, facts)), None

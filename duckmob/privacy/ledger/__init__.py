@@ -40,8 +40,8 @@ from duckmob.privacy.ledger.schema import release_row
 from duckmob.privacy.ledger.seals import LedgerTampered
 from duckmob.privacy.ledger.spending import Prior, budget, budgets, events, join_keys, spent
 from duckmob.privacy.ledger.state import Verified
-from duckmob.privacy.ledger.writing import record, reserve, set_budget, update
+from duckmob.privacy.ledger.writing import check_budget, record, reserve, set_budget, update
 
-__all__ = ["Prior", "Verified", "LedgerTampered", "ensure_tables", "verify", "prior", "check_source", "set_budget",
-           "reserve", "update", "record", "shown_budgets", "shown_releases", "budget", "budgets", "spent", "events",
-           "release_row", "join_keys", "head_file"]
+__all__ = ["Prior", "Verified", "LedgerTampered", "ensure_tables", "verify", "prior", "check_source", "check_budget",
+           "set_budget", "reserve", "update", "record", "shown_budgets", "shown_releases", "budget", "budgets", "spent",
+           "events", "release_row", "join_keys", "head_file"]

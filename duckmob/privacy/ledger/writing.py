@@ -31,13 +31,18 @@ from duckmob.validators import delta_value, positive, source_name
 T = TypeVar("T")
 
 
+def check_budget(eps, delta) -> tuple[float, float]:
+    """A budget's (eps, delta) as declared: eps positive and finite, delta in [0, MAX_DELTA]. The one check of a
+    budget: :func:`set_budget` makes it, and mob_set_budget asks for it before it resolves the table."""
+    return positive("eps", eps), delta_value(delta)
+
+
 def set_budget(con, source: str, eps: float, delta: float, verified: Verified | None = None) -> None:
     """Declare (or raise) the (eps, delta) budget of ``source``; refuses one below what is already spent and a
     tampered ledger (checked with ``verified`` as in :func:`~duckmob.privacy.ledger.reading.prior`, which then
     remembers the declaration)."""
     source = source_name(source)
-    eps = positive("eps", eps)
-    delta = delta_value(delta)
+    eps, delta = check_budget(eps, delta)
     verified = Verified() if verified is None else verified
     ensure_tables(con, verified)
     verify(con, verified)
