@@ -15,7 +15,9 @@ benchmarks/scale.py builds: ``DIR/points_<n>.parquet``, made here if missing):
 Each time is the wall time from starting the process to its exit, as the parent sees it (interpreter start and
 imports included); CPU is the child's user + system time. Each pair prints both times, the ratio and the load
 average just before it; the end prints the medians and the median of the per-pair ratios. The machine is shared:
-read the ratio of a pair, measured side by side, not a time alone.
+read the ratio of a pair, measured side by side, not a time alone. ``--compare DIR`` also runs the synthesize
+command with another checkout's duckmob (DIR: its root, e.g. ``git worktree add DIR <commit>``) in each round,
+right after this one's: a before / after in the same run.
 """
 
 from __future__ import annotations
@@ -50,12 +52,13 @@ print(con.sql("SELECT count(*) FROM synthesize('trips', eps := 1.0, n := 1000, b
 """
 
 
-def run(code: str) -> tuple[float, float, str]:
-    """Wall seconds from start to exit of ``python -c code``, its CPU seconds (user + system) and its last line."""
+def run(code: str, root: str = ROOT) -> tuple[float, float, str]:
+    """Wall seconds from start to exit of ``python -c code`` (duckmob from ``root``), its CPU seconds (user +
+    system) and its last line."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+                          env={**os.environ, "PYTHONPATH": root})
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
@@ -78,6 +81,7 @@ def main(argv=None) -> None:
     p.add_argument("--size", default="15.3e6", help="fixes in the table")
     p.add_argument("--pairs", type=int, default=3, help="sql / synthesize pairs, alternating")
     p.add_argument("--out", help="also write the lines to this file")
+    p.add_argument("--compare", help="root of another checkout: its synthesize runs too, after this one's")
     a = p.parse_args(argv)
     size = int(float(a.size))
     points = os.path.join(a.dir, f"points_{size}.parquet")
@@ -91,12 +95,13 @@ def main(argv=None) -> None:
     sql = SQL_CHILD.format(points=points, query=STATS_SQL.format(a=a_, b=b_, c=c_, d=d_, w=64))
     synth = SYNTH_CHILD.format(points=points, bbox=BBOX)
     run(sql)   # warm the file cache and the .pyc files once, uncounted
-    lines = [f"# python benchmarks/first_call.py --size {a.size} --pairs {a.pairs}: {size:,} fixes, "
+    compare = f" --compare {a.compare}" if a.compare else ""
+    lines = [f"# python benchmarks/first_call.py --size {a.size} --pairs {a.pairs}{compare}: {size:,} fixes, "
              f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}",
              f"{'pair':>4} {'load':>5} {'sql wall/CPU s':>15} {'synthesize wall/CPU s':>22} {'ratio wall/CPU':>15}"]
     print(lines[0], flush=True)
     print(lines[1], flush=True)
-    sqls, synths, ratios = [], [], []
+    sqls, synths, ratios, others = [], [], [], []
     for i in range(a.pairs):
         before = load()
         s_wall, s_cpu, _ = run(sql)
@@ -107,6 +112,15 @@ def main(argv=None) -> None:
         lines.append(f"{i + 1:>4} {before:>5} {s_wall:>7.2f} / {s_cpu:<5.2f} {p_wall:>13.2f} / {p_cpu:<6.2f} "
                      f"{p_wall / s_wall:>7.1f}x / {p_cpu / s_cpu:.1f}x   ({rows} rows)")
         print(lines[-1], flush=True)
+        if a.compare:
+            o_wall, o_cpu, o_rows = run(synth, os.path.abspath(a.compare))
+            others.append(o_wall / s_wall)
+            lines.append(f"{'':>4} {'':>5} {'':>15} {o_wall:>13.2f} / {o_cpu:<6.2f} {o_wall / s_wall:>7.1f}x / "
+                         f"{o_cpu / s_cpu:.1f}x   ({o_rows} rows; --compare {a.compare})")
+            print(lines[-1], flush=True)
+    if others:
+        lines.append(f"median ratio of pairs with --compare {a.compare}: {statistics.median(others):.1f}x")
+        print(lines[-1])
     lines.append(f"median: sql {statistics.median(sqls):.2f} s, synthesize {statistics.median(synths):.2f} s, "
                  f"ratio of pairs {statistics.median(ratios):.1f}x (load after: {load()})")
     print(lines[-1])
