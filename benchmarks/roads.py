@@ -19,6 +19,9 @@ trajectories in their own order (real: ts; synthetic: seq). JSD = scipy.spatial.
     pts/traj   mean points per trajectory (with at least one point in the box), relative to real A
     length     JSD of the trajectory lengths (metres along consecutive points; 60 bins of 250 m, + one over 15 km)
     trip       JSD of the (first cell, last cell) pairs on a 6 x 6 grid of the box (AdaTrace's trip distribution)
+    detour     median road distance between consecutive points over the straight one (both snapped to the roads;
+               5,000 steps longer than 20 m drawn with seed 0; duckmob.road_paths.network_distance up to 3 km)
+    p90        its 90th percentile (a step with no road path within 3 km counts as infinite)
     s          wall seconds of the release (fit + sample) on this machine
 
     python benchmarks/roads.py                               # 5,000 trips, seeds 1,2; writes benchmarks/results/roads.*
@@ -46,7 +49,8 @@ EPS = 1.0
 SEED_A, SEED_B = 101, 102
 COLUMNS = [("pt dens", "pt_jsd", "{:.3f}"), ("tr dens", "tr_jsd", "{:.3f}"), (">30 m", "off30", "{:.1%}"),
            (">250 m", "off250", "{:.2%}"), ("pts/traj", "ppt_ratio", "{:.2f}"), ("length", "length_jsd", "{:.3f}"),
-           ("trip", "trip_jsd", "{:.3f}"), ("s", "seconds", "{:.1f}")]
+           ("trip", "trip_jsd", "{:.3f}"), ("detour", "detour_med", "{:.2f}"), ("p90", "detour_p90", "{:.2f}"),
+           ("s", "seconds", "{:.1f}")]
 DEFAULT_OUT = os.path.join(HERE, "results", "roads")
 
 
@@ -110,10 +114,30 @@ class Side:
 LENGTH_EDGES = np.concatenate([np.arange(0, 15_001, 250.0), [np.inf]])
 
 
+def detours(side: Side, roads, m: int = 5000) -> np.ndarray:
+    """Road over straight distance of up to ``m`` consecutive steps (the module docstring's detour)."""
+    from duckmob.grid import haversine_m
+    from duckmob.road_paths import network_distance
+    from duckmob.roads import snap
+
+    same = np.flatnonzero(side.traj[1:] == side.traj[:-1])
+    lat, lon = side.lat, side.lon
+    straight = haversine_m(lat[same], lon[same], lat[same + 1], lon[same + 1])
+    same = same[straight > 20]
+    if not len(same):
+        return np.full(1, np.nan)
+    pick = np.sort(np.random.default_rng(0).choice(same, min(m, len(same)), replace=False))
+    sa, ta, *_ = snap(roads, lat[pick], lon[pick])
+    sb, tb, *_ = snap(roads, lat[pick + 1], lon[pick + 1])
+    road = network_distance(roads, sa, ta, sb, tb, 3_000.0)
+    return road / haversine_m(lat[pick], lon[pick], lat[pick + 1], lon[pick + 1])
+
+
 def scores(real: Side, synth: Side, roads) -> dict:
     from duckmob.roads import snap
 
     dist = snap(roads, synth.lat, synth.lon)[4] if len(synth.lat) else np.zeros(0)
+    detour = detours(synth, roads)
     return dict(pt_jsd=js(real.point_hist(200), synth.point_hist(200)),
                 tr_jsd=js(real.traj_hist(100), synth.traj_hist(100)),
                 off30=float((dist > 30).mean()) if len(dist) else float("nan"),
@@ -122,6 +146,7 @@ def scores(real: Side, synth: Side, roads) -> dict:
                 length_jsd=js(np.histogram(real.lengths_m(), LENGTH_EDGES)[0],
                               np.histogram(synth.lengths_m(), LENGTH_EDGES)[0]),
                 trip_jsd=js(real.trip_hist(), synth.trip_hist()),
+                detour_med=float(np.median(detour)), detour_p90=float(np.quantile(detour, 0.9)),
                 n_traj=synth.n_traj, n_points=len(synth.lat))
 
 

@@ -493,11 +493,15 @@ class Placer:
     def place(self, lat, lon, rng: np.random.Generator, chunk: int = 1 << 17):
         """Each point moved onto a drawn segment near it (the class docstring); ``rng`` the caller's generator.
         Returns ``(lat, lon)``; vectorised in chunks of ``chunk`` points."""
+        return points_along(self.roads, *self.draw(lat, lon, rng, chunk))
+
+    def draw(self, lat, lon, rng: np.random.Generator, chunk: int = 1 << 17):
+        """The positions :meth:`place` moves the points to, as ``(segment, t)`` (:func:`points_along`)."""
         if not isinstance(rng, np.random.Generator):
             raise TypeError("place needs the caller's numpy Generator (rng)")
         lat = np.asarray(lat, dtype=np.float64).ravel()
         lon = np.asarray(lon, dtype=np.float64).ravel()
-        out_lat, out_lon = np.empty(len(lat)), np.empty(len(lat))
+        out_seg, out_t = np.empty(len(lat), np.int64), np.empty(len(lat))
         for start in range(0, len(lat), chunk):
             part = slice(start, start + chunk)
             qx, qy = self.index.plane(lat[part], lon[part])
@@ -510,12 +514,11 @@ class Placer:
             chosen = self.segs[cell, pick]
             drawn = inside & (self.total[cell] > 0)
             seg, t, _ = self.index.project(qx, qy, chosen[:, None])
-            lat_p, lon_p = points_along(self.roads, seg, t)
             if not drawn.all():
                 rest = ~drawn
-                _, _, lat_p[rest], lon_p[rest], _ = snap(self.roads, lat[part][rest], lon[part][rest])
-            out_lat[part], out_lon[part] = lat_p, lon_p
-        return out_lat, out_lon
+                seg[rest], t[rest] = _snap_chunk(self.index, qx[rest], qy[rest])
+            out_seg[part], out_t[part] = seg, t
+        return out_seg, out_t
 
 
 def points_along(roads: Roads, segment, t) -> tuple[np.ndarray, np.ndarray]:

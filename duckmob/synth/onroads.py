@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from duckmob.road_paths import route, walk
 from duckmob.roads import Placer, Roads, snap
 from duckmob.trajectories import Trajectories
 
@@ -39,12 +40,14 @@ class OnRoads:
         weights = getattr(self.model, "road_density", None)
         if weights is not None and len(weights) == len(self.roads) and np.sum(weights) > 0:
             # the model released a density of these very segments (PrivTrace and clean-slate with roads): each
-            # point goes to a segment near it drawn by that density, so the streets people use get the points
+            # point goes to a segment near it drawn by that density, chosen so that its neighbours are a short
+            # drive away, so the streets people use get the points
             if self._placer is None:
                 self._placer = Placer(self.roads, weights)
-            lat, lon = self._placer.place(part.lat, part.lon, rng)
+            seg, t = route(self._placer, part.offsets, part.lat, part.lon, rng)
         else:
-            _, _, lat, lon, _ = snap(self.roads, part.lat, part.lon)
+            seg, t, _, _, _ = snap(self.roads, part.lat, part.lon)
+        lat, lon = walk(self.roads, part.offsets, seg, t)   # then along the road path through them
         return Trajectories(part.offsets, part.traj_id, part.user_id, part.ts, lat, lon)
 
 

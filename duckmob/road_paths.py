@@ -1,0 +1,618 @@
+"""Road distances and road paths between points on a public road network, and trajectories walked along them.
+
+A position on the network is ``(segment, t)``: the fraction t in [0, 1] along the segment from its (lat1, lon1)
+end, as :func:`duckmob.roads.snap` and :meth:`duckmob.roads.Placer.draw` give it.
+
+**Chains.** Most nodes of a road graph only join two segments (the shape points of a curve: 76% of downtown San
+Francisco's 26,082 nodes). The graph is contracted onto its *junctions* (nodes of any other degree, plus one node
+of each loop): a *chain* is a run of segments between two junctions with only degree-2 nodes inside, and every
+position lies on one chain at an offset (metres from its first end). Shortest paths between junctions run on the
+junction graph (one edge per chain, 4.3 times fewer nodes there), so a road distance is
+
+    along the chain             |o_p - o_q|                              (p and q on one chain)
+    out by its ends             min over the ends x, y:  d(p, x) + D(x, y) + d(y, q)
+
+D by Dijkstra (scipy.sparse.csgraph) on the junction graph, searched up to a public ``limit_m``. Each search runs
+on a local subgraph: the sources are grouped by square tiles of ``limit_m / 2``, and a tile's searches run over
+the junctions within ``limit_m`` (straight line) of it, which hold every path shorter than ``limit_m`` (a road is
+never shorter than the straight line), so the distances are exact and a search costs what the network near it
+holds, not the city.
+
+The road network is public (a declared input, never derived from the sensitive table): everything here is
+post-processing of released outputs, or an evaluation tool.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from scipy import sparse
+from scipy.sparse import csgraph
+from scipy.spatial import cKDTree
+
+from duckmob.errors import DuckmobError
+from duckmob.grid import EARTH_RADIUS_M, haversine_m
+from duckmob.roads import snap
+
+NEAR_M = 1_000.0           # junction distances kept per network up to this far (metres; the routes' search limit)
+SOURCES_PER_PASS = 256     # Dijkstra sources per pass: memory 8 bytes x this x the junctions of one tile's subgraph
+
+
+@dataclass(frozen=True, eq=False)
+class Chains:
+    """A road graph contracted onto its junctions (the module docstring).
+
+    ``junction``: the graph node of each junction; ``x``, ``y``: their plane coordinates in metres; ``matrix``:
+    the symmetric junction graph (the shortest chain between two junctions); ``ends``: (n_chains, 2) junction
+    indices of each chain's first and second end; ``length``: each chain's length; ``node_chain`` and
+    ``node_offset``: each graph node's chain and offset on it (a junction: one of its chains, at that chain's
+    end); ``order_nodes`` / ``order_offset`` / ``order_start``: each chain's nodes in order of offset, first end to
+    second (ragged, ``order_start`` the n_chains + 1 bounds); ``edge_chain``: the chain of each junction-graph
+    edge in CSR order of ``matrix``."""
+
+    junction: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    matrix: sparse.csr_matrix
+    ends: np.ndarray
+    length: np.ndarray
+    node_chain: np.ndarray
+    node_offset: np.ndarray
+    order_nodes: np.ndarray
+    order_offset: np.ndarray
+    order_start: np.ndarray
+    edge_chain: np.ndarray
+    edge_key: np.ndarray        # min(u, v) * n_nodes + max(u, v) of each graph edge, sorted
+    chain_of_edge: np.ndarray   # the chain of each of those edges
+
+    def position(self, graph, segment, t) -> tuple[np.ndarray, np.ndarray]:
+        """``(chain, offset)`` of positions ``(segment, t)``: the chain of the segment's edge, the offset
+        interpolated between its two nodes' (a segment whose ends are one node: that node's chain and offset)."""
+        seg = np.asarray(segment, dtype=np.int64)
+        t = np.asarray(t, dtype=np.float64)
+        u, v = graph.u[seg], graph.v[seg]
+        key = np.minimum(u, v) * graph.n_nodes + np.maximum(u, v)
+        at = np.minimum(np.searchsorted(self.edge_key, key), max(len(self.edge_key) - 1, 0))
+        on_edge = (u != v) & (self.edge_key[at] == key) if len(self.edge_key) else np.zeros(len(u), bool)
+        chain = np.where(on_edge, self.chain_of_edge[at] if len(self.edge_key) else -1, self.node_chain[u])
+        ou = self._offset_on(u, chain)
+        ov = self._offset_on(v, chain)
+        return chain, ou + t * (ov - ou)
+
+    def _is_junction(self, node):
+        return self.node_offset[node] < 0
+
+    def _offset_on(self, node, chain):
+        """The offset of ``node`` on ``chain`` (a node on it or one of its ends)."""
+        inner = ~self._is_junction(node)
+        c = np.maximum(chain, 0)
+        second = self.junction[self.ends[c, 1]] == node
+        end_offset = np.where(second & (self.junction[self.ends[c, 0]] != node), self.length[c], 0.0)
+        return np.where(chain < 0, 0.0, np.where(inner, self.node_offset[node], end_offset))
+
+    def point_at(self, graph, chain, offset) -> tuple[np.ndarray, np.ndarray]:
+        """(lat, lon) at ``offset`` metres along each ``chain`` (linear between its nodes)."""
+        chain = np.asarray(chain, dtype=np.int64)
+        offset = np.clip(np.asarray(offset, dtype=np.float64), 0.0, self.length[chain])
+        scale = float(self.length.max(initial=0.0)) + 1.0
+        key = self.order_chain_key(scale)
+        pos = np.searchsorted(key, chain * scale + offset, side="right") - 1
+        pos = np.clip(pos, self.order_start[chain], self.order_start[chain + 1] - 2)
+        o0, o1 = self.order_offset[pos], self.order_offset[pos + 1]
+        f = np.where(o1 > o0, (offset - o0) / np.maximum(o1 - o0, 1e-12), 0.0)
+        a, b = self.order_nodes[pos], self.order_nodes[pos + 1]
+        return (graph.node_lat[a] + f * (graph.node_lat[b] - graph.node_lat[a]),
+                graph.node_lon[a] + f * (graph.node_lon[b] - graph.node_lon[a]))
+
+    @cached_property
+    def near(self) -> "_Near":
+        """Every road distance between junctions up to :data:`NEAR_M` (built once per network)."""
+        return _Near.build(self, NEAR_M)
+
+    def distances(self, a, b, limit_m: float) -> np.ndarray:
+        """Road distance from junction ``a[i]`` to ``b[i]`` (inf beyond ``limit_m``)."""
+        if limit_m <= self.near.limit_m:
+            return self.near.distances(a, b, limit_m)
+        return node_distances(self.matrix, self.x, self.y, a, b, limit_m)
+
+    def paths(self, a, b, limit_m: float):
+        """Junction paths from ``a[i]`` to ``b[i]``, as :func:`node_paths` gives them."""
+        if limit_m <= self.near.limit_m:
+            return self.near.paths(a, b, limit_m)
+        return node_paths(self.matrix, self.x, self.y, a, b, limit_m)
+
+    def order_chain_key(self, scale: float) -> np.ndarray:
+        counts = np.diff(self.order_start)
+        return np.repeat(np.arange(len(counts)), counts) * scale + self.order_offset
+
+
+@dataclass(frozen=True, eq=False)
+class _Near:
+    """Every junction-to-junction road distance up to ``limit_m``, sorted by ``key = a * n + b``, with the
+    junction before b on that path (``pred``, -1 at a itself). Memory: 16 bytes per pair (downtown San Francisco:
+    about 1.4 million pairs within 1 km, 22 MB)."""
+
+    limit_m: float
+    n: int
+    key: np.ndarray
+    dist: np.ndarray
+    pred: np.ndarray
+
+    @classmethod
+    def build(cls, ch: "Chains", limit_m: float) -> "_Near":
+        n = len(ch.junction)
+        keys, dists, preds = [], [], []
+        if n:
+            for which, local, dist, pred in _tile_passes(ch.matrix, ch.x, ch.y, np.arange(n), limit_m, True):
+                r, col = np.nonzero(np.isfinite(dist))
+                keys.append(which[r] * n + local[col])
+                dists.append(dist[r, col].astype(np.float32))
+                p = pred[r, col]
+                preds.append(np.where(p >= 0, local[np.maximum(p, 0)], -1).astype(np.int32))
+        key = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+        order = np.argsort(key)
+        return cls(float(limit_m), n, key[order],
+                   np.concatenate(dists)[order] if keys else np.zeros(0, np.float32),
+                   np.concatenate(preds)[order] if keys else np.zeros(0, np.int32))
+
+    def _find(self, a, b):
+        key = np.asarray(a, dtype=np.int64) * self.n + np.asarray(b, dtype=np.int64)
+        order = np.argsort(key)              # sorted needles: numpy's binary searches then run 5-10x faster
+        pos = np.empty(len(key), np.int64)
+        pos[order] = np.searchsorted(self.key, key[order])
+        pos = np.minimum(pos, max(len(self.key) - 1, 0))
+        found = (self.key[pos] == key) if len(self.key) else np.zeros(len(key), bool)
+        return pos, found
+
+    def distances(self, a, b, limit_m: float) -> np.ndarray:
+        a, b = np.asarray(a, dtype=np.int64).ravel(), np.asarray(b, dtype=np.int64).ravel()
+        pos, found = self._find(a, b)
+        d = np.where(found, self.dist[pos] if len(self.key) else np.inf, np.inf).astype(np.float64)
+        return np.where(d <= limit_m, d, np.inf)
+
+    def paths(self, a, b, limit_m: float):
+        a, b = np.asarray(a, dtype=np.int64).ravel(), np.asarray(b, dtype=np.int64).ravel()
+        dist = self.distances(a, b, limit_m)
+        alive = np.isfinite(dist)
+        cur = b.copy()
+        pairs, nodes, steps = [], [], []
+        step = 0
+        while alive.any():
+            idx = np.flatnonzero(alive)
+            pairs.append(idx)
+            nodes.append(cur[idx])
+            steps.append(np.full(len(idx), step))
+            pos, _ = self._find(a[idx], cur[idx])
+            prev = self.pred[pos].astype(np.int64)
+            alive[idx] = prev >= 0
+            cur[idx] = np.where(prev >= 0, prev, cur[idx])
+            step += 1
+        return _ragged(len(a), pairs, nodes, steps) + (dist,)
+
+
+def _ragged(m, pairs, nodes, steps):
+    """Per-pair node lists collected target first (one step per node) as ragged ``(offsets, nodes)``, source
+    first."""
+    if not pairs:
+        return np.zeros(m + 1, np.int64), np.zeros(0, np.int64)
+    pair, node, st = np.concatenate(pairs), np.concatenate(nodes), np.concatenate(steps)
+    order = np.lexsort((-st, pair))                      # per pair, the source (its last step) first
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=m))])
+    return offsets.astype(np.int64), node[order].astype(np.int64)
+
+
+def chains_of(roads) -> Chains:
+    """The :class:`Chains` of a :class:`duckmob.roads.Roads` (built on first use, then kept with the network)."""
+    got = roads.__dict__.get("_chains")
+    if got is None:
+        got = roads.__dict__["_chains"] = build_chains(roads.graph)
+    return got
+
+
+def build_chains(graph) -> Chains:
+    """The graph's :class:`Chains` (a function of the public network only; built once per network)."""
+    n = graph.n_nodes
+    m = graph.matrix.tocsr()
+    deg = np.diff(m.indptr)
+    upper = sparse.triu(m, k=1).tocoo()
+    ea, eb, el = upper.row.astype(np.int64), upper.col.astype(np.int64), upper.data.astype(np.float64)
+    by_key = np.argsort(ea * n + eb)
+    ea, eb, el = ea[by_key], eb[by_key], el[by_key]
+    junction = deg != 2
+    for _ in range(3):      # loops: a chain must have two distinct ends; make one more node of a loop a junction
+        chain, ends_ok, first_inner = _chains_of(n, ea, eb, junction)
+        if ends_ok.all():
+            break
+        junction = junction.copy()
+        junction[first_inner[~ends_ok]] = True
+    else:
+        raise DuckmobError("roads: could not contract the road graph (a loop without ends)")
+    n_chains = int(chain.max()) + 1 if len(chain) else 0
+    length = np.bincount(chain, weights=el, minlength=n_chains)
+    # each chain's two ends: the junction endpoints of its edges, in edge order
+    side_chain = np.concatenate([chain, chain])
+    side_node = np.concatenate([ea, eb])
+    at_end = junction[side_node]
+    order = np.lexsort((np.arange(len(side_chain))[at_end], side_chain[at_end]))
+    end_nodes = side_node[at_end][order].reshape(n_chains, 2)
+    jid = np.full(n, -1, np.int64)
+    jnodes = np.flatnonzero(junction)
+    jid[jnodes] = np.arange(len(jnodes))
+    ends = jid[end_nodes]
+    # offsets of the inner nodes: Dijkstra from every junction on a graph that cannot enter a junction, so each
+    # inner node is reached along its own chain only, from its nearer end
+    keep = ~junction[m.indices]
+    rows = np.repeat(np.arange(n), deg)
+    inward = sparse.csr_matrix((m.data[keep], (rows[keep], m.indices[keep])), shape=(n, n))
+    node_chain = np.full(n, -1, np.int64)
+    node_chain[ea] = chain
+    node_chain[eb] = chain
+    node_offset = np.full(n, -1.0)
+    inner = np.flatnonzero(~junction)
+    if len(jnodes) and len(inner):
+        dist, _, src = csgraph.dijkstra(inward, directed=True, indices=jnodes, min_only=True,
+                                        return_predecessors=True)
+        c = node_chain[inner]
+        from_first = src[inner] == end_nodes[c, 0]
+        node_offset[inner] = np.where(from_first, dist[inner], length[c] - dist[inner])
+    # a junction's chain: any chain it ends (node_chain above holds one of them already)
+    # each chain's nodes in order of offset: its first end, its inner nodes, its second end
+    cn = np.concatenate([end_nodes[:, 0], inner, end_nodes[:, 1]])
+    cc = np.concatenate([np.arange(n_chains), node_chain[inner], np.arange(n_chains)])
+    co = np.concatenate([np.zeros(n_chains), node_offset[inner], length])
+    o = np.lexsort((co, cc))
+    order_start = np.concatenate([[0], np.cumsum(np.bincount(cc, minlength=n_chains))]).astype(np.int64)
+    # the junction graph: per pair of ends, the shortest chain
+    a, b = ends[:, 0], ends[:, 1]
+    pa_, pb_ = np.concatenate([a, b]), np.concatenate([b, a])
+    pc = np.concatenate([np.arange(n_chains), np.arange(n_chains)])
+    pl = np.concatenate([length, length])
+    srt = np.lexsort((pc, pl, pb_, pa_))
+    pa_, pb_, pc, pl = pa_[srt], pb_[srt], pc[srt], pl[srt]
+    first = np.r_[True, (pa_[1:] != pa_[:-1]) | (pb_[1:] != pb_[:-1])] if len(pa_) else np.zeros(0, bool)
+    pa_, pb_, pc, pl = pa_[first], pb_[first], pc[first], pl[first]
+    nj = len(jnodes)
+    matrix = sparse.csr_matrix((np.maximum(pl, 1e-9), (pa_, pb_)), shape=(nj, nj))
+    matrix.sort_indices()
+    edge_chain = pc[np.lexsort((pb_, pa_))]          # CSR order: by row, then column
+    x, y = _plane(graph.node_lat[jnodes], graph.node_lon[jnodes], graph)
+    return Chains(junction=jnodes, x=x, y=y, matrix=matrix, ends=ends, length=length, node_chain=node_chain,
+                  node_offset=node_offset, order_nodes=cn[o], order_offset=co[o], order_start=order_start,
+                  edge_chain=edge_chain, edge_key=ea * n + eb, chain_of_edge=chain)
+
+
+def _chains_of(n, ea, eb, junction):
+    """The chain of each edge (connected through degree-2 nodes), whether each chain has two distinct junction
+    ends, and for each chain its lowest inner node (-1 when none)."""
+    e = len(ea)
+    r = np.concatenate([np.arange(e), np.arange(e)])
+    c = np.concatenate([ea, eb])
+    keep = ~junction[c]
+    inc = sparse.csr_matrix((np.ones(int(keep.sum())), (r[keep], c[keep])), shape=(e, n))
+    _, chain = csgraph.connected_components(inc @ inc.T, directed=False)
+    n_chains = int(chain.max()) + 1 if e else 0
+    side_chain = np.concatenate([chain, chain])
+    at_end = junction[c]
+    n_ends = np.bincount(side_chain[at_end], minlength=n_chains)
+    lo = np.full(n_chains, np.iinfo(np.int64).max)
+    hi = np.full(n_chains, -1)
+    np.minimum.at(lo, side_chain[at_end], c[at_end])
+    np.maximum.at(hi, side_chain[at_end], c[at_end])
+    first_inner = np.full(n_chains, np.iinfo(np.int64).max)
+    np.minimum.at(first_inner, side_chain[keep], c[keep])
+    first_inner[first_inner == np.iinfo(np.int64).max] = -1
+    ok = (n_ends == 2) & (lo != hi)
+    ok |= first_inner < 0                     # a single edge between two junctions always has its ends
+    return chain, ok, first_inner
+
+
+def _plane(lat, lon, graph) -> tuple[np.ndarray, np.ndarray]:
+    """A local equirectangular plane in metres (one per graph: its mean latitude)."""
+    lat0 = float(np.mean(graph.node_lat)) if graph.n_nodes else 0.0
+    ky = math.radians(1.0) * EARTH_RADIUS_M
+    return np.asarray(lon) * ky * math.cos(math.radians(lat0)), np.asarray(lat) * ky
+
+
+# ---------------------------------------------------------------------------------------------- searches
+
+def _tile_passes(matrix, x, y, sources, limit_m: float, paths: bool, sources_per_pass: int = SOURCES_PER_PASS):
+    """Dijkstra from each of ``sources`` (distinct node ids) on local subgraphs of the symmetric ``matrix`` (nodes
+    at plane coordinates ``x``, ``y``; the module docstring), yielding per pass ``(which, local, dist, pred)``:
+    the positions in ``sources`` searched, the subgraph's nodes (sorted), the distances to them (inf beyond
+    ``limit_m``) and, with ``paths``, the predecessors (local indices). The matrix is symmetric, so the searches
+    run on it as directed (scipy would symmetrise it again on every call otherwise)."""
+    limit_m = float(limit_m)
+    tile_m = max(limit_m / 2.0, 1.0)
+    tx = np.floor(x[sources] / tile_m).astype(np.int64)
+    ty = np.floor(y[sources] / tile_m).astype(np.int64)
+    tile_key = (tx - tx.min()) * (int(ty.max() - ty.min()) + 1) + (ty - ty.min())
+    by_tile = np.argsort(tile_key, kind="stable")        # sources in tile order
+    starts = np.flatnonzero(np.r_[True, tile_key[by_tile][1:] != tile_key[by_tile][:-1]])
+    ends = np.r_[starts[1:], len(sources)]
+    tree = cKDTree(np.column_stack([x, y]))
+    reach = tile_m * math.sqrt(0.5) + limit_m
+    for s0, s1 in zip(starts, ends):                     # one subgraph per tile (a loop over tiles, not points)
+        first = by_tile[s0]
+        cx, cy = (tx[first] + 0.5) * tile_m, (ty[first] + 0.5) * tile_m
+        local = np.sort(np.asarray(tree.query_ball_point([cx, cy], reach), dtype=np.int64))
+        sub = matrix[local][:, local]
+        for c0 in range(s0, s1, sources_per_pass):
+            which = by_tile[c0:min(c0 + sources_per_pass, s1)]
+            got = csgraph.dijkstra(sub, directed=True, indices=np.searchsorted(local, sources[which]),
+                                   limit=limit_m, return_predecessors=paths)
+            dist, pred = got if paths else (got, None)
+            yield which, local, np.atleast_2d(dist), (np.atleast_2d(pred) if paths else None)
+
+
+def _searches(matrix, x, y, a, b, limit_m: float, paths: bool):
+    """Dijkstra from each distinct node of ``a`` to ``b`` (element-wise; :func:`_tile_passes`), yielding per pass
+    ``(pick, dist, walk)``: the pairs it answers, their distances (inf beyond ``limit_m``) and, with ``paths``,
+    ``(pred, local, rows, at)`` to walk each path back."""
+    a = np.asarray(a, dtype=np.int64).ravel()
+    b = np.asarray(b, dtype=np.int64).ravel()
+    if not len(a):
+        return
+    sources, row = np.unique(a, return_inverse=True)
+    pair_order = np.argsort(row, kind="stable")
+    sorted_row = row[pair_order]
+    for which, local, dist, pred in _tile_passes(matrix, x, y, sources, limit_m, paths):
+        rank = np.full(len(sources), -1, np.int64)
+        rank[which] = np.arange(len(which))
+        lo, hi = np.searchsorted(sorted_row, which), np.searchsorted(sorted_row, which, side="right")
+        pick = pair_order[_ranges(lo, hi)]
+        at = np.minimum(np.searchsorted(local, b[pick]), len(local) - 1)
+        found = local[at] == b[pick]
+        rows = rank[row[pick]]
+        d = np.where(found, dist[rows, at], np.inf)
+        yield pick, d, ((pred, local, rows, at) if paths else None)
+
+
+def _ranges(lo, hi) -> np.ndarray:
+    """The concatenation of ``arange(lo[i], hi[i])``, vectorised."""
+    n = np.maximum(np.asarray(hi) - np.asarray(lo), 0)
+    total = int(n.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    return np.repeat(np.asarray(lo) - np.cumsum(n) + n, n) + np.arange(total)
+
+
+def node_distances(matrix, x, y, a, b, limit_m: float) -> np.ndarray:
+    """Shortest distance from node ``a[i]`` to node ``b[i]`` of the symmetric ``matrix`` (element-wise), inf where
+    it is over ``limit_m`` or there is no path (:func:`_searches`)."""
+    out = np.full(len(np.asarray(a).ravel()), np.inf)
+    for pick, d, _ in _searches(matrix, x, y, a, b, limit_m, paths=False):
+        out[pick] = d
+    return out
+
+
+def node_paths(matrix, x, y, a, b, limit_m: float):
+    """The shortest path from node ``a[i]`` to node ``b[i]`` (element-wise) as ragged arrays ``(offsets, nodes)``:
+    path i is ``nodes[offsets[i]:offsets[i + 1]]``, ``a[i]`` first and ``b[i]`` last (one node when they are equal,
+    none when b is over ``limit_m`` away or unreachable); and the distances. Vectorised over the pairs: one NumPy
+    step per node of the longest path of a pass."""
+    a = np.asarray(a, dtype=np.int64).ravel()
+    dist = np.full(len(a), np.inf)
+    pairs, nodes, steps = [], [], []
+    for pick, d, (pred, local, rows, at) in _searches(matrix, x, y, a, b, limit_m, paths=True):
+        dist[pick] = d
+        alive = np.isfinite(d)
+        cur = at.copy()
+        step = 0
+        while alive.any():
+            idx = np.flatnonzero(alive)
+            pairs.append(pick[idx])
+            nodes.append(local[cur[idx]])
+            steps.append(np.full(len(idx), step))
+            prev = pred[rows[idx], cur[idx]]
+            alive[idx] = prev >= 0
+            cur[idx] = np.where(prev >= 0, prev, cur[idx])
+            step += 1
+    return _ragged(len(a), pairs, nodes, steps) + (dist,)
+
+
+# ---------------------------------------------------------------------------------------------- road distances
+
+def network_distance(roads, seg_a, t_a, seg_b, t_b, limit_m: float = 2_000.0) -> np.ndarray:
+    """The road distance in metres between positions ``(seg_a, t_a)`` and ``(seg_b, t_b)`` (element-wise; the
+    module docstring), inf where it is over ``limit_m`` or the two are not connected."""
+    return _Legs.between(roads, seg_a, t_a, seg_b, t_b, limit_m).dist
+
+
+@dataclass(frozen=True, eq=False)
+class _Legs:
+    """How each pair of positions is joined: its distance, the ends (0/1) it leaves and enters its chains by,
+    whether it runs along one chain, the chains and offsets."""
+
+    dist: np.ndarray
+    exit_end: np.ndarray
+    entry_end: np.ndarray
+    along: np.ndarray
+    chain_a: np.ndarray
+    off_a: np.ndarray
+    chain_b: np.ndarray
+    off_b: np.ndarray
+
+    @classmethod
+    def between(cls, roads, seg_a, t_a, seg_b, t_b, limit_m: float) -> "_Legs":
+        graph, ch = roads.graph, chains_of(roads)
+        seg_a, seg_b = np.asarray(seg_a, dtype=np.int64).ravel(), np.asarray(seg_b, dtype=np.int64).ravel()
+        t_a, t_b = np.asarray(t_a, dtype=np.float64).ravel(), np.asarray(t_b, dtype=np.float64).ravel()
+        if not (len(seg_a) == len(t_a) == len(seg_b) == len(t_b)):
+            raise DuckmobError("network_distance: the four arrays must have the same length")
+        ca, oa = ch.position(graph, seg_a, t_a)
+        cb, ob = ch.position(graph, seg_b, t_b)
+        ca0, cb0 = np.maximum(ca, 0), np.maximum(cb, 0)
+        valid = (ca >= 0) & (cb >= 0)
+        along = valid & (ca == cb)
+        direct = np.where(along, np.abs(oa - ob), np.inf)
+        da = np.stack([oa, ch.length[ca0] - oa])              # to the first and the second end of a's chain
+        db = np.stack([ob, ch.length[cb0] - ob])
+        ja, jb = ch.ends[ca0].T, ch.ends[cb0].T                # (2, m) junction indices
+        ia, ib = np.repeat(np.arange(2), 2), np.tile(np.arange(2), 2)
+        d = ch.distances(ja[ia].ravel(), jb[ib].ravel(), limit_m).reshape(4, -1)
+        total = d + da[ia] + db[ib]
+        total[:, ~valid] = np.inf
+        best = np.argmin(total, axis=0)
+        via = total[best, np.arange(len(best))]
+        dist = np.minimum(direct, via)
+        dist = np.where(dist <= limit_m, dist, np.inf)
+        return cls(dist=dist, exit_end=ia[best], entry_end=ib[best], along=along & (direct <= via),
+                   chain_a=ca, off_a=oa, chain_b=cb, off_b=ob)
+
+
+# ---------------------------------------------------------------------------------------------- trajectories on roads
+
+# Routed placement, public knobs: each point picks among ROUTE_CANDIDATES positions drawn by the released density
+# near it, with weight exp(-detour / ROUTE_DETOUR_M) (its detour: the road distance to its neighbours less the
+# straight one), in ROUTE_SWEEPS sweeps (odd points, then even ones, ...); road distances searched up to
+# ROUTE_LIMIT_M (farther: no preference, and the walk joins the two points straight).
+ROUTE_CANDIDATES = 4
+ROUTE_SWEEPS = 2
+ROUTE_DETOUR_M = 30.0
+ROUTE_LIMIT_M = 1_000.0
+
+
+def route(placer, offsets, lat, lon, rng: np.random.Generator, candidates: int = ROUTE_CANDIDATES,
+          sweeps: int = ROUTE_SWEEPS, detour_m: float = ROUTE_DETOUR_M, limit_m: float = ROUTE_LIMIT_M):
+    """Positions ``(segment, t)`` on the placer's roads for the points of trajectories ``offsets`` (ragged), so
+    that consecutive points are joined by short road paths.
+
+    Each point gets ``candidates`` positions drawn independently by ``placer`` (:meth:`duckmob.roads.Placer.draw`:
+    the released road density near it) and starts with the first. Then, in ``sweeps`` sweeps over the points at
+    odd positions of their trajectory, then the even ones, and so on (a point's neighbours keep their choice while
+    it chooses, so a sweep is vectorised over all its points), each point takes one of its candidates with
+    probability proportional to ``exp(-detour / detour_m)``: the road distance to its neighbours' positions
+    (:func:`network_distance`, searched up to ``limit_m``; beyond, ``limit_m``) less the straight one, summed over
+    both neighbours. Post-processing of the released model and the public roads; the draws use ``rng`` (under a
+    seed, the same positions)."""
+    lat = np.asarray(lat, dtype=np.float64).ravel()
+    lon = np.asarray(lon, dtype=np.float64).ravel()
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n, c = len(lat), int(candidates)
+    cand_seg, cand_t = placer.draw(np.repeat(lat, c), np.repeat(lon, c), rng)
+    cand_seg, cand_t = cand_seg.reshape(n, c), cand_t.reshape(n, c)
+    choice = np.zeros(n, np.int64)
+    if c > 1 and n > 1:
+        roads = placer.roads
+        cx, cy = placer.index.plane(*_along(roads, cand_seg, cand_t))
+        counts = np.diff(offsets)
+        k = np.arange(n) - np.repeat(offsets[:-1], counts)          # position within its trajectory
+        size = np.repeat(counts, counts)
+        for sweep in range(int(sweeps)):
+            sel = np.flatnonzero((k % 2 == (sweep + 1) % 2) & (size > 1))
+            cost = np.zeros((len(sel), c))
+            for step, has in ((-1, k[sel] > 0), (1, k[sel] < size[sel] - 1)):
+                mine = sel[has]
+                nb = mine + step
+                pick = choice[nb]
+                road = network_distance(roads, np.repeat(cand_seg[nb, pick], c), np.repeat(cand_t[nb, pick], c),
+                                        cand_seg[mine].ravel(), cand_t[mine].ravel(), limit_m).reshape(-1, c)
+                straight = np.hypot(cx[mine] - cx[nb, pick][:, None], cy[mine] - cy[nb, pick][:, None])
+                cost[has] += np.minimum(road - straight, limit_m)
+            w = np.exp(-(cost - cost.min(axis=1, keepdims=True)) / float(detour_m))
+            cum = np.cumsum(w, axis=1)
+            u = rng.random(len(sel)) * cum[:, -1]
+            choice[sel] = np.minimum((cum < u[:, None]).sum(axis=1), c - 1)
+    rows = np.arange(n)
+    return cand_seg[rows, choice], cand_t[rows, choice]
+
+
+def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M) -> tuple[np.ndarray, np.ndarray]:
+    """(lat, lon) of each trajectory's points (ragged ``offsets``) moved to equal steps along the road path through
+    its positions ``(seg, t)``: consecutive positions joined by their shortest road path (searched up to
+    ``limit_m``); two farther apart, or not connected, are joined straight and the points that fall on that
+    stretch go to their nearest road. The same number of points, the first and last where they were: every point
+    on a road, and consecutive points joined by a road, as a vehicle's fixes are. A function of the positions and
+    the public roads only (post-processing)."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    seg, t = np.asarray(seg, dtype=np.int64), np.asarray(t, dtype=np.float64)
+    lat, lon = _along(roads, seg, t)
+    counts = np.diff(offsets)
+    traj = np.repeat(np.arange(len(counts)), counts)
+    a = np.flatnonzero(traj[:-1] == traj[1:])                  # consecutive points of one trajectory
+    if not len(a):
+        return lat, lon
+    graph, ch = roads.graph, chains_of(roads)
+    legs = _Legs.between(roads, seg[a], t[a], seg[a + 1], t[a + 1], limit_m)
+    pair, chain, o0, o1 = _pieces_of(ch, legs, limit_m)        # in order; chain -1: a straight jump
+    pa, pb = a[pair], a[pair] + 1
+    plen = np.where(chain < 0, haversine_m(lat[pa], lon[pa], lat[pb], lon[pb]), np.abs(o1 - o0))
+    # arc length along each trajectory's pieces; its points at equal steps of it
+    piece_traj = traj[pa]
+    first = np.searchsorted(piece_traj, np.arange(len(counts)))
+    last = np.searchsorted(piece_traj, np.arange(len(counts)), side="right") - 1
+    cum = np.cumsum(plen)
+    start = cum - plen
+    base = np.where(first <= last, start[np.minimum(first, len(start) - 1)], 0.0)
+    total = np.bincount(piece_traj, weights=plen, minlength=len(counts))
+    k = np.arange(len(traj)) - offsets[:-1][traj]
+    target = base[traj] + k / np.maximum(counts[traj] - 1, 1) * total[traj]
+    moved = np.flatnonzero(first[traj] <= last[traj])
+    mt = traj[moved]
+    at = np.clip(np.searchsorted(cum, target[moved], side="left"), first[mt], last[mt])
+    f = np.clip((target[moved] - start[at]) / np.maximum(plen[at], 1e-12), 0.0, 1.0)
+    c = chain[at]
+    on_lat, on_lon = ch.point_at(graph, np.maximum(c, 0), o0[at] + f * (o1[at] - o0[at]))
+    straight_lat = lat[pa[at]] + f * (lat[pb[at]] - lat[pa[at]])
+    straight_lon = lon[pa[at]] + f * (lon[pb[at]] - lon[pa[at]])
+    out_lat, out_lon = lat.copy(), lon.copy()
+    out_lat[moved] = np.where(c >= 0, on_lat, straight_lat)
+    out_lon[moved] = np.where(c >= 0, on_lon, straight_lon)
+    jumped = moved[(c < 0) & (f > 0) & (f < 1)]
+    if len(jumped):                                          # off a road on a straight stretch: to the nearest
+        _, _, out_lat[jumped], out_lon[jumped], _ = snap(roads, out_lat[jumped], out_lon[jumped])
+    return out_lat, out_lon
+
+
+def _pieces_of(ch: Chains, legs: _Legs, limit_m: float):
+    """The pieces of chain each pair's road path runs along, in order: ``(pair, chain, from, to)`` offsets on the
+    chain (chain -1: a straight jump, for a pair with no road path within ``limit_m``)."""
+    m = len(legs.dist)
+    idx = np.arange(m)
+    routed = np.isfinite(legs.dist) & ~legs.along
+    # the junction path of each routed pair, from its exit end to its entry end
+    ja = ch.ends[np.maximum(legs.chain_a, 0), legs.exit_end]
+    jb = ch.ends[np.maximum(legs.chain_b, 0), legs.entry_end]
+    r = np.flatnonzero(routed)
+    poff, pnodes, _ = ch.paths(ja[r], jb[r], limit_m)
+    hops = np.diff(poff) - 1                                  # junction hops of each routed pair
+    has_hop = np.ones(len(pnodes), bool)
+    has_hop[poff[1:][np.diff(poff) > 0] - 1] = False
+    h = np.flatnonzero(has_hop)
+    j0, j1 = pnodes[h], pnodes[h + 1]
+    nj = len(ch.junction)
+    csr_key = np.repeat(np.arange(nj), np.diff(ch.matrix.indptr)) * nj + ch.matrix.indices
+    hop_chain = ch.edge_chain[np.searchsorted(csr_key, j0 * nj + j1)]
+    forward = ch.ends[hop_chain, 0] == j0
+    hop_from = np.where(forward, 0.0, ch.length[hop_chain])
+    hop_to = np.where(forward, ch.length[hop_chain], 0.0)
+    hop_pair = np.repeat(r, np.maximum(hops, 0))
+    end_off = lambda c, e: np.where(e == 0, 0.0, ch.length[np.maximum(c, 0)])   # noqa: E731
+    parts = [  # (pair, rank within the pair, chain, from, to)
+        (idx[legs.along], np.zeros(int(legs.along.sum())), legs.chain_a[legs.along], legs.off_a[legs.along],
+         legs.off_b[legs.along]),
+        (r, np.zeros(len(r)), legs.chain_a[r], legs.off_a[r], end_off(legs.chain_a[r], legs.exit_end[r])),
+        (hop_pair, 1 + np.arange(len(h)) - np.repeat(np.cumsum(np.maximum(hops, 0)) - np.maximum(hops, 0),
+                                                      np.maximum(hops, 0)), hop_chain, hop_from, hop_to),
+        (r, np.full(len(r), 1 << 40), legs.chain_b[r], end_off(legs.chain_b[r], legs.entry_end[r]), legs.off_b[r]),
+    ]
+    far = np.flatnonzero(~np.isfinite(legs.dist))
+    parts.append((far, np.zeros(len(far)), np.full(len(far), -1), np.zeros(len(far)), np.zeros(len(far))))
+    pair = np.concatenate([p[0] for p in parts]).astype(np.int64)
+    rank = np.concatenate([p[1] for p in parts])
+    order = np.lexsort((rank, pair))
+    return (pair[order], np.concatenate([p[2] for p in parts]).astype(np.int64)[order],
+            np.concatenate([p[3] for p in parts])[order], np.concatenate([p[4] for p in parts])[order])
+
+
+def _along(roads, seg, t):
+    seg = np.asarray(seg, dtype=np.int64)
+    t = np.asarray(t, dtype=np.float64)
+    return (roads.lat1[seg] + t * (roads.lat2[seg] - roads.lat1[seg]),
+            roads.lon1[seg] + t * (roads.lon2[seg] - roads.lon1[seg]))
+
+
+__all__ = ["Chains", "build_chains", "chains_of", "network_distance", "node_distances", "node_paths", "route", "walk"]

@@ -1,0 +1,154 @@
+"""Road distances, road paths and trajectories walked along them (duckmob.road_paths; issue 39, item 3)."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from scipy.sparse import csgraph
+
+from duckmob.grid import haversine_m
+from duckmob.road_paths import ROUTE_LIMIT_M, build_chains, chains_of, network_distance, route, walk
+from duckmob.roads import Placer, Roads, points_along, snap
+from grid_roads import grid_roads
+
+BOX = [37.76, -122.45, 37.80, -122.38]
+
+
+@pytest.fixture(scope="module")
+def sf():
+    import duckmob
+
+    con = duckmob.connect()
+    roads = Roads.of(con.sql("FROM mob_sf_roads()").to_arrow_table())
+    con.close()
+    return roads
+
+
+def brute_force(roads, sa, ta, sb, tb, limit):
+    """The road distance by Dijkstra on the full (uncontracted) graph: the shortest of the four ways out of one
+    segment's ends and into the other's, or along one segment."""
+    g = roads.graph
+    length = g.length_m
+    nodes = np.unique(np.r_[g.u[sa], g.v[sa]])
+    dist = csgraph.dijkstra(g.matrix, directed=False, indices=nodes)
+    row = {n: i for i, n in enumerate(nodes)}
+    out = np.empty(len(sa))
+    for i in range(len(sa)):
+        best = abs(ta[i] - tb[i]) * length[sa[i]] if sa[i] == sb[i] else np.inf
+        for na, da in ((g.u[sa[i]], ta[i] * length[sa[i]]), (g.v[sa[i]], (1 - ta[i]) * length[sa[i]])):
+            for nb, db in ((g.u[sb[i]], tb[i] * length[sb[i]]), (g.v[sb[i]], (1 - tb[i]) * length[sb[i]])):
+                best = min(best, da + dist[row[na], nb] + db)
+        out[i] = best
+    return np.where(out <= limit, out, np.inf)
+
+
+def test_road_distances_equal_dijkstra_on_the_whole_graph(sf):
+    """The contracted graph (chains between junctions, searched on local subgraphs and in the kept table of
+    junction distances) gives the same distances as Dijkstra over every node of San Francisco's graph."""
+    rng = np.random.default_rng(3)
+    m = 600
+    sa = rng.integers(0, len(sf), m)
+    ta = rng.random(m)
+    lat, lon = points_along(sf, sa, ta)
+    sb, tb, *_ = snap(sf, lat + rng.normal(0, 0.002, m), lon + rng.normal(0, 0.002, m))
+    sb[:40], tb[:40] = sa[:40], rng.random(40)                     # some on the same segment
+    for limit in (ROUTE_LIMIT_M, 2_500.0):                         # the kept table, and searches beyond it
+        got = network_distance(sf, sa, ta, sb, tb, limit)
+        want = brute_force(sf, sa, ta, sb, tb, limit)
+        assert np.array_equal(np.isfinite(got), np.isfinite(want))
+        assert np.isfinite(got).mean() > 0.5
+        assert np.allclose(got[np.isfinite(got)], want[np.isfinite(want)], atol=1e-3)
+
+
+def test_chains_contract_shape_points_and_break_loops():
+    """A ring road with no crossing (a loop of degree-2 nodes) and a spur: every segment lies on a chain with two
+    distinct ends, and distances around the ring are the shorter way round."""
+    ang = np.linspace(0, 2 * np.pi, 13)[:-1]
+    lat = 37.77 + 0.003 * np.sin(ang)
+    lon = -122.42 + 0.004 * np.cos(ang)
+    ring = Roads.from_arrays(lat, lon, np.roll(lat, -1), np.roll(lon, -1))
+    ch = build_chains(ring.graph)
+    assert len(ch.length) >= 2 and (ch.ends[:, 0] != ch.ends[:, 1]).all()
+    assert np.isclose(ch.length.sum(), ring.length_m.sum())
+    sa, sb = np.array([0, 0, 2]), np.array([6, 11, 9])
+    ta, tb = np.array([0.0, 0.0, 0.5]), np.array([0.0, 1.0, 0.5])
+    got = network_distance(ring, sa, ta, sb, tb, 10_000)
+    assert np.allclose(got, brute_force(ring, sa, ta, sb, tb, 10_000))
+    assert got[1] < 1e-6          # segment 11 ends where segment 0 starts
+
+
+def test_a_walk_keeps_the_points_on_the_roads_and_joins_them_by_roads(sf):
+    """Walked trajectories keep their number of points and their first and last points; every point lies on a road
+    (within 1 m) and consecutive points are a shorter drive apart than points placed one by one (straight lines
+    across the street grid: the road distance between consecutive points over the straight one, its median and
+    90th percentile both lower)."""
+    rng = np.random.default_rng(5)
+    n_traj, per = 300, 12
+    lat0, lon0 = rng.uniform(37.765, 37.795, n_traj), rng.uniform(-122.44, -122.39, n_traj)
+    heading = rng.uniform(0, 2 * np.pi, n_traj)
+    step = np.arange(per) * 0.0025                                  # about 250 m a step, in a straight line
+    lat = (lat0[:, None] + np.sin(heading)[:, None] * step).ravel()
+    lon = (lon0[:, None] + np.cos(heading)[:, None] * step * 1.26).ravel()
+    seg, t, *_ = snap(sf, lat, lon)
+    offsets = np.arange(n_traj + 1) * per
+    wl, wo = walk(sf, offsets, seg, t)
+    assert wl.shape == lat.shape
+    assert snap(sf, wl, wo)[4].max() < 1.0
+    ends = np.r_[offsets[:-1], offsets[1:] - 1]
+    plat, plon = points_along(sf, seg, t)
+    assert np.allclose(wl[ends], plat[ends]) and np.allclose(wo[ends], plon[ends])
+
+    def detours(la, lo):
+        a = np.flatnonzero(np.arange(len(la) - 1) % per != per - 1)
+        s1, t1, *_ = snap(sf, la[a], lo[a])
+        s2, t2, *_ = snap(sf, la[a + 1], lo[a + 1])
+        straight = haversine_m(la[a], lo[a], la[a + 1], lo[a + 1])
+        ok = straight > 20
+        return network_distance(sf, s1, t1, s2, t2, 5_000)[ok] / straight[ok]
+
+    walked, placed = detours(wl, wo), detours(plat, plon)
+    assert np.median(walked) < 0.97 * np.median(placed)
+    assert np.quantile(walked, 0.9) < 0.85 * np.quantile(placed, 0.9)
+
+
+def test_points_too_far_apart_for_a_road_path_are_joined_straight_then_snapped():
+    """Two separate street grids: a trajectory from one to the other has no road path; its points in between
+    still end on a road (the nearest)."""
+    west = grid_roads([37.76, -122.45, 37.77, -122.44], streets=5)
+    east = grid_roads([37.76, -122.41, 37.77, -122.40], streets=5)
+    roads = Roads.of(pa.concat_tables([west, east]))
+    lat = np.array([37.765, 37.765, 37.765, 37.765])
+    lon = np.array([-122.445, -122.43, -122.42, -122.405])
+    seg, t, *_ = snap(roads, lat, lon)
+    wl, wo = walk(roads, np.array([0, 4]), seg, t)
+    assert snap(roads, wl, wo)[4].max() < 1.0
+
+
+def test_routing_chooses_connected_neighbours_under_a_seed(sf):
+    """route: several candidates per point, chosen so that neighbours are a short drive apart, cut the detours
+    of independent draws; the same seed gives the same positions."""
+    weights = np.ones(len(sf))
+    placer = Placer(sf, weights)
+    rng = np.random.default_rng(9)
+    n_traj, per = 200, 10
+    lat0 = rng.uniform(37.765, 37.795, n_traj)
+    lon0 = rng.uniform(-122.44, -122.39, n_traj)
+    step = np.arange(per) * 0.002
+    lat = (lat0[:, None] + step).ravel()
+    lon = (lon0[:, None] + 0 * step).ravel()
+    offsets = np.arange(n_traj + 1) * per
+    one = route(placer, offsets, lat, lon, np.random.default_rng(1), candidates=1)
+    four = route(placer, offsets, lat, lon, np.random.default_rng(1))
+    again = route(placer, offsets, lat, lon, np.random.default_rng(1))
+    assert all(np.array_equal(x, y) for x, y in zip(four, again))
+
+    def mean_detour(seg, t):
+        a = np.flatnonzero(np.arange(len(seg) - 1) % per != per - 1)
+        la, lo = points_along(sf, seg, t)
+        road = network_distance(sf, seg[a], t[a], seg[a + 1], t[a + 1], 5_000)
+        return float(np.mean(road - haversine_m(la[a], lo[a], la[a + 1], lo[a + 1])))
+
+    assert mean_detour(*four) < 0.7 * mean_detour(*one)
+
+
+def test_the_chains_are_kept_with_the_network(sf):
+    assert chains_of(sf) is chains_of(sf)
