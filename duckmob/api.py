@@ -61,7 +61,7 @@ def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: s
                bbox=None, n=None, seed=None, privacy_unit: str = "trajectory", max_trajectories_per_user=None,
                params=None, outside: str = "drop", traj_col: str = "traj_id", ts_col: str = "ts",
                lat_col: str = "lat", lon_col: str = "lon", user_col: str = "user_id", max_rows=None, stability=None,
-               roads=None, stream: bool = False, batch_size: int | None = None, **method_params):
+               roads=None, scatter_m=None, stream: bool = False, batch_size: int | None = None, **method_params):
     """Fit ``method`` on ``table`` under (eps, delta)-DP (one spend of the budget of every base table ``table``
     reads) and sample a synthetic table.
 
@@ -89,7 +89,7 @@ def synthesize(con: duckdb.DuckDBPyConnection, table: str, eps: float, method: s
     args = FitArgs(eps=eps, delta=delta, method=method, bbox=bbox, privacy_unit=privacy_unit,
                    max_trajectories_per_user=max_trajectories_per_user,
                    params={**synth.parse_params(params), **method_params}, outside=outside, seed=seed, n=n,
-                   max_rows=max_rows, stability=stability, roads=roads)
+                   max_rows=max_rows, stability=stability, roads=roads, scatter_m=scatter_m)
     output = tables.synthesize(db, tables.Relation(db, con, relation, mapping, shape="points"), args)
     return output.reader(batch_size) if stream else output.table()
 

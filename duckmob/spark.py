@@ -53,12 +53,13 @@ See docs/scale.md.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 
-from duckmob import release
+from duckmob import release, validators
 from duckmob.source import PointSource
 from duckmob.source import batches as source_batches
 from duckmob.source.schema import Mapping, check_points
@@ -483,7 +484,7 @@ def set_budget(ledger: str, source, eps: float, delta: float, *, spark=None) -> 
 
 
 def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partitions: int | None = None,
-           max_rows: int | None = None, roads=None):
+           max_rows: int | None = None, roads=None, scatter_m: float | None = None):
     """``n`` trajectories of ``model`` (None: its noisy count, :func:`duckmob.release.fitting.default_size`) as a
     Spark DataFrame (traj_id, seq, lat, lon, ts) sampled on the executors: free post-processing of the model. n and
     the output's size are checked on the driver as the release core checks them (:func:`fitting.output`: refused,
@@ -495,7 +496,7 @@ def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partiti
     rows equal those of :func:`duckmob.release.sampling.blocks` for the same model, n and seed (sorted by traj_id,
     seq), and no partition holds more than one block's rows in Python at a time. With ``roads`` (a public
     :class:`duckmob.roads.Roads`, broadcast as Arrow) every point is placed on them as the release core places it
-    (:class:`duckmob.synth.onroads.OnRoads`). Lazy, as any DataFrame: the blocks are drawn when an action (write,
+    (:class:`duckmob.synth.onroads.OnRoads`, scattered by ``scatter_m`` metres when given). Lazy, as any DataFrame: the blocks are drawn when an action (write,
     count) runs, again at each action (the same rows each time)."""
     n = fitting.output(model, n, seed, max_rows).n   # the core's n and size checks; its rows are drawn below
     check_workers(spark)   # the workers import duckmob to draw (once per session: already done by a release)
@@ -513,7 +514,7 @@ def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partiti
         if on_roads is not None:
             from duckmob.roads import Roads
 
-            here = fitting.on_roads(here, Roads.of(pa.ipc.open_stream(on_roads.value).read_all()))
+            here = fitting.on_roads(here, Roads.of(pa.ipc.open_stream(on_roads.value).read_all()), scatter_m)
         out_seed = np.random.SeedSequence(entropy, spawn_key=spawn_key)
         for batch in batches:
             for block in batch.column(0).to_numpy():
@@ -572,7 +573,7 @@ def synthesize(df, *, ledger: str, eps, method: str = "privtrace", delta=None, b
                privacy_unit: str = "trajectory", max_trajectories_per_user=None, params=None, max_rows=None,
                stability: int | None = None, partitions: int | None = None, output_partitions: int | None = None,
                traj_col="traj_id", ts_col="ts", lat_col="lat", lon_col="lon", user_col="user_id", seq_col="seq",
-               source=None, roads=None, roads_name: str | None = None, **method_params):
+               source=None, roads=None, roads_name: str | None = None, scatter_m=None, **method_params):
     """``synthesize`` on a Spark DataFrame: fit + sample, one spend recorded in the DuckDB file ``ledger``, drawn
     on the budget of the data ``df`` reads (:func:`budget_keys`; declare it first with :func:`set_budget`);
     returns the synthetic table as a Spark DataFrame (traj_id, seq, lat, lon, ts) sampled on the executors
@@ -602,8 +603,9 @@ def synthesize(df, *, ledger: str, eps, method: str = "privtrace", delta=None, b
         if r.unit.is_user and not src.has_user:
             raise no_user_column("the DataFrame", instead="use privacy_unit='trajectory'", column=f"{user_col} column",
                                  name_it="user_col=...")
+        scatter = validators.scatter_m(scatter_m, roads)
         if roads is not None:
-            r = _with_roads(r, roads, roads_name, keys, ledger)
+            r = replace(_with_roads(r, roads, roads_name, keys, ledger), scatter_m=scatter)
         check_workers(df.sparkSession)
         con = _ledger(ledger)
         try:
@@ -611,7 +613,7 @@ def synthesize(df, *, ledger: str, eps, method: str = "privtrace", delta=None, b
         finally:
             con.close()
     return sample(df.sparkSession, model, r.n, noise.output_seed(), partitions=output_partitions,
-                  max_rows=r.max_rows, roads=r.on_roads)
+                  max_rows=r.max_rows, roads=r.on_roads, scatter_m=r.scatter_m)
 
 
 def release_source(keys) -> str:

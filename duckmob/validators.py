@@ -46,6 +46,26 @@ def positive(name: str, value, hint: str = "") -> float:
     return v
 
 
+# Largest GPS-like scatter a release may add to points placed on roads (metres): more than this is no longer a
+# fix on a road but a point in the block beside it.
+MAX_SCATTER_M = 50.0
+
+
+def scatter_m(value, roads) -> float | None:
+    """``scatter_m``: a public GPS-like scatter (metres, a Gaussian's standard deviation per axis) added to points
+    placed on ``roads``; None or 0: none. Needs roads, and at most :data:`MAX_SCATTER_M`."""
+    if value is None:
+        return None
+    v = _float(value)
+    if not (math.isfinite(v) and 0 <= v <= MAX_SCATTER_M):
+        raise DuckmobError(f"scatter_m must be a number of metres from 0 to {MAX_SCATTER_M:g} (a GPS-like scatter "
+                           f"of points on the roads, e.g. scatter_m := 4); got {value!r}")
+    if roads is None:
+        raise DuckmobError("scatter_m scatters points placed on roads: give roads := 'table' too, or leave "
+                           "scatter_m out")
+    return v or None
+
+
 def epsilon(value) -> float:
     """A release's eps: positive, finite and at most :data:`MAX_EPSILON` (above it the guarantee means nothing and
     the noise grid cannot honour it)."""

@@ -43,6 +43,7 @@ class FitRequest:
     stability: int | None = None   # the caller's public stability (None: 1, once the plan is checked stable)
     roads: str | None = None       # the name of a public road network the output is placed on
     on_roads: Any = None           # that network (duckmob.roads.Roads), read by the release core before the fit
+    scatter_m: float | None = None  # a public GPS-like scatter (metres) added to the points placed on the roads
 
 
 def _sql(kind: str, default=None):
@@ -70,6 +71,7 @@ class FitArgs:
     name: Any = _sql("VARCHAR")
     stability: Any = _sql("BIGINT")
     roads: Any = _sql("VARCHAR")
+    scatter_m: Any = _sql("DOUBLE")
 
     @classmethod
     def sql_types(cls) -> dict[str, str]:
@@ -83,7 +85,7 @@ class FitArgs:
 
 def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, privacy_unit="trajectory",
                 max_trajectories_per_user=None, params=None, outside="drop", seed=None, name=None,
-                n=None, max_rows=None, stability=None, roads=None) -> FitRequest:
+                n=None, max_rows=None, stability=None, roads=None, scatter_m=None) -> FitRequest:
     """Validate every public argument of a fit (before anything is reserved or read). ``stability``: see
     :func:`duckmob.source.lineage.check_stability`; s > 1 is refused for a method that is not pure Laplace."""
     source = validators.source_name(source)
@@ -104,7 +106,8 @@ def fit_request(*, source, eps, delta=None, method="privtrace", bbox=None, priva
                       method=cls.method, synthesizer=synthesizer, unit=unit, params=params,
                       seed=validators.seed(seed), name=None if name is None else validators.model_name(name),
                       n=validators.n_trajectories(n), max_rows=validators.max_rows(max_rows), stability=stability,
-                      roads=None if roads is None else validators.source_name(roads))
+                      roads=None if roads is None else validators.source_name(roads),
+                      scatter_m=validators.scatter_m(scatter_m, roads))
 
 
 def fit(db: Database, request: FitRequest, source: PointSource):
@@ -161,11 +164,12 @@ def fit(db: Database, request: FitRequest, source: PointSource):
 
 
 def roads_record(r: FitRequest) -> dict | None:
-    """What a release records of the public road network it used (ledger params, stored model): its name and the
-    digest of its rows (:attr:`duckmob.roads.Roads.digest`); None without roads."""
+    """What a release records of the public road network it used (ledger params, stored model): its name, the
+    digest of its rows (:attr:`duckmob.roads.Roads.digest`) and the scatter asked; None without roads."""
     if r.on_roads is None:
         return None
-    return {"roads": r.roads, "roads_digest": r.on_roads.digest, "roads_bbox": r.synthesizer.bbox.as_list()}
+    return {"roads": r.roads, "roads_digest": r.on_roads.digest, "roads_bbox": r.synthesizer.bbox.as_list(),
+            **({"roads_scatter_m": r.scatter_m} if r.scatter_m else {})}
 
 
 def with_network(r: FitRequest, table, name: str) -> FitRequest:
@@ -178,13 +182,14 @@ def with_network(r: FitRequest, table, name: str) -> FitRequest:
     return replace(r, roads=name, on_roads=network)
 
 
-def on_roads(model, roads):
-    """``model`` whose samples are placed on ``roads`` (:class:`duckmob.synth.onroads.OnRoads`), or ``model``."""
+def on_roads(model, roads, scatter_m: float | None = None):
+    """``model`` whose samples are placed on ``roads`` (:class:`duckmob.synth.onroads.OnRoads`), scattered by
+    ``scatter_m`` metres, or ``model``."""
     if roads is None:
         return model
     from duckmob.synth.onroads import OnRoads
 
-    return OnRoads(model, roads)
+    return OnRoads(model, roads, scatter_m)
 
 
 def claim_name(db: Database, name: str) -> None:

@@ -10,7 +10,9 @@
 --   the column mapping of mob_points (traj_col, ts_col, lat_col, lon_col, user_col), and stability (NULL: a
 --   relation whose plan can turn one base row into several -- a join, union, unnest, window, aggregate -- is refused;
 --   s: the public most rows one base row becomes, every sensitivity times s; privtrace only), and roads (NULL, or a
---   public table of road segments lat1, lon1, lat2, lon2: every synthetic point is placed on its nearest road).
+--   public table of road segments lat1, lon1, lat2, lon2: every synthetic point is placed on a road, and consecutive
+--   points are joined by a road path), scatter_m (NULL: points exactly on the roads; e.g. 4: a public GPS-like
+--   scatter of that many metres, post-processing; needs roads).
 --
 -- Output streams: synthesize and mob_sample open the output once per query (a MATERIALIZED CTE: the fit, or the
 -- stored model loaded, and the output's seed, kept under a handle), then hand _mob_draw the trajectory ids 0 .. n-1,
@@ -42,7 +44,7 @@ CREATE OR REPLACE TEMP MACRO synthesize(tbl, eps := NULL, delta := NULL, method 
                                        max_trajectories_per_user := NULL, params := NULL, outside := 'drop',
                                        traj_col := 'traj_id', ts_col := 'ts', lat_col := 'lat', lon_col := 'lon',
                                        user_col := 'user_id', max_rows := NULL, stability := NULL,
-                                       roads := NULL) AS TABLE
+                                       roads := NULL, scatter_m := NULL) AS TABLE
 WITH _mob_out AS MATERIALIZED (
 SELECT _mob_synthesize(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id AS BIGINT)),
                               list(TRY_CAST(ts AS TIMESTAMP)), list(TRY_CAST(lat AS DOUBLE)),
@@ -56,7 +58,7 @@ SELECT _mob_synthesize(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id 
                                'privacy_unit': privacy_unit, 'max_trajectories_per_user': max_trajectories_per_user,
                                'params': _mob_params_json(params), 'outside': outside, 'seed': seed, 'n': n,
                                'max_rows': max_rows, 'name': NULL, 'stability': stability,
-                               'roads': roads}) AS _mob_o
+                               'roads': roads, 'scatter_m': scatter_m}) AS _mob_o
 FROM _mob_raw_points(tbl, traj_col, ts_col, lat_col, lon_col, user_col)
 WHERE NOT _mob_readable(tbl)),
 _mob_blocks AS (SELECT struct_extract(_mob_o, 'handle') AS _mob_h, struct_extract(_mob_o, 'n') AS _mob_n,
@@ -70,7 +72,7 @@ CREATE OR REPLACE TEMP MACRO mob_fit(tbl, name, eps := NULL, delta := NULL, meth
                                     seed := NULL, privacy_unit := 'trajectory', max_trajectories_per_user := NULL,
                                     params := NULL, outside := 'drop', traj_col := 'traj_id', ts_col := 'ts',
                                     lat_col := 'lat', lon_col := 'lon', user_col := 'user_id',
-                                    stability := NULL, roads := NULL) AS TABLE
+                                    stability := NULL, roads := NULL, scatter_m := NULL) AS TABLE
 SELECT unnest(_mob_fit(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id AS BIGINT)),
                        list(TRY_CAST(ts AS TIMESTAMP)), list(TRY_CAST(lat AS DOUBLE)), list(TRY_CAST(lon AS DOUBLE)),
                        list(CASE WHEN TRY_CAST(ts AS TIMESTAMP) IS NULL THEN TRY_CAST(seq AS BIGINT) END),
@@ -81,7 +83,7 @@ SELECT unnest(_mob_fit(list(TRY_CAST(traj_id AS BIGINT)), list(TRY_CAST(user_id 
                         'eps': eps, 'delta': delta, 'method': method, 'bbox': bbox, 'privacy_unit': privacy_unit,
                         'max_trajectories_per_user': max_trajectories_per_user, 'params': _mob_params_json(params),
                         'outside': outside, 'seed': seed, 'n': NULL, 'max_rows': NULL, 'name': name,
-                        'stability': stability, 'roads': roads}),
+                        'stability': stability, 'roads': roads, 'scatter_m': scatter_m}),
               recursive := true)
 FROM _mob_raw_points(tbl, traj_col, ts_col, lat_col, lon_col, user_col)
 WHERE NOT _mob_readable(tbl);

@@ -1,39 +1,52 @@
-"""Synthetic points on the public road network: post-processing of any fitted model's output.
+"""Synthetic trajectories on the public road network: post-processing of any fitted model's output.
 
-:class:`OnRoads` wraps a fitted model so that every point it samples is moved onto a road segment of a public road
-network: one drawn near it by the model's released road-segment density when it has one (PrivTrace and clean-slate
-with roads, :class:`duckmob.roads.Placer`), else the nearest (:func:`duckmob.roads.snap`); an exact projection either way, so
-every point lies on a segment. The network is a declared public input (``roads := 'table'``), never derived from
-the sensitive table (:mod:`duckmob.release.tables` refuses one whose lineage reads it), so this reads no private
-data and spends no budget: the output is a function of the released model, the seed and the public roads. Nothing
-else about the output changes (the trajectories, their lengths, their times); points far from every road are moved
-all the same, so an area of the bbox with no road gets no point.
+:class:`OnRoads` wraps a fitted model so that every trajectory it samples is driven on a public road network:
+
+1. **Positions.** Each point gets a position on a segment: with the model's released road-segment density
+   (PrivTrace and clean-slate with roads), a few candidates drawn near it by that density
+   (:class:`duckmob.roads.Placer`), one of them chosen so that its neighbours are a short drive away
+   (:func:`duckmob.road_paths.route`); without one (HRNet, its baseline, PateGail), the nearest
+   (:func:`duckmob.roads.snap`).
+2. **The walk.** The points move to equal steps along the road path through those positions
+   (:func:`duckmob.road_paths.walk`): every point on a segment, consecutive points joined by a road, the first and
+   last where they were; an area of the bbox with no road gets no point.
+3. **Scatter.** With ``scatter_m`` (public, metres), each point then moves by a Gaussian of that standard
+   deviation per axis, as a GPS fix scatters around the road.
+
+The network is a declared public input (``roads := 'table'``), never derived from the sensitive table
+(:mod:`duckmob.release.tables` refuses one whose lineage reads it), so this reads no private data and spends no
+budget: the output is a function of the released model, the seed and the public roads. The trajectories, their
+numbers of points and their times are the model's.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from duckmob.grid import EARTH_RADIUS_M
 from duckmob.road_paths import route, walk
 from duckmob.roads import Placer, Roads, snap
 from duckmob.trajectories import Trajectories
+
+M_PER_DEGREE = math.radians(EARTH_RADIUS_M)      # metres per degree of latitude
 
 
 class OnRoads:
     """``model`` (any fitted model) whose samples are placed on ``roads``; every other attribute is the
     model's own (its size, its cap on points, whether it may be sampled on several threads)."""
 
-    def __init__(self, model, roads: Roads):
-        self.model, self.roads = model, roads
+    def __init__(self, model, roads: Roads, scatter_m: float | None = None):
+        self.model, self.roads, self.scatter_m = model, roads, scatter_m
         self._placer = None       # built on the first sample (post-processing of the released weights)
 
     def __getattr__(self, name):
         return getattr(self.model, name)
 
     def sample(self, n: int, rng) -> Trajectories:
-        """``model.sample(n, rng)`` with every point moved onto a road segment: drawn near it by the model's
-        released road-segment density when it has one (:func:`duckmob.roads.place`, with ``rng`` after the model's
-        own draws), else the nearest (:func:`duckmob.roads.snap`). Under a seed, the same rows."""
+        """``model.sample(n, rng)`` driven on the roads (the module docstring), with ``rng`` after the model's own
+        draws. Under a seed, the same rows."""
         part = self.model.sample(n, rng)
         if part.n_points == 0:
             return part
@@ -48,6 +61,9 @@ class OnRoads:
         else:
             seg, t, _, _, _ = snap(self.roads, part.lat, part.lon)
         lat, lon = walk(self.roads, part.offsets, seg, t)   # then along the road path through them
+        if self.scatter_m:
+            north, east = rng.normal(0.0, self.scatter_m, (2, len(lat)))
+            lat, lon = lat + north / M_PER_DEGREE, lon + east / (M_PER_DEGREE * np.cos(np.radians(lat)))
         return Trajectories(part.offsets, part.traj_id, part.user_id, part.ts, lat, lon)
 
 
