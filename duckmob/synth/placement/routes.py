@@ -208,8 +208,9 @@ class Placement:
         # the reversed graph (searched from B's anchors back), row x listing x's neighbours u: edge x -> u carries
         # the cost of moving u -> x (entering x); its layout is the same under every cost
         valid = nbr >= 0
-        indices = nbr[valid]
-        indptr = np.concatenate([[0], np.cumsum(valid.sum(axis=1))]).astype(np.int64)
+        itype = np.int32 if valid.sum() < np.iinfo(np.int32).max else np.int64   # SciPy's own: converted once
+        indices = nbr[valid].astype(itype)
+        indptr = np.concatenate([[0], np.cumsum(valid.sum(axis=1))]).astype(itype)
         nbr_fine = np.where(valid, fine[nbr], -1)
         tables = []
         for c, cost in enumerate(costs):
