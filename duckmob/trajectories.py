@@ -382,7 +382,10 @@ def from_points(points: pa.StructArray | pa.Table | None, bbox=None, outside: st
 
 
 def _clean(points, bbox, outside, min_points, time_required, private) -> tuple[Trajectories, CleaningReport]:
-    """:func:`from_points`, returning the filled report in both modes (for :func:`inspect`)."""
+    """:func:`from_points`, returning the filled report in both modes (for :func:`inspect`). Four steps: point
+    checks (:func:`_check_points`), the public bounding box (:func:`_outside_box`), the sort by (traj_id, user_id,
+    ts) without repeated timestamps (:func:`_sort_keys`, :func:`_kept_in_order`), trajectories too short
+    (:func:`_drop_short`)."""
     if outside not in ("fail", "drop"):
         raise DuckmobError(f"outside := '{outside}' is not an option: use 'drop' (drop points outside the bbox "
                            "and report how many) or 'fail'")
@@ -397,12 +400,47 @@ def _clean(points, bbox, outside, min_points, time_required, private) -> tuple[T
             return Trajectories.empty(), report
         raise DuckmobError("the trajectory table is empty: give a table with at least one trajectory of 2 points")
     names = _names(points)
-    cols = {k: _column(points, k) for k in ("traj_id", "ts", "lat", "lon")}
+    traj, ts, ts_null, lat, lon, bad = _check_points(points, report, outside, time_required, private)
+    if box is not None:
+        bad |= _outside_box(box, bad, lat, lon, report, outside, private)
+    user = _ints(_column(points, "user_id"), -1) if "user_id" in names else np.full(n, -1, dtype=np.int64)
+    user = np.maximum(user, -1)  # every negative id means "no user"
+    kept = np.flatnonzero(~bad) if bad.any() else None
+    del bad
+    if kept is not None:
+        traj, ts, user, ts_null = traj[kept], ts[kept], user[kept], ts_null[kept]
+    keys, seq_null = _sort_keys(points, names, n, kept, traj, user, ts, ts_null)
+    timeless = seq_null is not None  # only without time_required: NULL ts points are gone otherwise
+    order = _break_ties(_lex_order(keys), keys, lat, lon, kept)
+    del keys
+    if order is not None:
+        traj, user, ts, ts_null = traj[order], user[order], ts[order], ts_null[order]
+        if seq_null is not None:
+            seq_null = seq_null[order]
+    start, keep = _kept_in_order(traj, user, ts, ts_null, seq_null, order, report, private)
+    del seq_null
+    if not keep.all():
+        sel = np.flatnonzero(keep)
+        traj, user, ts, ts_null, start = traj[sel], user[sel], ts[sel], ts_null[sel], start[sel]
+        order = sel if order is None else order[sel]
+    # one gather of the coordinates (each column is read once, not permuted and then masked)
+    pos = order if kept is None else (kept if order is None else kept[order])
+    if pos is not None:
+        lat, lon = lat[pos], lon[pos]
+    del pos, order, kept, keep
+    if timeless:
+        ts = np.where(ts_null, NO_TIME, ts)
+    return _drop_short(start, traj, user, ts, lat, lon, report, private)
 
-    # 1. point checks, each on every point
+
+def _check_points(points, report: CleaningReport, outside: str, time_required: bool, private: bool):
+    """Step 1 of :func:`_clean`, the point checks, each on every point: the columns (traj, ts, ts_null, lat, lon)
+    and the mask of points to drop; counts go into ``report`` (and refusals are raised unless ``private``)."""
+    cols = {k: _column(points, k) for k in ("traj_id", "ts", "lat", "lon")}
     traj_null, ts_null = _is_null(cols["traj_id"]), _is_null(cols["ts"])
     traj, ts = _ints(cols["traj_id"], 0), _ints(cols["ts"], 0)
     lat, lon = _floats(cols["lat"]), _floats(cols["lon"])
+    del cols
     missing = np.isnan(lat) | np.isnan(lon)
     lat_bad, lon_bad = np.abs(lat) > 90, np.abs(lon) > 180  # False on NaN
     report.null_traj_id, report.null_ts = int(traj_null.sum()), int(ts_null.sum())
@@ -418,44 +456,41 @@ def _clean(points, bbox, outside, min_points, time_required, private) -> tuple[T
         bad |= ts_null
     else:
         report.null_ts = 0  # counted below: only NULLs in trajectories that have timestamps are dropped
+    return traj, ts, ts_null, lat, lon, bad
 
-    # 2. the public bounding box
-    if box is not None:
-        out_box = ~bad & ~box.contains(lat, lon)
-        report.outside_bbox = int(out_box.sum())
-        if report.outside_bbox and outside == "fail" and not private:
-            raise DuckmobError(f"{report.outside_bbox} points lie outside the bounding box {box.as_list()}: pass "
-                               "outside := 'drop' to drop them (they are reported), or declare a larger bbox")
-        bad |= out_box
-        del out_box
 
-    user = _ints(_column(points, "user_id"), -1) if "user_id" in names else np.full(n, -1, dtype=np.int64)
-    user = np.maximum(user, -1)  # every negative id means "no user"
-    kept = np.flatnonzero(~bad) if bad.any() else None
-    del bad
-    if kept is not None:
-        traj, ts, user, ts_null = traj[kept], ts[kept], user[kept], ts_null[kept]
-    timeless = bool(ts_null.any())  # only without time_required: NULL ts points are gone otherwise
-    if timeless:
-        seq_null = np.ones(n, dtype=bool)
-        seq = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-        if "seq" in names:
-            seq_col = _column(points, "seq")
-            seq_null, seq = _is_null(seq_col), _ints(seq_col, np.iinfo(np.int64).max)
-        seq, seq_null = (seq, seq_null) if kept is None else (seq[kept], seq_null[kept])
-        # timed points tie on seq = 0; timeless ones (sorted last) follow their own seq
-        keys = (traj, user, ts_null.view(np.int8), ts, np.where(ts_null, seq, 0))
-        del seq
-    else:
-        keys = (traj, user, ts)
-    order = _break_ties(_lex_order(keys), keys, lat, lon, kept)
-    del keys
+def _outside_box(box, bad: np.ndarray, lat: np.ndarray, lon: np.ndarray, report: CleaningReport, outside: str,
+                 private: bool) -> np.ndarray:
+    """Step 2 of :func:`_clean`: the valid points outside the public bounding box (counted, or refused with
+    ``outside='fail'`` unless ``private``)."""
+    out_box = ~bad & ~box.contains(lat, lon)
+    report.outside_bbox = int(out_box.sum())
+    if report.outside_bbox and outside == "fail" and not private:
+        raise DuckmobError(f"{report.outside_bbox} points lie outside the bounding box {box.as_list()}: pass "
+                           "outside := 'drop' to drop them (they are reported), or declare a larger bbox")
+    return out_box
 
-    # 3. sort by (traj_id, user_id, ts) and drop repeated timestamps
-    if order is not None:
-        traj, user, ts, ts_null = traj[order], user[order], ts[order], ts_null[order]
-        if timeless:
-            seq_null = seq_null[order]
+
+def _sort_keys(points, names, n: int, kept, traj, user, ts, ts_null):
+    """The keys :func:`_clean` sorts the kept points by, and (only when some trajectory is timeless, so some ts is
+    NULL: never with time_required) the kept points' NULL-seq mask, else None. Timed points tie on seq = 0;
+    timeless ones (sorted last) follow their own seq."""
+    if not ts_null.any():
+        return (traj, user, ts), None
+    seq_null = np.ones(n, dtype=bool)
+    seq = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    if "seq" in names:
+        seq_col = _column(points, "seq")
+        seq_null, seq = _is_null(seq_col), _ints(seq_col, np.iinfo(np.int64).max)
+    seq, seq_null = (seq, seq_null) if kept is None else (seq[kept], seq_null[kept])
+    return (traj, user, ts_null.view(np.int8), ts, np.where(ts_null, seq, 0)), seq_null
+
+
+def _kept_in_order(traj, user, ts, ts_null, seq_null, order, report: CleaningReport, private: bool):
+    """Step 3 of :func:`_clean`, on the points sorted by (traj_id, user_id, ts) (``order``: the permutation applied,
+    None if they came sorted): the mask of trajectory starts and of the points kept (repeated timestamps dropped;
+    in timeless trajectories, with ``seq_null`` given, NULL ts among timestamps and points without a seq dropped or
+    refused)."""
     m = len(traj)
     start = np.ones(m, dtype=bool)
     start[1:] = (traj[1:] != traj[:-1]) | (user[1:] != user[:-1])
@@ -464,48 +499,44 @@ def _clean(points, bbox, outside, min_points, time_required, private) -> tuple[T
         report.unsorted_trajectories = int(len(np.unique(group[1:][~start[1:] & (order[1:] < order[:-1])])))
         del group
     keep = np.ones(m, dtype=bool)
-    if timeless:
-        group = np.cumsum(start) - 1
-        stray = ts_null & ~ts_null[np.flatnonzero(start)][group]  # NULL ts in a trajectory with timestamps
-        report.null_ts = int(stray.sum())
-        if report.null_ts and not private:
-            raise DuckmobError(f"{report.null_ts} points have a NULL ts in trajectories that have timestamps: "
-                               "filter them out first (WHERE ts IS NOT NULL) or fill them in")
-        keep &= ~stray
-        # a point of a timeless trajectory without a seq has no place that its own values give (the table's order
-        # is none: it moves with the other rows), so it is dropped (private) or refused
-        unordered = ts_null & seq_null & ~stray
-        report.unordered_points = int(unordered.sum())
-        if report.unordered_points and not private:
-            raise DuckmobError(f"{report.unordered_points} points have neither a ts nor a seq, so their order in "
-                               "their trajectory is unknown: give the table a seq column that numbers each "
-                               "trajectory's points (seq_col := '...' names another), or filter them out first "
-                               "(WHERE ts IS NOT NULL OR seq IS NOT NULL)")
-        keep &= ~unordered
-        del group, stray, unordered, seq_null
+    if seq_null is not None:
+        keep &= ~_timeless_dropped(start, ts_null, seq_null, report, private)
     # within a trajectory timed points come first, so a timed point's predecessor is timed (or another trajectory)
     repeated = ~start[1:] & (ts[1:] == ts[:-1]) & ~ts_null[1:]
     report.duplicate_timestamps = int(repeated.sum())
     keep[1:] &= ~repeated
-    del repeated
-    if not keep.all():
-        sel = np.flatnonzero(keep)
-        traj, user, ts, ts_null, start = traj[sel], user[sel], ts[sel], ts_null[sel], start[sel]
-        order = sel if order is None else order[sel]
-    # one gather of the coordinates (each column is read once, not permuted and then masked)
-    pos = order if kept is None else (kept if order is None else kept[order])
-    if pos is not None:
-        lat, lon = lat[pos], lon[pos]
-    del pos, order, kept, keep
-    if timeless:
-        ts = np.where(ts_null, NO_TIME, ts)
+    return start, keep
 
-    # 4. trajectories too short
+
+def _timeless_dropped(start, ts_null, seq_null, report: CleaningReport, private: bool) -> np.ndarray:
+    """The sorted points :func:`_kept_in_order` drops when some trajectory is timeless: a NULL ts in a trajectory
+    with timestamps, and a point of a timeless trajectory without a seq (refused unless ``private``)."""
+    group = np.cumsum(start) - 1
+    stray = ts_null & ~ts_null[np.flatnonzero(start)][group]  # NULL ts in a trajectory with timestamps
+    report.null_ts = int(stray.sum())
+    if report.null_ts and not private:
+        raise DuckmobError(f"{report.null_ts} points have a NULL ts in trajectories that have timestamps: "
+                           "filter them out first (WHERE ts IS NOT NULL) or fill them in")
+    # a point of a timeless trajectory without a seq has no place that its own values give (the table's order
+    # is none: it moves with the other rows), so it is dropped (private) or refused
+    unordered = ts_null & seq_null & ~stray
+    report.unordered_points = int(unordered.sum())
+    if report.unordered_points and not private:
+        raise DuckmobError(f"{report.unordered_points} points have neither a ts nor a seq, so their order in "
+                           "their trajectory is unknown: give the table a seq column that numbers each "
+                           "trajectory's points (seq_col := '...' names another), or filter them out first "
+                           "(WHERE ts IS NOT NULL OR seq IS NOT NULL)")
+    return stray | unordered
+
+
+def _drop_short(start, traj, user, ts, lat, lon, report: CleaningReport, private: bool):
+    """Step 4 of :func:`_clean`: the sorted, kept points as trajectories, less those shorter than
+    ``report.min_points``; refused unless ``private`` when none is left."""
     offsets = np.append(np.flatnonzero(start), len(traj)).astype(np.int64)
     starts = offsets[:-1]
     out = Trajectories(offsets, traj[starts], user[starts], ts, lat, lon)
     report.trajectories_in = out.n_trajectories
-    short = out.lengths < min_points
+    short = out.lengths < report.min_points
     if short.any():
         report.short_trajectories = int(short.sum())
         out = out.take(~short)
