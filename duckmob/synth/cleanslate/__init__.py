@@ -71,7 +71,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -512,8 +512,38 @@ class CleanSlate(Synthesizer):
         tr = trips(data, self.bbox, config.w, config.r, config.n_time)
         gr = grams(tr, config.w, config.r, config.max_grams)
         k = plan.unit.max_trajectories_per_user
-        eps_count, eps_prior = plan.eps_count, plan.eps_prior
-        n_noisy, units_noisy = noisy_unit_counts(tr.user_id, eps_count, noise, k)
+        out = self._noisy_releases(source, plan, tr, noise)
+        batch = plan.sample_rate * max(float(out.n_noisy if out.units_noisy is None else out.units_noisy), 1.0)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(rng.integers(2 ** 62)))
+            ti, tpg = build_networks(config)
+        if out.hist is not None:
+            ti.set_prior(*(log_bias(coarse_probabilities(out.hist[h], config.w, config.ti_coarse))
+                           for h in ("source", "dest")), log_bias(out.hist["slot"]))
+        run = _Runs(plan, release, rng, device, batch, dict(unit_of_row=tr.user_id if k > 1 else None,
+                                                            max_trajectories_per_user=k))
+        timings = {"prepare_s": time.perf_counter() - t0}
+        timings["ti_s"] = self._train_ti(ti, tr, run)
+        timings.update(tpg_s=self._train_tpg(tpg, tr, gr, run), total_s=time.perf_counter() - t0)
+        info = dict(method=self.method, eps=plan.eps, delta=plan.delta,
+                    epsilon_accounted=accounting.epsilon(plan.event, plan.delta),
+                    n_noisy=out.n_noisy, units_noisy=out.units_noisy, eps_count=plan.eps_count,
+                    eps_prior=plan.eps_prior, eps_steps=plan.eps_steps, eps_roads=plan.eps_roads,
+                    **count_record(count_shares(plan.eps_count, k)[0], k),
+                    prior_block=out.block, sample_rate=plan.sample_rate, expected_batch=batch,
+                    steps_ti=plan.steps_ti, steps_tpg=plan.steps_tpg, noise_multiplier_ti=plan.sigma_ti,
+                    noise_multiplier_tpg=plan.sigma_tpg, has_time=data.has_time, seeded=bool(noise.seeded),
+                    max_trajectories_per_user=k)
+        return CleanSlateModel(self.bbox.as_list(), config, _state(ti, tpg, out, config.w), plan.event.to_json(),
+                               info, timings)
+
+    def _noisy_releases(self, source, plan: CleanSlatePlan, tr, noise) -> "_Releases":
+        """Parts 1-3b of the module docstring's spend, from ``noise`` in this order: the noisy count, the prior
+        (when ``eps_prior > 0``), the step histogram (``eps_steps > 0``) and the road density (``eps_roads > 0``)."""
+        config = self.config
+        k = plan.unit.max_trajectories_per_user
+        eps_prior = plan.eps_prior
+        n_noisy, units_noisy = noisy_unit_counts(tr.user_id, plan.eps_count, noise, k)
         # (2) the prior: H noisy histograms, each trajectory adding mass 1 to each (module docstring)
         detour = detours(tr.source, tr.dest, np.diff(tr.offsets), config.w, config.r, config.max_path)
         block = prior_block(config.w, n_noisy, eps_prior, k, config.prior_endpoints, config.prior_cells,
@@ -531,22 +561,15 @@ class CleanSlate(Synthesizer):
             road_scale = k / plan.eps_roads
             road_sums = as_batches(source).reduce(lambda d: {"road": placement.road_sums(d, self.roads, road_scale)})
             road = placement.release_road_density(road_sums["road"], self.roads, road_scale, noise)
-        batch = plan.sample_rate * max(float(n_noisy if units_noisy is None else units_noisy), 1.0)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(rng.integers(2 ** 62)))
-            ti, tpg = build_networks(config)
-        if hist is not None:
-            ti.set_prior(*(log_bias(coarse_probabilities(hist[h], config.w, config.ti_coarse))
-                           for h in ("source", "dest")), log_bias(hist["slot"]))
-        units = dict(unit_of_row=tr.user_id if k > 1 else None, max_trajectories_per_user=k)
+        return _Releases(n_noisy, units_noisy, block, hist, steps, road)
 
-        def context(ran: dpsgd.StepsRun, desc: str) -> dpsgd.RunContext:
-            return dpsgd.RunContext(rng, device, config.progress, release.check_interrupt, steps_run=ran, desc=desc)
-        timings = {"prepare_s": time.perf_counter() - t0}
-        # (3) TI: one example per trajectory (its coarse cells); the VAE's reparameterisation noise is an input
+    def _train_ti(self, ti: Initialiser, tr, run: "_Runs") -> float:
+        """(3) TI by DP-SGD (run 0): one example per trajectory (its coarse cells); the VAE's reparameterisation
+        noise is an input. Returns the seconds it took."""
+        config, device = self.config, run.device
         ti_source, ti_dest = (torch.as_tensor(coarse_of(a, config.w, config.ti_coarse)) for a in (tr.source, tr.dest))
         slot = torch.as_tensor(tr.slot, dtype=torch.long)
-        latent_gen = dpsgd.torch_generator(rng, torch.device("cpu"))
+        latent_gen = dpsgd.torch_generator(run.rng, torch.device("cpu"))
 
         def ti_losses(module, rows):
             idx = torch.as_tensor(rows, dtype=torch.long)
@@ -555,13 +578,18 @@ class CleanSlate(Synthesizer):
                           eps_z.to(device))
 
         # a failure or Ctrl-C in a run is charged the steps that ran (dpsgd.charged_as_run): TI is DP-SGD part 0
-        with dpsgd.charged_as_run(release, plan.event, run=0) as ran:
-            log = dpsgd.train_ghost(ti, ti_losses, tr.n, plan.dp_sgd(0, config, batch),
-                                    context(ran, "cleanslate TI"), **units)
-        timings["ti_s"] = log.seconds
-        # (4) TPG: one example per trajectory, its loss the mean over its grams
+        with dpsgd.charged_as_run(run.release, run.plan.event, run=0) as ran:
+            log = dpsgd.train_ghost(ti, ti_losses, tr.n, run.plan.dp_sgd(0, config, run.batch),
+                                    run.context(ran, "cleanslate TI", config), **run.units)
+        return log.seconds
+
+    def _train_tpg(self, tpg: Transitions, tr, gr, run: "_Runs") -> float:
+        """(4) TPG by DP-SGD (run 1): one example per trajectory, its loss the mean over its grams. Returns the
+        seconds it took."""
+        config, device = self.config, run.device
         current, label = torch.as_tensor(gr.current), torch.as_tensor(gr.label)
         dest = torch.as_tensor(tr.dest, dtype=torch.long)
+        slot = torch.as_tensor(tr.slot, dtype=torch.long)
         count = torch.as_tensor(gr.count)
 
         def tpg_losses(module, rows):
@@ -571,32 +599,58 @@ class CleanSlate(Synthesizer):
             return module(current[idx, :width].to(device), dest[idx].to(device), slot[idx].to(device),
                           label[idx, :width].to(device), cnt.to(device))
 
-        with dpsgd.charged_as_run(release, plan.event, run=1) as ran:
-            log = dpsgd.train_ghost(tpg, tpg_losses, tr.n, plan.dp_sgd(1, config, batch),
-                                    context(ran, "cleanslate TPG"), split_rows=by_width(gr.count), **units)
-        timings.update(tpg_s=log.seconds, total_s=time.perf_counter() - t0)
-        event = plan.event
-        info = dict(method=self.method, eps=plan.eps, delta=plan.delta,
-                    epsilon_accounted=accounting.epsilon(event, plan.delta),
-                    n_noisy=n_noisy, units_noisy=units_noisy, eps_count=eps_count, eps_prior=eps_prior,
-                    eps_steps=plan.eps_steps, eps_roads=plan.eps_roads,
-                    **count_record(count_shares(eps_count, k)[0], k),
-                    prior_block=block, sample_rate=plan.sample_rate, expected_batch=batch, steps_ti=plan.steps_ti,
-                    steps_tpg=plan.steps_tpg, noise_multiplier_ti=plan.sigma_ti,
-                    noise_multiplier_tpg=plan.sigma_tpg, has_time=data.has_time, seeded=bool(noise.seeded),
-                    max_trajectories_per_user=k)
-        state = {"ti": {name: v.detach().cpu() for name, v in ti.state_dict().items()},
-                 "tpg": {name: v.detach().cpu() for name, v in tpg.state_dict().items() if name != "log_mask"}}
-        if hist is not None:   # the released fine histograms that refine TI's cells, and the distance factors
-            g, f = gravity(hist["source"], hist["dest"], hist["distance"], config.w)
-            state["prior"] = {h: torch.as_tensor(v, dtype=torch.float64) for h, v in
-                              (("source", hist["source"]), ("dest", hist["dest"]), ("g", g), ("f", f),
-                               ("detour", hist["detour"]))}
-        if steps is not None:
-            state["steps"] = torch.as_tensor(steps, dtype=torch.float64)
-        if road is not None:
-            state["road"] = torch.as_tensor(road, dtype=torch.float32)
-        return CleanSlateModel(self.bbox.as_list(), config, state, event.to_json(), info, timings)
+        with dpsgd.charged_as_run(run.release, run.plan.event, run=1) as ran:
+            log = dpsgd.train_ghost(tpg, tpg_losses, tr.n, run.plan.dp_sgd(1, config, run.batch),
+                                    run.context(ran, "cleanslate TPG", config), split_rows=by_width(gr.count),
+                                    **run.units)
+        return log.seconds
+
+
+class _Releases(NamedTuple):
+    """What :meth:`CleanSlate._noisy_releases` released: the noisy counts, the prior's block and histograms (None
+    without a prior), the step histogram and the road density (None when not released)."""
+
+    n_noisy: float
+    units_noisy: float | None
+    block: Any
+    hist: dict | None
+    steps: np.ndarray | None
+    road: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """What both DP-SGD runs of one :meth:`CleanSlate.fit` share: the plan, the release, the numpy generator, the
+    torch device, the expected batch and the privacy unit's keyword arguments of :func:`dpsgd.train_ghost`."""
+
+    plan: CleanSlatePlan
+    release: ReleaseContext
+    rng: np.random.Generator
+    device: torch.device
+    batch: float
+    units: dict
+
+    def context(self, ran: dpsgd.StepsRun, desc: str, config: CleanSlateConfig) -> dpsgd.RunContext:
+        return dpsgd.RunContext(self.rng, self.device, config.progress, self.release.check_interrupt,
+                                steps_run=ran, desc=desc)
+
+
+def _state(ti: Initialiser, tpg: Transitions, out: _Releases, w: int) -> dict:
+    """The fitted model's tensors: both networks (TPG without its public mask), the released fine histograms that
+    refine TI's cells with the distance factors, the step histogram and the road density (those released)."""
+    state = {"ti": {name: v.detach().cpu() for name, v in ti.state_dict().items()},
+             "tpg": {name: v.detach().cpu() for name, v in tpg.state_dict().items() if name != "log_mask"}}
+    hist = out.hist
+    if hist is not None:
+        g, f = gravity(hist["source"], hist["dest"], hist["distance"], w)
+        state["prior"] = {h: torch.as_tensor(v, dtype=torch.float64) for h, v in
+                          (("source", hist["source"]), ("dest", hist["dest"]), ("g", g), ("f", f),
+                           ("detour", hist["detour"]))}
+    if out.steps is not None:
+        state["steps"] = torch.as_tensor(out.steps, dtype=torch.float64)
+    if out.road is not None:
+        state["road"] = torch.as_tensor(out.road, dtype=torch.float32)
+    return state
 
 
 __all__ = ["CleanSlate", "CleanSlateConfig", "CleanSlateModel", "CleanSlatePlan"]
