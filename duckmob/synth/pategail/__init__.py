@@ -328,24 +328,10 @@ class PateGail(Synthesizer):
         rng, noise_rng, device_rng = noise.generator(), noise.generator(), noise.generator()
         gen = torch_generator(rng, torch.device("cpu"))
         device = torch_device(config.device, PateGailConfig.label())
-
-        # real episodes, sorted by device; every episode has >= 1 step, so every device holds >= 1 pair
-        dev_of_traj = self.devices(data, k)
-        ep = mdp.episodes(data, self.bbox, config.w, config.n_slots, config.max_steps, dev_of_traj)
-        used, dense = np.unique(ep.device, return_inverse=True)
-        order = np.argsort(dense, kind="stable")
-        ep = mdp.Episodes(ep.cells[order], ep.steps[order], ep.first_slot[order], dense.reshape(-1)[order])
-        n_dev = len(used)
-        x_real, ep_of_pair, _ = mdp.episode_pairs(ep, config.w, config.n_slots, config.max_steps)
-        dev_offsets = np.concatenate([[0], np.cumsum(np.bincount(ep.device[ep_of_pair], minlength=n_dev))])
-
+        ep, x_real, dev_offsets = self._device_episodes(data, k)
+        n_dev = len(dev_offsets) - 1
         # (1) counts and (2) the start model
-        if k == 1:
-            n_dev_noisy = noisy_count(n_dev, plan.count_eps[0], noise)
-            n_traj_noisy = n_dev_noisy
-        else:
-            n_traj_noisy = noisy_count(ep.n, plan.count_eps[0], noise, sensitivity=k)
-            n_dev_noisy = noisy_count(n_dev, plan.count_eps[1], noise)
+        n_dev_noisy, n_traj_noisy = _noisy_counts(ep.n, n_dev, k, plan.count_eps, noise)
         start = self.start_model(ep, n_dev, plan.eps_start, noise)
 
         # (3) rounds: discriminators on the devices, PPO on the noised rewards
@@ -373,25 +359,11 @@ class PateGail(Synthesizer):
                 env = sample_env(start, config, ranks, config.episodes, rng)
                 ro = rollout(policy, env, gen)
                 x_fake, rows, cols = mdp.episode_pairs(env.episodes(), config.w, config.n_slots, config.max_steps)
-                x_fake_t = torch.from_numpy(x_fake).to(device)
-                if ens is not None:
-                    for _step in range(config.disc_steps):
-                        own = sample_own(dev_offsets, config.real_batch, device_rng)
-                        real = x_real_t[torch.from_numpy(own).to(device)]
-                        pick = torch.from_numpy(rng.integers(0, len(x_fake), config.fake_batch)).to(device)
-                        ens.train_step(real, x_fake_t[pick])
-                    outputs = ens.outputs(x_fake_t)
-                else:
-                    outputs = torch.zeros((0, len(x_fake)))
+                outputs = _discriminate(ens, x_real_t, x_fake, dev_offsets, config, rng, device_rng, device)
                 s1, s2 = aggregate.device_sums(outputs, with_var)
                 x1, x2 = aggregate.release_round(s1, s2, sigma, config.variance_share if with_var else 0.0, noise_rng)
                 r = np.zeros(ro.live.shape)
-                if student is None:
-                    r[rows, cols] = aggregate.rewards(x1, x2, n_dev_noisy, config.variance_weight)
-                else:
-                    student.add(x_fake, aggregate.moments(x1, x2, n_dev_noisy))
-                    student.fit()
-                    r[rows, cols] = aggregate.moment_rewards(student.predict(x_fake), config.variance_weight)
+                r[rows, cols] = _rewards(x1, x2, x_fake, n_dev_noisy, student, config.variance_weight)
                 ppo_update(policy, opt, ro, r, gamma=config.gamma, lam=config.lam, clip=config.clip,
                            epochs=config.ppo_epochs, minibatch=config.minibatch, entropy=config.entropy, gen=gen)
         except BaseException:
@@ -405,6 +377,54 @@ class PateGail(Synthesizer):
                               {n: v.detach().cpu() for n, v in policy.state_dict().items()}, plan.event.to_json(), info)
         model.timings = {"fit_s": time.perf_counter() - t0}
         return model
+
+    def _device_episodes(self, data: Trajectories, k: int) -> tuple[mdp.Episodes, np.ndarray, np.ndarray]:
+        """The real episodes sorted by device (numbered 0..n-1 over the devices that hold one), their (state,
+        action) pairs ``x_real`` and the offsets of each device's pairs in them (n + 1 of them); every episode has
+        >= 1 step, so every device holds >= 1 pair."""
+        config = self.config
+        ep = mdp.episodes(data, self.bbox, config.w, config.n_slots, config.max_steps, self.devices(data, k))
+        used, dense = np.unique(ep.device, return_inverse=True)
+        order = np.argsort(dense, kind="stable")
+        ep = mdp.Episodes(ep.cells[order], ep.steps[order], ep.first_slot[order], dense.reshape(-1)[order])
+        n_dev = len(used)
+        x_real, ep_of_pair, _ = mdp.episode_pairs(ep, config.w, config.n_slots, config.max_steps)
+        dev_offsets = np.concatenate([[0], np.cumsum(np.bincount(ep.device[ep_of_pair], minlength=n_dev))])
+        return ep, x_real, dev_offsets
+
+
+def _noisy_counts(n_traj: int, n_dev: int, k: int, count_eps, noise) -> tuple[float, float]:
+    """Part (1) of the spend, (noisy devices, noisy trajectories): with k = 1 one count (a device is a trajectory;
+    sensitivity 1); else the trajectories at sensitivity k and the devices (users) at sensitivity 1."""
+    if k == 1:
+        n_dev_noisy = noisy_count(n_dev, count_eps[0], noise)
+        return n_dev_noisy, n_dev_noisy
+    n_traj_noisy = noisy_count(n_traj, count_eps[0], noise, sensitivity=k)
+    return noisy_count(n_dev, count_eps[1], noise), n_traj_noisy
+
+
+def _discriminate(ens, x_real_t, x_fake, dev_offsets, config: PateGailConfig, rng, device_rng, device):
+    """One round's discriminator outputs on the fake pairs ``x_fake``, one row per device, after each device's
+    discriminator trained ``disc_steps`` steps on its own real pairs against fake ones (no device: no rows)."""
+    if ens is None:
+        return torch.zeros((0, len(x_fake)))
+    x_fake_t = torch.from_numpy(x_fake).to(device)
+    for _step in range(config.disc_steps):
+        own = sample_own(dev_offsets, config.real_batch, device_rng)
+        real = x_real_t[torch.from_numpy(own).to(device)]
+        pick = torch.from_numpy(rng.integers(0, len(x_fake), config.fake_batch)).to(device)
+        ens.train_step(real, x_fake_t[pick])
+    return ens.outputs(x_fake_t)
+
+
+def _rewards(x1, x2, x_fake, n_dev_noisy, student, variance_weight: float) -> np.ndarray:
+    """The rewards of the fake pairs from one round's released sums (post-processing): directly, or through the
+    student trained on every round's released moments so far."""
+    if student is None:
+        return aggregate.rewards(x1, x2, n_dev_noisy, variance_weight)
+    student.add(x_fake, aggregate.moments(x1, x2, n_dev_noisy))
+    student.fit()
+    return aggregate.moment_rewards(student.predict(x_fake), variance_weight)
 
 
 __all__ = ["PateGail", "PateGailConfig", "PateGailModel", "PateGailPlan"]
