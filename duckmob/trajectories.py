@@ -197,14 +197,6 @@ def distinct_pairs(owner: np.ndarray, values: np.ndarray, n_values: int,
     return np.concatenate(outs_o), np.concatenate(outs_v)
 
 
-def offsets_from_sorted_keys(keys: np.ndarray) -> np.ndarray:
-    """Offsets of runs of equal values in a sorted key array."""
-    if len(keys) == 0:
-        return np.zeros(1, dtype=np.int64)
-    change = np.flatnonzero(keys[1:] != keys[:-1]) + 1
-    return np.concatenate([[0], change, [len(keys)]]).astype(np.int64)
-
-
 def _column(points, name: str) -> pa.Array:
     if isinstance(points, pa.StructArray):
         # flatten() makes a NULL struct a NULL in every field (field() would expose what lies beneath)

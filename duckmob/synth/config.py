@@ -158,12 +158,3 @@ class Config:
         """The config of a stored model's config dict: parsed like a user's (so it is checked again), any
         :data:`MACHINE` setting an older model kept ignored (the defaults: a model samples where it is loaded)."""
         return cls.parse({name: value for name, value in stored.items() if name not in cls.MACHINE})
-
-    @classmethod
-    def docs(cls) -> dict[str, str]:
-        """Each parameter's one-line documentation, its kind and default (for docs and error messages)."""
-        out = {}
-        for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            out[f.name] = f"{f.metadata['doc']} ({_describe(f.metadata)}; default {default!r})"
-        return out

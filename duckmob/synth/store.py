@@ -64,13 +64,6 @@ def exists(con, name: str) -> bool:
     return con.execute(f"SELECT count(*) FROM {TABLE} WHERE name = ?", [_check_name(name)]).fetchone()[0] > 0
 
 
-def check_free(con, name: str) -> None:
-    """Refuse a name already in use (checked before any budget is spent)."""
-    if exists(con, name):
-        raise DuckmobError(f"a model named '{name}' already exists: choose another name, or delete it first "
-                           f"with DELETE FROM {TABLE} WHERE name = '{name}'")
-
-
 def _json_default(value):
     if isinstance(value, np.generic):
         return value.item()

@@ -216,15 +216,11 @@ def release_transition_sums(support: Support, first_sums: np.ndarray, second_sum
     return start, first, second
 
 
-def release_density(seq_offsets: np.ndarray, states: np.ndarray, size: int, scale: float, noise) -> np.ndarray:
-    """Length-normalised visit density over ``size`` states (PrivTrace B.1): a trajectory of L states adds 1 / L
-    to each state it visits (L1 sensitivity 1; k per privacy unit), Laplace of ``scale`` on every state, through
-    ``counting.normalised_release``. Noisy and not NormCut-ed (the caller decides)."""
-    return release_sums(density_sums(seq_offsets, states, size, scale), scale, noise)
-
-
 def density_sums(seq_offsets: np.ndarray, states: np.ndarray, size: int, scale: float) -> np.ndarray:
-    """The EXACT statistics of :func:`release_density` (int64 noise-grid steps per state; never release them)."""
+    """The EXACT statistics of the length-normalised visit density over ``size`` states (PrivTrace B.1): a
+    trajectory of L states adds 1 / L to each state it visits (L1 sensitivity 1; k per privacy unit), as int64
+    noise-grid steps per state; never release them: :func:`release_sums` adds Laplace of ``scale`` on every
+    state (noisy, not NormCut-ed)."""
     L = np.diff(np.asarray(seq_offsets, dtype=np.int64))
     owner = np.repeat(np.arange(len(L), dtype=np.int64), L)
     return normalised_sums(states, owner, L, int(size), scale)
