@@ -153,6 +153,28 @@ class Roads:
                                "that area or a bbox over the roads")
         return self.take(np.flatnonzero(keep))
 
+    def cut(self, bbox) -> "Roads":
+        """The same segments, in the same order, each cut at the edge of ``bbox`` (Liang-Barsky: a segment crossing
+        it keeps its part inside, the outside end moved onto the edge), so that a point placed on any of them lies
+        in the bbox (one with under a centimetre inside is kept whole: the segment count and order never change)."""
+        box = BBox.of(bbox)
+        lo = np.array([box.min_lat, box.min_lon])[:, None]
+        hi = np.array([box.max_lat, box.max_lon])[:, None]
+        p = np.stack([self.lat1, self.lon1])
+        d = np.stack([self.lat2, self.lon2]) - p
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_lo, t_hi = (lo - p) / d, (hi - p) / d
+        enter = np.where(d != 0, np.minimum(t_lo, t_hi), np.where((p >= lo) & (p <= hi), -np.inf, np.inf))
+        leave = np.where(d != 0, np.maximum(t_lo, t_hi), np.where((p >= lo) & (p <= hi), np.inf, -np.inf))
+        t0 = np.clip(np.max(enter, axis=0), 0.0, 1.0)
+        t1 = np.clip(np.min(leave, axis=0), 0.0, 1.0)
+        a = np.clip(p + t0 * d, lo, hi)
+        b = np.clip(p + np.maximum(t1, t0) * d, lo, hi)
+        whole = np.hypot(*(b - a)) < 1e-7                # nothing (or under a centimetre) inside: kept whole
+        a[:, whole], b[:, whole] = p[:, whole], p[:, whole] + d[:, whole]
+        arrays = (a[0], a[1], b[0], b[1])
+        return Roads(*arrays, highway=self.highway, digest=_digest(*arrays, self.highway))
+
     def take(self, segments) -> "Roads":
         """The given segments (indices), in that order, as a network of their own (its own digest)."""
         idx = np.asarray(segments, dtype=np.int64)

@@ -484,7 +484,7 @@ def set_budget(ledger: str, source, eps: float, delta: float, *, spark=None) -> 
 
 
 def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partitions: int | None = None,
-           max_rows: int | None = None, roads=None, scatter_m: float | None = None):
+           max_rows: int | None = None, roads=None, scatter_m: float | None = None, bbox=None):
     """``n`` trajectories of ``model`` (None: its noisy count, :func:`duckmob.release.fitting.default_size`) as a
     Spark DataFrame (traj_id, seq, lat, lon, ts) sampled on the executors: free post-processing of the model. n and
     the output's size are checked on the driver as the release core checks them (:func:`fitting.output`: refused,
@@ -496,7 +496,7 @@ def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partiti
     rows equal those of :func:`duckmob.release.sampling.blocks` for the same model, n and seed (sorted by traj_id,
     seq), and no partition holds more than one block's rows in Python at a time. With ``roads`` (a public
     :class:`duckmob.roads.Roads`, broadcast as Arrow) every point is placed on them as the release core places it
-    (:class:`duckmob.synth.onroads.OnRoads`, scattered by ``scatter_m`` metres when given). Lazy, as any DataFrame: the blocks are drawn when an action (write,
+    (:class:`duckmob.synth.onroads.OnRoads`, inside ``bbox``, scattered by ``scatter_m`` metres when given). Lazy, as any DataFrame: the blocks are drawn when an action (write,
     count) runs, again at each action (the same rows each time)."""
     n = fitting.output(model, n, seed, max_rows).n   # the core's n and size checks; its rows are drawn below
     check_workers(spark)   # the workers import duckmob to draw (once per session: already done by a release)
@@ -514,7 +514,8 @@ def sample(spark, model, n: int | None, seed: np.random.SeedSequence, *, partiti
         if on_roads is not None:
             from duckmob.roads import Roads
 
-            here = fitting.on_roads(here, Roads.of(pa.ipc.open_stream(on_roads.value).read_all()), scatter_m)
+            here = fitting.on_roads(here, Roads.of(pa.ipc.open_stream(on_roads.value).read_all()), bbox,
+                                    scatter_m)
         out_seed = np.random.SeedSequence(entropy, spawn_key=spawn_key)
         for batch in batches:
             for block in batch.column(0).to_numpy():
@@ -613,7 +614,8 @@ def synthesize(df, *, ledger: str, eps, method: str = "privtrace", delta=None, b
         finally:
             con.close()
     return sample(df.sparkSession, model, r.n, noise.output_seed(), partitions=output_partitions,
-                  max_rows=r.max_rows, roads=r.on_roads, scatter_m=r.scatter_m)
+                  max_rows=r.max_rows, roads=r.on_roads, scatter_m=r.scatter_m,
+                  bbox=r.synthesizer.bbox.as_list())
 
 
 def release_source(keys) -> str:

@@ -182,14 +182,14 @@ def with_network(r: FitRequest, table, name: str) -> FitRequest:
     return replace(r, roads=name, on_roads=network)
 
 
-def on_roads(model, roads, scatter_m: float | None = None):
-    """``model`` whose samples are placed on ``roads`` (:class:`duckmob.synth.onroads.OnRoads`), scattered by
-    ``scatter_m`` metres, or ``model``."""
+def on_roads(model, roads, bbox, scatter_m: float | None = None):
+    """``model`` whose samples are placed on ``roads`` inside ``bbox`` (:class:`duckmob.synth.onroads.OnRoads`),
+    scattered by ``scatter_m`` metres, or ``model``."""
     if roads is None:
         return model
     from duckmob.synth.onroads import OnRoads
 
-    return OnRoads(model, roads, scatter_m)
+    return OnRoads(model, roads, bbox, scatter_m)
 
 
 def claim_name(db: Database, name: str) -> None:

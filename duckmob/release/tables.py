@@ -78,7 +78,7 @@ def synthesize(db: Database, inp: Input, args: fitting.FitArgs) -> sampling.Outp
             model, seed, ledger_id = hit
     finally:
         inp.close()
-    return fitting.output(fitting.on_roads(model, r.on_roads, r.scatter_m), r.n, seed, r.max_rows, desc=f"synthesize {r.method}",
+    return fitting.output(fitting.on_roads(model, r.on_roads, r.synthesizer.bbox.as_list(), r.scatter_m), r.n, seed, r.max_rows, desc=f"synthesize {r.method}",
                           threads=draw_threads(db),
                           on_first=outputs.recorder(db, ledger_id, model, bbox=r.synthesizer.bbox))
 
@@ -114,7 +114,7 @@ def sample(db: Database, name, n=None, seed=None, max_rows=None) -> sampling.Out
     described = read_ledger(db, lambda cur: store.described(cur, name))
     ledger_id = read_ledger(db, lambda cur: outputs.model_ledger_id(cur, name))
     return fitting.output(fitting.on_roads(model, _stored_roads(db, name, described),
-                                           described.get("roads_scatter_m")), n,
+                                           described.get("roads_bbox"), described.get("roads_scatter_m")), n,
                           NoiseSource(seed).output_seed(), max_rows, desc=f"mob_sample {name}",
                           threads=draw_threads(db), on_first=outputs.recorder(db, ledger_id, model, name=name))
 

@@ -13,6 +13,9 @@
 3. **Scatter.** With ``scatter_m`` (public, metres), each point then moves by a Gaussian of that standard
    deviation per axis, as a GPS fix scatters around the road.
 
+The network is cut at the bbox's edge first (:meth:`duckmob.roads.Roads.cut`: the same segments), so every point
+stays inside the bbox, as every output's do.
+
 The network is a declared public input (``roads := 'table'``), never derived from the sensitive table
 (:mod:`duckmob.release.tables` refuses one whose lineage reads it), so this reads no private data and spends no
 budget: the output is a function of the released model, the seed and the public roads. The trajectories, their
@@ -25,7 +28,7 @@ import math
 
 import numpy as np
 
-from duckmob.grid import EARTH_RADIUS_M
+from duckmob.grid import EARTH_RADIUS_M, BBox
 from duckmob.road_paths import route, walk
 from duckmob.roads import Placer, Roads, snap
 from duckmob.trajectories import Trajectories
@@ -37,8 +40,10 @@ class OnRoads:
     """``model`` (any fitted model) whose samples are placed on ``roads``; every other attribute is the
     model's own (its size, its cap on points, whether it may be sampled on several threads)."""
 
-    def __init__(self, model, roads: Roads, scatter_m: float | None = None):
-        self.model, self.roads, self.scatter_m = model, roads, scatter_m
+    def __init__(self, model, roads: Roads, bbox, scatter_m: float | None = None):
+        self.model, self.scatter_m = model, scatter_m
+        self.bbox = BBox.of(bbox)
+        self.roads = roads.cut(self.bbox.as_list())   # the same segments, cut at the bbox's edge
         self._placer = None       # built on the first sample (post-processing of the released weights)
 
     def __getattr__(self, name):
@@ -64,6 +69,10 @@ class OnRoads:
         if self.scatter_m:
             north, east = rng.normal(0.0, self.scatter_m, (2, len(lat)))
             lat, lon = lat + north / M_PER_DEGREE, lon + east / (M_PER_DEGREE * np.cos(np.radians(lat)))
+        # inside the bbox, as every output's points are: a scattered point, or one on a segment that touches the
+        # edge with under a centimetre inside, is moved onto the edge
+        b = self.bbox
+        lat, lon = np.clip(lat, b.min_lat, b.max_lat), np.clip(lon, b.min_lon, b.max_lon)
         return Trajectories(part.offsets, part.traj_id, part.user_id, part.ts, lat, lon)
 
 
