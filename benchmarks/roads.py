@@ -146,7 +146,8 @@ def scores(real: Side, synth: Side, roads) -> dict:
                 length_jsd=js(np.histogram(real.lengths_m(), LENGTH_EDGES)[0],
                               np.histogram(synth.lengths_m(), LENGTH_EDGES)[0]),
                 trip_jsd=js(real.trip_hist(), synth.trip_hist()),
-                detour_med=float(np.median(detour)), detour_p90=float(np.quantile(detour, 0.9)),
+                detour_med=float(np.quantile(detour, 0.5, method="nearest")),
+                detour_p90=float(np.quantile(detour, 0.9, method="nearest")),   # inf: no road path within 3 km
                 n_traj=synth.n_traj, n_points=len(synth.lat))
 
 
