@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import duckdb
 import pyarrow.parquet as pq
@@ -14,6 +13,7 @@ import pytest
 
 from duckmob import cli
 from duckmob.cli import output
+from waiting import cpu_seconds, wait_until
 
 
 def run(args, stdin=""):
@@ -109,10 +109,12 @@ class Running:
         return "".join(self.chunks)
 
     def wait_for(self, needle, count=1, timeout=60.0):
-        end = time.monotonic() + timeout
-        while self.text().count(needle) < count and time.monotonic() < end:
-            time.sleep(0.05)
-        return self.text().count(needle) >= count
+        return wait_until(lambda: self.text().count(needle) >= count, timeout)
+
+    def computing(self, since: float, seconds=0.3, timeout=60.0):
+        """Whether the process has used ``seconds`` of CPU more than ``since`` (its :func:`cpu_seconds` before a
+        statement was sent): the statement runs (an idle shell uses none), within ``timeout``."""
+        return wait_until(lambda: cpu_seconds(self.proc.pid) >= since + seconds, timeout)
 
     def finish(self, timeout=60.0):
         """The exit status, once everything printed has been read."""
@@ -133,9 +135,10 @@ def test_ctrl_c_during_a_statement_prints_one_line_and_returns_to_the_prompt():
     shell = Running(["-i"], stdin=subprocess.PIPE)
     try:
         assert shell.wait_for("duckmob> "), shell.text()
+        idle = cpu_seconds(shell.proc.pid)
         shell.proc.stdin.write(LONG + "\n")
         shell.proc.stdin.flush()
-        time.sleep(1.5)
+        assert shell.computing(since=idle), shell.text()
         shell.interrupt_until_reported()
         shell.proc.stdin.write("SELECT 42 AS answer;\n")
         shell.proc.stdin.close()
@@ -152,7 +155,7 @@ def test_ctrl_c_in_a_command_exits_130_without_running_the_rest():
                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         assert shell.wait_for("ready"), shell.text()
-        time.sleep(0.5)
+        assert shell.computing(since=cpu_seconds(shell.proc.pid)), shell.text()
         shell.interrupt_until_reported()
         assert shell.finish() == cli.EXIT_INTERRUPTED == 130
     finally:
