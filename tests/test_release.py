@@ -20,6 +20,7 @@ from duckmob.privacy import accounting, ledger
 from duckmob.privacy.ledger import schema, seals
 from duckmob.synth.privtrace import PrivTrace
 from straight_trips import straight_trips
+from waiting import wait_until
 
 BOX = [0.0, 0.0, 1.0, 1.0]
 SQL_BOX = "[0.0, 0.0, 1.0, 1.0]"
@@ -43,9 +44,10 @@ def _spent(con, source="trips") -> float:
     return ledger.spent(con, source)
 
 
-def _in_threads(con, sql: str, n: int) -> list[str]:
-    """Run ``sql`` on n registered cursors at once: "ok" or the one-line error of each."""
-    results = []
+def _in_threads(con, sql: str, n: int, results: list | None = None) -> list[str]:
+    """Run ``sql`` on n registered cursors at once: "ok" or the one-line error of each, appended to ``results``
+    (a new list by default) as each ends."""
+    results = [] if results is None else results
 
     def one():
         cur = duckmob.register(con.cursor())
@@ -110,16 +112,19 @@ def test_same_model_name_from_two_threads_is_fitted_and_charged_once(filedb):
     path, con = filedb
     con.sql("FROM mob_set_budget('trips', eps := 5.0, delta := 0)").fetchall()
     slow_fit = PrivTrace.fit
+    results, overlapped = [], []
 
     def slow(self, *args, **kwargs):
-        time.sleep(0.5)   # both threads are inside the release at once
+        # the other thread's statement ends while this one is inside the release: both were in it at once
+        overlapped.append(wait_until(lambda: len(results) == 1, timeout=60))
         return slow_fit(self, *args, **kwargs)
 
     PrivTrace.fit = slow
     try:
-        results = _in_threads(con, f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {SQL_BOX}, {SMALL})", 2)
+        _in_threads(con, f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {SQL_BOX}, {SMALL})", 2, results)
     finally:
         PrivTrace.fit = slow_fit
+    assert overlapped == [True]
     assert sorted(results)[1] == "ok" and "already exists or is being fitted" in sorted(results)[0]
     assert _spent(con) == pytest.approx(1.0)
     assert con.execute("SELECT count(*) FROM duckmob_models").fetchone()[0] == 1
