@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pathlib
+import threading
 import time
 
 import numpy as np
@@ -162,11 +164,15 @@ def test_two_workers_fit_the_same_event_and_model_as_one():
 def failing(group, when: str):
     if group.rank == 1:
         raise ValueError(f"boom {when}")
-    time.sleep(60)
+    blocked(group)
 
 
-def sleeping(group):
-    time.sleep(60)
+def blocked(group, folder: str | None = None):
+    """A worker that marks itself up (a file ``up-<rank>`` in ``folder``) and then blocks until it is stopped:
+    nothing sets the event it waits on (the 120 s bound only ends a worker that the caller failed to stop)."""
+    if folder is not None:
+        pathlib.Path(folder, f"up-{group.rank}").touch()
+    threading.Event().wait(120)
 
 
 def test_a_worker_error_stops_every_worker_and_is_a_duckmob_error():
@@ -176,17 +182,18 @@ def test_a_worker_error_stops_every_worker_and_is_a_duckmob_error():
     assert not multiprocessing.active_children() and time.perf_counter() - start < 50
 
 
-def test_an_interrupt_stops_every_worker():
-    calls = []
+def test_an_interrupt_stops_every_worker(tmp_path):
+    up, deadline = [], time.monotonic() + 60
 
-    def check():
-        calls.append(None)
-        if len(calls) == 40:   # after 2 s of polling: the workers are up and sleeping
+    def check():   # Ctrl-C once both workers are up and blocked
+        up[:] = sorted(p.name for p in tmp_path.glob("up-*"))
+        if len(up) == 2 or time.monotonic() > deadline:
             raise KeyboardInterrupt
 
     start = time.perf_counter()
     with pytest.raises(KeyboardInterrupt):
-        distributed.spawn(sleeping, workers=2, device=CPU, check_interrupt=check)
+        distributed.spawn(blocked, str(tmp_path), workers=2, device=CPU, check_interrupt=check)
+    assert up == ["up-0", "up-1"]
     assert not multiprocessing.active_children() and time.perf_counter() - start < 50
 
 
@@ -196,7 +203,7 @@ def test_workers_are_checked():
     with pytest.raises(DuckmobError, match="workers"):
         Baseline(BOX, workers=0)
     with pytest.raises(DuckmobError, match="workers"):
-        distributed.spawn(sleeping, workers=1, device=CPU)
+        distributed.spawn(blocked, workers=1, device=CPU)
     if torch.cuda.device_count() < 2:
         with pytest.raises(DuckmobError, match="one GPU per worker"):
             distributed.worker_devices(torch.device("cuda"), 2)
