@@ -53,7 +53,9 @@ def blocks(path: Path, runnable_only: bool = False) -> list[tuple[str, int, str]
     return out
 
 
-def run_sql(con, code: str, where: str) -> None:
+def run_sql(con, code: str, where: str) -> int:
+    """Run the block ``code`` statement by statement; check the rows it quotes (if any) against what its last
+    statement returns; the number of quoted rows checked."""
     rows = None
     for stmt in con.extract_statements(code):
         try:
@@ -69,6 +71,7 @@ def run_sql(con, code: str, where: str) -> None:
         if not ok:
             shown = "\n".join("-- " + " | ".join(g) for g in got[:len(quoted) + 2])
             pytest.fail(f"{where}: the quoted result is stale; the block now returns:\n{shown}", pytrace=False)
+    return len(quoted)
 
 
 def quoted_rows(code: str) -> list[list[str]]:
@@ -84,6 +87,19 @@ def quoted_rows(code: str) -> list[list[str]]:
         line = re.split(r"(?<=[^\s|])\s{3,}(?=[^\s|])", line)[0]   # a note after three spaces (not a column)
         rows.append([c.strip() for c in line.split("|")])
     return rows if any("|" in line for line in tail) else []
+
+
+RELEASED = re.compile(r"CREATE\s+TABLE\s+(\w+)\s+AS\s+FROM\s+(?:synthesize|mob_sample)\s*\(", re.I)
+
+
+def check_releases(con, tables: list[str], where: str) -> None:
+    """What the blocks run on ``con`` released: each synthetic table they created holds trajectories, and every
+    release in the ledger was charged and completed (none failed, pending or cancelled)."""
+    for name in tables:
+        n = con.execute(f"SELECT count(DISTINCT traj_id) FROM {name}").fetchone()[0]
+        assert n > 0, f"{where}: the synthetic table {name} is empty"
+    statuses = [r[0] for r in con.execute("SELECT status FROM mob_ledger()").fetchall()]
+    assert statuses and set(statuses) == {"spent"}, f"{where}: ledger statuses {statuses}"
 
 
 def run_python(code: str, where: str, cwd: Path) -> None:
@@ -123,12 +139,17 @@ def test_sql_reference_runnable_blocks(tmp_path, monkeypatch):
     con = duckmob.connect()
     try:
         load_sample(con)
-        for lang, line, code in blocks(ROOT / "docs" / "sql.md", runnable_only=True):
+        found = blocks(ROOT / "docs" / "sql.md", runnable_only=True)
+        checked = 0
+        for lang, line, code in found:
             where = f"docs/sql.md, the {lang} block at line {line}"
             if lang == "sql":
-                run_sql(con, code, where)
+                checked += run_sql(con, code, where)
             else:
                 run_python(code, where, tmp_path)
+        # every quoted row was compared, and what the examples released is there
+        assert checked == sum(len(quoted_rows(code)) for lang, _, code in found if lang == "sql") >= 5
+        check_releases(con, [t for _, _, code in found for t in RELEASED.findall(code)], "docs/sql.md")
     finally:
         con.close()
 
@@ -136,14 +157,18 @@ def test_sql_reference_runnable_blocks(tmp_path, monkeypatch):
 def test_choosing_eps_runnable_blocks(tmp_path, monkeypatch):
     """docs/choosing_eps.md: its runnable blocks in order; a block that creates ``trips`` starts a new database."""
     monkeypatch.chdir(tmp_path)
-    con = None
+    con, made, checked, databases = None, [], 0, 0
     try:
         for lang, line, code in blocks(ROOT / "docs" / "choosing_eps.md", runnable_only=True):
             if con is None or code.lstrip().startswith("CREATE TABLE trips"):
-                if con is not None:
+                if con is not None:   # what the blocks released in the database they leave
+                    check_releases(con, made, f"docs/choosing_eps.md, database {databases}")
                     con.close()
-                con = duckmob.connect()
-            run_sql(con, code, f"docs/choosing_eps.md, the {lang} block at line {line}")
+                con, made, databases = duckmob.connect(), [], databases + 1
+            checked += run_sql(con, code, f"docs/choosing_eps.md, the {lang} block at line {line}")
+            made += RELEASED.findall(code)
+        check_releases(con, made, f"docs/choosing_eps.md, database {databases}")
+        assert checked >= 3 and databases >= 2
     finally:
         if con is not None:
             con.close()
