@@ -442,8 +442,11 @@ class _Legs:
         t_a, t_b = np.asarray(t_a, dtype=np.float64).ravel(), np.asarray(t_b, dtype=np.float64).ravel()
         if not (len(seg_a) == len(t_a) == len(seg_b) == len(t_b)):
             raise DuckmobError("network_distance: the four arrays must have the same length")
-        ca, oa = ch.position(graph, seg_a, t_a)
-        cb, ob = ch.position(graph, seg_b, t_b)
+        return cls.of(ch, *ch.position(graph, seg_a, t_a), *ch.position(graph, seg_b, t_b), limit_m)
+
+    @classmethod
+    def of(cls, ch: Chains, ca, oa, cb, ob, limit_m: float) -> "_Legs":
+        """The legs between positions given as (chain, offset) (:meth:`Chains.position`)."""
         ca0, cb0 = np.maximum(ca, 0), np.maximum(cb, 0)
         valid = (ca >= 0) & (cb >= 0)
         along = valid & (ca == cb)
@@ -497,7 +500,9 @@ def route(placer, offsets, lat, lon, rng: np.random.Generator, candidates: int =
     choice = np.zeros(n, np.int64)
     if c > 1 and n > 1:
         roads = placer.roads
+        ch = chains_of(roads)
         cx, cy = placer.index.plane(*_along(roads, cand_seg, cand_t))
+        cc, co = (a.reshape(n, c) for a in ch.position(roads.graph, cand_seg.ravel(), cand_t.ravel()))
         counts = np.diff(offsets)
         k = np.arange(n) - np.repeat(offsets[:-1], counts)          # position within its trajectory
         size = np.repeat(counts, counts)
@@ -508,8 +513,8 @@ def route(placer, offsets, lat, lon, rng: np.random.Generator, candidates: int =
                 mine = sel[has]
                 nb = mine + step
                 pick = choice[nb]
-                road = network_distance(roads, np.repeat(cand_seg[nb, pick], c), np.repeat(cand_t[nb, pick], c),
-                                        cand_seg[mine].ravel(), cand_t[mine].ravel(), limit_m).reshape(-1, c)
+                road = _Legs.of(ch, np.repeat(cc[nb, pick], c), np.repeat(co[nb, pick], c), cc[mine].ravel(),
+                                co[mine].ravel(), limit_m).dist.reshape(-1, c)
                 straight = np.hypot(cx[mine] - cx[nb, pick][:, None], cy[mine] - cy[nb, pick][:, None])
                 cost[has] += np.minimum(road - straight, limit_m)
             w = np.exp(-(cost - cost.min(axis=1, keepdims=True)) / float(detour_m))
