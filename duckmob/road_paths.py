@@ -16,7 +16,12 @@ D by Dijkstra (scipy.sparse.csgraph) on the junction graph, searched up to a pub
 on a local subgraph: the sources are grouped by square tiles of ``limit_m / 2``, and a tile's searches run over
 the junctions within ``limit_m`` (straight line) of it, which hold every path shorter than ``limit_m`` (a road is
 never shorter than the straight line), so the distances are exact and a search costs what the network near it
-holds, not the city.
+holds, not the city. Every junction distance up to :data:`NEAR_M` is computed once per network (:class:`_Near`)
+and looked up after (sorted look-ups, no search), which is what a release's output uses.
+
+**Trajectories on roads.** :func:`route` picks, for each synthetic point, one of a few candidate positions drawn
+by a released road density so that consecutive points are a short drive apart; :func:`walk` then moves the points
+to equal steps along the road path through those positions (:mod:`duckmob.synth.onroads` does both).
 
 The road network is public (a declared input, never derived from the sensitive table): everything here is
 post-processing of released outputs, or an evaluation tool.
@@ -48,8 +53,8 @@ class Chains:
     ``junction``: the graph node of each junction; ``x``, ``y``: their plane coordinates in metres; ``matrix``:
     the symmetric junction graph (the shortest chain between two junctions); ``ends``: (n_chains, 2) junction
     indices of each chain's first and second end; ``length``: each chain's length; ``node_chain`` and
-    ``node_offset``: each graph node's chain and offset on it (a junction: one of its chains, at that chain's
-    end); ``order_nodes`` / ``order_offset`` / ``order_start``: each chain's nodes in order of offset, first end to
+    ``node_offset``: each graph node's chain and offset on it (a junction: one of the chains it ends, and
+    offset -1, its mark); ``order_nodes`` / ``order_offset`` / ``order_start``: each chain's nodes in order of offset, first end to
     second (ragged, ``order_start`` the n_chains + 1 bounds); ``edge_chain``: the chain of each junction-graph
     edge in CSR order of ``matrix``."""
 
