@@ -17,7 +17,7 @@ import pytest
 import duckmob
 from duckmob import release
 from duckmob.errors import DuckmobError, one_line
-from duckmob.privacy import accounting, ledger
+from duckmob.privacy import accounting, composition, ledger
 from duckmob.release import interrupts
 
 WAIT = 30   # seconds a test waits for another thread before it reports a hang
@@ -115,7 +115,7 @@ def test_ctrl_c_during_a_noise_calibration_stops_it_there(con, monkeypatch):
     con.sql("FROM mob_set_budget('trips', eps := 100.0, delta := 1e-5)").fetchall()
     db = release.database(con)
     evaluations, finished = [], []
-    epsilon = accounting.epsilon
+    epsilon = composition.epsilon
 
     def counted(*args, **kw):
         evaluations.append(1)
@@ -128,7 +128,7 @@ def test_ctrl_c_during_a_noise_calibration_stops_it_there(con, monkeypatch):
         finished.append(sigma)   # never reached: the calibration stops at the press
         return accounting.dp_sgd(sigma, 0.01, 3000)
 
-    monkeypatch.setattr(accounting, "epsilon", counted)
+    monkeypatch.setattr(composition, "epsilon", counted)
     with pytest.raises(release.Interrupted, match="before the data was read: the release was cancelled"):
         release.run(db, _request(calibrating_plan), _read)
     assert finished == [] and 3 <= len(evaluations) <= 4

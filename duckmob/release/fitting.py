@@ -15,7 +15,7 @@ from duckmob.release import sampling
 from duckmob.release.protocol import Release, Request, run
 from duckmob.release.registry import Database
 from duckmob.privacy import accounting, ledger
-from duckmob.privacy.accounting import Event
+from duckmob.privacy.events import Event
 from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.source import PointSource

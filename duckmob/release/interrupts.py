@@ -92,7 +92,7 @@ def interrupt_all() -> None:
     the press count change; those reserved are also flagged."""
     global _PRESSES
     _PRESSES += 1
-    for db in list(registry._DATABASES.values()):
+    for db in registry.databases():
         for release in list(db.active):
             release.interrupted.set()
 

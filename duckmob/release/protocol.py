@@ -11,7 +11,7 @@ import duckdb
 
 from duckmob.errors import DuckmobError
 from duckmob.privacy import accounting, ledger
-from duckmob.privacy.accounting import Event
+from duckmob.privacy.events import Event
 from duckmob.privacy.noise import NoiseSource
 from duckmob.release import interrupts
 from duckmob.release.registry import Database

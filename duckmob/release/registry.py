@@ -21,15 +21,20 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 import duckdb
 
 from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
 
-if TYPE_CHECKING:
-    from duckmob.release.protocol import Release
+
+class InProgress(Protocol):
+    """What the registry knows of a release in progress (a :class:`duckmob.release.protocol.Release`, which
+    registers itself in :attr:`Database.active` once reserved): the flag Ctrl-C sets
+    (:func:`duckmob.release.interrupts.interrupt_all`)."""
+
+    interrupted: threading.Event
 
 
 class Database:
@@ -166,12 +171,13 @@ class _File:
     the model names being fitted."""
 
     lock: threading.RLock = field(default_factory=threading.RLock)
-    active: set[Release] = field(default_factory=set)
+    active: set[InProgress] = field(default_factory=set)
     pending_names: set[str] = field(default_factory=set)
 
 
 # The databases this process has registered duckmob on, by token. DuckDB registers Python functions per database
-# instance, so this mapping is process state by nature; it is only read through ``_mob_instance()``.
+# instance, so this mapping is process state by nature; it is read through ``_mob_instance()`` and
+# :func:`databases`.
 _DATABASES: dict[str, Database] = {}
 # Per database file (device, inode): what its Databases share, and the Database last registered on it.
 _FILES: dict[tuple[int, int], _File] = {}
@@ -227,6 +233,12 @@ def database(con: duckdb.DuckDBPyConnection, create: Callable[[Database], None] 
         if db.file is not None:
             _OPEN[db.file] = db
         return db
+
+
+def databases() -> list[Database]:
+    """Every database this process has registered duckmob on (a copy, safe to walk while another registers):
+    what Ctrl-C walks to reach the releases in progress."""
+    return list(_DATABASES.values())
 
 
 def _lookup(con) -> Database | None:

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from duckmob.errors import DuckmobError
-from duckmob.privacy.accounting import Event
+from duckmob.privacy.events import Event
 
 # Ledger mechanisms that are counts (mob_noisy_count, mob_transitions), not a synthetic table.
 COUNTS = ("noisy_count", "transitions")

@@ -25,7 +25,7 @@ import numpy as np
 
 from duckmob.errors import DuckmobError
 from duckmob.grid import BBox, cell_bounds
-from duckmob.privacy.accounting import Event
+from duckmob.privacy.events import Event
 from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.synth.config import Config

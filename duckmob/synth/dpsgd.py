@@ -45,7 +45,7 @@ from torch.func import functional_call, grad, vmap
 
 from duckmob.errors import DuckmobError
 from duckmob.privacy import accounting
-from duckmob.privacy.accounting import Event
+from duckmob.privacy.events import Event
 from duckmob.progress import steps as progress_steps
 from duckmob.trajectories import ragged_gather
 

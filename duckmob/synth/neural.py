@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from duckmob.privacy.accounting import Event
+from duckmob.privacy.events import Event
 from duckmob.synth.base import Model
 
 

@@ -15,7 +15,7 @@ from duckmob import cli
 from duckmob.errors import DuckmobError
 from duckmob.report import compare, words
 from duckmob.report.collect import Facts, statistics
-from duckmob.privacy.accounting import Event
+from duckmob.privacy.events import Event
 
 from report_helpers import BBOX, SECTIONS, released, without_time
 

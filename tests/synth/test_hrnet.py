@@ -16,7 +16,7 @@ from duckmob.grid import cell_of, parent
 from duckmob.synth.base import fit_unrecorded
 from duckmob.synth.hrnet import Baseline, FittedModel, HRNet, HRNetConfig
 from duckmob.privacy import accounting
-from duckmob.privacy.accounting import calibrate_noise_multiplier
+from duckmob.privacy.calibration import calibrate_noise_multiplier
 from duckmob.privacy.noise import NoiseSource
 from duckmob.privacy.unit import PrivacyUnit
 from duckmob.release.fitting import fit_request

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import duckdb
 
-from duckmob.privacy.accounting import Event
+from duckmob.privacy.events import Event
 from duckmob.privacy.ledger import headfile, schema, seals
 from duckmob.privacy.ledger.schema import BUDGET, BUDGET_COLUMNS, BUDGET_SEQ, COLUMNS, LEDGER, LEDGER_SEQ, OBJECTS
 from duckmob.privacy.ledger.seals import BUDGET_FINGERPRINT, FINGERPRINT, LedgerTampered

@@ -9,7 +9,7 @@ not from a second read that an edit could slip in before.
 from __future__ import annotations
 
 from duckmob.privacy import accounting
-from duckmob.privacy.accounting import Event
+from duckmob.privacy.events import Event
 from duckmob.privacy.ledger import seals
 from duckmob.privacy.ledger.integrity import verify
 from duckmob.privacy.ledger.renames import renamed_from

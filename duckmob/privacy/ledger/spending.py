@@ -16,7 +16,8 @@ from functools import lru_cache
 
 from duckmob.errors import BudgetError, DuckmobError
 from duckmob.privacy import accounting
-from duckmob.privacy.accounting import Event, needs_delta
+from duckmob.privacy.budget import needs_delta
+from duckmob.privacy.events import Event
 from duckmob.privacy.ledger.schema import BUDGET, LEDGER, has_tables
 from duckmob.validators import source_name
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from duckmob.privacy.accounting import Event
+from duckmob.privacy.events import Event
 from duckmob.privacy.ledger.headfile import Head
 from duckmob.privacy.ledger.seals import GENESIS, link
 from duckmob.privacy.ledger.spending import keys_of

@@ -16,7 +16,7 @@ import duckdb
 
 from duckmob.errors import BudgetError, DuckmobError
 from duckmob.privacy import accounting
-from duckmob.privacy.accounting import Event
+from duckmob.privacy.events import Event
 from duckmob.privacy.ledger import headfile, renames, seals
 from duckmob.privacy.ledger.headfile import MARK, Head
 from duckmob.privacy.ledger.integrity import checked_row, ensure_tables, locate, verify

@@ -53,7 +53,7 @@ import torch
 from duckmob.errors import DuckmobError
 from duckmob.grid import BBox, assign_pois, cell_of, haversine_m, quadtree_depth
 from duckmob.privacy import accounting
-from duckmob.privacy.accounting import calibrate_noise_multiplier
+from duckmob.privacy.calibration import calibrate_noise_multiplier
 from duckmob.privacy.counting import count_events, count_record, count_shares, normalised_release, noisy_unit_counts
 from duckmob.privacy.noise import check_scale
 from duckmob.privacy.normcut import normcut
