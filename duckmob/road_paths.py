@@ -40,7 +40,7 @@ from scipy.spatial import cKDTree
 
 from duckmob.errors import DuckmobError
 from duckmob.grid import EARTH_RADIUS_M, haversine_m
-from duckmob.roads import snap
+from duckmob.roads import ragged_paths, snap, trace_back
 
 NEAR_M = 1_000.0           # junction distances kept per network up to this far (metres; the routes' search limit)
 SOURCES_PER_PASS = 256     # Dijkstra sources per pass: memory 8 bytes x this x the junctions of one tile's subgraph
@@ -181,32 +181,9 @@ class _Near:
     def paths(self, a, b, limit_m: float):
         a, b = np.asarray(a, dtype=np.int64).ravel(), np.asarray(b, dtype=np.int64).ravel()
         dist = self.distances(a, b, limit_m)
-        alive = np.isfinite(dist)
-        cur = b.copy()
-        pairs, nodes, steps = [], [], []
-        step = 0
-        while alive.any():
-            idx = np.flatnonzero(alive)
-            pairs.append(idx)
-            nodes.append(cur[idx])
-            steps.append(np.full(len(idx), step))
-            pos, _ = self._find(a[idx], cur[idx])
-            prev = self.pred[pos].astype(np.int64)
-            alive[idx] = prev >= 0
-            cur[idx] = np.where(prev >= 0, prev, cur[idx])
-            step += 1
-        return _ragged(len(a), pairs, nodes, steps) + (dist,)
-
-
-def _ragged(m, pairs, nodes, steps):
-    """Per-pair node lists collected target first (one step per node) as ragged ``(offsets, nodes)``, source
-    first."""
-    if not pairs:
-        return np.zeros(m + 1, np.int64), np.zeros(0, np.int64)
-    pair, node, st = np.concatenate(pairs), np.concatenate(nodes), np.concatenate(steps)
-    order = np.lexsort((-st, pair))                      # per pair, the source (its last step) first
-    offsets = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=m))])
-    return offsets.astype(np.int64), node[order].astype(np.int64)
+        found = trace_back(np.arange(len(a)), b, np.isfinite(dist),
+                           lambda idx, cur: self.pred[self._find(a[idx], cur)[0]])
+        return ragged_paths(len(a), found) + (dist,)
 
 
 def chains_of(roads) -> Chains:
@@ -400,22 +377,11 @@ def node_paths(matrix, x, y, a, b, limit_m: float):
     step per node of the longest path of a pass."""
     a = np.asarray(a, dtype=np.int64).ravel()
     dist = np.full(len(a), np.inf)
-    pairs, nodes, steps = [], [], []
+    found = [[], [], []]
     for pick, d, (pred, local, rows, at) in _searches(matrix, x, y, a, b, limit_m, paths=True):
         dist[pick] = d
-        alive = np.isfinite(d)
-        cur = at.copy()
-        step = 0
-        while alive.any():
-            idx = np.flatnonzero(alive)
-            pairs.append(pick[idx])
-            nodes.append(local[cur[idx]])
-            steps.append(np.full(len(idx), step))
-            prev = pred[rows[idx], cur[idx]]
-            alive[idx] = prev >= 0
-            cur[idx] = np.where(prev >= 0, prev, cur[idx])
-            step += 1
-    return _ragged(len(a), pairs, nodes, steps) + (dist,)
+        trace_back(pick, at, np.isfinite(d), lambda idx, cur: pred[rows[idx], cur], names=local, found=found)
+    return ragged_paths(len(a), found) + (dist,)
 
 
 # ---------------------------------------------------------------------------------------------- road distances

@@ -329,25 +329,40 @@ class ShortestPaths:
         rows = np.asarray(rows, dtype=np.int64).ravel()
         targets = np.asarray(targets, dtype=np.int64).ravel()
         m = len(rows)
-        cur = targets.copy()
         alive = np.isfinite(self.dist[rows, targets]) if m else np.zeros(0, bool)
-        pairs, nodes, steps = [], [], []
-        step = 0
-        while alive.any():
-            idx = np.flatnonzero(alive)
-            pairs.append(idx)
-            nodes.append(cur[idx])
-            steps.append(np.full(len(idx), step))
-            prev = self.pred[rows[idx], cur[idx]]
-            alive[idx] = prev >= 0
-            cur[idx] = np.where(prev >= 0, prev, cur[idx])
-            step += 1
-        if not pairs:
-            return np.zeros(m + 1, np.int64), np.zeros(0, np.int64)
-        pair, node, st = np.concatenate(pairs), np.concatenate(nodes), np.concatenate(steps)
-        order = np.lexsort((-st, pair))                  # per pair, the source (last step) first
-        offsets = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=m))])
-        return offsets.astype(np.int64), node[order].astype(np.int64)
+        found = trace_back(np.arange(m), targets, alive, lambda idx, cur: self.pred[rows[idx], cur])
+        return ragged_paths(m, found)
+
+
+def trace_back(labels, targets, alive, prev_of, names=None, found=None) -> list:
+    """Walk predecessor links back from ``targets`` (where ``alive``) to their sources, vectorised over them (one
+    NumPy step per node of the longest path): ``prev_of(idx, nodes)`` gives each node's predecessor (negative at
+    the source). Appends to ``found`` (new when None) the ``(labels, nodes, steps)`` met, nodes through ``names``
+    when given; :func:`ragged_paths` assembles them."""
+    found = [[], [], []] if found is None else found
+    cur, alive = np.asarray(targets, dtype=np.int64).copy(), np.asarray(alive, dtype=bool).copy()
+    step = 0
+    while alive.any():
+        idx = np.flatnonzero(alive)
+        found[0].append(labels[idx])
+        found[1].append(cur[idx] if names is None else names[cur[idx]])
+        found[2].append(np.full(len(idx), step))
+        prev = np.asarray(prev_of(idx, cur[idx]), dtype=np.int64)
+        alive[idx] = prev >= 0
+        cur[idx] = np.where(prev >= 0, prev, cur[idx])
+        step += 1
+    return found
+
+
+def ragged_paths(m: int, found) -> tuple[np.ndarray, np.ndarray]:
+    """The paths :func:`trace_back` met, for labels 0 .. m - 1, as ragged ``(offsets, nodes)``, source first (one
+    node when target == source, none when unreachable)."""
+    if not found[0]:
+        return np.zeros(m + 1, np.int64), np.zeros(0, np.int64)
+    pair, node, st = (np.concatenate(x) for x in found)
+    order = np.lexsort((-st, pair))                  # per pair, the source (last step) first
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=m))])
+    return offsets.astype(np.int64), node[order].astype(np.int64)
 
 
 def shortest_paths(graph: Graph, sources, limit: float = np.inf) -> ShortestPaths:
