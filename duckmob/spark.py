@@ -407,7 +407,7 @@ def _probe_fn(want_version: str):
     def probe(_):
         import sys as worker_sys
         try:
-            import duckmob as worker_duckmob   # noqa: F401
+            import duckmob.api as worker_duckmob   # (the package, then the API that holds __version__)
             import pyarrow  # noqa: F401
             version = getattr(worker_duckmob, "__version__", "?")
             return ("ok" if version == want_version else f"duckmob {version}") + "|" + worker_sys.executable
@@ -426,7 +426,7 @@ def check_workers(spark) -> None:
     import os
     import sys
 
-    from duckmob import __version__
+    from duckmob.api import __version__
 
     sc = spark.sparkContext
     wanted = sc.getConf().get("spark.pyspark.python")

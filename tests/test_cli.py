@@ -83,7 +83,7 @@ def test_dot_commands_and_statement_completion():
     shell.dot(".schema trips")
     assert "trips" in out.getvalue() and "TIMESTAMP" in out.getvalue()
     assert not shell.dot(".bogus") and "unknown command" in err.getvalue()
-    assert cli._complete("SELECT 1;") and not cli._complete("SELECT ';") and not cli._complete("SELECT 1")
+    assert cli.complete("SELECT 1;") and not cli.complete("SELECT ';") and not cli.complete("SELECT 1")
     con.close()
 
 
@@ -341,9 +341,9 @@ def test_help_lists_every_subcommand():
 
 
 def test_statement_completion_uses_duckdbs_tokenizer():
-    assert cli._complete("SELECT 1;") and cli._complete("SELECT 1; -- it's done") and cli._complete("-- only")
-    assert not cli._complete("SELECT ';") and not cli._complete("SELECT 1") and not cli._complete("SELECT 'a;")
-    assert cli._complete("SELECT $$ a; $$;") and not cli._complete("SELECT 1 /* ; */")
+    assert cli.complete("SELECT 1;") and cli.complete("SELECT 1; -- it's done") and cli.complete("-- only")
+    assert not cli.complete("SELECT ';") and not cli.complete("SELECT 1") and not cli.complete("SELECT 'a;")
+    assert cli.complete("SELECT $$ a; $$;") and not cli.complete("SELECT 1 /* ; */")
 
 
 def test_version_names_duckmob_and_duckdb():

@@ -1,6 +1,7 @@
-"""The way dependencies run: no import circle between duckmob's modules (function-level imports included), and
-neither the methods (synth/), the input path (source/) nor the mechanisms (privacy/) reach the SQL layer or the
-release core."""
+"""The way dependencies run: no import circle between duckmob's modules (function-level imports, ``importlib`` calls
+and annotation-only imports included, inside a package as between packages), no private name (``_x``) read from
+another module, and neither the methods (synth/), the input path (source/) nor the mechanisms (privacy/) reach the
+SQL layer or the release core."""
 
 import ast
 import pathlib
@@ -18,21 +19,18 @@ def _modules() -> dict[str, pathlib.Path]:
     return out
 
 
-def _imports(path: pathlib.Path, modules) -> set[str]:
-    """The duckmob modules ``path`` imports anywhere (module level or inside functions), except under
-    ``if TYPE_CHECKING:`` (annotations only, never run): import statements, ``importlib.import_module`` (and
-    ``__import__``) calls, and string imports (:func:`_named`)."""
+def _imports(path: pathlib.Path, modules, name: str = "") -> set[str]:
+    """The duckmob modules ``path`` (the module ``name``) imports anywhere: at module level, inside functions and
+    under ``if TYPE_CHECKING:`` (an annotation that names a module is a dependency on it all the same: two modules
+    that name each other are one concern split in two); import statements, relative ones included,
+    ``importlib.import_module`` (and ``__import__``) calls, and string imports (:func:`_named`)."""
     tree = ast.parse(path.read_text())
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for child in node.body for n in ast.walk(child)}
     found = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "duckmob":
+        if isinstance(node, ast.ImportFrom) and (module := _absolute(node, name, path)).split(".")[0] == "duckmob":
             for alias in node.names:
-                sub = f"{node.module}.{alias.name}"
-                found.add(sub if sub in modules else node.module)
+                sub = f"{module}.{alias.name}"
+                found.add(sub if sub in modules else module)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "duckmob")
         elif _imports_by_name(node) and node.args:
@@ -40,6 +38,16 @@ def _imports(path: pathlib.Path, modules) -> set[str]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "." in node.value:
             found.update(_named(node, modules))   # a dotted name: not the word "duckmob" in a message
     return {m for m in found if m in modules}
+
+
+def _absolute(node: ast.ImportFrom, name: str, path: pathlib.Path) -> str:
+    """The module a ``from ... import`` names, a relative one (``from .registry import x``) resolved against the
+    module ``name`` (a package's ``__init__`` is its own package)."""
+    if not node.level:
+        return node.module or ""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    base = package[:len(package) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _imports_by_name(node) -> bool:
@@ -55,6 +63,8 @@ def _named(arg, modules) -> set[str]:
     ``'duckmob.synth.hrnet:HRNet'`` of a registry of lazily imported classes); an f-string
     (``f"duckmob.sql.{area}"``) any module its constant text and one name in place of each field could be."""
     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        if not re.fullmatch(r"[\w.]+(:[\w.]+)?", arg.value):   # a message ("duckmob: ...") names no module
+            return set()
         name = arg.value.partition(":")[0]
         return {name} if name in modules else set()
     if isinstance(arg, ast.JoinedStr):
@@ -67,7 +77,7 @@ def _named(arg, modules) -> set[str]:
 
 def _graph():
     modules = _modules()
-    return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+    return {name: _imports(path, modules, name) - {name} for name, path in modules.items()}
 
 
 def _cycles(graph) -> list[list[str]]:
@@ -115,6 +125,27 @@ def test_methods_input_path_and_mechanisms_do_not_reach_sql_or_the_release_core(
         assert not bad, (module, bad)
 
 
+# The faces: what a user calls (the Python API, the SQL layer, the shell, Jupyter, Spark, dbt, the demo, the report
+# page, ``python -m duckmob``). Everything else is the core they stand on.
+FACES = ("duckmob.api", "duckmob.sql", "duckmob.cli", "duckmob.jupyter", "duckmob.spark", "duckmob.dbt",
+         "duckmob.demo", "duckmob.report", "duckmob.__main__")
+
+
+def _is_face(module: str) -> bool:
+    return any(module == face or module.startswith(face + ".") for face in FACES)
+
+
+def test_no_arrow_runs_back_up():
+    """Nothing imports the package root ``duckmob`` (the top: it names the API), and no module of the core (the
+    release core, the mechanisms, the methods, the input path, the metrics) reaches a face."""
+    graph = _graph()
+    assert all(m in graph for m in FACES)
+    assert {m for m, deps in graph.items() if "duckmob" in deps} == set()
+    up = {m: bad for m, deps in graph.items() if m != "duckmob" and not _is_face(m)
+          and (bad := {d for d in deps if _is_face(d)})}
+    assert up == {}
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -127,10 +158,71 @@ def test_import_module_calls_and_string_imports_are_edges(tmp_path):
                       "AREAS = ('a', 'b')\nMETHODS = {'x': 'duckmob.synth.x:X'}\n"
                       "def areas():\n    return [importlib.import_module(f'duckmob.sql.{a}') for a in AREAS]\n"
                       "def demo():\n    return import_module('duckmob.demo')\n"
-                      "def said():\n    return 'duckmob'   # a word, not an import\n")
+                      "def said():\n    return 'duckmob'   # a word, not an import\n"
+                      "def told():\n    return 'duckmob: no table or view. Create it first'   # a message\n")
     modules = {m: None for m in ("duckmob", "duckmob.sql", "duckmob.sql.a", "duckmob.sql.b", "duckmob.sql.a.deep",
                                  "duckmob.demo", "duckmob.synth.x", "duckmob.synth.y")}
     assert _imports(source, modules) == {"duckmob.sql.a", "duckmob.sql.b", "duckmob.demo", "duckmob.synth.x"}
+
+
+def test_annotation_only_relative_and_function_level_imports_are_edges(tmp_path):
+    """A circle inside a package that the first version missed: registry named protocol's Release under
+    ``if TYPE_CHECKING:`` while protocol imported registry; a relative or a function-level import counts too."""
+    package = tmp_path / "release"
+    package.mkdir()
+    (package / "__init__.py").write_text("from . import protocol\n")
+    (package / "registry.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                         "    from duckmob.release.protocol import Release\n")
+    (package / "protocol.py").write_text("def f():\n    from .registry import database\n    return database\n")
+    modules = {m: None for m in ("duckmob.release", "duckmob.release.registry", "duckmob.release.protocol")}
+    graph = {m: _imports(package / f"{m.rpartition('.')[2]}.py" if m.count(".") > 1 else package / "__init__.py",
+                         modules, m) - {m} for m in modules}
+    assert graph == {"duckmob.release": {"duckmob.release.protocol"},
+                     "duckmob.release.registry": {"duckmob.release.protocol"},
+                     "duckmob.release.protocol": {"duckmob.release.registry"}}
+    assert _cycles(graph) == [["duckmob.release.protocol", "duckmob.release.registry"]]
+
+
+def _private_reads(path: pathlib.Path, name: str, modules) -> set[str]:
+    """The private names (``_x``, not ``__x__``) of other duckmob modules that the module ``name`` reads: imported
+    (``from duckmob.release.registry import _DATABASES``) or as an attribute of a module it imported
+    (``registry._DATABASES``), as ``"module._x"``."""
+    tree = ast.parse(path.read_text())
+    bound, found = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (module := _absolute(node, name, path)).split(".")[0] == "duckmob":
+            for alias in node.names:
+                if f"{module}.{alias.name}" in modules:
+                    bound[alias.asname or alias.name] = f"{module}.{alias.name}"
+                elif module != name and alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.add(f"{module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            bound.update({a.asname: a.name for a in node.names if a.asname and a.name in modules})
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            module = bound.get(node.value.id) if isinstance(node.value, ast.Name) else None
+            if module is not None and module != name:
+                found.add(f"{module}.{node.attr}")
+    return found
+
+
+def test_no_module_reads_another_modules_private_names():
+    """Modules talk through public names: what one needs of another is that one's interface, named so (the
+    ledger's __init__ once imported some 25 private names; release.interrupts read registry._DATABASES)."""
+    modules = _modules()
+    found = {name: reads for name, path in modules.items() if (reads := _private_reads(path, name, modules))}
+    assert found == {}
+
+
+def test_the_private_name_finder(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("from duckmob.release import registry\nfrom duckmob.cli.output import _rows, write\n"
+                      "from duckmob import __version__\nimport duckmob.synth.store as store\n"
+                      "def f(self):\n    return registry._DATABASES, store._DDL, self._own, registry.database\n")
+    modules = {m: None for m in ("duckmob", "duckmob.release", "duckmob.release.registry", "duckmob.cli.output",
+                                 "duckmob.synth.store", "duckmob.m")}
+    assert _private_reads(source, "duckmob.m", modules) == {
+        "duckmob.release.registry._DATABASES", "duckmob.cli.output._rows", "duckmob.synth.store._DDL"}
 
 
 METHOD_PACKAGES = ("privtrace", "hrnet", "pategail", "cleanslate")

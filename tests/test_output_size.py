@@ -88,7 +88,7 @@ def test_a_step_histogram_that_is_mostly_noise_spaces_points_one_fine_cell_apart
     cell = place.cell_m()
     assert 390 < cell < 440                                  # the bbox is about 26 x 29 km, 64 cells a side
     lengths, lat, lon = place.points(np.array([0, 4]), np.array([0, 5, 10, 15]), np.random.default_rng(1))[:3]
-    x, y = placement._local_xy(place.bbox, lat, lon)
+    x, y = placement.local_xy(place.bbox, lat, lon)
     chords = np.hypot(np.diff(x), np.diff(y))
     assert lengths[0] > 20 and chords.max() <= cell * 1.001 and np.median(chords) > 0.9 * cell
 

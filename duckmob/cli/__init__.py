@@ -30,7 +30,7 @@ import duckdb
 from duckmob import api
 from duckmob.cli.output import PIPE_WIDTH, format_double, text_width
 from duckmob.cli.shell import DEFAULT_MAX_ROWS, EXIT_INTERRUPTED, INTERRUPTED, MODES, Shell, is_interrupt
-from duckmob.cli.statements import _complete  # noqa: F401  (cli._complete, in the tests)
+from duckmob.cli.statements import complete  # noqa: F401  (cli.complete, in the tests)
 from duckmob.errors import one_line
 
 USAGE = """duckmob [DATABASE] [-c SQL]... [-f FILE]... [-o OUT] [-i] [--traceback]

@@ -52,7 +52,7 @@ QUIET_ROWS = 10
 WRAP_LINES = 3
 
 
-def _scan(rel, exprs: list[str], each) -> None:
+def scan(rel, exprs: list[str], each) -> None:
     """Run ``rel`` once, projected on ``exprs`` (positional: repeated column names stay apart), and call
     ``each`` with every Arrow batch of :data:`BATCH_ROWS` rows. The reader is closed however it ends (DuckDB
     refuses the connection's next query while a result is open); an error while the result streams (Arrow
@@ -71,7 +71,7 @@ def _scan(rel, exprs: list[str], each) -> None:
         reader.close()
 
 
-def _rows(batches: list[pa.RecordBatch], cells) -> list[list[str]]:
+def text_rows(batches: list[pa.RecordBatch], cells) -> list[list[str]]:
     """The rows of ``batches`` as text, column ``i`` written by ``cells[i]``."""
     rows: list[list[str]] = []
     for batch in batches:
@@ -102,11 +102,11 @@ def format_double(x: float) -> str:
 _ESCAPES = {i: f"\\x{i:02x}" for i in range(32)} | {9: "\\t", 10: "\\n", 13: "\\r", 127: "\\x7f"}
 
 
-def _text_cell(value) -> str:
+def text_cell(value) -> str:
     return "NULL" if value is None else value.translate(_ESCAPES)
 
 
-def _double_cell(value) -> str:
+def double_cell(value) -> str:
     return "NULL" if value is None else format_double(value)
 
 
@@ -116,12 +116,12 @@ _INTEGERS = {"TINYINT": "int8", "SMALLINT": "int16", "INTEGER": "int32", "BIGINT
 _INTEGER_NAME = re.compile(r"\b(?:" + "|".join(_INTEGERS) + r")\b")
 
 
-def _display_type(duckdb_type: str) -> str:
+def display_type(duckdb_type: str) -> str:
     """A column's type as DuckDB's renderer writes it under the name: ``int64``, ``double``, ``varchar[]``."""
     return _INTEGER_NAME.sub(lambda m: _INTEGERS[m.group(0)], duckdb_type).lower()
 
 
-def _is_number(duckdb_type: str) -> bool:
+def is_number(duckdb_type: str) -> bool:
     """Whether a column is numeric (right-aligned)."""
     return duckdb_type in _INTEGERS or duckdb_type in ("DOUBLE", "FLOAT") or duckdb_type.startswith("DECIMAL")
 
@@ -273,7 +273,7 @@ def draw_box(names: list[str], types: list[str], right: list[bool], first: list[
     return out + ["  " + note for note in notes]
 
 
-class _CsvWriter:
+class CsvWriter:
     """``.mode csv``: a header, then the rows as CSV quotes them; NULL is an empty field."""
 
     def __init__(self, out, names: list[str], right: list[bool]):
@@ -287,7 +287,7 @@ class _CsvWriter:
         pass
 
 
-class _LineWriter:
+class LineWriter:
     """``.mode line``: ``name = value`` per column, names right-aligned, a blank line between rows."""
 
     def __init__(self, out, names: list[str], right: list[bool]):
@@ -305,7 +305,7 @@ class _LineWriter:
         pass
 
 
-class _JsonWriter:
+class JsonWriter:
     """``.mode json``: an array of one object per row, each value as DuckDB's ``to_json`` writes it."""
 
     def __init__(self, out, names: list[str], right: list[bool]):
@@ -322,7 +322,7 @@ class _JsonWriter:
         self.out.write("[]\n" if self.first else "]\n")
 
 
-class _MarkdownWriter:
+class MarkdownWriter:
     """``.mode markdown``: a pipe table, numbers right-aligned (every row is held, to size the columns)."""
 
     def __init__(self, out, names: list[str], right: list[bool]):
@@ -330,7 +330,7 @@ class _MarkdownWriter:
         self.rows: list[list[str]] = []
 
     def batch(self, batch: pa.RecordBatch) -> None:
-        columns = [[_text_cell(v).replace("|", "\\|") for v in c.to_pylist()] for c in batch.columns]
+        columns = [[text_cell(v).replace("|", "\\|") for v in c.to_pylist()] for c in batch.columns]
         self.rows.extend(map(list, zip(*columns)))
 
     def end(self) -> None:

@@ -39,9 +39,9 @@ import duckdb
 import pyarrow as pa
 
 from duckmob import api
-from duckmob.cli.output import (PIPE_WIDTH, _CsvWriter, _display_type, _double_cell, _is_number, _JsonWriter,
-                                _LineWriter, _MarkdownWriter, _rows, _scan, _text_cell, draw_box, write_result)
-from duckmob.cli.statements import _NEEDS_DUCKMOB, _bare, _complete, _has_statement
+from duckmob.cli.output import (PIPE_WIDTH, CsvWriter, JsonWriter, LineWriter, MarkdownWriter, display_type,
+                                double_cell, draw_box, is_number, scan, text_cell, text_rows, write_result)
+from duckmob.cli.statements import NEEDS_DUCKMOB, bare, complete, has_statement
 from duckmob.errors import one_line
 
 HELP = """\
@@ -90,14 +90,14 @@ class Shell:
         chunks: list[tuple[str, str]] = []  # ("sql", text) or ("dot", line)
         sql: list[str] = []
         for line in text.splitlines():
-            if line.lstrip().startswith(".") and _complete("\n".join(sql)):
-                if _has_statement("\n".join(sql)):
+            if line.lstrip().startswith(".") and complete("\n".join(sql)):
+                if has_statement("\n".join(sql)):
                     chunks.append(("sql", "\n".join(sql)))
                 sql = []
                 chunks.append(("dot", line.strip()))
             else:
                 sql.append(line)
-        if _has_statement("\n".join(sql)):
+        if has_statement("\n".join(sql)):
             chunks.append(("sql", "\n".join(sql)))
         last_sql = max((i for i, (kind, _) in enumerate(chunks) if kind == "sql"), default=-1)
         for i, (kind, chunk) in enumerate(chunks):
@@ -123,7 +123,7 @@ class Shell:
             statements = self.con.extract_statements(text)
         except duckdb.Error as exc:
             return self._fail(exc)
-        if _NEEDS_DUCKMOB.search(text) and not self._registered():
+        if NEEDS_DUCKMOB.search(text) and not self._registered():
             return False
         for i, stmt in enumerate(statements):
             t0 = time.perf_counter()
@@ -167,7 +167,7 @@ class Shell:
         return False
 
     def _statement(self, query: str, output: str | None) -> None:
-        rel = self.con.sql(_bare(query))
+        rel = self.con.sql(bare(query))
         if rel is not None and output is not None:
             write_result(rel, output)
             self.err.write(f"wrote {output}\n")
@@ -210,11 +210,11 @@ class Shell:
             total += batch.num_rows
 
         # doubles stay numbers (formatted here), everything else is text as DuckDB casts it
-        _scan(rel, ["#%d" % (i + 1) if d else "CAST(#%d AS VARCHAR)" % (i + 1) for i, d in enumerate(doubles)], keep)
-        cells = [_double_cell if d else _text_cell for d in doubles]
-        last = _rows(list(tail), cells)[-tail_n:] if tail_n else []
-        table = draw_box(rel.columns, [_display_type(t) for t in types], [_is_number(t) for t in types],
-                         _rows(head, cells), last, total, self._width())
+        scan(rel, ["#%d" % (i + 1) if d else "CAST(#%d AS VARCHAR)" % (i + 1) for i, d in enumerate(doubles)], keep)
+        cells = [double_cell if d else text_cell for d in doubles]
+        last = text_rows(list(tail), cells)[-tail_n:] if tail_n else []
+        table = draw_box(rel.columns, [display_type(t) for t in types], [is_number(t) for t in types],
+                         text_rows(head, cells), last, total, self._width())
         self.out.write("\n".join(table) + "\n\n")
 
     def _records(self, rel) -> None:
@@ -224,9 +224,9 @@ class Shell:
             exprs = ["CAST(to_json(#%d) AS VARCHAR)" % (i + 1) for i in range(len(names))]
         else:
             exprs = ["CAST(#%d AS VARCHAR)" % (i + 1) for i in range(len(names))]
-        write = {"csv": _CsvWriter, "markdown": _MarkdownWriter, "line": _LineWriter,
-                 "json": _JsonWriter}[self.mode](self.out, names, [_is_number(str(t)) for t in rel.types])
-        _scan(rel, exprs, write.batch)
+        write = {"csv": CsvWriter, "markdown": MarkdownWriter, "line": LineWriter,
+                 "json": JsonWriter}[self.mode](self.out, names, [is_number(str(t)) for t in rel.types])
+        scan(rel, exprs, write.batch)
         write.end()
 
     def _width(self) -> int:
@@ -380,13 +380,13 @@ class Shell:
                     buffer = []
                     self.out.write("\n")
                     continue
-                if not _has_statement("\n".join(buffer)) and line.strip().startswith("."):
+                if not has_statement("\n".join(buffer)) and line.strip().startswith("."):
                     buffer = []
                     self.dot(line.strip())
                     continue
                 buffer.append(line)
                 text = "\n".join(buffer)
-                if _has_statement(text) and _complete(text):
+                if has_statement(text) and complete(text):
                     buffer = []
                     self.run_sql(text)
         except EOFError:

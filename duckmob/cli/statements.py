@@ -11,10 +11,10 @@ import re
 import duckdb
 
 # A statement that names one of these needs duckmob's functions registered first (duckmob.cli.shell: start-up).
-_NEEDS_DUCKMOB = re.compile(r"(?i)\b_?(?:mob_|duckmob_)\w*|\bsynthesize\b")
+NEEDS_DUCKMOB = re.compile(r"(?i)\b_?(?:mob_|duckmob_)\w*|\bsynthesize\b")
 
 
-def _bare(query: str) -> str:
+def bare(query: str) -> str:
     """A statement without its trailing ';' and comments (DuckDB keeps them in the statement's text, and a
     relation shown as a table re-reads that text inside a subquery, where they break the parse). DuckDB's own
     tokenizer finds them, so a ';' or '--' inside a string is left alone."""
@@ -34,7 +34,7 @@ def _code_tokens(text: str) -> list[tuple[int, object]]:
     return [t for t in duckdb.tokenize(text) if t[1] != duckdb.token_type.comment]
 
 
-def _complete(text: str) -> bool:
+def complete(text: str) -> bool:
     """True when ``text`` ends where a statement may begin: nothing but comments, or a last ';' outside strings,
     quoted names and comments (DuckDB's tokenizer decides; an unclosed string is one token, so it ends nothing)."""
     tokens = _code_tokens(text)
@@ -44,7 +44,7 @@ def _complete(text: str) -> bool:
     return kind == duckdb.token_type.operator and text[start] == ";"
 
 
-def _has_statement(text: str) -> bool:
+def has_statement(text: str) -> bool:
     """Whether ``text`` holds any SQL (not only blanks and comments)."""
     return bool(_code_tokens(text))
 

@@ -32,7 +32,7 @@ def _target(path) -> str:
     return path
 
 
-def _figure(width: float, height: float, layout: str | None = None):
+def new_figure(width: float, height: float, layout: str | None = None):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -106,7 +106,7 @@ def density_figure(real: Side, synth: Side, w: int = 64, roads=None):
     ns_m, ew_m = bbox_sides_m(box)
     panel_h = 5.0
     panel_w = panel_h * ew_m / ns_m  # each panel keeps the bbox's shape in metres
-    fig = _figure(2 * panel_w + 1.3, panel_h + 0.9, layout="constrained")
+    fig = new_figure(2 * panel_w + 1.3, panel_h + 0.9, layout="constrained")
     axes = fig.subplots(1, 2, sharex=True, sharey=True)
     extent = (box.min_lon, box.max_lon, box.min_lat, box.max_lat)
     aspect = (ns_m / (box.max_lat - box.min_lat)) / (ew_m / (box.max_lon - box.min_lon))  # metres per degree
@@ -145,7 +145,7 @@ def density_png(real: Side, synth: Side, path, w: int = 64, roads=None) -> str:
 def distributions_png(real: Side, synth: Side, path, bins: int = 50) -> str:
     """Write the length and diameter distributions of both tables (shared bins, km) with their JSD."""
     path = _target(path)
-    fig = _figure(12, 4.8)
+    fig = new_figure(12, 4.8)
     axes = fig.subplots(1, 2)
     quantities = (("Trajectory length", real.length_m, synth.length_m),
                   ("Trajectory diameter", real.diameter_m, synth.diameter_m))

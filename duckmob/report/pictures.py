@@ -14,7 +14,7 @@ import io
 import numpy as np
 
 from duckmob.metrics.common import Side, bbox_sides_m, time_of_day_us
-from duckmob.metrics.plots import _figure, density_figure, pass_shares
+from duckmob.metrics.plots import new_figure, density_figure, pass_shares
 
 DPI = 90
 SYNTH, REAL = "#d62728", "#1f77b4"
@@ -40,7 +40,7 @@ def density(synth: Side, real: Side | None = None, w: int = 64) -> bytes:
     low, high = (float(positive.min()), float(positive.max())) if positive.size else (1e-6, 1.0)
     box = synth.bbox
     ns_m, ew_m = bbox_sides_m(box)
-    fig = _figure(5.0 * ew_m / ns_m + 1.6, 5.6, layout="constrained")
+    fig = new_figure(5.0 * ew_m / ns_m + 1.6, 5.6, layout="constrained")
     ax = fig.subplots()
     aspect = (ns_m / (box.max_lat - box.min_lat)) / (ew_m / (box.max_lon - box.min_lon))
     image = ax.imshow(np.ma.masked_equal(grid, 0.0), origin="lower", cmap="inferno", interpolation="nearest",
@@ -76,7 +76,7 @@ def _edges(title: str, values: list[np.ndarray], bins: int) -> np.ndarray:
 def distributions(synth: Side, real: Side | None = None, bins: int = 40) -> bytes:
     """Trip length, points per trajectory, step length and hour of day: the synthetic table's shares (real
     overlaid with ``real``), on shared bins up to the 99th percentile (the last bin holds the longer values)."""
-    fig = _figure(11, 6.4)
+    fig = new_figure(11, 6.4)
     axes = fig.subplots(2, 2).ravel()
     s_q = quantities(synth)
     r_q = quantities(real) if real is not None else {}

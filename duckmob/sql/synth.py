@@ -195,4 +195,4 @@ def setup(con) -> None:
     try:
         store.ensure_table(con)
     except Exception:  # read-only database: mob_models() shows nothing, mob_fit cannot store
-        con.execute(store._DDL.replace("CREATE TABLE", "CREATE TEMP TABLE"))
+        con.execute(store.DDL.replace("CREATE TABLE", "CREATE TEMP TABLE"))

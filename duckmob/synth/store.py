@@ -24,7 +24,7 @@ from duckmob.validators import model_name
 
 TABLE = "duckmob_models"
 
-_DDL = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
+DDL = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
     name VARCHAR PRIMARY KEY,
     method VARCHAR NOT NULL,
     source VARCHAR,
@@ -40,7 +40,7 @@ _DDL = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
 
 def ensure_table(con) -> None:
     """Create ``duckmob_models`` if it does not exist (and add the ledger binding to an older one)."""
-    con.execute(_DDL)
+    con.execute(DDL)
     for column, kind in (("ledger_id", "BIGINT"), ("checksum", "VARCHAR")):
         con.execute(f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS {column} {kind}")
 

@@ -192,6 +192,6 @@ def test_points_times_run_from_the_first_cell_time_to_the_last_at_constant_speed
     t0 = ts[first[0]:last[0] + 1]
     assert (np.diff(t0) >= 0).all()
     # constant speed along the route: time is proportional to the distance travelled (to rounding and jitter)
-    x, y = placement._local_xy(pl.bbox, lat[first[0]:last[0] + 1], lon[first[0]:last[0] + 1])
+    x, y = placement.local_xy(pl.bbox, lat[first[0]:last[0] + 1], lon[first[0]:last[0] + 1])
     travelled = np.concatenate([[0], np.cumsum(np.hypot(np.diff(x), np.diff(y)))])
     assert np.corrcoef(travelled, t0)[0, 1] > 0.95

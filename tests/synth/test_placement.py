@@ -224,7 +224,7 @@ def test_points_are_spaced_by_the_released_steps_and_never_fewer_than_two():
     lengths, lat, lon = pl.points(np.array([0, 1, 3]), np.array([0, 0, 1]), np.random.default_rng(1))
     assert (lengths >= 2).all()
     owner = np.repeat(np.arange(2), lengths)
-    x, y = placement._local_xy(pl.bbox, lat, lon)
+    x, y = placement.local_xy(pl.bbox, lat, lon)
     d = np.hypot(np.diff(x), np.diff(y))[owner[1:] == owner[:-1]]
     lo, hi = STEP_EDGES_M[20], STEP_EDGES_M[21]
     last = np.cumsum(lengths) - 2                            # the final step to the route's end is shorter
@@ -320,7 +320,7 @@ def test_a_public_step_m_spends_the_whole_share_on_the_density_and_spaces_points
     assert model.fine is not None and not model.fine.steps.any()
     out = model.sample(200, np.random.default_rng(1))
     assert (out.lengths >= 2).all()
-    x, y = placement._local_xy(BBox.of(BOX), out.lat, out.lon)
+    x, y = placement.local_xy(BBox.of(BOX), out.lat, out.lon)
     owner = np.repeat(np.arange(out.n_trajectories), out.lengths)
     inner = owner[1:] == owner[:-1]
     d = np.hypot(np.diff(x), np.diff(y))[inner]

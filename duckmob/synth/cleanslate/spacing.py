@@ -28,7 +28,7 @@ from duckmob.privacy.counting import normalised_sums, release_sums
 from duckmob.privacy.normcut import normcut
 from duckmob.source.batches import as_batches
 from duckmob.synth.cells import truncate_tail
-from duckmob.synth.placement import (STEP_EDGES_M, STEP_TAU, _local_xy, spaced, step_bins, step_block,
+from duckmob.synth.placement import (STEP_EDGES_M, STEP_TAU, local_xy, spaced, step_bins, step_block,
                                       steps_mostly_noise)
 
 N_BINS = len(STEP_EDGES_M) - 1
@@ -98,7 +98,7 @@ def space(lengths: np.ndarray, lat: np.ndarray, lon: np.ndarray, probs: np.ndarr
     n = len(lengths)
     box = BBox.of(bbox)
     off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    x, y = _local_xy(box, lat, lon)
+    x, y = local_xy(box, lat, lon)
     owner = np.repeat(np.arange(n), lengths)
     seg = np.where(owner[1:] == owner[:-1], np.hypot(np.diff(x), np.diff(y)), 0.0)
     along = np.concatenate([[0.0], np.cumsum(seg)])

@@ -12,7 +12,7 @@ method's cell-level output and spends nothing here.
 
 from duckmob.synth.placement.releases import (EARTH_M_PER_DEG, MAX_POINTS, PARTS, ROAD_PIECE_M, SIGNAL_SHARE,
                                               STEP_BLOCKS_C, STEP_EDGES_M, STEP_TAU, TAU, FineStats, PlacementConfig,
-                                              _local_xy, adaptive_density, fine_cells, fine_width, part_eps, parts,
+                                              adaptive_density, fine_cells, fine_width, local_xy, part_eps, parts,
                                               privacy_events, release, release_road_density, release_statistics,
                                               road_sums, scales, statistics, step_bins, step_block,
                                               steps_mostly_noise)
@@ -23,4 +23,4 @@ __all__ = ["PlacementConfig", "FineStats", "Placement", "release", "release_stat
            "privacy_events", "part_eps", "parts", "scales", "fine_width", "fine_cells", "step_bins", "step_block",
            "steps_mostly_noise", "adaptive_density", "coarse_of_fine", "cell_centres", "spaced", "PARTS",
            "STEP_EDGES_M", "STEP_BLOCKS_C", "STEP_TAU", "TAU", "SIGNAL_SHARE", "EARTH_M_PER_DEG", "MAX_POINTS",
-           "FLOOR", "ROUTE_SPREAD", "ROAD_PIECE_M", "road_sums", "release_road_density"]
+           "FLOOR", "ROUTE_SPREAD", "ROAD_PIECE_M", "road_sums", "release_road_density", "local_xy"]

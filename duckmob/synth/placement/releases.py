@@ -148,7 +148,7 @@ def scales(eps: float, config: PlacementConfig, max_trajectories_per_user: int) 
 
 # -- the private releases ---------------------------------------------------------------------------------------
 
-def _local_xy(bbox: BBox, lat, lon) -> tuple[np.ndarray, np.ndarray]:
+def local_xy(bbox: BBox, lat, lon) -> tuple[np.ndarray, np.ndarray]:
     """Metres east/north of the bbox's corner (equirectangular at the bbox's middle latitude: public)."""
     mid = math.cos(math.radians((bbox.min_lat + bbox.max_lat) / 2))
     return ((np.asarray(lon) - bbox.min_lon) * EARTH_M_PER_DEG * mid,
@@ -172,7 +172,7 @@ def fine_cells(data: Trajectories, bbox, w: int, walk: bool = True) -> tuple[np.
 def step_bins(data: Trajectories, bbox) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The bin of each step between consecutive fixes: ``(bin, owner, steps per trajectory)``, owner sorted."""
     box = BBox.of(bbox)
-    x, y = _local_xy(box, data.lat, data.lon)
+    x, y = local_xy(box, data.lat, data.lon)
     owner = data.point_traj()
     same = owner[1:] == owner[:-1]
     d = np.hypot(np.diff(x), np.diff(y))[same]

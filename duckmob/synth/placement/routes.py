@@ -34,7 +34,7 @@ from scipy.sparse.csgraph import dijkstra
 from duckmob.grid import BBox, cell_of
 from duckmob.privacy.noise import public_generator
 from duckmob.synth.cells import state_sequences, uniform_grid
-from duckmob.synth.placement.releases import FineStats, _local_xy
+from duckmob.synth.placement.releases import FineStats, local_xy
 from duckmob.synth.placement.spacing import chord_stretch, drawn_steps, spaced
 from duckmob.trajectories import ragged_gather
 
@@ -525,7 +525,7 @@ class Placement:
         """The side of a fine cell in metres (the mean of its two sides): the spacing of points when the released
         step histogram was mostly noise (:func:`steps_mostly_noise`)."""
         box = self.bbox
-        x, y = _local_xy(box, np.array([box.min_lat, box.max_lat]), np.array([box.min_lon, box.max_lon]))
+        x, y = local_xy(box, np.array([box.min_lat, box.max_lat]), np.array([box.min_lon, box.max_lon]))
         return float((abs(x[1] - x[0]) + abs(y[1] - y[0])) / (2 * self.w))
 
     def points(self, offsets: np.ndarray, coarse: np.ndarray, rng: np.random.Generator,
@@ -548,7 +548,7 @@ class Placement:
         dlat, dlon = (box.max_lat - box.min_lat) / w, (box.max_lon - box.min_lon) / w
         vlat = box.min_lat + (r + u[0]) * dlat
         vlon = box.min_lon + (c + u[1]) * dlon
-        x, y = _local_xy(box, vlat, vlon)
+        x, y = local_xy(box, vlat, vlon)
         v_owner = np.repeat(np.arange(n), np.diff(f_off))
         seg = np.hypot(np.diff(x), np.diff(y))
         seg = np.where(v_owner[1:] == v_owner[:-1], seg, 0.0)
