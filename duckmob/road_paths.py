@@ -43,6 +43,7 @@ from duckmob.grid import EARTH_RADIUS_M, haversine_m
 from duckmob.roads import ragged_paths, snap, trace_back
 
 NEAR_M = 1_000.0           # junction distances kept per network up to this far (metres; the routes' search limit)
+NEAR_MAX_PAIRS = 16_000_000   # at most this many kept (16 bytes each: 256 MB); more: searched at each look-up
 SOURCES_PER_PASS = 256     # Dijkstra sources per pass: memory 8 bytes x this x the junctions of one tile's subgraph
 
 
@@ -113,25 +114,41 @@ class Chains:
                 graph.node_lon[a] + f * (graph.node_lon[b] - graph.node_lon[a]))
 
     @cached_property
-    def near(self) -> "_Near":
-        """Every road distance between junctions up to :data:`NEAR_M` (built once per network)."""
+    def near(self) -> "_Near | None":
+        """Every road distance between junctions up to :data:`NEAR_M` (built once per network), or None when the
+        table would hold more than :data:`NEAR_MAX_PAIRS` pairs (a dense network over a wide area): then every
+        look-up searches (:func:`node_distances`), slower, in memory bounded by a tile's subgraph."""
+        if _near_pairs_estimate(self, NEAR_M) > NEAR_MAX_PAIRS:
+            return None
         return _Near.build(self, NEAR_M)
 
     def distances(self, a, b, limit_m: float) -> np.ndarray:
         """Road distance from junction ``a[i]`` to ``b[i]`` (inf beyond ``limit_m``)."""
-        if limit_m <= self.near.limit_m:
+        if self.near is not None and limit_m <= self.near.limit_m:
             return self.near.distances(a, b, limit_m)
         return node_distances(self.matrix, self.x, self.y, a, b, limit_m)
 
     def paths(self, a, b, limit_m: float):
         """Junction paths from ``a[i]`` to ``b[i]``, as :func:`node_paths` gives them."""
-        if limit_m <= self.near.limit_m:
+        if self.near is not None and limit_m <= self.near.limit_m:
             return self.near.paths(a, b, limit_m)
         return node_paths(self.matrix, self.x, self.y, a, b, limit_m)
 
     def order_chain_key(self, scale: float) -> np.ndarray:
         counts = np.diff(self.order_start)
         return np.repeat(np.arange(len(counts)), counts) * scale + self.order_offset
+
+
+def _near_pairs_estimate(ch: "Chains", limit_m: float, probes: int = 32) -> float:
+    """The number of junction pairs within ``limit_m`` of each other, estimated from the searches of ``probes``
+    junctions spread evenly over the junction numbering (a function of the public network only)."""
+    n = len(ch.junction)
+    if n == 0:
+        return 0.0
+    sources = np.unique(np.linspace(0, n - 1, min(probes, n)).astype(np.int64))
+    reached = sum(int(np.isfinite(dist).sum()) for _, _, dist, _ in
+                  _tile_passes(ch.matrix, ch.x, ch.y, sources, limit_m, False))
+    return reached / len(sources) * n
 
 
 @dataclass(frozen=True, eq=False)

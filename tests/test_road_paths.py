@@ -45,12 +45,12 @@ def test_road_distances_equal_dijkstra_on_the_whole_graph(sf):
     """The contracted graph (chains between junctions, searched on local subgraphs and in the kept table of
     junction distances) gives the same distances as Dijkstra over every node of San Francisco's graph."""
     rng = np.random.default_rng(3)
-    m = 600
+    m = 300
     sa = rng.integers(0, len(sf), m)
     ta = rng.random(m)
     lat, lon = points_along(sf, sa, ta)
     sb, tb, *_ = snap(sf, lat + rng.normal(0, 0.002, m), lon + rng.normal(0, 0.002, m))
-    sb[:40], tb[:40] = sa[:40], rng.random(40)                     # some on the same segment
+    sb[:30], tb[:30] = sa[:30], rng.random(30)                     # some on the same segment
     for limit in (ROUTE_LIMIT_M, 2_500.0):                         # the kept table, and searches beyond it
         got = network_distance(sf, sa, ta, sb, tb, limit)
         want = brute_force(sf, sa, ta, sb, tb, limit)
@@ -185,3 +185,20 @@ def test_every_point_of_a_release_on_roads_stays_in_the_bbox(sf):
     assert ((lat >= box[0]) & (lat <= box[2]) & (lon >= box[1]) & (lon <= box[3])).all()
     assert snap(sf, lat, lon)[4].max() < 1e-3
     con.close()
+
+
+def test_a_wide_dense_network_keeps_no_table_and_searches_instead():
+    """Memory bounded by the network near a search, not by the city: a 300 x 300 street grid (about 90,000
+    junctions 60 m apart, some 35 million junction pairs within 1 km) keeps no distance table; its road distances
+    are searched at each look-up and still equal Dijkstra on the whole graph."""
+    roads = Roads.of(grid_roads([37.70, -122.55, 37.88, -122.30], streets=300))
+    ch = chains_of(roads)
+    assert len(ch.junction) > 80_000 and ch.near is None
+    rng = np.random.default_rng(2)
+    sa, ta = rng.integers(0, len(roads), 40), rng.random(40)
+    lat, lon = points_along(roads, sa, ta)
+    sb, tb, *_ = snap(roads, lat + rng.normal(0, 0.002, 40), lon + rng.normal(0, 0.002, 40))
+    got = network_distance(roads, sa, ta, sb, tb, ROUTE_LIMIT_M)
+    want = brute_force(roads, sa, ta, sb, tb, ROUTE_LIMIT_M)
+    assert np.isfinite(got).sum() > 20 and np.array_equal(np.isfinite(got), np.isfinite(want))
+    assert np.allclose(got[np.isfinite(got)], want[np.isfinite(want)], atol=1e-3)
