@@ -10,7 +10,7 @@ from typing import Any, Callable, TypeVar
 import duckdb
 
 from duckmob.errors import DuckmobError
-from duckmob.privacy import accounting, ledger
+from duckmob.privacy import ledger, stopping
 from duckmob.privacy.events import Event
 from duckmob.privacy.noise import NoiseSource
 from duckmob.release import interrupts
@@ -117,7 +117,7 @@ def within(part: Event, whole: Event) -> bool:
     """Whether ``part`` is a sub-event of ``whole``: its parts (leaves) can be matched one to one with parts of
     ``whole`` that are equal; or, for ``dp_sgd``, have the same noise multiplier and sample rate and at least as
     many steps (a prefix of the run); or, for ``gaussian``, a multiplier at most ``part``'s (fewer of PateGail's
-    rounds, :func:`~duckmob.privacy.accounting.gaussian_rounds`). Then ``whole``'s privacy loss bounds
+    rounds, :func:`~duckmob.privacy.events.gaussian_rounds`). Then ``whole``'s privacy loss bounds
     ``part``'s: fewer mechanisms composed, each dominated by its match."""
     left = list(whole.leaves())
     for leaf in part.leaves():
@@ -152,12 +152,12 @@ def _priced(db: Database, cur, source: str, price: Callable[[ledger.Prior], tupl
     ledger as it is now; an event that still fits is kept (``then`` checks it against the ``prior`` it is given,
     the current one). A new price follows only a change that left less room (more spent, a lower budget), so the
     loop ends once the others stop taking room: with an event that fits, or a refusal. ``check()`` (Ctrl-C) runs
-    before each price, within a calibration (``accounting.stoppable``) and under the lock after it."""
+    before each price, within a calibration (``stopping.stoppable``) and under the lock after it."""
     with db.lock:
         p = ledger.prior(cur, source, exclude=exclude, verified=db.verified)
     while True:
         check()
-        with accounting.stoppable(check):   # a calibration checks for Ctrl-C between its evaluations
+        with stopping.stoppable(check):   # a calibration checks for Ctrl-C between its evaluations
             priced = price(p)
         with db.lock:
             check()
