@@ -13,12 +13,10 @@ Geometry, in one place:
   lon1))`` (:func:`points_along`).
 - Segment and path lengths are great-circle (haversine) distances between a segment's endpoints, in metres, on a
   sphere of radius :data:`duckmob.grid.EARTH_RADIUS_M`.
-- Snapping projects in a local equirectangular plane (x = R cos(lat0) lon, y = R lat, radians, lat0 the middle of
-  the network's latitude range). That plane is linear in (lat, lon), so the projected point lies exactly on the
-  segment as :func:`points_along` draws it, and the nearest segment in that plane is found exactly. Its distances
-  differ from great-circle ones by the relative scale error of cos(lat) across the network: about tan(lat0) x
-  half the latitude span in radians (4e-4 for downtown San Francisco's 0.06 degrees: 1 cm at 30 m). The distance
-  returned is the haversine distance between the point and its snapped point.
+- Snapping projects in a local equirectangular plane (x = R cos(lat0) lon, y = R lat; lat0 the middle of the
+  latitude range), linear in (lat, lon): the projected point lies exactly on the segment and the nearest segment
+  in the plane is found exactly; its distances differ from great-circle ones by about tan(lat0) x half the
+  latitude span (1 cm at 30 m downtown SF). The distance returned is haversine, point to snapped point.
 
 A graph's nodes are the distinct segment endpoints rounded to :data:`NODE_DECIMALS` decimals (1e-7 degree, about
 1 cm), so segments that share an endpoint share a node; its edges are the segments (undirected: the tables carry
@@ -154,10 +152,13 @@ class Roads:
         return self.take(np.flatnonzero(keep))
 
     def cut(self, bbox) -> "Roads":
-        """The same segments, in the same order, each cut at the edge of ``bbox`` (Liang-Barsky: a segment crossing
-        it keeps its part inside, the outside end moved onto the edge), so that a point placed on any of them lies
-        in the bbox (one with under a centimetre inside is kept whole: the segment count and order never change)."""
+        """The same segments in the same order, each cut at ``bbox``'s edge (Liang-Barsky; under 1 cm inside: kept
+        whole), so a point placed on any lies in the bbox. Kept per bbox with the network (its graph built once)."""
         box = BBox.of(bbox)
+        kept, key = self.__dict__.setdefault("_cuts", {}), tuple(box.as_list())
+        return kept[key] if key in kept else kept.setdefault(key, self._cut(box))
+
+    def _cut(self, box: BBox) -> "Roads":
         lo = np.array([box.min_lat, box.min_lon])[:, None]
         hi = np.array([box.max_lat, box.max_lon])[:, None]
         p = np.stack([self.lat1, self.lon1])
@@ -166,14 +167,11 @@ class Roads:
             t_lo, t_hi = (lo - p) / d, (hi - p) / d
         enter = np.where(d != 0, np.minimum(t_lo, t_hi), np.where((p >= lo) & (p <= hi), -np.inf, np.inf))
         leave = np.where(d != 0, np.maximum(t_lo, t_hi), np.where((p >= lo) & (p <= hi), np.inf, -np.inf))
-        t0 = np.clip(np.max(enter, axis=0), 0.0, 1.0)
-        t1 = np.clip(np.min(leave, axis=0), 0.0, 1.0)
-        a = np.clip(p + t0 * d, lo, hi)
-        b = np.clip(p + np.maximum(t1, t0) * d, lo, hi)
+        t0, t1 = np.clip(np.max(enter, axis=0), 0.0, 1.0), np.clip(np.min(leave, axis=0), 0.0, 1.0)
+        a, b = np.clip(p + t0 * d, lo, hi), np.clip(p + np.maximum(t1, t0) * d, lo, hi)
         whole = np.hypot(*(b - a)) < 1e-7                # nothing (or under a centimetre) inside: kept whole
         a[:, whole], b[:, whole] = p[:, whole], p[:, whole] + d[:, whole]
-        arrays = (a[0], a[1], b[0], b[1])
-        return Roads(*arrays, highway=self.highway, digest=_digest(*arrays, self.highway))
+        return Roads(a[0], a[1], b[0], b[1], highway=self.highway, digest=_digest(a[0], a[1], b[0], b[1], self.highway))
 
     def take(self, segments) -> "Roads":
         """The given segments (indices), in that order, as a network of their own (its own digest)."""

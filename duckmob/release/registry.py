@@ -55,6 +55,7 @@ class Database:
         self.recent = Recent()
         self.outputs = Outputs()
         self.models = Loaded()
+        self.networks = Networks()
 
     def _connect(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         """The core's own connection, which the UDFs are registered on and which must outlive the user's.
@@ -161,6 +162,14 @@ class Outputs(Recent):
 class Loaded(Recent):
     """Stored models ``mob_sample`` loaded, by name and checksum, with what their sampling built (PrivTrace's route
     tables), so that the next output of the same stored model starts warm (:func:`duckmob.release.tables.sample`)."""
+
+    SIZE = 2
+
+
+class Networks(Recent):
+    """Public road networks releases and ``mob_sample`` read, by the digest of their clipped rows, with what their
+    outputs built of them (the network cut at the bbox, its road graph and junction distances), so the next output
+    on the same roads starts warm. The roads are read and checked by digest at every call all the same."""
 
     SIZE = 2
 

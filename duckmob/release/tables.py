@@ -44,6 +44,7 @@ def _fit_request(db: Database, inp: Input, args: fitting.FitArgs) -> fitting.Fit
     if r.roads is not None:
         with inp.roads_connection(db) as con:
             r = with_roads(db, con, r, inp.sensitive)
+        r = replace(r, on_roads=_kept(db, r.on_roads))
     _needs_user_column(inp.has_user, r.unit, inp.relation)
     return r
 
@@ -164,7 +165,17 @@ def _stored_roads(db: Database, name: str, described: dict):
     if found.digest != described["roads_digest"]:
         raise DuckmobError(f"the roads table '{roads}' changed since model '{name}' was fitted (its rows' digest "
                            "differs): restore it, or fit the model again with the new roads")
-    return found
+    return _kept(db, found)
+
+
+def _kept(db: Database, roads):
+    """``roads``, or the network of the same digest an earlier output on this database kept (with its cut, graph
+    and junction table already built): the same rows, so the same output."""
+    kept = db.networks.get(roads.digest)
+    if kept is None:
+        db.networks.put(roads.digest, roads)
+        return roads
+    return kept
 
 
 def draw_threads(db: Database) -> int:

@@ -235,3 +235,20 @@ def test_scatter_m_scatters_the_points_around_the_roads_like_gps_fixes(con):
                       ("roads := 'roads', scatter_m := 500", "scatter_m must be a number of metres from 0 to 50")):
         with pytest.raises(duckdb.Error, match=says):
             con.sql(f"FROM synthesize('trips', eps := 1, bbox := {BBOX}, {bad})").fetchall()
+
+
+def test_a_second_output_on_the_same_roads_reuses_the_network_and_draws_the_same_rows(con):
+    """The network read for an output is kept on the database by the digest of its rows (with its cut, graph and
+    junction table), so the next mob_sample on the same roads starts warm; the roads are still read and checked,
+    and the rows are the same."""
+    from duckmob import release
+
+    con.sql(f"FROM mob_fit('trips', 'warm', eps := 1, bbox := {BBOX}, roads := 'roads', seed := 2)").fetchall()
+    q = "FROM mob_sample('warm', n := 40, seed := 9) ORDER BY traj_id, seq"
+    first = con.sql(q).to_arrow_table()
+    db = release.database(con)
+    digest = json.loads(con.sql("SELECT params FROM mob_ledger() ORDER BY id DESC LIMIT 1").fetchall()[0][0])[
+        "roads_digest"]
+    kept = db.networks.get(digest)
+    assert kept is not None and "_cuts" in kept.__dict__            # cut (and walked on) by the first output
+    assert con.sql(q).to_arrow_table().equals(first) and db.networks.get(digest) is kept
