@@ -310,6 +310,7 @@ class CleanSlateModel(NeuralModel):
         self.bbox, self.config, self.state = bbox, config, state
         self.event_json, self.info, self.timings = event_json, info, timings
         self._nets = None
+        self._routers: dict[tuple, Router] = {}
 
     def networks(self) -> tuple[Initialiser, Transitions]:
         if self._nets is None:
@@ -344,12 +345,8 @@ class CleanSlateModel(NeuralModel):
         tpg.to(device)
         source, dest, slot = self._endpoints(ti, int(n), rng, device)
 
-        def log_probs(d, t):
-            out = tpg.log_probs_for(torch.as_tensor(d, device=device), torch.as_tensor(t, device=device))
-            return out.cpu().numpy()
-
         w, r, cap = config.w, config.r, config.max_path
-        router = Router(log_probs, w, r, hop_cost=config.hop_cost)
+        router = self._router(tpg, device, config.hop_cost)
         lengths, cells = router.paths(source, dest, slot, cap)
         prior = {h: v.numpy() for h, v in self.state.get("prior", {}).items()}
         if "detour" in prior:
@@ -359,7 +356,7 @@ class CleanSlateModel(NeuralModel):
             # legs add no detour of their own) when the drawn detour is beyond the most probable path's
             detour = draw_detours(source, dest, prior["detour"], w, cap, rng)
             own = lengths - 1 - hops(source, dest, w, r)
-            shortest = Router(log_probs, w, r, hop_cost=SHORTEST)
+            shortest = self._router(tpg, device, SHORTEST)
             flat = detour < own - detour
             lengths, cells = replace(lengths, cells, flat, *shortest.paths(source[flat], dest[flat], slot[flat], cap))
             stops = chain_waypoints(source, dest, np.where(detour > own, detour, 0),
@@ -369,6 +366,18 @@ class CleanSlateModel(NeuralModel):
                 path = chained_paths(shortest, source[via], dest[via], slot[via], [m[via] for m in stops], cap)
                 lengths, cells = replace(lengths, cells, via, *path)
         return self._points(lengths, cells, slot, rng)
+
+    def _router(self, tpg: Transitions, device: torch.device, hop_cost: float) -> Router:
+        """This model's router for ``hop_cost``, kept across sampling calls (an output's blocks search each
+        (destination, slot) group once: :class:`.paths.Router`)."""
+        def log_probs(d, t):
+            out = tpg.log_probs_for(torch.as_tensor(d, device=device), torch.as_tensor(t, device=device))
+            return out.cpu().numpy()
+
+        key = (float(hop_cost), str(device))
+        if key not in self._routers:
+            self._routers.setdefault(key, Router(log_probs, self.config.w, self.config.r, hop_cost=hop_cost))
+        return self._routers[key]
 
     def _endpoints(self, ti, n: int, rng, device, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(fine source, fine destination, slot) of ``n`` samples: TI's decoder at z ~ N(0, I); the coarse source
