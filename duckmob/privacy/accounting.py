@@ -10,20 +10,16 @@ its own module and named here together for the callers that use several (the led
 - :mod:`duckmob.privacy.budget`: the one budget split of every method, the refusal of a release that needs delta.
 - :mod:`duckmob.privacy.stopping`: the stop point a calibration calls (the release core's Ctrl-C check).
 
-Nothing is defined here.
+Nothing is defined here; what only one caller needs is imported from its module.
 """
 
-from duckmob.privacy.budget import needs_delta, split
-from duckmob.privacy.calibration import MAX_ROUND_SIGMA, calibrate_gaussian_rounds, calibrate_noise_multiplier
+from duckmob.privacy.budget import split
+from duckmob.privacy.calibration import calibrate_gaussian_rounds, calibrate_noise_multiplier
 from duckmob.privacy.composition import (PLD_MAX_LAPLACE_EPSILON, PLD_MAX_LAPLACE_GROUPS, PLD_MAX_LAPLACE_TOTAL,
-                                         advanced_composition, epsilon, pld_loaded, pure_epsilon, quick_epsilon,
-                                         warm_up)
-from duckmob.privacy.events import (KINDS, MAX_EPSILON, Event, compose, dp_sgd, gaussian, gaussian_rounds, grouped,
-                                    laplace)
-from duckmob.privacy.stopping import stoppable
+                                         advanced_composition, epsilon, pld_loaded, pure_epsilon, quick_epsilon)
+from duckmob.privacy.events import MAX_EPSILON, Event, compose, dp_sgd, gaussian, gaussian_rounds, grouped, laplace
 
-__all__ = ["Event", "KINDS", "MAX_EPSILON", "laplace", "gaussian", "dp_sgd", "compose", "grouped", "gaussian_rounds",
-           "epsilon", "pure_epsilon", "advanced_composition", "quick_epsilon", "pld_loaded", "warm_up",
-           "PLD_MAX_LAPLACE_TOTAL", "PLD_MAX_LAPLACE_GROUPS", "PLD_MAX_LAPLACE_EPSILON",
-           "calibrate_noise_multiplier", "calibrate_gaussian_rounds", "MAX_ROUND_SIGMA", "split", "needs_delta",
-           "stoppable"]
+__all__ = ["Event", "MAX_EPSILON", "laplace", "gaussian", "dp_sgd", "compose", "grouped", "gaussian_rounds",
+           "epsilon", "pure_epsilon", "advanced_composition", "quick_epsilon", "pld_loaded", "PLD_MAX_LAPLACE_TOTAL",
+           "PLD_MAX_LAPLACE_GROUPS", "PLD_MAX_LAPLACE_EPSILON", "calibrate_noise_multiplier",
+           "calibrate_gaussian_rounds", "split"]
