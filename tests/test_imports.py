@@ -1,7 +1,7 @@
 """The way dependencies run: no import circle between duckmob's modules (function-level imports, ``importlib`` calls
 and annotation-only imports included, inside a package as between packages), no private name (``_x``) read from
-another module, and neither the methods (synth/), the input path (source/) nor the mechanisms (privacy/) reach the
-SQL layer or the release core."""
+another module, no arrow back up (to the package root, or from the core to a face), and neither the methods (synth/),
+the input path (source/) nor the mechanisms (privacy/) reach the SQL layer or the release core."""
 
 import ast
 import pathlib
@@ -200,7 +200,8 @@ def _private_reads(path: pathlib.Path, name: str, modules) -> set[str]:
             bound.update({a.asname: a.name for a in node.names if a.asname and a.name in modules})
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
-            module = bound.get(node.value.id) if isinstance(node.value, ast.Name) else None
+            text = ast.unparse(node.value)   # a bound name (registry) or a dotted module (duckmob.release.registry)
+            module = bound.get(text, text if text in modules and text.startswith("duckmob.") else None)
             if module is not None and module != name:
                 found.add(f"{module}.{node.attr}")
     return found
@@ -218,11 +219,14 @@ def test_the_private_name_finder(tmp_path):
     source = tmp_path / "m.py"
     source.write_text("from duckmob.release import registry\nfrom duckmob.cli.output import _rows, write\n"
                       "from duckmob import __version__\nimport duckmob.synth.store as store\n"
-                      "def f(self):\n    return registry._DATABASES, store._DDL, self._own, registry.database\n")
+                      "import duckmob.synth.base\n"
+                      "def f(self):\n    return registry._DATABASES, store._DDL, self._own, registry.database\n"
+                      "def g():\n    return duckmob.synth.base._plan\n")
     modules = {m: None for m in ("duckmob", "duckmob.release", "duckmob.release.registry", "duckmob.cli.output",
-                                 "duckmob.synth.store", "duckmob.m")}
+                                 "duckmob.synth.store", "duckmob.synth.base", "duckmob.m")}
     assert _private_reads(source, "duckmob.m", modules) == {
-        "duckmob.release.registry._DATABASES", "duckmob.cli.output._rows", "duckmob.synth.store._DDL"}
+        "duckmob.release.registry._DATABASES", "duckmob.cli.output._rows", "duckmob.synth.store._DDL",
+        "duckmob.synth.base._plan"}
 
 
 METHOD_PACKAGES = ("privtrace", "hrnet", "pategail", "cleanslate")
