@@ -11,8 +11,9 @@ for 2.9 TiB):
   discretisation 1e-4), where it is cheap, identical Laplace events composed as one ``SelfComposed`` event:
   over the whole composition when it has a DP-SGD or Gaussian part and its Laplace part is small
   (at most ``PLD_MAX_LAPLACE_GROUPS`` distinct epsilons summing to at most ``PLD_MAX_LAPLACE_TOTAL``), which
-  keeps HRNet's noise calibration where it was (to 1e-9: grouping and order move the PLD by ~1e-11); for pure-Laplace compositions over the events of at most
-  ``PLD_MAX_LAPLACE_EPSILON`` each (the larger ones are added), when there are at least two of them;
+  keeps HRNet's noise calibration where it was (to 1e-9: grouping and order move the PLD by ~1e-11); for
+  pure-Laplace compositions over the events of at most ``PLD_MAX_LAPLACE_EPSILON`` each (the larger ones are
+  added), when there are at least two of them;
 - for pure-Laplace compositions at ``delta > 0``, the heterogeneous advanced composition theorem (Kairouz, Oh &
   Viswanath 2015, Thm 3.5), O(n): what a long ledger of small releases gets when the PLD would be too slow.
 

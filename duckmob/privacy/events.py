@@ -175,7 +175,8 @@ def gaussian_rounds(noise_multiplier: float, rounds: int) -> Event:
     a Gaussian mechanism of multiplier sigma is mu-GDP with mu = 1 / sigma, and T of them compose to
     sqrt(T) / sigma-GDP (Dong, Roth & Su, "Gaussian differential privacy", JRSS B 2022, Cor. 3.3), whose privacy
     loss distribution is that of one Gaussian of multiplier sigma / sqrt(T). dp_accounting's
-    ``SelfComposedDpEvent(GaussianDpEvent(sigma), T)`` gives the same epsilon (tests/privacy/test_accounting_pategail.py).
+    ``SelfComposedDpEvent(GaussianDpEvent(sigma), T)`` gives the same epsilon
+    (tests/privacy/test_accounting_pategail.py).
     Adaptively chosen queries (each round's query depends on earlier outputs) compose the same way.
     """
     if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 1:
