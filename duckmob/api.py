@@ -174,16 +174,22 @@ def report(con: duckdb.DuckDBPyConnection, synth: str, path: str | None = None, 
 def budgets(con: duckdb.DuckDBPyConnection):
     """The Python twin of ``FROM mob_budget()``: one row per source (source, eps, delta, spent, remaining, releases,
     declared_at) as a pyarrow Table. The ledger is verified first, as a release verifies it: a tampered or reset
-    ledger raises LedgerTampered (docs/threat_model.md)."""
+    ledger raises LedgerTampered (docs/threat_model.md). Read by the release core, as ``mob_budget()`` reads it."""
+    from duckmob import release
+    from duckmob.release import shown
+
     register(con)
-    return con.sql("FROM mob_budget()").to_arrow_table()
+    return shown.budgets(release.database(con))
 
 
 def releases(con: duckdb.DuckDBPyConnection):
     """The Python twin of ``FROM mob_ledger()``: every recorded release, oldest first, as a pyarrow Table; verified
-    first like :func:`budgets`."""
+    first like :func:`budgets` (params and event as JSON text). Read by the release core, as ``mob_ledger()``."""
+    from duckmob import release
+    from duckmob.release import shown
+
     register(con)
-    return con.sql("FROM mob_ledger()").to_arrow_table()
+    return shown.releases(release.database(con))
 
 
 __all__ = ["connect", "register", "evaluate", "synthesize", "sample", "noisy_count", "transitions", "budgets",

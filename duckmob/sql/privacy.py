@@ -22,7 +22,7 @@ import pyarrow as pa
 from duckmob import release, validators
 from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
-from duckmob.release import tables
+from duckmob.release import shown, tables
 from duckmob.release.counting import CountArgs, TransitionArgs
 from duckmob.source.schema import Mapping, quote
 from duckmob.sql.udf import Request, Udf, one_row, points
@@ -30,13 +30,6 @@ from duckmob.sql.udf import Request, Udf, one_row, points
 _BUDGET_ROW = "STRUCT(source VARCHAR, eps DOUBLE, delta DOUBLE, spent DOUBLE, remaining DOUBLE)[]"
 _TRANSITION_ROW = "STRUCT(prev_state BIGINT, from_state BIGINT, to_state BIGINT, count DOUBLE)[]"
 _SEQS_TYPE = "STRUCT(traj_id BIGINT, user_id BIGINT, cells BIGINT[])[]"
-_BUDGETS_SCHEMA = pa.schema([("source", pa.string()), ("eps", pa.float64()), ("delta", pa.float64()),
-                             ("spent", pa.float64()), ("remaining", pa.float64()), ("releases", pa.int64()),
-                             ("declared_at", pa.timestamp("us"))])
-_LEDGER_SCHEMA = pa.schema([("id", pa.int64()), ("recorded_at", pa.timestamp("us")), ("source", pa.string()),
-                            ("mechanism", pa.string()), ("epsilon", pa.float64()), ("delta", pa.float64()),
-                            ("privacy_unit", pa.string()), ("params", pa.string()), ("event", pa.string()),
-                            ("seeded", pa.bool_()), ("status", pa.string())])
 _SQL_TYPES = {pa.string(): "VARCHAR", pa.float64(): "DOUBLE", pa.int64(): "BIGINT", pa.bool_(): "BOOLEAN",
               pa.timestamp("us"): "TIMESTAMP"}
 
@@ -175,13 +168,9 @@ def udfs(db) -> list[Udf]:
             row = tables.set_budget(db, cur, source, eps, delta, temp_tables=temp_tables)
         return one_row(pa.table({k: [row[k]] for k in ("source", "eps", "delta", "spent", "remaining")}))
 
-    def listing(read, schema):
+    def listing(shown_table):
         def udf(_):
-            # verified first, as a release does (a tampered ledger is refused, never shown clean), under the lock
-            # that guards what this process verified
-            with db.lock:
-                rows = release.read_ledger(db, lambda cur: read(cur, db.verified))
-            return one_row(pa.Table.from_pylist(rows, schema=schema))
+            return one_row(shown_table(db))     # verified first, as a release does (duckmob.release.shown)
         return udf
 
     @release.interrupts.entered()   # Ctrl-C from the first moment
@@ -213,8 +202,6 @@ def udfs(db) -> list[Udf]:
             NOISY_COUNT, side_effects=True, special_nulls=True),
         Udf("_mob_out_of_core", out_of_core, [], "BOOLEAN", OUT_OF_CORE, special_nulls=True),
         Udf("_mob_set_budget", set_budget, [], _BUDGET_ROW, SET_BUDGET, side_effects=True, special_nulls=True),
-        Udf("_mob_budgets", listing(ledger.shown_budgets, _BUDGETS_SCHEMA), ["BOOLEAN"],
-            _struct(_BUDGETS_SCHEMA), side_effects=True),
-        Udf("_mob_ledger", listing(ledger.shown_releases, _LEDGER_SCHEMA), ["BOOLEAN"],
-            _struct(_LEDGER_SCHEMA), side_effects=True),
+        Udf("_mob_budgets", listing(shown.budgets), ["BOOLEAN"], _struct(shown.BUDGETS_SCHEMA), side_effects=True),
+        Udf("_mob_ledger", listing(shown.releases), ["BOOLEAN"], _struct(shown.LEDGER_SCHEMA), side_effects=True),
     ]
