@@ -24,16 +24,13 @@ numbers of points and their times are the model's.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from duckmob.grid import EARTH_RADIUS_M, BBox
+from duckmob.grid import BBox
 from duckmob.road_paths import route, walk
 from duckmob.roads import Placer, Roads, snap
+from duckmob.synth.placement import EARTH_M_PER_DEG
 from duckmob.trajectories import Trajectories
-
-M_PER_DEGREE = math.radians(EARTH_RADIUS_M)      # metres per degree of latitude
 
 
 class OnRoads:
@@ -68,7 +65,7 @@ class OnRoads:
         lat, lon = walk(self.roads, part.offsets, seg, t)   # then along the road path through them
         if self.scatter_m:
             north, east = rng.normal(0.0, self.scatter_m, (2, len(lat)))
-            lat, lon = lat + north / M_PER_DEGREE, lon + east / (M_PER_DEGREE * np.cos(np.radians(lat)))
+            lat, lon = lat + north / EARTH_M_PER_DEG, lon + east / (EARTH_M_PER_DEG * np.cos(np.radians(lat)))
         # inside the bbox, as every output's points are: a scattered point, or one on a segment that touches the
         # edge with under a centimetre inside, is moved onto the edge
         b = self.bbox
