@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from importlib import import_module
 
 import pyarrow as pa
 
@@ -47,6 +46,8 @@ from duckmob.errors import DuckmobError
 from duckmob.metrics.common import (FAMILIES, PAPER_FAMILIES, Metric, Options, Side, baseline_side, reference_sides,
                                      rng)
 from duckmob.grid import BBox
+from duckmob.metrics.stream import family_module, fold, rows as stream_rows
+from duckmob.metrics.summary import Plan
 from duckmob.source.schema import literal
 from duckmob.trajectories import Trajectories, from_points
 
@@ -100,12 +101,6 @@ def _info(name: str, n: int, notes: str) -> Metric:
     return Metric(f"{name}_trajectories", float(n), None, "duckmob", f"{name} trajectories compared ({notes})")
 
 
-def family_module(name: str):
-    if name in PAPER_FAMILIES:
-        return import_module(f"duckmob.metrics.paper.{name.removesuffix('_paper')}")
-    return import_module(f"duckmob.metrics.{name}")
-
-
 def evaluate(real, synth, bbox, timings: dict | None = None, **options) -> list[dict]:
     """Compare ``synth`` with ``real``: a list of row dicts (metric, value, reference, baseline, lower_is_better,
     source, description).
@@ -114,12 +109,12 @@ def evaluate(real, synth, bbox, timings: dict | None = None, **options) -> list[
     seq) or :class:`Trajectories`. ``bbox`` is the public ``[min_lat, min_lon, max_lat, max_lon]``; points
     outside it are dropped on both sides. Options: see :class:`duckmob.metrics.common.Options` (``families``,
     ``w``, ``bins``, ``n_queries``, ``seed``, ``reference``, ``baseline``, ...). ``timings``, if given, receives
-    seconds per family (``reference``: all families again between the real halves; ``baseline``: between real
-    half 0 and the naive table).
+    seconds per stage (``load``; ``real``: the real table's summaries, its halves' included; ``synth``; ``compare``:
+    every family's rows and anchors; ``papers``: the papers' definitions, when asked for).
     A value is None where a metric is undefined (e.g. time-based metrics without timestamps); a reference or
     baseline is None where it is undefined between its tables, or with ``reference=False`` / ``baseline=False``.
     NOT differentially private, the anchors no more than the value: for the data owner only (see the module
-    docstring).
+    docstring). The tables out of core, in bounded memory: :func:`evaluate_relations`.
     """
     opts = Options.of(**options)
     t0 = time.perf_counter()
@@ -127,31 +122,80 @@ def evaluate(real, synth, bbox, timings: dict | None = None, **options) -> list[
     synth_side, synth_info = load_side(synth, bbox, "synth")
     if timings is not None:
         timings["load"] = time.perf_counter() - t0
-    rows = [real_info, synth_info] + _family_rows(real_side, synth_side, opts, timings)
+    out = _rows(opts, real_side.bbox, [real_side], [synth_side], [real_info, synth_info], timings)
+    return [r.as_dict() for r in out + _paper_rows(real_side, synth_side, opts, timings)]
+
+
+def _rows(opts: Options, bbox, real_batches, synth_batches, info, timings: dict | None,
+          real_info=None, synth_info=None) -> list[Metric]:
+    """The default families' rows over batches of the two tables (:mod:`duckmob.metrics.stream`); ``info`` are
+    the informational rows, or ``real_info()`` / ``synth_info()`` make them after each table is read."""
+    plan = Plan.of(opts, BBox.of(bbox))
+    anchors = opts.reference or opts.baseline
+    t = time.perf_counter()
+    real = fold(real_batches, plan, "real", anchors, opts.baseline)
+    t1 = time.perf_counter()
+    synth = fold(synth_batches, plan, "synth").table
+    t2 = time.perf_counter()
+    if real_info is not None:
+        info = [real_info(real.table.n), synth_info(synth.n)]
+    out = stream_rows(real, synth, plan, info)
+    if timings is not None:
+        timings.update(real=t1 - t, synth=t2 - t1, compare=time.perf_counter() - t2)
+    return out
+
+
+def evaluate_relations(cur, real: str, synth: str, bbox, bucket_points: int | None = None,
+                       **options) -> list[dict]:
+    """:func:`evaluate` of two relations read out of core on the DuckDB cursor ``cur`` (``real`` and ``synth``:
+    SELECTs of the contract's columns, :func:`duckmob.source.schema.select_sql`), one batch of whole trajectories
+    at a time (about ``bucket_points`` points; :func:`duckmob.metrics.stream.read_table`): memory bounded by the
+    grids, the batches and a few numbers per trajectory, not by the tables (docs/scale.md, "Evaluation in bounded
+    memory"). The same rows as :func:`evaluate` of the tables in memory. The papers' definitions
+    (``families=['..._paper']``) need whole tables: asking for one reads both tables into memory."""
+    from duckmob.metrics.stream import BUCKET_POINTS, read_table
+
+    opts = Options.of(**options)
+    if set(opts.families) & set(PAPER_FAMILIES):
+        return evaluate(cur.sql(real).to_arrow_table(), cur.sql(synth).to_arrow_table(), bbox, **options)
+    size = bucket_points or BUCKET_POINTS
+    reads = [read_table(cur, select, bbox, size) for select in (real, synth)]
+
+    def info(name, read):
+        return lambda n: _info(name, n, "; ".join(read.report.messages()) or "nothing dropped")
+
+    out = _rows(opts, bbox, reads[0].batches, reads[1].batches, None, None, info("real", reads[0]),
+                info("synth", reads[1]))
+    return [r.as_dict() for r in out]
+
+
+def _paper_rows(real: Side, synth: Side, opts: Options, timings: dict | None) -> list[Metric]:
+    """The papers' definitions asked for by name, on whole tables, with their anchors as the options ask."""
+    papers = [f for f in PAPER_FAMILIES if f in opts.families]
+    if not papers:
+        return []
+    t = time.perf_counter()
+    out = _family_rows(real, synth, opts, papers)
     if opts.reference or opts.baseline:
-        rows = _with_anchors(rows, real_side, opts, timings)
-    return [r.as_dict() for r in rows]
+        out = _with_anchors(out, real, opts, papers)
+    if timings is not None:
+        timings["papers"] = time.perf_counter() - t
+    return out
 
 
-def _family_rows(real: Side, synth: Side, opts: Options, timings: dict | None = None) -> list[Metric]:
+def _family_rows(real: Side, synth: Side, opts: Options, families) -> list[Metric]:
     rows = []
-    for family in FAMILIES + PAPER_FAMILIES:
-        if family not in opts.families:
-            continue
-        t = time.perf_counter()
+    for family in families:
         # One generator per family, seeded alike: a family's queries do not depend on which others run, and the
         # reference is measured on the very queries the value is.
         rows.extend(family_module(family).metrics(real, synth, opts, rng(opts.seed)))
-        if timings is not None:
-            timings[family] = time.perf_counter() - t
     return rows
 
 
-def _with_anchors(rows: list[Metric], real: Side, opts: Options, timings: dict | None) -> list[Metric]:
+def _with_anchors(rows: list[Metric], real: Side, opts: Options, families) -> list[Metric]:
     """``rows`` with their ``reference`` (the same metrics, real half 0 against half 1) and ``baseline`` (half 0
-    against :func:`baseline_side` of half 1), as ``opts`` asks; the informational rows get the sizes of the two
-    tables compared. Half 0 is one Side for both, so what the reference computed on it is not computed again. A
-    real table with a half empty (one trajectory) has neither."""
+    against :func:`baseline_side` of half 1), as ``opts`` asks. A real table with a half empty (one trajectory) has
+    neither."""
     half0, half1 = reference_sides(real)
     if half0.n == 0 or half1.n == 0:
         return rows
@@ -159,12 +203,7 @@ def _with_anchors(rows: list[Metric], real: Side, opts: Options, timings: dict |
     for name, wanted, other in (("reference", opts.reference, lambda: half1),
                                 ("baseline", opts.baseline, lambda: baseline_side(half1, opts.seed))):
         if wanted:
-            t = time.perf_counter()
-            side = other()
-            anchors[name] = {"real_trajectories": float(half0.n), "synth_trajectories": float(side.n),
-                             **{m.metric: m.value for m in _family_rows(half0, side, opts)}}
-            if timings is not None:
-                timings[name] = time.perf_counter() - t
+            anchors[name] = {m.metric: m.value for m in _family_rows(half0, other(), opts, families)}
     return [replace(r, **{name: got.get(r.metric) for name, got in anchors.items()}) for r in rows]
 
 
@@ -182,5 +221,5 @@ def table_points(con, name: str) -> pa.Table:
     return con.sql(f"SELECT * FROM mob_points({literal(name)})").to_arrow_table()
 
 
-__all__ = ["evaluate", "table_points", "to_table", "load_side", "Options", "Metric", "Side", "FAMILIES",
+__all__ = ["evaluate", "evaluate_relations", "family_module", "table_points", "to_table", "load_side", "Options", "Metric", "Side", "FAMILIES",
            "RESULT_SCHEMA", "TABLE_SCHEMA", "NOT_PRIVATE_FIELD"]

@@ -462,24 +462,44 @@ def reference_sides(real: Side) -> tuple[Side, Side]:
 BASELINE_TRAJECTORIES = 1000   # the most trajectories the naive table of the baseline column has
 
 
+def baseline_rows(user_id, traj_id, seed: int | None, most: int = BASELINE_TRAJECTORIES) -> np.ndarray:
+    """Which of the trajectories ``(user_id, traj_id)`` the naive table keeps (increasing indices): all of them up
+    to ``most``, else the ``most`` with the smallest priority ``mix(mix(mix(user_id) xor traj_id) xor
+    mix(seed))`` (:func:`_mix64`; ties by traj_id, then user_id). A fixed function of each key and the seed,
+    whatever the other trajectories, so the choice over a table is the choice over the best of each batch: the
+    streamed evaluation keeps at most ``most`` candidates."""
+    n = len(traj_id)
+    if n <= most:
+        return np.arange(n, dtype=np.int64)
+    u = np.asarray(user_id, dtype=np.int64).view(np.uint64)
+    t = np.asarray(traj_id, dtype=np.int64).view(np.uint64)
+    salt = _mix64(np.array([DEFAULT_SEED if seed is None else int(seed)], dtype=np.int64).view(np.uint64))
+    priority = _mix64(_mix64(_mix64(u) ^ t) ^ salt)
+    return np.sort(np.lexsort((user_id, traj_id, priority))[:most])
+
+
 def baseline_side(half1: Side, seed: int | None, most: int = BASELINE_TRAJECTORIES) -> Side:
-    """The naive table of the ``baseline`` column: real half 1 (:func:`reference_sides`), or ``most`` of its
-    trajectories drawn at random where it has more, with every trajectory replaced by a straight trip between two
-    independent, uniformly random places in the bbox (uniform in latitude and longitude degrees), its points
-    evenly spaced along the line (the first at the start, the last at the end; a one-point trajectory sits at its
-    start). Keys, point counts and timestamps stay. It knows the real table's sizes and times but of places only
-    the public bbox: what a synthesizer that learnt nothing about where people go would score.
+    """The naive table of the ``baseline`` column: real half 1 (:func:`reference_sides`), or the ``most`` of its
+    trajectories :func:`baseline_rows` picks where it has more, with every trajectory replaced by a straight trip
+    between two independent, uniformly random places in the bbox (uniform in latitude and longitude degrees), its
+    points evenly spaced along the line (the first at the start, the last at the end; a one-point trajectory sits
+    at its start). Keys, point counts and timestamps stay. It knows the real table's sizes and times but of places
+    only the public bbox: what a synthesizer that learnt nothing about where people go would score.
 
     Bounded: at most ``most`` trajectories, whatever the real table's size. The gap between real and naive data
     is wide, so 1,000 trips measure it well (every metric compares shapes, counts scaled to the real size; on
     the sample ten times over, Lestyan's EMD is 12.93 km on 1,000 naive trips, 13.03 km on 2,000), and it keeps
     that EMD's exact assignment small: against concentrated real trips, 1,000 x 1,000 took 1 s, 2,000 x 2,000
     7 s. Straight lines keep its routes as cheap to trace as real ones (points scattered at random would cross
-    the whole grid at every step). Draws come from their own evaluation generator (never privacy noise), apart from
-    the families' queries: the same table on every run for one ``seed``."""
+    the whole grid at every step). The places come from their own evaluation generator (never privacy noise),
+    apart from the families' queries: the same table on every run for one ``seed``. (Until issue 42 the ``most``
+    trajectories were drawn by that generator, which needs half 1's size before the first draw; the choice by
+    key lets the evaluation stream, and changed the baseline of tables whose half 1 has over 1,000
+    trajectories.)"""
     draw = np.random.default_rng([DEFAULT_SEED if seed is None else int(seed), 1])
     if half1.n > most:
-        half1 = Side(half1.traj.take(np.sort(draw.choice(half1.n, most, replace=False))), half1.bbox)
+        t = half1.traj
+        half1 = Side(t.take(baseline_rows(t.user_id, t.traj_id, seed, most)), half1.bbox)
     t, box = half1.traj, half1.bbox
     ends = draw.random((4, t.n_trajectories))
     lat0, lat1 = box.min_lat + ends[:2] * (box.max_lat - box.min_lat)
@@ -659,7 +679,7 @@ def require_time(*sides: Side) -> str | None:
 
 
 __all__ = ["LN2", "DEFAULT_SEED", "NO_TIME", "Metric", "Side", "CellSeq", "jsd", "bernoulli_jsd", "are",
-           "reference_half", "reference_sides", "baseline_side", "BASELINE_TRAJECTORIES",
+           "reference_half", "reference_sides", "baseline_side", "baseline_rows", "BASELINE_TRAJECTORIES",
            "shared_histograms", "integer_histograms", "Options",
            "path_lengths_m", "diameters_m", "kendall_tau", "pattern_counts", "top_patterns",
            "lookup", "bbox_sides_m", "rng",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from duckmob.metrics.common import Metric, Options, Side, jsd
+from duckmob.metrics.summary import Summary
 from duckmob.grid import BBox, cell_of, haversine_m
 
 SOURCE = "duckmob fine-grained fidelity"
@@ -79,8 +80,19 @@ def mean_points(side: Side) -> float:
     return float(np.mean(side.traj.lengths))
 
 
-def metrics(real: Side, synth: Side, opts: Options, generator=None) -> list[Metric]:
-    """The fine-grained rows:
+def summary(side: Side, plan, parts: dict) -> None:
+    """What ``side`` adds (:mod:`duckmob.metrics.summary`): the point, trajectory and route densities, the step
+    histogram on the public edges and the number of one-point trajectories."""
+    opts = plan.opts
+    parts["fine.point"] = point_density(side, opts.fine_point_w)
+    parts["fine.traj"] = trajectory_density(side, opts.fine_traj_w)
+    parts["fine.route"] = route_density(side, opts.fine_traj_w)
+    parts["fine.step"] = step_histogram(side, step_edges_m(side.bbox, opts.step_bins))
+    parts["fine.one_point"] = int((side.traj.lengths == 1).sum())
+
+
+def compare(real: Summary, synth: Summary, opts: Options, generator=None) -> list[Metric]:
+    """The fine-grained rows between two summaries (:func:`summary`):
 
     * ``fine_point_density_jsd`` = ``JSD(P_real, P_synth)``, ``P`` of :func:`point_density` on the
       ``fine_point_w`` grid;
@@ -95,23 +107,24 @@ def metrics(real: Side, synth: Side, opts: Options, generator=None) -> list[Metr
     """
     pw, tw, b = opts.fine_point_w, opts.fine_traj_w, opts.step_bins
     edges = step_edges_m(real.bbox, b)
+    r, s = real.parts, synth.parts
     out = [
-        Metric("fine_point_density_jsd", jsd(point_density(real, pw), point_density(synth, pw)), True, SOURCE,
+        Metric("fine_point_density_jsd", jsd(r["fine.point"], s["fine.point"]), True, SOURCE,
                f"JSD of the distribution of all points over a {pw}x{pw} grid on the bbox, nats"),
-        Metric("fine_traj_density_jsd", jsd(trajectory_density(real, tw), trajectory_density(synth, tw)), True,
+        Metric("fine_traj_density_jsd", jsd(r["fine.traj"], s["fine.traj"]), True,
                SOURCE, f"JSD of trajectories per cell of a {tw}x{tw} grid (each once per cell), nats"),
-        Metric("fine_route_density_jsd", jsd(route_density(real, tw), route_density(synth, tw)), True, SOURCE,
+        Metric("fine_route_density_jsd", jsd(r["fine.route"], s["fine.route"]), True, SOURCE,
                f"JSD of trajectory routes per cell of a {tw}x{tw} grid (each once per cell), nats"),
-        Metric("fine_step_jsd", jsd(step_histogram(real, edges), step_histogram(synth, edges)), True, STEP_SOURCE,
+        Metric("fine_step_jsd", jsd(r["fine.step"], s["fine.step"]), True, STEP_SOURCE,
                f"JSD of metres between consecutive points: [0, 1 m) and {b} log-spaced bins to "
                f"{edges[-1]:.0f} m, nats"),
     ]
-    share_o, share_s = one_point_share(real), one_point_share(synth)
+    share_o, share_s = r["fine.one_point"] / real.n, s["fine.one_point"] / synth.n
     out.append(Metric("fine_one_point_share_real", share_o, None, SOURCE,
                       "share of real trajectories with exactly one point"))
     out.append(Metric("fine_one_point_share_synth", share_s, None, SOURCE,
                       f"share of synthetic trajectories with exactly one point (real: {share_o:.4f}; equal is best)"))
-    mean_o, mean_s = mean_points(real), mean_points(synth)
+    mean_o, mean_s = real.n_points / real.n, synth.n_points / synth.n
     out.append(Metric("fine_points_per_traj_ratio", mean_s / mean_o, None, SOURCE,
                       f"mean points per trajectory, synthetic / real ({mean_s:.2f} / {mean_o:.2f}; 1 is best)"))
     return out

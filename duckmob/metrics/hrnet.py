@@ -12,8 +12,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from duckmob.metrics.common import (DAY_US, LN2, Metric, Options, Side, are, bernoulli_jsd, diameters_m, jsd,
-                                     path_lengths_m, pattern_are, require_time, shared_histograms)
+                                     path_lengths_m, pattern_counts, require_time)
 from duckmob.metrics.queries import query_counts
+from duckmob.metrics.summary import Column, KeyCounts, Summary, keyed_are, shared_counts
 
 SOURCE = "HRNet §5.1.4, App. A.3"
 
@@ -29,11 +30,6 @@ def _start_index(side: Side, w: int, starts: np.ndarray) -> np.ndarray:
     lut = np.full(w * w, -1, dtype=np.int64)
     lut[starts] = np.arange(len(starts))
     return lut[side.cells(w).start]
-
-
-def _start_totals(side: Side, w: int, starts: np.ndarray) -> np.ndarray:
-    sidx = _start_index(side, w, starts)
-    return np.bincount(sidx[sidx >= 0], minlength=len(starts)).astype(np.float64)
 
 
 def conditional_counts(side: Side, w: int, starts: np.ndarray, what: str) -> np.ndarray:
@@ -58,27 +54,6 @@ def conditional_counts(side: Side, w: int, starts: np.ndarray, what: str) -> np.
     rows = np.flatnonzero(sidx >= 0)
     pick = sp.csr_matrix((np.ones(len(rows), dtype=np.float32), (sidx[rows], rows)), shape=(k, side.n))
     return np.asarray((pick @ mat).todense(), dtype=np.float64)
-
-
-def conditional_jsd(real: Side, synth: Side, w: int, starts: np.ndarray, what: str) -> float:
-    """Mean over L_start of JSD(p_start || q_start) (App. A.3.1).
-
-    destination / transition: the distributions over all cells. waypoint / route: for each cell l the
-    Bernoulli "l is in the trajectory" given the start, JSD averaged over all w*w cells, then over starts.
-    Nats, in [0, ln 2]."""
-    if len(starts) == 0:
-        return float("nan")
-    po = conditional_counts(real, w, starts, what)
-    ps = conditional_counts(synth, w, starts, what)
-    if what in ("destination", "transition"):
-        return float(np.mean(jsd(po, ps)))
-    n_o = _start_totals(real, w, starts)
-    n_s = _start_totals(synth, w, starts)
-    p = po / np.maximum(n_o, 1)[:, None]
-    q = ps / np.maximum(n_s, 1)[:, None]
-    per_start = bernoulli_jsd(p, q).mean(axis=1)
-    per_start = np.where(n_s > 0, per_start, LN2)
-    return float(np.mean(per_start))
 
 
 def location_at_times(side: Side, w: int, n_times: int) -> np.ndarray:
@@ -107,19 +82,78 @@ def location_at_times(side: Side, w: int, n_times: int) -> np.ndarray:
     return np.bincount(slot[ok] * c + cs.cells[pos[ok]], minlength=n_times * c).reshape(n_times, c)
 
 
-def random_cell_sets(n_cells: int, n_queries: int, max_fraction: float, generator) -> np.ndarray:
-    """(n_queries x n_cells) boolean: each row a set of 1 .. max(1, max_fraction * n_cells) cells drawn
-    uniformly without replacement (HRNet App. A.3: "500 random sets of POIs", a random number of POIs each)."""
-    top = max(1, int(round(max_fraction * n_cells)))
-    sizes = generator.integers(1, top + 1, size=n_queries)
-    rank = np.argsort(np.argsort(generator.random((n_queries, n_cells)), axis=1), axis=1)
-    return rank < sizes[:, None]
+def summary(side: Side, plan, parts: dict) -> None:
+    """What ``side`` adds to HRNet's metrics (:mod:`duckmob.metrics.summary`): start-cell counts, (start cell,
+    outcome cell) counts of the destination, the second cell, each cell visited and each cell the route passes,
+    travel distance and diameter between cell centres (per trajectory), trajectories at each cell at each instant,
+    hits of the random cell sets and per-trajectory pattern counts."""
+    opts = plan.opts
+    w = opts.w
+    c = w * w
+    cs = side.cells(w)
+    start = cs.start
+    parts["hrnet.starts"] = np.bincount(start, minlength=c).astype(np.int64)
+    parts["hrnet.destination"] = KeyCounts.of(start * c + cs.end)
+    has_next = cs.lengths >= 2
+    second = cs.cells[np.minimum(cs.offsets[:-1] + 1, max(len(cs.cells) - 1, 0))] if len(cs.cells) else start
+    parts["hrnet.transition"] = KeyCounts.of(start[has_next] * c + second[has_next])
+    for what, mat in (("waypoint", side.visits(w)), ("route", side.routes(w))):
+        rows = np.repeat(np.arange(side.n, dtype=np.int64), np.diff(mat.indptr))
+        parts[f"hrnet.{what}"] = KeyCounts.of(start[rows] * c + mat.indices)
+    path = side.cell_path(w)
+    parts["hrnet.distance"] = Column([path_lengths_m(*path)])
+    parts["hrnet.diameter"] = Column([diameters_m(*path)])
+    if side.has_time:
+        parts["hrnet.times"] = location_at_times(side, w, opts.n_times).astype(np.int64)
+    parts["hrnet.sets"] = query_counts(side.visits(w), plan.hrnet_sets)
+    parts["hrnet.patterns"] = KeyCounts(*pattern_counts(cs, 3, pattern_max_len(w, 6), True))
 
 
-def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
+def start_cells(real: Summary, w: int, k: int) -> np.ndarray:
+    """:func:`top_start_cells` from a summary's start-cell counts."""
+    counts = real.parts["hrnet.starts"]
+    order = np.lexsort((np.arange(w * w), -counts))[:k]
+    return order[counts[order] > 0]
+
+
+def conditional_matrix(summary: Summary, what: str, w: int, starts: np.ndarray) -> np.ndarray:
+    """:func:`conditional_counts` from a summary's (start cell, outcome cell) counts: (len(starts) x w*w)."""
+    c, k = w * w, len(starts)
+    pairs = summary.parts[f"hrnet.{what}"]
+    lut = np.full(c, -1, dtype=np.int64)
+    lut[starts] = np.arange(k)
+    row = lut[pairs.keys // c]
+    ok = row >= 0
+    return np.bincount(row[ok] * c + pairs.keys[ok] % c, weights=pairs.counts[ok],
+                       minlength=k * c).reshape(k, c)
+
+
+def conditional_jsd(real: Summary, synth: Summary, w: int, starts: np.ndarray, what: str) -> float:
+    """Mean over L_start of JSD(p_start || q_start) (App. A.3.1).
+
+    destination / transition: the distributions over all cells. waypoint / route: for each cell l the
+    Bernoulli "l is in the trajectory" given the start, JSD averaged over all w*w cells, then over starts.
+    Nats, in [0, ln 2]."""
+    if len(starts) == 0:
+        return float("nan")
+    po = conditional_matrix(real, what, w, starts)
+    ps = conditional_matrix(synth, what, w, starts)
+    if what in ("destination", "transition"):
+        return float(np.mean(jsd(po, ps)))
+    n_o = real.parts["hrnet.starts"][starts].astype(np.float64)
+    n_s = synth.parts["hrnet.starts"][starts].astype(np.float64)
+    p = po / np.maximum(n_o, 1)[:, None]
+    q = ps / np.maximum(n_s, 1)[:, None]
+    per_start = bernoulli_jsd(p, q).mean(axis=1)
+    per_start = np.where(n_s > 0, per_start, LN2)
+    return float(np.mean(per_start))
+
+
+def compare(real: Summary, synth: Summary, opts: Options, generator=None) -> list[Metric]:
+    """HRNet's rows between two summaries (:func:`summary`); the random cell sets are the plan's."""
     w = opts.w
     out = []
-    starts = top_start_cells(real, w, opts.top_starts)
+    starts = start_cells(real, w, opts.top_starts)
     k = len(starts)
     eq = {"waypoint": "Eq. 10", "destination": "Eq. 11", "transition": "Eq. 12", "route": "Eq. 15"}
     what_is = {  # waypoint and route: Bernoulli JSD per cell, averaged over all cells (conditional_jsd)
@@ -132,16 +166,11 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
         out.append(Metric(f"hrnet_{what}_jsd", conditional_jsd(real, synth, w, starts, what), True,
                           f"{SOURCE} ({eq[what]})",
                           f"JSD of {what_is[what]} given the start cell; top {k} real starts, {w}x{w} grid, nats"))
-
-    dist_o = path_lengths_m(*real.cell_path(w))
-    dist_s = path_lengths_m(*synth.cell_path(w))
-    out.append(Metric("hrnet_travel_distance_jsd", jsd(*shared_histograms(dist_o, dist_s, opts.bins)), True,
-                      f"{SOURCE} (Eq. 13)",
+    out.append(Metric("hrnet_travel_distance_jsd", jsd(*shared_counts(real, synth, "hrnet.distance", opts.bins)),
+                      True, f"{SOURCE} (Eq. 13)",
                       f"JSD of travel distance via {w}x{w} cell centres (m), {opts.bins} bins to the real max, "
                       "nats"))
-    dia_o = diameters_m(*real.cell_path(w))
-    dia_s = diameters_m(*synth.cell_path(w))
-    out.append(Metric("hrnet_diameter_jsd", jsd(*shared_histograms(dia_o, dia_s, opts.bins)), True,
+    out.append(Metric("hrnet_diameter_jsd", jsd(*shared_counts(real, synth, "hrnet.diameter", opts.bins)), True,
                       f"{SOURCE} (Eq. 14)",
                       f"JSD of diameter between {w}x{w} cell centres (m), {opts.bins} bins to the real max, nats"))
 
@@ -149,8 +178,7 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
     if why:
         out.append(Metric("hrnet_density_t_jsd", None, True, SOURCE, f"{why}: density at t needs time"))
     else:
-        lo_ = location_at_times(real, w, opts.n_times)
-        ls_ = location_at_times(synth, w, opts.n_times)
+        lo_, ls_ = real.parts["hrnet.times"], synth.parts["hrnet.times"]
         used = lo_.sum(axis=1) > 0
         value = float(np.mean(jsd(lo_[used], ls_[used]))) if used.any() else float("nan")
         out.append(Metric("hrnet_density_t_jsd", value, True, SOURCE,
@@ -159,14 +187,14 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
 
     phi = opts.phi * real.n
     scale = real.n / synth.n
-    sets = random_cell_sets(w * w, opts.n_queries, opts.max_set_fraction, generator)
-    value = are(query_counts(real.visits(w), sets), scale * query_counts(synth.visits(w), sets), phi)
+    value = are(real.parts["hrnet.sets"], scale * synth.parts["hrnet.sets"], phi)
     out.append(Metric("hrnet_traj_density_are", value, True, SOURCE,
                       f"ARE of trajectories visiting {opts.n_queries} random sets of 1-"
                       f"{max(1, round(opts.max_set_fraction * w * w))} {w}x{w} cells; phi {phi:g}"))
 
     n_max = pattern_max_len(w, 6)
-    value, n_top = pattern_are(real.cells(w), synth.cells(w), 3, n_max, True, opts.top_patterns, scale, phi)
+    value, n_top = keyed_are(real.parts["hrnet.patterns"], synth.parts["hrnet.patterns"], opts.top_patterns, scale,
+                             phi)
     out.append(Metric("hrnet_traj_pattern_are", value, True, SOURCE,
                       f"ARE of trajectories containing each top-{n_top} real pattern of 3-{n_max} cells; "
                       f"phi {phi:g}"))

@@ -14,6 +14,7 @@ from scipy.optimize import linear_sum_assignment
 from duckmob.metrics.common import (DAY_US, Metric, Options, Side, integer_histograms, jsd, pattern_counts,
                                      require_time, rng, top_patterns)
 from duckmob.grid import cell_center, haversine_m
+from duckmob.metrics.summary import Column, KeyCounts, Summary
 
 SOURCE = "Lestyan et al. §8.4"
 
@@ -24,26 +25,39 @@ def start_hours(side: Side) -> np.ndarray:
     return (np.mod(ts, DAY_US) // 3_600_000_000).astype(np.int64)
 
 
-def od_emd_m(real: Side, synth: Side, w: int, rows_o: np.ndarray, rows_s: np.ndarray, cap: int,
-             seed: int) -> float:
+def summary(side: Side, plan, parts: dict) -> None:
+    """What ``side`` adds (:mod:`duckmob.metrics.summary`): each trajectory's size, start and end cell on the
+    w x w grid and start hour, and per-trajectory counts of 2-5 cell patterns."""
+    w = plan.opts.w
+    cs = side.cells(w)
+    parts["lestyan.size"] = Column([cs.lengths.astype(np.int64)])
+    parts["lestyan.start"] = Column([cs.start.astype(np.int64)])
+    parts["lestyan.end"] = Column([cs.end.astype(np.int64)])
+    parts["lestyan.hour"] = Column([start_hours(side)])
+    parts["lestyan.patterns"] = KeyCounts(*pattern_counts(cs, 2, 5, per_trajectory=True))
+
+
+def od_emd_m(real: tuple[np.ndarray, np.ndarray], synth: tuple[np.ndarray, np.ndarray], bbox, w: int,
+             rows_o: np.ndarray, rows_s: np.ndarray, cap: int, seed: int) -> float:
     """Earth Mover's Distance (metres) between the source-destination distributions of two sets of trips.
 
-    Ground distance between trips (s, d) and (s', d'): d(s, s') + d(d, d') between cell centres (metres). As in
-    the paper, at most ``cap`` trips are sampled from each side; here both samples have the same size
-    n = min(|A|, |B|, cap), and the EMD between two uniform distributions of n points each is the optimal
-    one-to-one matching cost divided by n (Birkhoff), solved exactly by ``linear_sum_assignment``. Each side is
-    sampled by its own generator seeded alike, so identical tables draw identical samples (EMD 0)."""
+    ``real`` and ``synth`` are (start cells, end cells) of every trajectory, in the in-memory order; ``rows_o`` and
+    ``rows_s`` pick the trips compared. Ground distance between trips (s, d) and (s', d'): d(s, s') + d(d, d')
+    between cell centres (metres). As in the paper, at most ``cap`` trips are sampled from each side: a bounded,
+    seeded sample whatever the table's size; here both samples have the same size n = min(|A|, |B|, cap), and the
+    EMD between two uniform distributions of n points each is the optimal one-to-one matching cost divided by n
+    (Birkhoff), solved exactly by ``linear_sum_assignment``. Each side is sampled by its own generator seeded
+    alike, so identical tables draw identical samples (EMD 0)."""
     n = min(len(rows_o), len(rows_s), cap)
     if n == 0:
         return float("nan")
     pick_o = np.sort(rng(seed).permutation(len(rows_o))[:n])
     pick_s = np.sort(rng(seed).permutation(len(rows_s))[:n])
-    cs_o, cs_s = real.cells(w), synth.cells(w)
-    so, eo = cs_o.start[rows_o[pick_o]], cs_o.end[rows_o[pick_o]]
-    ss, es = cs_s.start[rows_s[pick_s]], cs_s.end[rows_s[pick_s]]
+    so, eo = real[0][rows_o[pick_o]], real[1][rows_o[pick_o]]
+    ss, es = synth[0][rows_s[pick_s]], synth[1][rows_s[pick_s]]
     # Distances between the few cells involved, once (haversine), then looked up for every pair of trips.
     cells, inv = np.unique(np.concatenate([so, eo, ss, es]), return_inverse=True)
-    lat, lon = cell_center(cells, real.bbox, w)
+    lat, lon = cell_center(cells, bbox, w)
     dist = haversine_m(lat[:, None], lon[:, None], lat[None, :], lon[None, :])
     so, eo, ss, es = np.split(inv, 4)
     cost = dist[so][:, ss] + dist[eo][:, es]
@@ -51,11 +65,13 @@ def od_emd_m(real: Side, synth: Side, w: int, rows_o: np.ndarray, rows_s: np.nda
     return float(cost[r, col].mean())
 
 
-def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
+def compare(real: Summary, synth: Summary, opts: Options, generator) -> list[Metric]:
+    """Lestyan's rows between two summaries (:func:`summary`, columns in the in-memory order:
+    :meth:`Summary.ordered`)."""
     w = opts.w
     seed = int(generator.integers(2**31))
     out = []
-    size_o, size_s = real.cells(w).lengths, synth.cells(w).lengths
+    size_o, size_s = real.column("lestyan.size"), synth.column("lestyan.size")
     out.append(Metric("lestyan_trip_size_jsd", jsd(*integer_histograms(size_o, size_s)), True, SOURCE,
                       f"JSD of trip size ({w}x{w} cells, repeats collapsed), all hours, nats"))
     why = require_time(real, synth)
@@ -63,7 +79,7 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
     if why:
         out.append(Metric("lestyan_trip_size_jsd_hourly", None, True, SOURCE, f"{why}: hourly trip size"))
     else:
-        ho, hs = start_hours(real), start_hours(synth)
+        ho, hs = real.column("lestyan.hour"), synth.column("lestyan.hour")
         cap = int(size_o.max())
         mo = np.bincount(ho * (cap + 1) + np.minimum(size_o, cap), minlength=24 * (cap + 1)).reshape(24, -1)
         ms = np.bincount(hs * (cap + 1) + np.minimum(size_s, cap), minlength=24 * (cap + 1)).reshape(24, -1)
@@ -72,10 +88,12 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
                           f"JSD of trip size per start hour, mean over {int(used.sum())} real hours (ln 2 where "
                           "no synthetic trip), nats"))
 
+    od_o = real.column("lestyan.start"), real.column("lestyan.end")
+    od_s = synth.column("lestyan.start"), synth.column("lestyan.end")
     all_o, all_s = np.arange(real.n), np.arange(synth.n)
-    out.append(Metric("lestyan_od_emd_m", od_emd_m(real, synth, w, all_o, all_s, opts.emd_sample, seed), True,
-                      SOURCE, f"EMD (metres) of start-end cell pairs, up to {opts.emd_sample} trips a side, "
-                              "all hours"))
+    out.append(Metric("lestyan_od_emd_m", od_emd_m(od_o, od_s, real.bbox, w, all_o, all_s, opts.emd_sample, seed),
+                      True, SOURCE, f"EMD (metres) of start-end cell pairs, up to {opts.emd_sample} trips a side, "
+                                    "all hours"))
     if why:
         out.append(Metric("lestyan_od_emd_hourly_m", None, True, SOURCE, f"{why}: hourly EMD"))
     else:
@@ -83,7 +101,7 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
         for hour in range(24):  # 24 hours, not a loop over trajectories
             ro, rs = np.flatnonzero(ho == hour), np.flatnonzero(hs == hour)
             if len(ro) and len(rs):
-                values.append(od_emd_m(real, synth, w, ro, rs, opts.emd_sample, seed + hour))
+                values.append(od_emd_m(od_o, od_s, real.bbox, w, ro, rs, opts.emd_sample, seed + hour))
             elif len(ro):
                 missing += 1
         value = float(np.mean(values)) if values else float("nan")
@@ -92,9 +110,8 @@ def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
                           f"{missing} real hours lack synthetic trips"))
 
     k = opts.top_k
-    ko, co = pattern_counts(real.cells(w), 2, 5, per_trajectory=True)
-    ks, cs = pattern_counts(synth.cells(w), 2, 5, per_trajectory=True)
-    top_o, top_s = ko[top_patterns(ko, co, k)], ks[top_patterns(ks, cs, k)]
+    po, ps = real.parts["lestyan.patterns"], synth.parts["lestyan.patterns"]
+    top_o, top_s = po.keys[top_patterns(po.keys, po.counts, k)], ps.keys[top_patterns(ps.keys, ps.counts, k)]
     value = len(np.intersect1d(top_o, top_s)) / len(top_o) if len(top_o) else float("nan")
     out.append(Metric("lestyan_pattern_tp_ratio", value, False, SOURCE,
                       f"share of the top {len(top_o)} real 2-5 cell patterns ({w}x{w}) in the synthetic top {k}; "

@@ -9,21 +9,36 @@ from __future__ import annotations
 
 import numpy as np
 
-from duckmob.metrics.common import Metric, Options, Side, integer_histograms, jsd, shared_histograms
+from duckmob.metrics.common import Metric, Options, Side, integer_histograms, jsd
+from duckmob.metrics.summary import Column, Points, Summary, shared_counts
 
 SOURCE = "PateGail, Statistical Evaluation Metrics"
 
 
-def grank_profile(side: Side, w: int, k: int) -> np.ndarray:
-    """G-rank: visits to the r-th most visited location over all trajectories, r = 1..k, over all visits."""
-    counts = np.bincount(side.cells(w).cells, minlength=w * w).astype(np.float64)
+def summary(side: Side, plan, parts: dict) -> None:
+    """What ``side`` adds (:mod:`duckmob.metrics.summary`): radius of gyration and distinct cells of each
+    trajectory, the distance of every step (per point), visits per cell and the I-rank shares summed over
+    trajectories."""
+    opts = plan.opts
+    w = opts.w
+    parts["pategail.gyration"] = Column([side.gyration_m])
+    parts["pategail.dailyloc"] = Column([side.visits(w).getnnz(axis=1).astype(np.int64)])
+    parts["pategail.step"] = Points(side.step_m)
+    parts["pategail.visits"] = np.bincount(side.cells(w).cells, minlength=w * w).astype(np.int64)
+    parts["pategail.irank"] = irank_sums(side, w, opts.irank_k)
+
+
+def grank_profile(counts: np.ndarray, k: int) -> np.ndarray:
+    """G-rank: visits to the r-th most visited location over all trajectories, r = 1..k, over all visits
+    (``counts``: visits per cell)."""
+    counts = np.asarray(counts, dtype=np.float64)
     top = np.sort(counts)[::-1][:k]
     return np.pad(top, (0, k - len(top))) / max(counts.sum(), 1.0)
 
 
-def irank_profile(side: Side, w: int, k: int) -> np.ndarray:
-    """I-rank: for each trajectory, the share of its visits to its r-th most visited location (r = 1..k),
-    averaged over trajectories (PateGail averages over users; synthetic tables carry no users)."""
+def irank_sums(side: Side, w: int, k: int) -> np.ndarray:
+    """For r = 1..k, the sum over trajectories of the share of a trajectory's visits to its r-th most visited
+    location; over the number of trajectories, the I-rank profile (:func:`compare`)."""
     cs = side.cells(w)
     c = w * w
     keys, counts = np.unique(cs.owner * c + cs.cells, return_counts=True)
@@ -34,24 +49,27 @@ def irank_profile(side: Side, w: int, k: int) -> np.ndarray:
     rank = np.arange(len(owner)) - first
     share = counts / cs.lengths[owner]
     keep = rank < k
-    return np.bincount(rank[keep], weights=share[keep], minlength=k) / side.n
+    return np.bincount(rank[keep], weights=share[keep], minlength=k)
 
 
-def metrics(real: Side, synth: Side, opts: Options, generator=None) -> list[Metric]:
+def compare(real: Summary, synth: Summary, opts: Options, generator=None) -> list[Metric]:
+    """PateGail's rows between two summaries (:func:`summary`). I-rank: the shares of each trajectory's top
+    locations averaged over trajectories (PateGail averages over users; synthetic tables carry no users)."""
     w, b = opts.w, opts.bins
+    r, s = real.parts, synth.parts
     out = [
-        Metric("pategail_radius_jsd", jsd(*shared_histograms(real.gyration_m, synth.gyration_m, b)), True,
+        Metric("pategail_radius_jsd", jsd(*shared_counts(real, synth, "pategail.gyration", b)), True,
                SOURCE, f"JSD of the radius of gyration (metres), {b} bins to the real max, nats"),
         Metric("pategail_dailyloc_jsd",
-               jsd(*integer_histograms(real.visits(w).getnnz(axis=1), synth.visits(w).getnnz(axis=1))), True,
+               jsd(*integer_histograms(real.column("pategail.dailyloc"), synth.column("pategail.dailyloc"))), True,
                SOURCE, f"JSD of distinct {w}x{w} cells per trajectory (a bin per count), nats"),
-        Metric("pategail_distance_jsd", jsd(*shared_histograms(real.step_m, synth.step_m, b)), True, SOURCE,
+        Metric("pategail_distance_jsd", jsd(*shared_counts(real, synth, "pategail.step", b)), True, SOURCE,
                f"JSD of the distance between consecutive points (metres), {b} bins to the real max, nats"),
-        Metric("pategail_grank_jsd", jsd(grank_profile(real, w, opts.top_k), grank_profile(synth, w, opts.top_k)),
+        Metric("pategail_grank_jsd",
+               jsd(grank_profile(r["pategail.visits"], opts.top_k), grank_profile(s["pategail.visits"], opts.top_k)),
                True, SOURCE, f"JSD of the visit shares of each table's top {opts.top_k} {w}x{w} cells, by rank, "
                              "nats"),
-        Metric("pategail_irank_jsd",
-               jsd(irank_profile(real, w, opts.irank_k), irank_profile(synth, w, opts.irank_k)), True, SOURCE,
-               f"JSD of the mean visit shares of each trajectory's top {opts.irank_k} cells, by rank, nats"),
+        Metric("pategail_irank_jsd", jsd(r["pategail.irank"] / real.n, s["pategail.irank"] / synth.n), True,
+               SOURCE, f"JSD of the mean visit shares of each trajectory's top {opts.irank_k} cells, by rank, nats"),
     ]
     return out

@@ -6,31 +6,45 @@ whose route passes through random circles; transition patterns are counted on a 
 
 from __future__ import annotations
 
-from duckmob.metrics.common import Metric, Options, Side, bbox_sides_m, jsd, pattern_are, shared_histograms
-from duckmob.metrics.queries import circle_queries, circle_query_are
+from duckmob.metrics.common import Metric, Options, Side, are, bbox_sides_m, jsd, pattern_counts
+from duckmob.metrics.queries import circle_counts
+from duckmob.metrics.summary import Column, KeyCounts, Summary, keyed_are, shared_counts
 
 SOURCE = "PrivTrace §5.1, App. B.4"
 
 
-def metrics(real: Side, synth: Side, opts: Options, generator) -> list[Metric]:
+def summary(side: Side, plan, parts: dict) -> None:
+    """What ``side`` adds (:mod:`duckmob.metrics.summary`): length and diameter of each trajectory, trajectories
+    passing each of the plan's circles, occurrences of 2-5 cell patterns on the pattern grid."""
+    opts = plan.opts
+    parts.setdefault("length_m", Column([side.length_m]))
+    parts.setdefault("diameter_m", Column([side.diameter_m]))
+    parts["privtrace.circles"] = circle_counts([side.routes(opts.query_w)], side.bbox, opts.query_w,
+                                               plan.privtrace_circles)[0]
+    parts["privtrace.patterns"] = KeyCounts(*pattern_counts(side.cells(opts.pattern_w), 2, 5, False))
+
+
+def compare(real: Summary, synth: Summary, opts: Options, generator=None) -> list[Metric]:
+    """PrivTrace's rows between two summaries (:func:`summary`); the circles are the plan's."""
     out = []
     b = opts.bins
-    out.append(Metric("privtrace_length_jsd", jsd(*shared_histograms(real.length_m, synth.length_m, b)), True,
+    out.append(Metric("privtrace_length_jsd", jsd(*shared_counts(real, synth, "length_m", b)), True,
                       SOURCE, f"JSD of trajectory length (metres along its points), {b} bins to the real max, nats"))
-    out.append(Metric("privtrace_diameter_jsd", jsd(*shared_histograms(real.diameter_m, synth.diameter_m, b)),
+    out.append(Metric("privtrace_diameter_jsd", jsd(*shared_counts(real, synth, "diameter_m", b)),
                       True, SOURCE, f"JSD of trajectory diameter (metres), {b} bins to the real max, nats"))
 
     phi = opts.phi * real.n
     scale = real.n / synth.n
     longer = max(bbox_sides_m(real.bbox))
     lo, hi = opts.radius_range
-    circles = circle_queries(real.bbox, opts.n_queries, (lo * longer, hi * longer), generator)
-    out.append(Metric("privtrace_density_are", circle_query_are(real, synth, circles, opts.query_w, phi), True, SOURCE,
-                      f"ARE of trajectories passing {opts.n_queries} random circles of radius "
-                      f"{lo * longer:.0f}-{hi * longer:.0f} m; phi {phi:g}"))
+    out.append(Metric("privtrace_density_are",
+                      are(real.parts["privtrace.circles"], scale * synth.parts["privtrace.circles"], phi), True,
+                      SOURCE, f"ARE of trajectories passing {opts.n_queries} random circles of radius "
+                              f"{lo * longer:.0f}-{hi * longer:.0f} m; phi {phi:g}"))
 
     pw = opts.pattern_w
-    value, n_top = pattern_are(real.cells(pw), synth.cells(pw), 2, 5, False, opts.top_patterns, scale, phi)
+    value, n_top = keyed_are(real.parts["privtrace.patterns"], synth.parts["privtrace.patterns"],
+                             opts.top_patterns, scale, phi)
     out.append(Metric("privtrace_pattern_are", value, True, SOURCE,
                       f"ARE of occurrences of the top {n_top} real 2-5 cell patterns, {pw}x{pw} grid; phi {phi:g}"))
     return out

@@ -9,6 +9,16 @@ import scipy.sparse as sp
 from duckmob.grid import EARTH_RADIUS_M, BBox, cell_center
 from duckmob.metrics.common import Side, are, unit_vectors
 
+
+def random_cell_sets(n_cells: int, n_queries: int, max_fraction: float, generator) -> np.ndarray:
+    """(n_queries x n_cells) boolean: each row a set of 1 .. max(1, max_fraction * n_cells) cells drawn
+    uniformly without replacement (HRNet App. A.3: "500 random sets of POIs", a random number of POIs each)."""
+    top = max(1, int(round(max_fraction * n_cells)))
+    sizes = generator.integers(1, top + 1, size=n_queries)
+    rank = np.argsort(np.argsort(generator.random((n_queries, n_cells)), axis=1), axis=1)
+    return rank < sizes[:, None]
+
+
 def query_counts(trajectory_cells: sp.csr_matrix, query_cells: np.ndarray) -> np.ndarray:
     """For each query (a boolean row over cells), the number of trajectories with at least one cell in it:
     ``count(q, D) = sum_v 1[exists cell of v in q]`` (HRNet App. A.3 "trajectory density").
@@ -56,4 +66,4 @@ def circle_query_are(real: Side, synth: Side, circles, w: int, phi: float) -> fl
     return are(co, real.n / synth.n * cs, phi)
 
 
-__all__ = ["query_counts", "circle_queries", "circle_counts", "circle_query_are"]
+__all__ = ["random_cell_sets", "query_counts", "circle_queries", "circle_counts", "circle_query_are"]
