@@ -462,12 +462,13 @@ def reference_sides(real: Side) -> tuple[Side, Side]:
 BASELINE_TRAJECTORIES = 1000   # the most trajectories the naive table of the baseline column has
 
 
-def baseline_rows(user_id, traj_id, seed: int | None, most: int = BASELINE_TRAJECTORIES) -> np.ndarray:
+def baseline_rows(user_id, traj_id, seed: int | None, most: int | None = None) -> np.ndarray:
     """Which of the trajectories ``(user_id, traj_id)`` the naive table keeps (increasing indices): all of them up
     to ``most``, else the ``most`` with the smallest priority ``mix(mix(mix(user_id) xor traj_id) xor
     mix(seed))`` (:func:`_mix64`; ties by traj_id, then user_id). A fixed function of each key and the seed,
     whatever the other trajectories, so the choice over a table is the choice over the best of each batch: the
-    streamed evaluation keeps at most ``most`` candidates."""
+    streamed evaluation keeps at most ``most`` candidates (None: :data:`BASELINE_TRAJECTORIES`)."""
+    most = BASELINE_TRAJECTORIES if most is None else most
     n = len(traj_id)
     if n <= most:
         return np.arange(n, dtype=np.int64)
@@ -478,9 +479,9 @@ def baseline_rows(user_id, traj_id, seed: int | None, most: int = BASELINE_TRAJE
     return np.sort(np.lexsort((user_id, traj_id, priority))[:most])
 
 
-def baseline_side(half1: Side, seed: int | None, most: int = BASELINE_TRAJECTORIES) -> Side:
+def baseline_side(half1: Side, seed: int | None, most: int | None = None) -> Side:
     """The naive table of the ``baseline`` column: real half 1 (:func:`reference_sides`), or the ``most`` of its
-    trajectories :func:`baseline_rows` picks where it has more, with every trajectory replaced by a straight trip
+    trajectories :func:`baseline_rows` picks where it has more (None: :data:`BASELINE_TRAJECTORIES`), with every trajectory replaced by a straight trip
     between two independent, uniformly random places in the bbox (uniform in latitude and longitude degrees), its
     points evenly spaced along the line (the first at the start, the last at the end; a one-point trajectory sits
     at its start). Keys, point counts and timestamps stay. It knows the real table's sizes and times but of places
@@ -497,6 +498,7 @@ def baseline_side(half1: Side, seed: int | None, most: int = BASELINE_TRAJECTORI
     key lets the evaluation stream, and changed the baseline of tables whose half 1 has over 1,000
     trajectories.)"""
     draw = np.random.default_rng([DEFAULT_SEED if seed is None else int(seed), 1])
+    most = BASELINE_TRAJECTORIES if most is None else most
     if half1.n > most:
         t = half1.traj
         half1 = Side(t.take(baseline_rows(t.user_id, t.traj_id, seed, most)), half1.bbox)

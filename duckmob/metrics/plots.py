@@ -12,10 +12,12 @@ output, these pictures show the real data exactly: they are for the data owner, 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
 from duckmob.errors import DuckmobError
+from duckmob.grid import BBox
 from duckmob.metrics.common import Side, bbox_sides_m, jsd, shared_histograms
 from duckmob.metrics.fine import route_density
 
@@ -41,11 +43,39 @@ def new_figure(width: float, height: float, layout: str | None = None):
     return fig
 
 
-def pass_shares(side: Side, w: int) -> np.ndarray:
+@dataclass(frozen=True)
+class Passes:
+    """What :func:`density_figure` reads of a table, summed over its batches (:func:`passes`): its number of
+    trajectories ``n`` and its route passes per cell of the w x w grid on ``bbox`` (``counts``, w*w)."""
+
+    n: int
+    counts: np.ndarray
+    bbox: object
+
+
+def passes(batches, bbox, w: int) -> Passes:
+    """:class:`Passes` of a table given as batches of whole trajectories (:class:`Side` or Trajectories): a
+    trajectory's route passes are its own, so the sums over batches are the table's
+    (:func:`duckmob.metrics.fine.route_density`)."""
+    from duckmob.source.batches import in_threads
+
+    box = BBox.of(bbox)
+
+    def one(batch) -> tuple[int, np.ndarray]:
+        side = batch if isinstance(batch, Side) else Side(batch, box)
+        return side.n, route_density(side, w)
+
+    n, counts = 0, np.zeros(w * w)
+    for got, c in in_threads(one, batches):
+        n, counts = n + got, counts + c
+    return Passes(n, counts, box)
+
+
+def pass_shares(side: Side | Passes, w: int) -> np.ndarray:
     """(w x w) share of the table's (trajectory, cell its route passes) pairs in each cell, summing to 1 (0 for
     an empty grid); row 0 is the southern edge. The distribution compared by ``fine_route_density_jsd``
     (:func:`duckmob.metrics.fine.route_density`): a table repeated k times has the same shares."""
-    counts = route_density(side, w)
+    counts = side.counts if isinstance(side, Passes) else route_density(side, w)
     return (counts / max(counts.sum(), 1.0)).reshape(w, w)
 
 
@@ -91,7 +121,7 @@ def longitude_ticks(low: float, high: float, panel_inches: float) -> tuple[list[
     return [float(t) for t in ticks], [f"{t:.{decimals}f}".replace("-", "\u2212") for t in ticks]
 
 
-def density_figure(real: Side, synth: Side, w: int = 64, roads=None):
+def density_figure(real: Side | Passes, synth: Side | Passes, w: int = 64, roads=None):
     """The figure of :func:`density_png`: panels ``fig.axes[0]`` (real) and ``[1]`` (synthetic), each one image of
     :func:`pass_shares` on one shared logarithmic colour scale, then the colourbar. With ``roads`` (a
     :class:`duckmob.roads.Roads`), each panel also holds one LineCollection of the segments touching the bbox,
@@ -133,7 +163,7 @@ def density_figure(real: Side, synth: Side, w: int = 64, roads=None):
     return fig
 
 
-def density_png(real: Side, synth: Side, path, w: int = 64, roads=None) -> str:
+def density_png(real: Side | Passes, synth: Side | Passes, path, w: int = 64, roads=None) -> str:
     """Write side-by-side heatmaps of the share of trajectory passes in each cell of the w x w grid (tables of
     different sizes compare on shape: a table repeated 25 times gives the same picture), with ``roads`` (a
     :class:`duckmob.roads.Roads`, public) drawn under both panels; return the path."""

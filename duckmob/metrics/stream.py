@@ -148,9 +148,16 @@ def read_table(cur, select: str, bbox, bucket_points: int = BUCKET_POINTS) -> Re
     on ``cur`` out of core and cleaned as :func:`duckmob.metrics.load_side` cleans a table in memory. The points
     with a NULL, NaN or out-of-range coordinate and those outside the public ``bbox`` are dropped by the scan (and
     counted, exactly: NOT private); a ``seq`` column that is entirely NULL is not read (as in memory)."""
+    box = BBox.of(bbox)
+    report = CleaningReport(min_points=1)
+    return Read(_batches(cur, select, box, bucket_points, report), report)
+
+
+def _batches(cur, select: str, box: BBox, bucket_points: int, report: CleaningReport) -> Iterator[Trajectories]:
+    """:func:`read_table`'s batches, read when iterated (so two tables read on one cursor never overlap); fills
+    ``report`` as they come."""
     from duckmob.source.table import READ_ROWS, n_buckets, route
 
-    box = BBox.of(bbox)
     valid = "lat BETWEEN -90 AND 90 AND lon BETWEEN -180 AND 180"
     inside = (f"lat BETWEEN '{float(box.min_lat)!r}'::DOUBLE AND '{float(box.max_lat)!r}'::DOUBLE AND "
               f"lon BETWEEN '{float(box.min_lon)!r}'::DOUBLE AND '{float(box.max_lon)!r}'::DOUBLE")
@@ -158,27 +165,22 @@ def read_table(cur, select: str, bbox, bucket_points: int = BUCKET_POINTS) -> Re
         f"SELECT count(*), count(seq), count(*) FILTER (WHERE NOT coalesce({valid}, false)), "
         f"count(*) FILTER (WHERE coalesce({valid}, false) AND NOT coalesce({inside}, false)) "
         f"FROM ({select})").fetchall()[0]
-    report = CleaningReport(points_in=int(n_rows), min_points=1, invalid_coordinates=int(invalid),
-                            outside_bbox=int(outside))
+    report.points_in, report.invalid_coordinates, report.outside_bbox = int(n_rows), int(invalid), int(outside)
     n = n_buckets(int(n_rows) - int(invalid) - int(outside), bucket_points)
     seq = ", seq" if n_seq else ""
     reader = cur.sql(f"SELECT traj_id, user_id, ts, lat, lon{seq}, (hash(traj_id) % {n})::BIGINT AS _bucket "
                      f"FROM ({select}) WHERE {inside}").to_arrow_reader(batch_size=READ_ROWS)
-
-    def batches():
-        folder = tempfile.mkdtemp(prefix="duckmob-eval-") if n > 1 else None
-        try:
-            for table in route(reader, n, folder):
-                if table.num_rows:
-                    traj, got = from_points(table, bbox=box, outside="drop", min_points=1, time_required=False)
-                    del table
-                    _merge(report, got)
-                    yield traj
-        finally:
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
-
-    return Read(batches(), report)
+    folder = tempfile.mkdtemp(prefix="duckmob-eval-") if n > 1 else None
+    try:
+        for table in route(reader, n, folder):
+            if table.num_rows:
+                traj, got = from_points(table, bbox=box, outside="drop", min_points=1, time_required=False)
+                del table
+                _merge(report, got)
+                yield traj
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _merge(total: CleaningReport, part: CleaningReport) -> None:

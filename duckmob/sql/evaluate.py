@@ -1,8 +1,12 @@
 """SQL layer for the evaluation: hidden UDFs behind the table macros in evaluate.sql.
 
-Every macro gathers each table's points through ``mob_points`` into one LIST(STRUCT) and calls one UDF here with
-them and one request STRUCT (:class:`duckmob.sql.udf.Request`), which returns rows as LIST(STRUCT). mob_evaluate's
-many options travel inside it as one JSON object (NULL = the default).
+Every macro calls one UDF here with each table's points and one request STRUCT (:class:`duckmob.sql.udf.Request`),
+which returns rows as LIST(STRUCT). mob_evaluate's many options travel inside it as one JSON object (NULL = the
+default). mob_evaluate and mob_plot_density read a table out of core when a cursor of the caller's connection can
+read it (a committed table or view: ``_mob_readable``, folded when the statement is planned, so its rows are never
+gathered), one batch of whole trajectories at a time (:func:`duckmob.metrics.evaluate_relations`): memory bounded
+by the grids, not the tables. A temporary table's points arrive gathered through ``mob_points`` into one
+LIST(STRUCT), as every other macro here gets its tables.
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ METRIC_ROW = ("STRUCT(exact_not_private BOOLEAN, metric VARCHAR, value DOUBLE, r
               "lower_is_better BOOLEAN, source VARCHAR, description VARCHAR)[]")
 
 # Each UDF's request (the STRUCT its macro in evaluate.sql builds), parsed into keyword arguments.
-EVALUATE = Request(bbox="DOUBLE[]", options="VARCHAR")
-PLOT_DENSITY = Request(bbox="DOUBLE[]", path="VARCHAR", w="BIGINT", roads="VARCHAR")
+# Where each table is read (mob_evaluate, mob_plot_density): its name, the caller's database and schema, and
+# whether a cursor reads it out of core (else its points come gathered).
+_TABLES = dict(real="VARCHAR", synth="VARCHAR", database="VARCHAR", schema="VARCHAR", real_out_of_core="BOOLEAN",
+               synth_out_of_core="BOOLEAN")
+EVALUATE = Request(bbox="DOUBLE[]", options="VARCHAR", **_TABLES)
+PLOT_DENSITY = Request(bbox="DOUBLE[]", path="VARCHAR", w="BIGINT", roads="VARCHAR", **_TABLES)
 ROADS_TYPE = "STRUCT(lat1 DOUBLE, lon1 DOUBLE, lat2 DOUBLE, lon2 DOUBLE)[]"
 PLOT_DISTRIBUTIONS = Request(bbox="DOUBLE[]", path="VARCHAR", bins="BIGINT")
 MODE_TRIPS = Request(modes="VARCHAR")
@@ -40,11 +48,50 @@ def _rows(rows: list[dict]) -> pa.ListArray:
     return one_row(to_table(rows))
 
 
-def _evaluate(real, synth, request):
-    from duckmob.metrics import evaluate
+def _evaluate(con):
+    def run(real, synth, request):
+        from duckmob.metrics import evaluate, evaluate_relations
 
-    r = EVALUATE.parse(request, "_mob_evaluate")
-    return _rows(evaluate(points(real), points(synth), r["bbox"], **_options(r["options"])))
+        r = EVALUATE.parse(request, "_mob_evaluate")
+        options = _options(r["options"])
+        if not (r["real_out_of_core"] or r["synth_out_of_core"]):
+            return _rows(evaluate(points(real), points(synth), r["bbox"], **options))
+        with _cursor(con, r) as cur:
+            selects = [_select(cur, r, name, gathered) for name, gathered in (("real", real), ("synth", synth))]
+            return _rows(evaluate_relations(cur, *selects, r["bbox"], **options))
+
+    return run
+
+
+def _cursor(con, r: dict):
+    """A cursor of ``con`` that resolves names as the caller does (its database and schema)."""
+    from duckmob.source.schema import quote
+
+    cur = con.cursor()
+    try:
+        cur.execute(f"USE {quote(r['database'])}.{quote(r['schema'])}")
+    except Exception:
+        cur.close()
+        raise
+    return cur
+
+
+def _select(cur, r: dict, name: str, gathered) -> str:
+    """The SELECT of the contract's columns of table ``r[name]`` on ``cur`` (its column types checked first, the
+    schema only), or of its gathered points (a temporary table), registered on ``cur``."""
+    from duckmob.source.schema import Mapping, check_points, resolve_columns, select_sql
+
+    if not r[f"{name}_out_of_core"]:
+        view = f"_mob_gathered_{name}"
+        cur.register(view, pa.Table.from_struct_array(points(gathered)))
+        return f"SELECT * FROM {view}"
+    relation = r[name]
+    described = cur.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
+    names = resolve_columns([d[0] for d in described], Mapping(),
+                            what=("traj_id", "user_id", "ts", "lat", "lon", "seq"))
+    by_name = {d[0]: str(d[1]) for d in described}
+    check_points({col: (by_name[src] if src is not None else None) for col, src in names.items()}, Mapping())
+    return select_sql(relation, names)
 
 
 def _sides(real, synth, bbox):
@@ -57,21 +104,42 @@ def _path_row(path: str) -> pa.ListArray:
     return one_row(pa.table({"path": pa.array([path], pa.string())}))
 
 
-def _plot_density(real, synth, segments, request):
-    from duckmob.errors import DuckmobError
-    from duckmob.metrics.plots import density_png
-    from duckmob.grid import check_width
-    from duckmob.roads import Roads
+def _plot_density(con):
+    def run(real, synth, segments, request):
+        from duckmob.errors import DuckmobError
+        from duckmob.metrics.plots import density_png
+        from duckmob.grid import check_width
+        from duckmob.roads import Roads
 
-    r = PLOT_DENSITY.parse(request, "_mob_plot_density")
-    roads = None
-    if r["roads"] is not None:   # a public table: its own values may be quoted in an error
-        found = points(segments)   # an empty or NULL list: no segment
-        if not len(found):
-            raise DuckmobError(f"mob_plot_density: roads := '{r['roads']}' has no segment; give a roads table "
-                               "(e.g. FROM mob_sf_roads()) or leave roads out")
-        roads = Roads.of(pa.Table.from_struct_array(found), name=f"roads := '{r['roads']}'")
-    return _path_row(density_png(*_sides(real, synth, r["bbox"]), r["path"], check_width(r["w"]), roads))
+        r = PLOT_DENSITY.parse(request, "_mob_plot_density")
+        w = check_width(r["w"])
+        roads = None
+        if r["roads"] is not None:   # a public table: its own values may be quoted in an error
+            found = points(segments)   # an empty or NULL list: no segment
+            if not len(found):
+                raise DuckmobError(f"mob_plot_density: roads := '{r['roads']}' has no segment; give a roads table "
+                                   "(e.g. FROM mob_sf_roads()) or leave roads out")
+            roads = Roads.of(pa.Table.from_struct_array(found), name=f"roads := '{r['roads']}'")
+        if not (r["real_out_of_core"] or r["synth_out_of_core"]):
+            return _path_row(density_png(*_sides(real, synth, r["bbox"]), r["path"], w, roads))
+        with _cursor(con, r) as cur:
+            sides = [_passes(cur, _select(cur, r, name, gathered), r["bbox"], w, name)
+                     for name, gathered in (("real", real), ("synth", synth))]
+            return _path_row(density_png(*sides, r["path"], w, roads))
+
+    return run
+
+
+def _passes(cur, select: str, bbox, w: int, name: str):
+    """The route passes of a table read out of core (:func:`duckmob.metrics.plots.passes`)."""
+    from duckmob.errors import DuckmobError
+    from duckmob.metrics.plots import passes
+    from duckmob.metrics.stream import read_table
+
+    got = passes(read_table(cur, select, bbox).batches, bbox, w)
+    if got.n == 0:
+        raise DuckmobError(f"the {name} table has no trajectory inside the bbox: check the bbox and the table")
+    return got
 
 
 def _plot_distributions(real, synth, request):
@@ -162,14 +230,14 @@ def _downstream(con):
 def udfs(con) -> list[Udf]:
     two = [POINTS_TYPE, POINTS_TYPE]
     return [
-        Udf("_mob_evaluate", _evaluate, two, METRIC_ROW, EVALUATE, special_nulls=True),
+        Udf("_mob_evaluate", _evaluate(con), two, METRIC_ROW, EVALUATE, special_nulls=True),
         Udf("_mob_downstream", _downstream(con), two + ["STRUCT(traj_id BIGINT, mode VARCHAR)[]"], METRIC_ROW,
             DOWNSTREAM, special_nulls=True),
         Udf("_mob_mode_trips", _mode_trips(con), [POINTS_TYPE],
             "STRUCT(traj_id BIGINT, user_id BIGINT, seq BIGINT, ts TIMESTAMP, lat DOUBLE, lon DOUBLE, mode VARCHAR)[]",
             MODE_TRIPS, special_nulls=True),
         Udf("_mob_audit", _audit, two + [POINTS_TYPE], METRIC_ROW, AUDIT, special_nulls=True),
-        Udf("_mob_plot_density", _plot_density, two + [ROADS_TYPE], "STRUCT(path VARCHAR)[]", PLOT_DENSITY,
+        Udf("_mob_plot_density", _plot_density(con), two + [ROADS_TYPE], "STRUCT(path VARCHAR)[]", PLOT_DENSITY,
             side_effects=True, special_nulls=True),
         Udf("_mob_plot_distributions", _plot_distributions, two, "STRUCT(path VARCHAR)[]", PLOT_DISTRIBUTIONS,
             side_effects=True, special_nulls=True),

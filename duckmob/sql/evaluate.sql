@@ -1,12 +1,21 @@
 -- Evaluation of a synthetic trajectory table against the real one (duckmob/metrics). NOT differentially
 -- private: these functions read the real table exactly; they are for the data owner, before a release.
 -- Tables need traj_id, ts (may be all NULL in a synthetic table), lat, lon and optionally user_id, seq
--- (see mob_points); points outside the declared bbox are dropped on both sides.
+-- (see mob_points); points outside the declared bbox are dropped on both sides. mob_evaluate and mob_plot_density
+-- read a committed table or view out of core, in memory bounded by their grids (docs/scale.md, "Evaluation in
+-- bounded memory"); a temporary table is gathered whole, as the other macros gather theirs.
 
 -- All points of a table (through the mob_points contract) as the one LIST(STRUCT) the UDFs take.
 CREATE OR REPLACE TEMP MACRO _mob_eval_points(tbl) AS (
     SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
     FROM mob_points(tbl));
+
+-- The same, but NULL (no row scanned: _mob_readable is folded when the statement is planned) for a table the UDF
+-- reads itself out of core, one batch of whole trajectories at a time (mob_evaluate, mob_plot_density); a
+-- temporary table's points are gathered.
+CREATE OR REPLACE TEMP MACRO _mob_eval_gathered(tbl) AS (
+    SELECT list({'traj_id': traj_id, 'user_id': user_id, 'ts': ts, 'lat': lat, 'lon': lon, 'seq': seq})
+    FROM mob_points(tbl) WHERE NOT _mob_readable(tbl));
 
 -- One row per metric: exact_not_private (always true: the first column of every exact result, so that each row says
 -- it, in any order), metric, value, reference, baseline, lower_is_better, source (paper, section), description.
@@ -28,13 +37,15 @@ CREATE OR REPLACE TEMP MACRO mob_evaluate(real, synth, bbox := NULL, families :=
                                          top_k := NULL, emd_sample := NULL, fine_point_w := NULL,
                                          fine_traj_w := NULL, step_bins := NULL, reference := NULL,
                                          baseline := NULL) AS TABLE
-SELECT unnest(_mob_evaluate(_mob_eval_points(real), _mob_eval_points(synth), {'bbox': bbox, 'options':
+SELECT unnest(_mob_evaluate(_mob_eval_gathered(real), _mob_eval_gathered(synth), {'bbox': bbox, 'options':
     json_object('families', families, 'w', w, 'bins', bins, 'n_queries', n_queries, 'seed', seed, 'phi', phi,
                 'top_starts', top_starts, 'top_patterns', top_patterns, 'pattern_w', pattern_w,
                 'n_times', n_times, 'query_w', query_w, 'radius_range', radius_range,
                 'adatrace_radius', adatrace_radius, 'top_k', top_k, 'emd_sample', emd_sample,
                 'fine_point_w', fine_point_w, 'fine_traj_w', fine_traj_w, 'step_bins', step_bins,
-                'reference', reference, 'baseline', baseline)::VARCHAR}),
+                'reference', reference, 'baseline', baseline)::VARCHAR,
+    'real': real, 'synth': synth, 'database': current_database(), 'schema': current_schema(),
+     'real_out_of_core': _mob_readable(real), 'synth_out_of_core': _mob_readable(synth)}),
     recursive := true);
 
 -- The segments of a public roads table (lat1, lon1, lat2, lon2; a name, a view or any FROM item such as
@@ -50,8 +61,10 @@ CREATE OR REPLACE TEMP MACRO _mob_plot_roads(roads) AS (
 -- grey lines under both panels. Writes a PNG; returns one row with its absolute path.
 CREATE OR REPLACE TEMP MACRO mob_plot_density(real, synth, path := 'density.png', bbox := NULL, w := 64,
                                              roads := NULL) AS TABLE
-SELECT unnest(_mob_plot_density(_mob_eval_points(real), _mob_eval_points(synth), _mob_plot_roads(roads),
-    {'bbox': bbox, 'path': path, 'w': w, 'roads': roads}), recursive := true);
+SELECT unnest(_mob_plot_density(_mob_eval_gathered(real), _mob_eval_gathered(synth), _mob_plot_roads(roads),
+    {'bbox': bbox, 'path': path, 'w': w, 'roads': roads,
+     'real': real, 'synth': synth, 'database': current_database(), 'schema': current_schema(),
+     'real_out_of_core': _mob_readable(real), 'synth_out_of_core': _mob_readable(synth)}), recursive := true);
 
 -- Length and diameter distributions of both tables on shared bins, with their JSD. Writes a PNG; returns its path.
 CREATE OR REPLACE TEMP MACRO mob_plot_distributions(real, synth, path := 'distributions.png', bbox := NULL,
