@@ -39,10 +39,10 @@ import numpy as np
 import pyarrow as pa
 from scipy import sparse
 from scipy.sparse import csgraph
-from scipy.spatial import cKDTree
 
 from duckmob.errors import DuckmobError
 from duckmob.grid import EARTH_RADIUS_M, BBox, haversine_m
+from duckmob.road_snap import SnapIndex
 
 # The OpenStreetMap highway classes a car can drive on: the public list the OSM loader keeps.
 DRIVABLE = ("motorway", "motorway_link", "trunk", "trunk_link", "primary", "primary_link", "secondary",
@@ -202,8 +202,8 @@ class Roads:
         return cache[key]
 
     @cached_property
-    def _snap_index(self) -> "_SnapIndex":
-        return _SnapIndex(self, SNAP_SPACING_M)
+    def _snap_index(self) -> SnapIndex:
+        return SnapIndex(self.lat1, self.lon1, self.lat2, self.lon2, SNAP_SPACING_M, _M_PER_RAD)
 
 
 def _nulls(col) -> np.ndarray:
@@ -392,56 +392,16 @@ def path_segments(graph: Graph, offsets, nodes) -> tuple[np.ndarray, np.ndarray]
 
 # ---------------------------------------------------------------------------------------------- snapping
 
-class _SnapIndex:
-    """Points sampled along every segment at most ``spacing_m`` apart (both ends included), in a local
-    equirectangular plane in metres, in a k-d tree."""
-
-    def __init__(self, roads: Roads, spacing_m: float):
-        lats = np.concatenate([roads.lat1, roads.lat2])
-        lons = np.concatenate([roads.lon1, roads.lon2])
-        self.lat0 = float((lats.min() + lats.max()) / 2)
-        self.lon0 = float((lons.min() + lons.max()) / 2)      # an origin only: keeps the plane's numbers small
-        self.kx = np.radians(1.0) * _M_PER_RAD * np.cos(np.radians(self.lat0))
-        self.ky = np.radians(1.0) * _M_PER_RAD
-        self.ax, self.ay = self.plane(roads.lat1, roads.lon1)
-        self.bx, self.by = self.plane(roads.lat2, roads.lon2)
-        seg_len = np.hypot(self.bx - self.ax, self.by - self.ay)
-        n = np.ceil(seg_len / spacing_m).astype(np.int64) + 1            # samples per segment, >= 2
-        self.seg = np.repeat(np.arange(len(roads)), n)
-        k = np.arange(len(self.seg)) - np.repeat(np.cumsum(n) - n, n)
-        t = k / (n - 1)[self.seg]
-        x = self.ax[self.seg] + t * (self.bx - self.ax)[self.seg]
-        y = self.ay[self.seg] + t * (self.by - self.ay)[self.seg]
-        self.half_gap = float((seg_len / (n - 1)).max()) / 2 + 1e-6  # any point of a segment is this near a sample
-        self.tree = cKDTree(np.column_stack([x, y]))
-
-    def plane(self, lat, lon) -> tuple[np.ndarray, np.ndarray]:
-        return (np.asarray(lon) - self.lon0) * self.kx, (np.asarray(lat) - self.lat0) * self.ky
-
-    def project(self, qx, qy, cand) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Exact projection of each query onto its candidate segments (m x K, -1 = none): the nearest one (the
-        lowest index among equals), its fraction t and the planar distance."""
-        c = np.where(cand < 0, 0, cand)
-        dx, dy = self.bx[c] - self.ax[c], self.by[c] - self.ay[c]
-        px, py = qx[:, None] - self.ax[c], qy[:, None] - self.ay[c]
-        t = np.clip((px * dx + py * dy) / (dx * dx + dy * dy), 0.0, 1.0)
-        d = np.hypot(px - t * dx, py - t * dy)
-        d[cand < 0] = np.inf
-        best = np.argmin(d, axis=1)
-        rows = np.arange(len(qx))
-        return cand[rows, best], t[rows, best], d[rows, best]
-
-
 def snap(roads: Roads, lat, lon, chunk: int = 1 << 17):
     """Snap points to their nearest road segment, exactly (in the local plane of the module docstring).
 
     Returns ``(segment, t, lat, lon, distance_m)``: the index of the nearest segment, the fraction t in [0, 1]
     along it from (lat1, lon1), the snapped point (:func:`points_along` of them) and the great-circle distance
-    to it in metres. Exactness: the nearest sample (every <= 20 m along every segment) is at some distance d, so
-    the nearest segment has a sample within d + half a sample gap; every segment with a sample that near is
-    projected onto exactly (the k-d tree's k nearest samples, k doubled until they reach past that radius), so
-    the result equals a brute-force projection onto every segment (ties: the lowest segment index). Vectorised,
-    in chunks of ``chunk`` points (memory bounded by the chunk). The points may be private: errors name none."""
+    to it in metres. Exactness (:mod:`duckmob.road_snap`): each point is projected onto every segment that can be
+    its nearest (its cell's candidates, kept per network; or the segments of the road samples a k-d search finds
+    near it), so the result equals a brute-force projection onto every segment (ties: the lowest segment index).
+    Vectorised, in chunks of ``chunk`` points (memory bounded by the chunk). The points may be private: errors
+    name none."""
     lat = np.asarray(lat, dtype=np.float64).ravel()
     lon = np.asarray(lon, dtype=np.float64).ravel()
     if lat.shape != lon.shape:
@@ -454,30 +414,9 @@ def snap(roads: Roads, lat, lon, chunk: int = 1 << 17):
     for start in range(0, len(lat), chunk):
         part = slice(start, start + chunk)
         qx, qy = index.plane(lat[part], lon[part])
-        seg[part], t[part] = _snap_chunk(index, qx, qy)
+        seg[part], t[part] = index.nearest(qx, qy)
     slat, slon = points_along(roads, seg, t)
     return seg, t, slat, slon, haversine_m(lat, lon, slat, slon)
-
-
-def _snap_chunk(index: _SnapIndex, qx, qy):
-    n_samples = index.tree.n
-    seg = np.empty(len(qx), np.int64)
-    t = np.empty(len(qx))
-    todo = np.arange(len(qx))
-    k = min(8, n_samples)
-    while len(todo):
-        d, i = index.tree.query(np.column_stack([qx[todo], qy[todo]]), k=k)
-        d, i = d.reshape(len(todo), -1), i.reshape(len(todo), -1)
-        radius = d[:, :1] + index.half_gap
-        enough = (d[:, -1] > radius[:, 0]) | (k >= n_samples)   # every sample within the radius is among the k
-        cand = np.where((d <= radius) & (i < n_samples), index.seg[np.minimum(i, n_samples - 1)], -1)
-        cand = np.sort(cand, axis=1)                             # so argmin's first minimum is the lowest segment
-        done = todo[enough]
-        s, tt, _ = index.project(qx[done], qy[done], cand[enough])
-        seg[done], t[done] = s, tt
-        todo = todo[~enough]
-        k = min(2 * k, n_samples)
-    return seg, t
 
 
 # ---------------------------------------------------------------------------------------------- points on roads
@@ -551,7 +490,7 @@ class Placer:
             seg, t, _ = self.index.project(qx, qy, chosen[:, None])
             if not drawn.all():
                 rest = ~drawn
-                seg[rest], t[rest] = _snap_chunk(self.index, qx[rest], qy[rest])
+                seg[rest], t[rest] = self.index.nearest(qx[rest], qy[rest])
             out_seg[part], out_t[part] = seg, t
         return out_seg, out_t
 
