@@ -28,6 +28,7 @@ from duckmob.release.inputs import Gathered, Input, Relation, check_shadowing, g
 from duckmob.release.protocol import read_ledger, set_budget as declare
 from duckmob.release.registry import Database
 from duckmob.source import lineage
+from duckmob.source.table import TableSource
 from duckmob.synth import store
 
 
@@ -68,13 +69,15 @@ def synthesize(db: Database, inp: Input, args: fitting.FitArgs) -> sampling.Outp
     an explicit n it ran before the reservation too (:func:`fitting.fit`)."""
     try:
         r = _fit_request(db, inp, args)
-        key = _key("synthesize", inp, {**asdict(args), **(fitting.roads_record(r) or {})})
-        hit = _recent(db, key)
+        key = _key("synthesize", inp, {**asdict(args), **(fitting.roads_record(r) or {})}, versioned=False)
+        kept = None if key is None else db.recent.get(key)   # kept beside the version of the rows it read
+        version = None if kept is None else inp.version()    # a first request scans nothing for it
+        hit = kept[1] if kept is not None and list(kept[0]) == list(version) and _verified(db) else None
         if hit is None:
-            model, ledger_id, noise = fitting.fit(db, r, inp.points())
+            model, ledger_id, noise, version = _fit_versioned(db, r, inp, key is not None, version)
             seed = noise.output_seed()
-            if key is not None:   # its model and output seed (a SeedSequence of its NoiseSource): the same rows
-                db.recent.put(key, (model, seed, ledger_id))
+            if version is not None:   # its model and output seed (a SeedSequence of its NoiseSource): the same rows
+                db.recent.put(key, (version, (model, seed, ledger_id)))
         else:
             model, seed, ledger_id = hit
     finally:
@@ -84,13 +87,35 @@ def synthesize(db: Database, inp: Input, args: fitting.FitArgs) -> sampling.Outp
                           on_first=outputs.recorder(db, ledger_id, model, bbox=r.synthesizer.bbox))
 
 
+def _verified(db: Database) -> bool:
+    """True once the ledger is checked intact (a ledger rewritten since a kept release is reported, as any release
+    would report it)."""
+    with db.lock, db.connection() as cur:
+        ledger.verify(cur, db.verified)
+    return True
+
+
+def _fit_versioned(db: Database, r: fitting.FitRequest, inp: Input, versioned: bool, version=None):
+    """:func:`fitting.fit` on ``inp``'s points, and the content version of the rows it read when ``versioned``
+    (else None): a relation's computed by the fit's own scan (``TableSource.track_version``: exactly the rows
+    read, no second scan); gathered rows' in memory before the fit (``version``, when the caller has it already)."""
+    if versioned and version is None and not isinstance(inp, Relation):
+        version = inp.version()
+    points = inp.points()
+    scanned = versioned and isinstance(points, TableSource)
+    if scanned:
+        points.track_version()
+    model, ledger_id, noise = fitting.fit(db, r, points)
+    return model, ledger_id, noise, (points.version if scanned else version if versioned else None)
+
+
 def cache_on() -> bool:
     """Whether a repeated request may get its earlier release again (:class:`Recent`); the environment variable
     ``DUCKMOB_RELEASE_CACHE=off`` turns it off: every request is then a new release, charged."""
     return os.environ.get("DUCKMOB_RELEASE_CACHE", "on").strip().lower() not in ("off", "0", "false", "no")
 
 
-def _key(kind: str, inp: Input, request: dict) -> str | None:
+def _key(kind: str, inp: Input, request: dict, versioned: bool = True) -> str | None:
     """A request's identity for :class:`Recent`, or None when the cache is off: everything that determines the
     release. The database is the :class:`Database` that keeps the cache; ``inp.source`` names the resolved base
     tables (their budget keys); ``inp.select`` is what is read from them, with its column mapping (empty for rows
@@ -98,11 +123,12 @@ def _key(kind: str, inp: Input, request: dict) -> str | None:
     parameter and the seed; ``inp.version()`` is the content version of the rows the release would read
     (:func:`~duckmob.source.table.content_version`, which changes on any write: a DROP and CREATE, an INSERT, a
     DELETE, an UPDATE, another connection's temporary table of the same name with other rows). Anything else makes
-    a new release, charged."""
+    a new release, charged. Without ``versioned`` the version is left out, for a caller that keeps it beside the
+    result (``synthesize``: one kept release per request, compared with the rows' version only when there is one)."""
     if not cache_on():
         return None
-    return json.dumps([kind, inp.source, inp.select, {**request, **inp.identity}, list(inp.version())],
-                      sort_keys=True, default=str)
+    return json.dumps([kind, inp.source, inp.select, {**request, **inp.identity}] +
+                      ([list(inp.version())] if versioned else []), sort_keys=True, default=str)
 
 
 def sample(db: Database, name, n=None, seed=None, max_rows=None) -> sampling.Output:

@@ -17,6 +17,7 @@ import math
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -70,32 +71,64 @@ def n_buckets(n_points: int, bucket_points: int = BUCKET_POINTS) -> int:
     return max(1, math.ceil(n_points / bucket_points))
 
 
-def route(reader: pa.RecordBatchReader, n: int, folder: str | None) -> Iterator[pa.Table]:
+def route(reader: pa.RecordBatchReader, n: int, folder: str | None,
+          on_version: Callable[[tuple[int, int]], None] | None = None) -> Iterator[pa.Table]:
     """Points routed to ``n`` buckets by their ``_bucket`` column (dropped), each bucket in table order; with one
     bucket the reader is read whole, otherwise each bucket goes to an IPC file in ``folder`` and is yielded (then
-    deleted) one at a time."""
+    deleted) one at a time.
+
+    With ``on_version`` the reader also has every row of the relation, each with its ``_row_hash`` and ``_keep``
+    (the point filter): the rows not kept are not routed, and ``on_version`` gets the relation's
+    :func:`content_version` (the row count and the sum of the row hashes) once the scan is over, before the first
+    bucket is yielded. Routing runs on a thread while DuckDB makes the next record batch (one batch at a time, in
+    order: each bucket keeps table order)."""
+    extra = ["_bucket", "_row_hash", "_keep"] if on_version is not None else ["_bucket"]
+    names = [f.name for f in reader.schema if f.name not in extra]
+    version = _Version()
     if n == 1:
-        yield reader.read_all().drop_columns(["_bucket"])
+        table = reader.read_all()
+        if on_version is None:
+            yield table.select(names)
+            return
+        version.add(table)
+        on_version(version.value())
+        yield table.filter(_kept(table)).select(names)
         return
-    schema = pa.schema([f for f in reader.schema if f.name != "_bucket"])
+    schema = pa.schema([reader.schema.field(c) for c in names])
     paths = [os.path.join(folder, f"raw-{i}.arrow") for i in range(n)]
     sinks = [pa.OSFile(p, "wb") for p in paths]
     writers = [pa.ipc.new_file(s, schema) for s in sinks]
+
+    def one(batch: pa.RecordBatch) -> None:
+        b = batch.column("_bucket").to_numpy(zero_copy_only=False)
+        if on_version is not None:
+            version.add(batch)
+            b = np.where(_kept(batch).to_numpy(zero_copy_only=False), b, n)   # not kept: past the last bucket
+        # stable: each bucket keeps table order (a stable order is unique; on 16-bit keys NumPy's is a radix sort)
+        order = np.argsort(b.astype(np.int16) if n < np.iinfo(np.int16).max else b, kind="stable")
+        counts = np.bincount(b, minlength=n + 1)[:n]
+        routed = batch.select(names).take(pa.array(order[:int(counts.sum())]))
+        start = 0
+        for i in np.flatnonzero(counts):
+            writers[i].write_batch(routed.slice(start, int(counts[i])))
+            start += int(counts[i])
+
     try:
-        for batch in reader:
-            b = batch.column("_bucket").to_numpy(zero_copy_only=False).astype(np.int64)
-            # stable: each bucket keeps table order (a stable order is unique; on 16-bit keys NumPy's is a radix sort)
-            order = np.argsort(b.astype(np.int16) if n <= np.iinfo(np.int16).max else b, kind="stable")
-            counts = np.bincount(b, minlength=n)
-            routed = batch.drop_columns(["_bucket"]).take(pa.array(order))
-            start = 0
-            for i in np.flatnonzero(counts):
-                writers[i].write_batch(routed.slice(start, int(counts[i])))
-                start += int(counts[i])
+        with ThreadPoolExecutor(1) as pool:
+            pending = None
+            for batch in reader:
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(one, batch)
+                del batch
+            if pending is not None:
+                pending.result()
     finally:
         for w, s in zip(writers, sinks):
             w.close()
             s.close()
+    if on_version is not None:
+        on_version(version.value())
     for p in paths:
         # mapped, not copied here: from_points copies each column into one chunk on the thread that cleans the
         # bucket (this loop is serial; the copies then run two at a time). The mapping outlives the closed file
@@ -106,8 +139,35 @@ def route(reader: pa.RecordBatchReader, n: int, folder: str | None) -> Iterator[
         yield table
 
 
+class _Version:
+    """:func:`content_version` summed over record batches that carry ``_row_hash``: the count and the exact sum of
+    the unsigned 64-bit hashes (as DuckDB's HUGEINT sum), whatever the batches."""
+
+    def __init__(self) -> None:
+        self.n, self.total = 0, 0
+
+    def add(self, batch) -> None:
+        h = batch.column("_row_hash")
+        h = (h.combine_chunks() if isinstance(h, pa.ChunkedArray) else h).to_numpy(zero_copy_only=False)
+        h = h.astype(np.uint64, copy=False)
+        # two 32-bit halves, each summed in uint64 without overflow (fewer than 2^32 rows a batch)
+        self.n += len(h)
+        self.total += (int(np.sum(h >> np.uint64(32), dtype=np.uint64)) << 32) + \
+            int(np.sum(h & np.uint64(0xFFFFFFFF), dtype=np.uint64))
+
+    def value(self) -> tuple[int, int]:
+        return self.n, self.total
+
+
+def _kept(batch) -> pa.Array:
+    """The ``_keep`` column as a mask (a NULL filter value is not kept, as in WHERE)."""
+    keep = batch.column("_keep")
+    return pc.fill_null(keep.combine_chunks() if isinstance(keep, pa.ChunkedArray) else keep, False)
+
+
 def read_points(cur, query: str, *, bucket_points: int = BUCKET_POINTS, folder: str | None = None,
-                bbox=None, time_required: bool = False) -> Iterator[pa.Table]:
+                bbox=None, time_required: bool = False,
+                on_version: Callable[[tuple[int, int]], None] | None = None) -> Iterator[pa.Table]:
     """Point tables of whole trajectories from ``query`` (the contract's columns traj_id, user_id, ts, lat, lon,
     seq: :func:`prepare`), read by DuckDB on the cursor ``cur`` in record batches: one scan routes the points to
     ``hash(traj_id)`` buckets of about ``bucket_points`` points each (the number of buckets follows the row count;
@@ -116,15 +176,24 @@ def read_points(cur, query: str, *, bucket_points: int = BUCKET_POINTS, folder: 
     depends on the other rows; when every row has a ts, seq is never used and not read).
 
     The scan already drops the points that ``from_points(private=True)`` drops one by one before anything else
-    (:func:`point_filter`), so they are neither routed nor written; the cleaning that follows is unchanged."""
+    (:func:`point_filter`), so they are neither routed nor written; the cleaning that follows is unchanged.
+
+    ``on_version``: called with the :func:`content_version` of ``query`` computed in the same scan (every row is
+    then read, with its hash; the filter is applied while routing), so a release that needs the version of what
+    it read (the repeated-request cache, :mod:`duckmob.release.tables`) needs no second scan. Never released."""
     n_rows, n_ts = cur.sql(f"SELECT count(*), count(ts) FROM ({query})").fetchall()[0]
     n = n_buckets(int(n_rows), bucket_points)
     if n > 1 and folder is None:
         raise ValueError("several buckets need a folder")
     seq = ", seq" if n_ts < n_rows else ""
-    reader = cur.sql(f"SELECT traj_id, user_id, ts, lat, lon{seq}, (hash(traj_id) % {n})::BIGINT AS _bucket "
-                     f"FROM ({query}) WHERE {point_filter(bbox, time_required)}")
-    yield from route(reader.to_arrow_reader(batch_size=READ_ROWS), n, folder)
+    bucket = f"(hash(traj_id) % {n})::{'SMALLINT' if n < np.iinfo(np.int16).max else 'BIGINT'} AS _bucket"
+    where = point_filter(bbox, time_required)
+    if on_version is None:
+        sql = f"SELECT traj_id, user_id, ts, lat, lon{seq}, {bucket} FROM ({query}) WHERE {where}"
+    else:
+        sql = (f"SELECT traj_id, user_id, ts, lat, lon{seq}, {bucket}, hash(q) AS _row_hash, ({where}) AS _keep "
+               f"FROM ({query}) q")
+    yield from route(cur.sql(sql).to_arrow_reader(batch_size=READ_ROWS), n, folder, on_version)
 
 
 def point_filter(bbox, time_required: bool) -> str:
@@ -157,6 +226,17 @@ class TableSource(PointSource):
     def __init__(self, con, select: str, *, owned: bool = False, bucket_points: int | None = None):
         self.con, self.query, self.owned, self.bucket_points = con, select, owned, bucket_points
         self.folder: str | None = None
+        self.versioned = False
+        self.version: tuple[int, int] | None = None
+
+    def track_version(self) -> None:
+        """Compute the :func:`content_version` of the rows in the scan that reads them (:func:`read_points`):
+        :attr:`version` is set once they are read. For the repeated-request cache of a first release, which then
+        needs no scan of its own."""
+        self.versioned = True
+
+    def _set_version(self, version: tuple[int, int]) -> None:
+        self.version = version
 
     def batches(self, *, bbox, time_required, unit, rng) -> Batches:
         return clean(self.open(bbox=bbox, time_required=time_required), bbox=bbox, time_required=time_required,
@@ -166,7 +246,8 @@ class TableSource(PointSource):
         self.folder = tempfile.mkdtemp(prefix="duckmob-")
         _FOLDERS.add(self.folder)
         return read_points(self.con, self.query, bucket_points=self.bucket_points or BUCKET_POINTS,
-                           folder=self.folder, bbox=bbox, time_required=time_required)
+                           folder=self.folder, bbox=bbox, time_required=time_required,
+                           on_version=self._set_version if self.versioned else None)
 
     def close(self) -> None:
         if self.owned and self.con is not None:
