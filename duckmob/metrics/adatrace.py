@@ -33,8 +33,7 @@ def summary(side: Side, plan, parts: dict) -> None:
     per coverage cell, occurrences of 2-8 cell patterns, (start, end) cell pairs, length and diameter of each
     trajectory."""
     opts = plan.opts
-    parts["adatrace.circles"] = circle_counts([side.routes(opts.query_w)], side.bbox, opts.query_w,
-                                              plan.adatrace_circles)[0]
+    parts["adatrace.circles"] = circle_counts(side.routes(opts.query_w), plan.adatrace_inside)
     parts["adatrace.coverage"] = side.routes(opts.adatrace_coverage_w).getnnz(axis=0).astype(np.int64)
     aw = opts.adatrace_w
     parts["adatrace.patterns"] = KeyCounts(*pattern_counts(side.cells(aw), 2, 8, per_trajectory=False))

@@ -19,8 +19,7 @@ def summary(side: Side, plan, parts: dict) -> None:
     opts = plan.opts
     parts.setdefault("length_m", Column([side.length_m]))
     parts.setdefault("diameter_m", Column([side.diameter_m]))
-    parts["privtrace.circles"] = circle_counts([side.routes(opts.query_w)], side.bbox, opts.query_w,
-                                               plan.privtrace_circles)[0]
+    parts["privtrace.circles"] = circle_counts(side.routes(opts.query_w), plan.privtrace_inside)
     parts["privtrace.patterns"] = KeyCounts(*pattern_counts(side.cells(opts.pattern_w), 2, 5, False))
 
 

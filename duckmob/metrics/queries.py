@@ -7,7 +7,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from duckmob.grid import EARTH_RADIUS_M, BBox, cell_center
-from duckmob.metrics.common import Side, are, unit_vectors
+from duckmob.metrics.common import unit_vectors
 
 
 def random_cell_sets(n_cells: int, n_queries: int, max_fraction: float, generator) -> np.ndarray:
@@ -42,28 +42,34 @@ def circle_queries(bbox, n_queries: int, radius_m, generator) -> tuple[np.ndarra
     return lat, lon, lo + u[2] * (hi - lo)
 
 
-def circle_counts(mats: list[sp.csr_matrix], bbox, w: int, circles) -> list[np.ndarray]:
-    """Number of trajectories of each side passing through each circle.
-
-    A trajectory passes through a circle when one of the w x w cells its route touches (:meth:`Side.routes`)
-    has its centre inside the circle (great-circle metres): positions are snapped to the centre of their cell,
-    an error of at most half a cell diagonal, the same for both sides. Only cells some trajectory touches are
-    tested against the circles."""
-    used = np.flatnonzero(np.asarray(sum(m.getnnz(axis=0) for m in mats)) > 0)
-    clat, clon = cell_center(used, bbox, w)
+def circle_cells(bbox, w: int, circles, chunk: int = 64) -> np.ndarray:
+    """(w*w x n_queries) boolean: whether the centre of each cell of the w x w grid lies inside each circle
+    (great-circle metres). Distance <= r  <=>  (unit vector of the cell) . (unit vector of the centre) >= cos(r / R):
+    the same sphere and radius as haversine_m, as a matrix product instead of n_queries x n_cells haversines,
+    ``chunk`` queries at a time. Public: it depends on the bbox, the grid and the seeded circles only, so it is
+    computed once per evaluation (:class:`duckmob.metrics.summary.Plan`), whatever the tables."""
     qlat, qlon, qr = circles
-    # Great-circle distance <= r  <=>  (unit vector of the cell) . (unit vector of the centre) >= cos(r / R):
-    # the same sphere and radius as haversine_m, as one matrix product instead of n_queries x n_cells haversines.
-    inside = unit_vectors(qlat, qlon) @ unit_vectors(clat, clon).T >= np.cos(qr / EARTH_RADIUS_M)[:, None]
-    return [query_counts(m[:, used], inside) for m in mats]
+    cells = unit_vectors(*cell_center(np.arange(w * w), bbox, w))
+    centres, bound = unit_vectors(qlat, qlon), np.cos(qr / EARTH_RADIUS_M)
+    inside = np.concatenate([centres[i:i + chunk] @ cells.T >= bound[i:i + chunk, None]
+                             for i in range(0, len(qr), chunk)] or [np.zeros((0, w * w), bool)])
+    return np.ascontiguousarray(inside.T)
 
 
-def circle_query_are(real: Side, synth: Side, circles, w: int, phi: float) -> float:
-    """ARE (:func:`are`, sanity bound ``phi``) of the trajectories passing each circle (:func:`circle_counts` on
-    the sides' w x w routes), the synthetic counts scaled to the real table's size: the range-query error of
-    PrivTrace (§5.1) and AdaTrace."""
-    co, cs = circle_counts([real.routes(w), synth.routes(w)], real.bbox, w, circles)
-    return are(co, real.n / synth.n * cs, phi)
+def circle_counts(routes: sp.csr_matrix, inside: np.ndarray) -> np.ndarray:
+    """Number of trajectories passing through each circle: trajectories whose route (:meth:`Side.routes`, w x w)
+    touches a cell whose centre is inside it (``inside``: :func:`circle_cells`). Positions are snapped to the
+    centre of their cell, an error of at most half a cell diagonal, the same for both tables. Only the cells some
+    trajectory touches are looked at."""
+    n_queries = inside.shape[1]
+    if routes.shape[0] == 0 or n_queries == 0:
+        return np.zeros(n_queries)
+    used = np.flatnonzero(np.bincount(routes.indices, minlength=routes.shape[1]))
+    position = np.zeros(routes.shape[1], dtype=np.int64)
+    position[used] = np.arange(len(used))
+    compact = sp.csr_matrix((routes.data, position[routes.indices], routes.indptr), shape=(routes.shape[0], len(used)))
+    hits = compact @ inside[used].astype(np.float32)
+    return (np.asarray(hits) > 0).sum(axis=0).astype(np.float64)
 
 
-__all__ = ["random_cell_sets", "query_counts", "circle_queries", "circle_counts", "circle_query_are"]
+__all__ = ["random_cell_sets", "query_counts", "circle_queries", "circle_cells", "circle_counts"]

@@ -52,13 +52,19 @@ def _fold_batch(batch: Trajectories | Side, plan: Plan, families, name: str, anc
                 baseline: bool) -> Folded:
     side = batch if isinstance(batch, Side) else Side(batch, plan.bbox, name)   # a Side: its caches are reused
     traj = side.traj
-    out = Folded(summarise(side, plan, families))
-    if anchors:
-        half = reference_half(traj.user_id, traj.traj_id)
-        out.halves = tuple(summarise(side.take(rows, f"real half {h}"), plan, families) if len(rows) else None
-                           for h, rows in ((0, np.flatnonzero(half == 0)), (1, np.flatnonzero(half == 1))))
-        if baseline:
-            out.candidates = _best(traj.take(np.flatnonzero(half == 1)), plan.opts.seed)
+    if not anchors:
+        return Folded(summarise(side, plan, families))
+    # Every part of a summary is a sum over trajectories, so the batch's is its two halves' added up: each
+    # trajectory is summarised once.
+    half = reference_half(traj.user_id, traj.traj_id)
+    rows = [np.flatnonzero(half == 0), np.flatnonzero(half == 1)]
+    halves = tuple(summarise(Side(traj.take(r), plan.bbox, f"real half {h}"), plan, families) if len(r) else None
+                   for h, r in enumerate(rows))
+    table = _add(halves[0].copy() if halves[0] is not None else None, halves[1])
+    table = replace(table, name=side.name, has_time=side.has_time)
+    out = Folded(table, halves)
+    if baseline:
+        out.candidates = _best(traj.take(rows[1]), plan.opts.seed)
     return out
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from duckmob.metrics.common import Options, Side, are, bbox_sides_m, lookup, rng, top_patterns
-from duckmob.metrics.queries import circle_queries, random_cell_sets
+from duckmob.metrics.queries import circle_cells, circle_queries, random_cell_sets
 
 SPILL_VALUES = 1 << 22   # per-point values held in memory before they go to a temporary file (32 MB of float64)
 READ_VALUES = 1 << 22    # values read back at a time
@@ -100,6 +100,14 @@ class Points:
             self.held, self.n_held = [], 0
         return self
 
+    def copy(self) -> "Points":
+        """Another accumulator holding the same values (the arrays are shared, never written to)."""
+        other = Points()
+        other.held, other.n_held, other.max = list(self.held), self.n_held, self.max
+        if self.file is not None:
+            other.add(self)
+        return other
+
     def chunks(self):
         if self.file is not None:
             self.file.flush()
@@ -133,6 +141,12 @@ class Summary:
         return Summary(self.n + other.n, self.n_points + other.n_points, self.has_time and other.has_time, parts,
                        self.name or other.name, self.bbox or other.bbox)
 
+    def copy(self) -> "Summary":
+        """A summary to add to without changing this one (its :class:`Points` copied; the other parts are replaced,
+        never changed, by :meth:`add`)."""
+        parts = {k: v.copy() if isinstance(v, Points) else v for k, v in self.parts.items()}
+        return Summary(self.n, self.n_points, self.has_time, parts, self.name, self.bbox)
+
     def ordered(self) -> "Summary":
         """The same summary with every :class:`Column` in the in-memory order of the trajectories, by (traj_id,
         user_id) (what samples drawn over the trajectories' indices depend on)."""
@@ -153,8 +167,8 @@ class Plan:
     opts: Options
     bbox: object
     hrnet_sets: np.ndarray | None = None
-    privtrace_circles: tuple | None = None
-    adatrace_circles: tuple | None = None
+    privtrace_inside: np.ndarray | None = None   # cells of the query_w grid inside each circle (circle_cells)
+    adatrace_inside: np.ndarray | None = None
 
     @classmethod
     def of(cls, opts: Options, bbox) -> "Plan":
@@ -166,9 +180,10 @@ class Plan:
             opts, bbox,
             random_cell_sets(w * w, opts.n_queries, opts.max_set_fraction, rng(opts.seed)) if "hrnet" in fam
             else None,
-            circle_queries(bbox, opts.n_queries, (lo * longer, hi * longer), rng(opts.seed)) if "privtrace" in fam
-            else None,
-            circle_queries(bbox, opts.adatrace_queries, opts.adatrace_radius * longer, rng(opts.seed))
+            circle_cells(bbox, opts.query_w, circle_queries(bbox, opts.n_queries, (lo * longer, hi * longer),
+                                                            rng(opts.seed))) if "privtrace" in fam else None,
+            circle_cells(bbox, opts.query_w, circle_queries(bbox, opts.adatrace_queries,
+                                                            opts.adatrace_radius * longer, rng(opts.seed)))
             if "adatrace" in fam else None)
 
 
