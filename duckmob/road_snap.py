@@ -15,6 +15,11 @@ would give it:
 - **Search** (the other points): the k-d tree's k nearest samples, k doubled until they reach past the nearest
   sample's distance + half a sample gap, projected onto exactly.
 
+The cells cost about what searching 2 points per segment costs (downtown San Francisco, CPU: 0.3 s for 28,609
+segments, against 1.1 s to search 217,913 taxi fixes and 0.2 s to look them up in the cells, 98.7% of them
+found there), so an index searches until :data:`BUILD_AFTER` points per segment have been looked up through it,
+then builds them (ski rental: never much more than twice the cheaper of the two).
+
 Built from the public network only; queries may be private points (inside a release): errors name none.
 """
 
@@ -26,10 +31,11 @@ from functools import cached_property
 import numpy as np
 from scipy.spatial import cKDTree
 
-CELL_M = 8.0            # the cells' side (metres); coarser over a network wider than MAX_CELLS such cells
+CELL_M = 10.0           # the cells' side (metres); coarser over a network wider than MAX_CELLS such cells
 MAX_CELLS = 1 << 21     # at most this many cells (4 bytes each, plus 4 bytes per candidate)
-CELL_NEAR_M = 30.0      # a cell keeps candidates when its nearest road is this near its centre, less its diagonal
+CELL_NEAR_M = 15.0      # a cell keeps candidates when its nearest road is at most this far from its centre
 CELL_WIDTH = 64         # points of a cell with more candidates than this are searched instead
+BUILD_AFTER = 2         # the cells are built once this many points per segment have been looked up
 
 
 class SnapIndex:
@@ -53,6 +59,7 @@ class SnapIndex:
         y = self.ay[self.seg] + t * (self.by - self.ay)[self.seg]
         self.half_gap = float((seg_len / (n - 1)).max()) / 2 + 1e-6  # any point of a segment is this near a sample
         self.tree = cKDTree(np.column_stack([x, y]))
+        self.searched = 0        # points looked up so far (the cells are built once they would have paid)
 
     def plane(self, lat, lon) -> tuple[np.ndarray, np.ndarray]:
         return (np.asarray(lon) - self.lon0) * self.kx, (np.asarray(lat) - self.lat0) * self.ky
@@ -75,6 +82,9 @@ class SnapIndex:
         """``(segment, t)`` of the nearest segment of each point (the module docstring: its cell's candidates, or
         a search)."""
         qx, qy = np.asarray(qx, dtype=np.float64), np.asarray(qy, dtype=np.float64)
+        self.searched += len(qx)
+        if "cells" not in self.__dict__ and self.searched <= BUILD_AFTER * len(self.ax):
+            return self.search(qx, qy)
         first, count = self.cells.row(qx, qy)
         seg, t = np.empty(len(qx), np.int64), np.empty(len(qx))
         count = np.where(count <= CELL_WIDTH, count, 0)
@@ -152,7 +162,7 @@ class Cells:
             segs.append(seg[near])
             dists.append(d[near])
         cell, seg, d = np.concatenate(cells), np.concatenate(segs), np.concatenate(dists)
-        order = np.lexsort((seg, cell))
+        order = np.argsort(cell, kind="stable")      # the pairs come by segment: each cell's stay in its order
         cell, seg, d = cell[order], seg[order], d[order]
         first = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1]]) if len(cell) else np.zeros(0, np.int64)
         d0 = np.repeat(np.minimum.reduceat(d, first) if len(d) else d, np.diff(np.r_[first, len(cell)]))

@@ -484,7 +484,7 @@ class Placer:
             inside = (cx >= 0) & (cx < self.nx) & (cy >= 0) & (cy < self.ny)
             cell = np.where(inside, cy * self.nx + cx, 0)
             u = rng.random(len(qx)) * self.total[cell]
-            pick = np.minimum((self.cum[cell] < u[:, None]).sum(axis=1), self.segs.shape[1] - 1)
+            pick = np.minimum(count_below(self.cum, cell, u), self.segs.shape[1] - 1)
             chosen = self.segs[cell, pick]
             drawn = inside & (self.total[cell] > 0)
             seg, t, _ = self.index.project(qx, qy, chosen[:, None])
@@ -493,6 +493,18 @@ class Placer:
                 seg[rest], t[rest] = self.index.nearest(qx[rest], qy[rest])
             out_seg[part], out_t[part] = seg, t
         return out_seg, out_t
+
+
+def count_below(cum, rows, u) -> np.ndarray:
+    """``(cum[rows] < u[:, None]).sum(axis=1)`` for rows of ``cum`` that do not decrease, by a binary search per
+    row (vectorised: log2 of the row length + 1 steps, each reading one entry per row)."""
+    lo = np.zeros(len(rows), np.int64)
+    hi = np.full(len(rows), cum.shape[1], np.int64)
+    for _ in range(int(cum.shape[1]).bit_length()):
+        mid = (lo + hi) // 2
+        below = cum[rows, np.minimum(mid, cum.shape[1] - 1)] < u
+        lo, hi = np.where((lo < hi) & below, mid + 1, lo), np.where((lo < hi) & ~below, mid, hi)
+    return lo
 
 
 def points_along(roads: Roads, segment, t) -> tuple[np.ndarray, np.ndarray]:
