@@ -199,7 +199,9 @@ def _save(data: Trajectories, folder: str, i: int):
 def _load(bucket) -> Trajectories:
     if isinstance(bucket, Trajectories):
         return bucket
-    with pa.OSFile(bucket[0], "rb") as source:
+    # mapped, not read into memory: the arrays are views of the page cache (the mapping outlives the file's
+    # removal while an array holds it)
+    with pa.memory_map(bucket[0]) as source:
         return from_lists(pa.ipc.open_file(source).read_all())
 
 
@@ -232,8 +234,9 @@ def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, unit: Priva
             ids.append(traj_user)
         kept.append(bucket)
         del bucket
-    if len(kept) > 1 and isinstance(kept[0], Trajectories):   # a second bucket: every bucket goes to disk
-        kept[0] = _save(kept[0], folder, 0)
+        if len(kept) == 2 and isinstance(kept[0], Trajectories):
+            # a second bucket: every bucket goes to disk, the first written here while the threads clean on
+            kept[0] = _save(kept[0], folder, 0)
     keep: list[np.ndarray | None] = [None] * len(kept)
     if unit.is_user:
         traj = np.concatenate([t for t, _ in ids]) if ids else np.zeros(0, np.int64)
