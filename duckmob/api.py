@@ -49,11 +49,13 @@ def evaluate(con: duckdb.DuckDBPyConnection, real: str, synth: str, bbox=None, *
     ``real`` and ``synth`` name tables or views visible to ``con`` (temp tables included); ``bbox=[...]`` is
     required, other options as in :class:`duckmob.metrics.common.Options`. NOT differentially private (value and
     reference read the real table exactly): for the data owner only.
-    The metrics themselves are in :mod:`duckmob.metrics`."""
-    from duckmob.metrics import evaluate as evaluate_points, table_points, to_table
+    The metrics themselves are in :mod:`duckmob.metrics`; both tables are read on ``con`` out of core, in memory
+    bounded by the grids (:func:`duckmob.metrics.evaluate_relations`)."""
+    from duckmob.metrics import evaluate_relations, to_table
+    from duckmob.metrics.stream import relation_select
 
     register(con)
-    return to_table(evaluate_points(table_points(con, real), table_points(con, synth), bbox, **options))
+    return to_table(evaluate_relations(con, relation_select(con, real), relation_select(con, synth), bbox, **options))
 
 
 @_entered

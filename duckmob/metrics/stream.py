@@ -149,6 +149,20 @@ class Read:
     report: CleaningReport
 
 
+def relation_select(cur, relation: str) -> str:
+    """The SELECT of the contract's columns (traj_id, user_id, ts, lat, lon, seq; a missing optional one NULL, every
+    value TRY_CAST) of ``relation`` on ``cur``, its column types checked first as ``mob_points`` checks them (the
+    schema only: no row is read)."""
+    from duckmob.source.schema import Mapping, check_points, resolve_columns, select_sql
+
+    described = cur.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
+    names = resolve_columns([d[0] for d in described], Mapping(),
+                            what=("traj_id", "user_id", "ts", "lat", "lon", "seq"))
+    by_name = {d[0]: str(d[1]) for d in described}
+    check_points({col: (by_name[src] if src is not None else None) for col, src in names.items()}, Mapping())
+    return select_sql(relation, names)
+
+
 def read_table(cur, select: str, bbox, bucket_points: int = BUCKET_POINTS) -> Read:
     """Whole trajectories of ``select`` (the contract's columns: :func:`duckmob.source.schema.select_sql`), read
     on ``cur`` out of core and cleaned as :func:`duckmob.metrics.load_side` cleans a table in memory. The points
@@ -196,4 +210,4 @@ def _merge(total: CleaningReport, part: CleaningReport) -> None:
     total.notes.extend(n for n in part.notes if n not in total.notes)
 
 
-__all__ = ["family_module", "Folded", "fold", "rows", "Read", "read_table", "BUCKET_POINTS"]
+__all__ = ["family_module", "Folded", "fold", "rows", "Read", "relation_select", "read_table", "BUCKET_POINTS"]

@@ -77,21 +77,15 @@ def _cursor(con, r: dict):
 
 
 def _select(cur, r: dict, name: str, gathered) -> str:
-    """The SELECT of the contract's columns of table ``r[name]`` on ``cur`` (its column types checked first, the
-    schema only), or of its gathered points (a temporary table), registered on ``cur``."""
-    from duckmob.source.schema import Mapping, check_points, resolve_columns, select_sql
+    """The SELECT of the contract's columns of table ``r[name]`` on ``cur`` (:func:`duckmob.metrics.stream.
+    relation_select`), or of its gathered points (a temporary table), registered on ``cur``."""
+    from duckmob.metrics.stream import relation_select
 
     if not r[f"{name}_out_of_core"]:
         view = f"_mob_gathered_{name}"
         cur.register(view, pa.Table.from_struct_array(points(gathered)))
         return f"SELECT * FROM {view}"
-    relation = r[name]
-    described = cur.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
-    names = resolve_columns([d[0] for d in described], Mapping(),
-                            what=("traj_id", "user_id", "ts", "lat", "lon", "seq"))
-    by_name = {d[0]: str(d[1]) for d in described}
-    check_points({col: (by_name[src] if src is not None else None) for col, src in names.items()}, Mapping())
-    return select_sql(relation, names)
+    return relation_select(cur, r[name])
 
 
 def _sides(real, synth, bbox):
