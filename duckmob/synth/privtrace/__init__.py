@@ -76,7 +76,7 @@ from duckmob.synth.privtrace.markov import (Support, density_sums, normcut_rows,
                                             select_second_order, transition_sums)
 from duckmob.synth.privtrace.trips import trip_distribution
 from duckmob.synth.privtrace.walk import (cumulative_rows, decreasing_tail, hazard, length_bin, length_bins,
-                                          random_walks, stacked_rows)
+                                          random_walks, stacked_cumulative)
 from duckmob.trajectories import Trajectories
 
 BUDGET_SPLIT = {"count": 0.02, "level1": 0.08, "level2": 0.04, "lengths": 0.06, "first": 0.40, "second": 0.40}
@@ -203,14 +203,17 @@ class PrivTraceModel(Model):
             fallback = np.where(col_alive1, self.density[np.maximum(nbr, 0)] + 1e-9, 0.0)
             rows1[empty] = fallback[empty]
             cum1, ok1 = cumulative_rows(rows1)
-            cum2, ok2 = cumulative_rows(np.where(col_alive1[support.row_state2()], self.second[:, :D], 0.0))
+            row_state = support.row_state2()
+            # the second-order rows then the first-order ones, in one table (walk.stacked_rows), block by block
+            cum, ok2 = stacked_cumulative(lambda a, b: np.where(col_alive1[row_state[a:b]], self.second[a:b, :D], 0.0),
+                                          len(row_state), D, cum1)
             row_total = self.first.sum(axis=1)
             end_prop = self.first[:, D] / np.where(row_total > 0, row_total, 1.0)
             p_start = np.where(self.alive, self.start, 0.0)
             if p_start.sum() <= 0:
                 p_start = self.alive.astype(float)
             probs = self.len_probs if self.len_probs.sum() > 0 else np.ones(len(self.len_probs))
-            self._prepared = dict(p_start=p_start, cum=stacked_rows(cum1, cum2), ok1=ok1, ok2=ok2, use2=self.use2,
+            self._prepared = dict(p_start=p_start, cum=cum, ok1=ok1, ok2=ok2, use2=self.use2,
                                   neighbours=np.maximum(nbr, 0), edge_offsets=support.offsets,
                                   end_propensity=end_prop,
                                   hazard_by_len=hazard(self.len_edges, probs / probs.sum()))
@@ -384,7 +387,7 @@ class PrivTrace(Synthesizer):
         fine = placement.release_statistics(sums, fine_w, plan.fine_scales, noise, n_noisy, self.roads, self.bbox,
                                             config.road_piece_m) if config.placing else None
         return PrivTraceModel(grid=grid, alive=alive, fine=fine, density=np.maximum(noisy2, 0.0),
-                              first=first_n.astype(np.float32), second=second_n.astype(np.float32), start=p_start,
+                              first=first_n.astype(np.float32), second=np.asarray(second_n, np.float32), start=p_start,
                               use2=use2, len_edges=edges, len_probs=len_probs, n_noisy=n_noisy, config=config,
                               info=info)
 

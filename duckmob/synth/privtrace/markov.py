@@ -23,11 +23,15 @@ eps-DP (Laplace mechanism). The whole support is noised — never only the non-z
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from duckmob.privacy.counting import normalised_sums, release_sums
 from duckmob.privacy.normcut import normcut
+
+# Entries per block of rows in scattered_normcut (bounds its float64 temporaries to a few MB).
+SCATTER_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,17 @@ class Support:
     def mask2(self) -> np.ndarray:
         """Support of the second-order rows, ``(m + E, D + 1)`` bool."""
         return self.mask1()[self.row_state2()]
+
+    @cached_property
+    def entries1(self) -> np.ndarray:
+        """The first-order table's support entries, flat: the start row (``0 .. m - 1``), then ``m +`` the True
+        entries of :meth:`mask1` (row-major). Computed once per support, not once per batch of a fit."""
+        return np.concatenate([np.arange(self.m), self.m + np.flatnonzero(self.mask1().reshape(-1))])
+
+    @cached_property
+    def entries2(self) -> np.ndarray:
+        """The second-order table's support entries, flat: the True entries of :meth:`mask2` (row-major)."""
+        return np.flatnonzero(self.mask2().reshape(-1))
 
     def edge_index(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Index (CSR order) of the directed neighbour pair (a, b); every pair must be in the support.
@@ -188,12 +203,10 @@ def transition_sums(support: Support, seq_offsets: np.ndarray, states: np.ndarra
     """The EXACT statistics of :func:`release_transitions` (never release them): int64 noise-grid steps on every
     support entry of the first-order table (start row, then state rows) and of the second-order one
     (``counting.normalised_sums``); integers, so sums over batches of whole trajectories are exact."""
-    m = support.m
     win = transition_windows(support, seq_offsets, states)
-    entries1 = np.concatenate([np.arange(m), m + np.flatnonzero(support.mask1().reshape(-1))])
-    entries2 = np.flatnonzero(support.mask2().reshape(-1))
-    return {"first": normalised_sums(win.first_index, win.first_owner, win.n_first, entries1, scale_first),
-            "second": normalised_sums(win.second_index, win.second_owner, win.n_second, entries2, scale_second)}
+    return {"first": normalised_sums(win.first_index, win.first_owner, win.n_first, support.entries1, scale_first),
+            "second": normalised_sums(win.second_index, win.second_owner, win.n_second, support.entries2,
+                                      scale_second)}
 
 
 def release_transition_sums(support: Support, first_sums: np.ndarray, second_sums: np.ndarray, scale_first: float,
@@ -201,19 +214,34 @@ def release_transition_sums(support: Support, first_sums: np.ndarray, second_sum
     """The noise of :func:`release_transitions` on its exact statistics (:func:`transition_sums`), NormCut per
     row; first order noised before second order."""
     m, D = support.m, support.width
-    mask1, mask2 = support.mask1(), support.mask2()
-    entries1 = np.concatenate([np.arange(m), m + np.flatnonzero(mask1.reshape(-1))])
+    mask1 = support.mask1()
     values1 = release_sums(first_sums, scale_first, noise)
     flat1 = np.zeros(m + m * (D + 1))
-    flat1[entries1] = values1
-    entries2 = np.flatnonzero(mask2.reshape(-1))
+    flat1[support.entries1] = values1
     values2 = release_sums(second_sums, scale_second, noise)
-    flat2 = np.zeros(mask2.size)
-    flat2[entries2] = values2
     start = normcut_rows(flat1[None, :m])[0]
     first = normcut_rows(flat1[m:].reshape(m, D + 1), mask1)
-    second = normcut_rows(flat2.reshape(mask2.shape), mask2)
+    second = scattered_normcut(values2, support.mask2(), np.float32)
     return start, first, second
+
+
+def scattered_normcut(values: np.ndarray, mask: np.ndarray, dtype=np.float64,
+                      block_entries: int = SCATTER_BLOCK) -> np.ndarray:
+    """``normcut_rows`` of the dense table that holds ``values`` at the True entries of ``mask`` (row-major) and
+    zeros elsewhere, built a block of rows at a time into an array of ``dtype``: the same numbers (every step is
+    row by row; cast once at the end of each row's float64 work), without the table's float64 copies. The
+    second-order table of a fine model at scale is (m + E) x (D + 1) entries (60,451 states: 37 M), so the
+    whole-table form held about 1 GB of float64 copies at once; this holds the float32 result and one block."""
+    rows, width = mask.shape
+    out = np.zeros((rows, width), dtype=dtype)
+    ends = np.concatenate([[0], np.cumsum(mask.sum(axis=1))])
+    step = max(1, int(block_entries) // max(1, width))
+    for a in range(0, rows, step):
+        b = min(rows, a + step)
+        block = np.zeros((b - a, width))
+        block[mask[a:b]] = values[ends[a]:ends[b]]
+        out[a:b] = normcut_rows(block, mask[a:b])
+    return out
 
 
 def density_sums(seq_offsets: np.ndarray, states: np.ndarray, size: int, scale: float) -> np.ndarray:

@@ -107,6 +107,22 @@ def cumulative_rows(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return cum, ok
 
 
+def stacked_cumulative(weights, rows: int, width: int, below: np.ndarray,
+                       block_entries: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
+    """``stacked_rows(cumulative_rows(W)[0], below)`` and ``cumulative_rows(W)[1]`` for the (rows, width) weights
+    W whose rows ``a:b`` are ``weights(a, b)``, built a block of rows at a time into the one float64 table (the
+    same numbers: every step is row by row). A fine model's second-order weights hold (m + E) x D entries (60,451
+    states: 35 M); the whole-table form kept about 1 GB of copies at once."""
+    out = np.empty((rows + len(below), width))
+    ok = np.empty(rows, dtype=bool)
+    step = max(1, int(block_entries) // max(1, width))
+    for a in range(0, rows, step):
+        b = min(rows, a + step)
+        out[a:b], ok[a:b] = cumulative_rows(weights(a, b))
+    out[rows:] = below
+    return out, ok
+
+
 def stacked_rows(cum1: np.ndarray, cum2: np.ndarray) -> np.ndarray:
     """The cumulative rows :func:`random_walks` draws from: the second-order rows ``cum2`` (m + E, D), then the
     first-order ones ``cum1`` (m, D), so that every walker draws from one table whichever model it follows."""
