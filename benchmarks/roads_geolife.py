@@ -18,6 +18,7 @@ the roads, points per trajectory, length, trip and detour).
     python benchmarks/roads_geolife.py                                   # privtrace +- roads, seeds 1,2
     python benchmarks/roads_geolife.py --methods privtrace,cleanslate --seeds 1
     python benchmarks/roads_geolife.py --users 40 --seeds 1 --out /tmp/g   # a quick check on 40 users
+    python benchmarks/roads_geolife.py --box 39.95,116.28,40.02,116.36 --out benchmarks/results/roads_geolife_haidian
     GEOLIFE_BEIJING=/path/geolife_beijing.parquet python benchmarks/roads_geolife.py   # from another checkout
 """
 
@@ -105,7 +106,7 @@ def table(result: dict) -> str:
              f"{s['users'][0]} users, {s['traj_a']:,} trajectories, {s['fixes_a']:,} fixes in the box "
              f"({s['real_points_per_traj']:.1f} per trajectory); real B {s['users'][1]} users, {s['traj_b']:,}, "
              f"{s['fixes_b']:,}. eps {s['eps']:g}, trajectory unit, mean of {len(s['seeds'])} seed(s) {s['seeds']}; "
-             f"the demo's box {s['bbox']}; roads: mob_beijing_roads() ({s['roads']:,} segments touch the box, "
+             f"box {s['bbox']}; roads: mob_beijing_roads() ({s['roads']:,} segments touch the box, "
              f"OpenStreetMap 2013); code {s['code']}",
              f"{'output':17s}" + "".join(f"{short:>9s}" for short, _, _ in bench.COLUMNS)]
     rows = bench.mean_rows(result)
@@ -133,8 +134,9 @@ def table(result: dict) -> str:
 
 
 def draw(path: str, roads, a, b, sides: dict) -> None:
-    """Point density at about 60 m (400 x 500 bins over the box), log colour, each panel its own share, the roads
-    in faint grey under each; a second row zooms on the densest part (Haidian: Tsinghua, Peking University, MSRA)."""
+    """Point density on 400 bins across the box (about 60 m over the demo's), log colour, each panel its own share,
+    the roads in faint grey under each; a second row zooms on the densest part (Haidian: Tsinghua, Peking
+    University, MSRA)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -159,8 +161,8 @@ def draw(path: str, roads, a, b, sides: dict) -> None:
             ax.set_ylim(box[0], box[2])
             ax.set_title(f"{title}: {len(side.lat):,} points" + (" (zoom)" if row else ""), fontsize=10)
             ax.tick_params(labelsize=7)
-    fig.suptitle("GeoLife Beijing: point density (share of each table's points, log; about 60 m bins, zoom about "
-                 "15 m), grey: the OpenStreetMap roads; eps 1, first seed", fontsize=11)
+    fig.suptitle(f"GeoLife Beijing: point density (share of each table's points, log; 400 bins across), top: the "
+                 f"box {BOX}, bottom: Haidian {zoom}; grey: the OpenStreetMap roads; eps 1, first seed", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -179,9 +181,13 @@ def main() -> None:
     parser.add_argument("--seeds", default="1,2")
     parser.add_argument("--methods", default="privtrace", help="privtrace and/or cleanslate")
     parser.add_argument("--users", type=int, default=None, help="only the first USERS users of each half")
+    parser.add_argument("--box", default=None, help="min_lat,min_lon,max_lat,max_lon: bbox and metrics box "
+                        "(default: the demo's); e.g. Haidian's 39.95,116.28,40.02,116.36")
     parser.add_argument("--out", default=DEFAULT_OUT, help="writes OUT.txt, OUT.json and OUT_density.png")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.box:
+        BOX[:] = [float(v) for v in args.box.split(",")]     # bench.BOX is this same list
     outputs = [o for m in args.methods.split(",") for o in (m, f"{m}+roads")]
     result = run(seeds, outputs, args.out + "_density.png", args.users)
     text = table(result)
