@@ -448,6 +448,49 @@ def test_finest_weight_scales_only_the_finest_resolution_term():
         HRNet(BOX, finest_weight=0)
 
 
+def _kids(model, m, targets):
+    """The 4 children's vectors (B, T, 4, dim) at each resolution 2..d of the true cell's parent, read from the
+    whole tree ``m`` (what ``HRNetModel.paths`` computes along the paths)."""
+    leaf = targets.clamp(min=0)
+    return [m[r][4 * ancestor_targets(leaf, model.depth, r - 1)[..., None] + torch.arange(4)]
+            for r in range(2, model.depth + 1)]
+
+
+def test_the_loss_along_paths_is_the_loss_of_the_whole_tree():
+    """HRNetModel.paths gives the rows of the whole encoding (nodes and siblings), so the conditional loss (which
+    reads them along paths) equals the loss computed from every row of the tree, as do its per-example
+    gradients; gru_states is opacus's DPGRU, same outputs."""
+    from opacus.layers import DPGRU
+
+    from duckmob.synth.hrnet.model import gru_states
+
+    torch.manual_seed(0)
+    model = HRNetModel(3, n_time=3, loc_dim=4, time_dim=2, hidden=5, key_dim=4, multitask_loss="conditional",
+                       deconv_activation=True, input_levels="all")
+    leaves = torch.randint(0, 64, (6, 3))
+    m = model.encoding()
+    siblings, nodes = model.paths(leaves)
+    for r in range(1, 4):
+        assert torch.allclose(nodes[r - 1], m[r][ancestor_targets(leaves, 3, r)], atol=1e-6)
+        parent = ancestor_targets(leaves, 3, r - 1)
+        assert torch.allclose(siblings[r - 1], m[r][4 * parent[..., None] + torch.arange(4)], atol=1e-6)
+    cells = torch.randint(0, 64, (6, 4))
+    times = torch.randint(0, 3, (6, 4))
+    lengths = torch.tensor([1, 2, 3, 3, 2, 1])
+    with torch.no_grad():
+        h, m = model.run(cells, times)
+        query = model.f_query(h)
+        targets = torch.where(torch.arange(4)[None, :] == lengths[:, None], -1, cells)
+        loc_valid = (torch.arange(4)[None, :] <= lengths[:, None]).float()
+        time_valid = (torch.arange(4)[None, :] < lengths[:, None]).float()
+        whole = model.time_loss(h, times, time_valid) + (
+            model.conditional_ce(query, m[1], _kids(model, m, targets), targets) * loc_valid).sum(1)
+        assert torch.allclose(model(cells, times, lengths), whole, atol=1e-5)
+    gru = DPGRU(3, 5, batch_first=True)
+    x = torch.randn(4, 6, 3)
+    assert torch.allclose(gru_states(gru, x), gru(x)[0], atol=1e-6)
+
+
 def test_conditional_loss_is_the_likelihood_of_the_coarse_to_fine_decoder():
     """multitask_loss='conditional': exp(-loss term) of every possible next location (16 leaves + end) is the
     coarse-to-fine decoder's probability Pr_1(a_1) Pr_2(a_2 | children of a_1), and these sum to 1; the
@@ -462,7 +505,7 @@ def test_conditional_loss_is_the_likelihood_of_the_coarse_to_fine_decoder():
         h, m = model.run(cells, times)
         query = model.f_query(h)
         targets = torch.where(torch.arange(2)[None, :] == lengths[:, None], -1, cells)
-        nll = model.conditional_ce(query, m, targets)[:, 1]      # step 2: the next location after cell 5
+        nll = model.conditional_ce(query, m[1], _kids(model, m, targets), targets)[:, 1]   # the next after cell 5
         q, levels = query[0, 1:2], m[1:]
         qk = model.f_key_t(q)
         p1 = torch.softmax(torch.cat([qk @ levels[0].T, model.end_key(q)], 1), 1)[0]
@@ -472,7 +515,8 @@ def test_conditional_loss_is_the_likelihood_of_the_coarse_to_fine_decoder():
         assert torch.exp(-nll).sum() == pytest.approx(1.0, abs=1e-5)
         loc_valid = (torch.arange(2)[None, :] <= lengths[:, None]).float()
         time_valid = (torch.arange(2)[None, :] < lengths[:, None]).float()
-        total = model.time_loss(h, times, time_valid) + (model.conditional_ce(query, m, targets) * loc_valid).sum(1)
+        total = model.time_loss(h, times, time_valid) + (
+            model.conditional_ce(query, m[1], _kids(model, m, targets), targets) * loc_valid).sum(1)
         assert torch.allclose(model(cells, times, lengths), total)
     full = HRNetModel(2, n_time=3, loc_dim=4, time_dim=2, hidden=4, key_dim=4, multitask_loss="full")
     full.load_state_dict(model.state_dict())

@@ -60,6 +60,45 @@ def child_scores(qk: torch.Tensor, m_r: torch.Tensor, parent: torch.Tensor) -> t
     return kids, (qk[..., None, :] * m_r[kids]).sum(-1)
 
 
+def gru_states(gru: DPGRU, x: torch.Tensor) -> torch.Tensor:
+    """The outputs (B, T, hidden) of the one-layer, batch-first ``gru`` from a zero state over inputs ``x``
+    (B, T, in): opacus's ``DPGRUCell`` equations step by step, with the same parameters, arranged so that a
+    per-example gradient (``torch.func.vmap`` of ``grad``) gathers each weight's gradient over the steps in one
+    product instead of one outer product per step added up (those were most of a DP-SGD step once the encoding
+    ran along paths: docs/methods/hrnet.md):
+
+    - the input projection of every step at once (``ih`` on (B, T, in));
+    - the recurrent weight enters each step as a constant of the same value (``W.detach()``: the gradient still
+      flows back through the states, BPTT), plus ``Z = H @ (W - W.detach())^T``, exactly zero in value, over
+      the states ``H`` of every step taken from a first pass without gradients (the same operations on the same
+      values): the gradient of ``W`` is then ``sum_t delta_t h_{t-1}^T`` from Z alone, in one product.
+
+    The same function and gradients as ``gru(x)`` up to floating-point rounding (tests/synth/test_hrnet.py)."""
+    cell = gru.l0
+    size = gru.hidden_size
+    gates_x = cell.ih(x)
+    w_hh, b_hh = cell.hh.weight, cell.hh.bias
+    fixed = w_hh.detach()
+
+    def run(gx: torch.Tensor, bias: torch.Tensor, extra: torch.Tensor | None) -> list[torch.Tensor]:
+        h = gx.new_zeros(gx.shape[0], size)
+        out = []
+        for t in range(gx.shape[1]):
+            gh = h @ fixed.T + bias if extra is None else h @ fixed.T + bias + extra[:, t]
+            r_x, z_x, n_x = torch.split(gx[:, t], size, 1)
+            r_h, z_h, n_h = torch.split(gh, size, 1)
+            r = torch.sigmoid(r_x + r_h)
+            z = torch.sigmoid(z_x + z_h)
+            h = (1 - z) * torch.tanh(n_x + r * n_h) + z * h
+            out.append(h)
+        return out
+
+    values = run(gates_x.detach(), b_hh.detach(), None)          # the states' values, no gradient
+    prev = torch.stack([torch.zeros_like(values[0])] + values[:-1], dim=1).detach()   # h_{t-1} (B, T, hidden)
+    zero = prev @ (w_hh - fixed).T                 # zeros; its gradient is W_hh's
+    return torch.stack(run(gates_x, b_hh, zero), dim=1)
+
+
 class _Sequence(nn.Module):
     """Shared parts: time embedding, start token, DPGRU prefix encoder, time head."""
 
@@ -141,7 +180,7 @@ class HRNetModel(_Sequence):
         loc = self.input_table(m)[cells[:, : steps - 1].clamp(0, self.n_cells - 1)]
         start = self.start(torch.zeros(b, 1, dtype=torch.long, device=cells.device))
         x = self.encode_inputs(torch.cat([start, loc], dim=1), times)
-        h, _ = self.gru(x)
+        h = gru_states(self.gru, x)
         return h, m
 
     def forward(self, cells: torch.Tensor, times: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -150,13 +189,13 @@ class HRNetModel(_Sequence):
         ``cells`` (Z-order leaf indices), ``times`` (slots): (B, T) int64, padded; ``lengths``: (B,) true
         lengths; position ``lengths`` (when < T) is the end target.
         """
-        h, m = self.run(cells, times)
         loc_valid, time_valid = _masks(lengths, cells.shape[1])
-        query = self.f_query(h)
         targets = _loc_targets(cells, lengths, -1)
-        loss = self.time_loss(h, times, time_valid)
         if self.conditional:
-            return loss + (self.conditional_ce(query, m, targets) * loc_valid).sum(1)
+            return self.conditional_loss(cells, times, targets, loc_valid, time_valid)
+        h, m = self.run(cells, times)
+        query = self.f_query(h)
+        loss = self.time_loss(h, times, time_valid)
         for r in self.levels:
             n_r = 4 ** r
             tgt = torch.where(targets < 0, torch.full_like(targets, n_r),
@@ -166,21 +205,60 @@ class HRNetModel(_Sequence):
             loss = loss + weight * (ce * loc_valid).sum(1)
         return loss
 
-    def conditional_ce(self, query: torch.Tensor, m: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    def conditional_loss(self, cells: torch.Tensor, times: torch.Tensor, targets: torch.Tensor,
+                         loc_valid: torch.Tensor, time_valid: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` under the conditional loss, from the encoding's root-to-leaf paths of the input and
+        target cells only (:meth:`paths`): the same function of the parameters as with the whole tree (the
+        loss reads no other row of it), but a per-example gradient (``torch.func.vmap`` of ``grad``) then
+        runs back through a few rows per example instead of every cell of every resolution, which was most of a
+        DP-SGD step (docs/methods/hrnet.md, "Where a fit's time goes")."""
+        b, steps = cells.shape
+        inputs = cells[:, : steps - 1].clamp(0, self.n_cells - 1)
+        siblings, nodes = self.paths(torch.cat([inputs, targets.clamp(min=0)], dim=1))
+        if self.input_levels == "finest":
+            loc = nodes[-1][:, : steps - 1]
+        else:
+            loc = sum(v[:, : steps - 1] for v in nodes)
+        start = self.start(torch.zeros(b, 1, dtype=torch.long, device=cells.device))
+        h = gru_states(self.gru, self.encode_inputs(torch.cat([start, loc], dim=1), times))
+        query = self.f_query(h)
+        top = self.encoding.deconvs[0](self.encoding.root.weight)          # M_1: (4, dim)
+        kids = [sib[:, steps - 1:] for sib in siblings[1:]]                 # resolution 2..d, (B, T, 4, dim)
+        nll = self.conditional_ce(query, top, kids, targets)
+        return self.time_loss(h, times, time_valid) + (nll * loc_valid).sum(1)
+
+    def paths(self, leaves: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The encoding along each leaf's path from the root: (siblings, nodes), one entry per resolution r =
+        1..d: ``nodes[r-1]`` (..., dim) is ``hiencode_r(up_r(leaf))`` and ``siblings[r-1]`` (..., 4, dim) the
+        4 children of ``up_{r-1}(leaf)`` (rows ``4 up_{r-1}(leaf) + 0..3`` of ``M_r``), each computed by the
+        same quad deconvolutions as :class:`HierarchicalEncoding` applied to that one parent row."""
+        enc = self.encoding
+        v = enc.root.weight[0].expand(*leaves.shape, enc.dim)
+        siblings, nodes = [], []
+        for r, layer in enumerate(enc.deconvs, start=1):
+            sib = layer.activation(layer.linear(v)).reshape(*leaves.shape, 4, enc.dim)
+            digit = ancestor_targets(leaves, self.depth, r) & 3
+            v = sib.gather(-2, digit[..., None, None].expand(*leaves.shape, 1, enc.dim)).squeeze(-2)
+            siblings.append(sib)
+            nodes.append(v)
+        return siblings, nodes
+
+    def conditional_ce(self, query: torch.Tensor, top: torch.Tensor, kids: list[torch.Tensor],
+                       targets: torch.Tensor) -> torch.Tensor:
         """(B, T) ``-log Pr(target | prefix)`` under the coarse-to-fine factorisation (``multitask_loss =
-        'conditional'``): resolution 1 over its 4 cells + end, then at each resolution r the 4 children of the
-        true resolution r-1 cell; after an end target only the first term counts. Resolution d's term is
-        scaled by ``finest_weight``. ``targets``: Z-order leaves, -1 for the end token."""
+        'conditional'``): resolution 1 over its 4 cells (``top``: M_1, (4, dim)) + end, then at each resolution
+        r the 4 children of the true resolution r-1 cell (``kids[r-2]``: their vectors, (B, T, 4, dim)); after an
+        end target only the first term counts. Resolution d's term is scaled by ``finest_weight``.
+        ``targets``: Z-order leaves, -1 for the end token."""
         qk = self.f_key_t(query)                                           # (B, T, dim)
         end = targets < 0
         leaf = targets.clamp(min=0)
-        first = torch.cat([qk @ m[1].T, self.end_key(query)], dim=-1)      # (B, T, 4 + 1)
-        top = torch.where(end, torch.full_like(leaf, 4), ancestor_targets(leaf, self.depth, 1))
-        nll = F.cross_entropy(first.transpose(1, 2), top, reduction="none")
+        first = torch.cat([qk @ top.T, self.end_key(query)], dim=-1)       # (B, T, 4 + 1)
+        head = torch.where(end, torch.full_like(leaf, 4), ancestor_targets(leaf, self.depth, 1))
+        nll = F.cross_entropy(first.transpose(1, 2), head, reduction="none")
         for r in range(2, self.depth + 1):
-            parent = ancestor_targets(leaf, self.depth, r - 1)
-            _, logits = child_scores(qk, m[r], parent)                       # (B, T, 4)
-            child = ancestor_targets(leaf, self.depth, r) - 4 * parent
+            logits = (qk[..., None, :] * kids[r - 2]).sum(-1)                # (B, T, 4): as child_scores
+            child = ancestor_targets(leaf, self.depth, r) & 3
             ce = F.cross_entropy(logits.transpose(1, 2), child, reduction="none")
             weight = self.finest_weight if r == self.depth else 1.0
             nll = nll + weight * ce.masked_fill(end, 0.0)
@@ -225,7 +303,7 @@ class BaselineModel(_Sequence):
         b, steps = cells.shape
         loc_in = torch.cat([torch.full((b, 1), self.n_cells, dtype=cells.dtype, device=cells.device),
                             cells[:, : steps - 1].clamp(0, self.n_cells - 1)], dim=1)
-        h, _ = self.gru(self.encode_inputs(self.loc_emb(loc_in), times))
+        h = gru_states(self.gru, self.encode_inputs(self.loc_emb(loc_in), times))
         loc_valid, time_valid = _masks(lengths, steps)
         logits = self.loc_head(h)
         tgt = _loc_targets(cells, lengths, self.end)
