@@ -89,16 +89,16 @@ def run_case(case: str, points: str, synth: str, code: str, timeout: float) -> d
 
 def table(rows: list[dict]) -> list[str]:
     lines = [f"{'fixes':>12} {'case':<13} {'code':<10} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12} "
-             f"{'/ release':>10}"]
-    release = {r["fixes"]: r["wall_s"] for r in rows if r["case"] == "release" and "wall_s" in r}
+             f"{'/ release: wall, CPU':>21}"]
+    release = {r["fixes"]: r for r in rows if r["case"] == "release" and "wall_s" in r}
     for r in rows:
         if "error" in r:
             lines.append(f"{r['fixes']:>12,} {r['case']:<13} {r['code']:<10} ({r['error']})")
             continue
-        ratio = f"{r['wall_s'] / release[r['fixes']]:.2f}x" if r["case"] != "release" and \
-            release.get(r["fixes"]) else ""
+        base = release.get(r["fixes"]) if r["case"] != "release" else None
+        ratio = f"{r['wall_s'] / base['wall_s']:.2f}x, {r['cpu_s'] / base['cpu_s']:.2f}x" if base else ""
         lines.append(f"{r['fixes']:>12,} {r['case']:<13} {r['code']:<10} {r['wall_s']:>8.1f} {r['cpu_s']:>8.1f} "
-                     f"{r['peak_mb']:>12} {ratio:>10}")
+                     f"{r['peak_mb']:>12} {ratio:>21}")
     return lines
 
 

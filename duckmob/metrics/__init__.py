@@ -5,17 +5,16 @@
 ``reference`` is the same metric between two halves of the real table, split by a fixed hash of the trajectory
 key (user_id, traj_id) (:func:`duckmob.metrics.common.reference_half`; half 0 in the real table's place, half 1
 in the synthetic one's): how far apart two samples of the real data are, the scale to read ``value`` against.
-It costs a second evaluation on half-size tables, which reuses what the first computed per trajectory
-(:meth:`Side.take`): about 1.2x the time of the values alone (``reference=False`` skips it; the column is then
-NULL).
+It costs one more comparison, not another pass over the table: the real table's sums are its two halves' added
+up, so each trajectory is summarised once (``reference=False`` skips it; the column is then NULL).
 
 ``baseline`` is the second anchor, an absolute one: the same metric between real half 0 and a naive table, half
-1's trajectories (at most 1,000) as straight trips between uniformly random places in the bbox
+1's trajectories (at most 1,000, chosen by a hash of their key: :func:`duckmob.metrics.common.baseline_rows`) as
+straight trips between uniformly random places in the bbox
 (:func:`duckmob.metrics.common.baseline_side`): what a synthesizer that learnt nothing about places would score.
 A ``value`` reads between the two: ``(value - reference) / (baseline - reference)`` is 0 as close as real data,
 1 no better than the naive table (the report's verdicts, :mod:`duckmob.report.compare`). It costs a third
-evaluation, whose real half is the reference's (nothing of it computed again) and whose naive table is bounded
-(``baseline=False`` skips it).
+comparison, whose real half is the reference's and whose naive table is bounded (``baseline=False`` skips it).
 
 Families (``families=[...]``): ``hrnet`` (hrnet.py), ``privtrace`` (privtrace.py), ``pategail``
 (pategail.py), ``lestyan`` (lestyan.py), ``adatrace`` (adatrace.py), ``fine`` (fine.py: fine-grid point,
@@ -27,6 +26,14 @@ helpers live in common.py, downstream tasks in downstream.py, privacy attacks in
 NOT differentially private: every number here reads the real table exactly, the reference included. The
 evaluation is for the data owner, to judge a synthetic table before releasing it; publishing these figures
 publishes facts about the real data outside any privacy budget.
+
+Every default family is computed from sums over trajectories (:mod:`duckmob.metrics.summary`): each batch of whole
+trajectories is reduced to grid-sized counts, sparse pattern counts and a few numbers per trajectory, and the
+families compare the two tables' sums (:mod:`duckmob.metrics.stream`). :func:`evaluate` takes the tables in
+memory as one batch; :func:`evaluate_relations` (mob_evaluate over committed tables and views, and
+``duckmob.evaluate``) reads them out of core, in memory bounded by the grids, with the same rows (the last bits of
+``pategail_irank_jsd`` aside, a float sum in another order). Lestyan's EMD compares at most ``emd_sample`` trips a
+side and the naive baseline at most 1,000 trajectories: bounded, seeded samples whatever the tables' size.
 
 Both tables are loaded with :func:`duckmob.trajectories.from_points` (``outside='drop'``,
 ``time_required=False``: a synthetic table whose ``ts`` is all NULL is accepted and its time-based metrics
