@@ -103,8 +103,7 @@ class Chains:
         """(lat, lon) at ``offset`` metres along each ``chain`` (linear between its nodes)."""
         chain = np.asarray(chain, dtype=np.int64)
         offset = np.clip(np.asarray(offset, dtype=np.float64), 0.0, self.length[chain])
-        scale = float(self.length.max(initial=0.0)) + 1.0
-        key = self.order_chain_key(scale)
+        scale, key = self.order_key
         pos = np.searchsorted(key, chain * scale + offset, side="right") - 1
         pos = np.clip(pos, self.order_start[chain], self.order_start[chain + 1] - 2)
         o0, o1 = self.order_offset[pos], self.order_offset[pos + 1]
@@ -134,9 +133,18 @@ class Chains:
             return self.near.paths(a, b, limit_m)
         return node_paths(self.matrix, self.x, self.y, a, b, limit_m)
 
-    def order_chain_key(self, scale: float) -> np.ndarray:
+    @cached_property
+    def order_key(self) -> tuple[float, np.ndarray]:
+        """``(scale, chain * scale + offset)`` of each chain's nodes in order (sorted; scale over every length)."""
+        scale = float(self.length.max(initial=0.0)) + 1.0
         counts = np.diff(self.order_start)
-        return np.repeat(np.arange(len(counts)), counts) * scale + self.order_offset
+        return scale, np.repeat(np.arange(len(counts)), counts) * scale + self.order_offset
+
+    @cached_property
+    def csr_key(self) -> np.ndarray:
+        """``row * n_junctions + column`` of each junction-graph edge in CSR order of ``matrix`` (sorted)."""
+        nj = len(self.junction)
+        return np.repeat(np.arange(nj), np.diff(self.matrix.indptr)) * nj + self.matrix.indices
 
 
 def _near_pairs_estimate(ch: "Chains", limit_m: float, probes: int = 32) -> float:
@@ -635,8 +643,7 @@ def _pieces_of(ch: Chains, legs: _Legs, limit_m: float):
     h = np.flatnonzero(has_hop)
     j0, j1 = pnodes[h], pnodes[h + 1]
     nj = len(ch.junction)
-    csr_key = np.repeat(np.arange(nj), np.diff(ch.matrix.indptr)) * nj + ch.matrix.indices
-    hop_chain = ch.edge_chain[np.searchsorted(csr_key, j0 * nj + j1)]
+    hop_chain = ch.edge_chain[np.searchsorted(ch.csr_key, j0 * nj + j1)]
     forward = ch.ends[hop_chain, 0] == j0
     hop_from = np.where(forward, 0.0, ch.length[hop_chain])
     hop_to = np.where(forward, ch.length[hop_chain], 0.0)

@@ -498,12 +498,14 @@ class Placer:
 def count_below(cum, rows, u) -> np.ndarray:
     """``(cum[rows] < u[:, None]).sum(axis=1)`` for rows of ``cum`` that do not decrease, by a binary search per
     row (vectorised: log2 of the row length + 1 steps, each reading one entry per row)."""
-    lo = np.zeros(len(rows), np.int64)
-    hi = np.full(len(rows), cum.shape[1], np.int64)
-    for _ in range(int(cum.shape[1]).bit_length()):
-        mid = (lo + hi) // 2
-        below = cum[rows, np.minimum(mid, cum.shape[1] - 1)] < u
-        lo, hi = np.where((lo < hi) & below, mid + 1, lo), np.where((lo < hi) & ~below, mid, hi)
+    k = cum.shape[1]
+    flat, base = cum.ravel(), np.asarray(rows, dtype=np.int64) * k
+    lo, hi = np.zeros(len(base), np.int64), np.full(len(base), k, np.int64)
+    for _ in range(int(k).bit_length()):
+        mid = (lo + hi) >> 1
+        below = flat.take(base + np.minimum(mid, k - 1)) < u
+        open_ = lo < hi
+        lo, hi = np.where(open_ & below, mid + 1, lo), np.where(open_ & ~below, mid, hi)
     return lo
 
 
