@@ -595,7 +595,8 @@ def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M) -> tuple[np.nda
     if not len(a):
         return lat, lon
     graph, ch = roads.graph, chains_of(roads)
-    legs = _Legs.between(roads, seg[a], t[a], seg[a + 1], t[a + 1], limit_m)
+    pc, po = ch.position(graph, seg, t)                         # each point's once, for both of its legs
+    legs = _Legs.of(ch, pc[a], po[a], pc[a + 1], po[a + 1], limit_m)
     pair, chain, o0, o1 = _pieces_of(ch, legs, limit_m)        # in order; chain -1: a straight jump
     pa, pb = a[pair], a[pair] + 1
     plen = np.where(chain < 0, haversine_m(lat[pa], lon[pa], lat[pb], lon[pb]), np.abs(o1 - o0))
