@@ -6,7 +6,7 @@ import pytest
 from scipy.sparse import csgraph
 
 from duckmob.grid import haversine_m
-from duckmob.road_paths import ROUTE_LIMIT_M, build_chains, chains_of, network_distance, route, walk
+from duckmob.road_paths import ROUTE_LIMIT_M, build_chains, chains_of, hash_table, network_distance, route, walk
 from duckmob.roads import Placer, Roads, points_along, snap
 from grid_roads import grid_roads
 
@@ -202,3 +202,21 @@ def test_a_wide_dense_network_keeps_no_table_and_searches_instead():
     want = brute_force(roads, sa, ta, sb, tb, ROUTE_LIMIT_M)
     assert np.isfinite(got).sum() > 20 and np.array_equal(np.isfinite(got), np.isfinite(want))
     assert np.allclose(got[np.isfinite(got)], want[np.isfinite(want)], atol=1e-3)
+
+
+@pytest.mark.parametrize("bound", [1_000, 50_000_000, 1 << 40])
+def test_the_hash_table_finds_exactly_its_keys(bound):
+    """road_paths.HashTable (the junction distance table's index): every key at the slot it was given, no other
+    key found, out-of-range keys (negative, beyond the bound) refused; uint32 slots below 2^32, int64 above."""
+    rng = np.random.default_rng(bound % 97)
+    keys = np.unique(rng.integers(0, bound, min(bound // 2, 200_000)))
+    table, slot = hash_table(keys, bound)
+    assert table.slots.dtype == (np.uint32 if bound < 1 << 32 else np.int64)
+    assert len(np.unique(slot)) == len(keys) and len(table.slots) >= 2 * len(keys)
+    got, found = table.find(keys)
+    assert found.all() and np.array_equal(got, slot)
+    others = np.setdiff1d(rng.integers(0, bound, 50_000), keys)
+    assert not table.find(others)[1].any()
+    assert not table.find(np.array([-1, bound, bound + 5]))[1].any()
+    empty, _ = hash_table(np.zeros(0, np.int64), bound)
+    assert not empty.find(keys[:10])[1].any()
