@@ -31,8 +31,7 @@ Every default family is computed from sums over trajectories (:mod:`duckmob.metr
 trajectories is reduced to grid-sized counts, sparse pattern counts and a few numbers per trajectory, and the
 families compare the two tables' sums (:mod:`duckmob.metrics.stream`). :func:`evaluate` takes the tables in
 memory as one batch; :func:`evaluate_relations` (mob_evaluate over committed tables and views, and
-``duckmob.evaluate``) reads them out of core, in memory bounded by the grids, with the same rows (the last bits of
-``pategail_irank_jsd`` aside, a float sum in another order). Lestyan's EMD compares at most ``emd_sample`` trips a
+``duckmob.evaluate``) reads them out of core, in memory bounded by the grids, with the same rows, bit for bit. Lestyan's EMD compares at most ``emd_sample`` trips a
 side and the naive baseline at most 1,000 trajectories: bounded, seeded samples whatever the tables' size.
 
 Both tables are loaded with :func:`duckmob.trajectories.from_points` (``outside='drop'``,

@@ -17,15 +17,16 @@ SOURCE = "PateGail, Statistical Evaluation Metrics"
 
 def summary(side: Side, plan, parts: dict) -> None:
     """What ``side`` adds (:mod:`duckmob.metrics.summary`): radius of gyration and distinct cells of each
-    trajectory, the distance of every step (per point), visits per cell and the I-rank shares summed over
-    trajectories."""
+    trajectory, the distance of every step (per point), visits per cell and the I-rank shares of each
+    trajectory."""
     opts = plan.opts
     w = opts.w
     parts["pategail.gyration"] = Column([side.gyration_m])
     parts["pategail.dailyloc"] = Column([side.visits(w).getnnz(axis=1).astype(np.int64)])
     parts["pategail.step"] = Points(side.step_m)
     parts["pategail.visits"] = np.bincount(side.cells(w).cells, minlength=w * w).astype(np.int64)
-    parts["pategail.irank"] = irank_sums(side, w, opts.irank_k)
+    for r, shares in enumerate(irank_shares(side, w, opts.irank_k).T):
+        parts[f"pategail.irank.{r}"] = Column([shares])
 
 
 def grank_profile(counts: np.ndarray, k: int) -> np.ndarray:
@@ -36,9 +37,9 @@ def grank_profile(counts: np.ndarray, k: int) -> np.ndarray:
     return np.pad(top, (0, k - len(top))) / max(counts.sum(), 1.0)
 
 
-def irank_sums(side: Side, w: int, k: int) -> np.ndarray:
-    """For r = 1..k, the sum over trajectories of the share of a trajectory's visits to its r-th most visited
-    location; over the number of trajectories, the I-rank profile (:func:`compare`)."""
+def irank_shares(side: Side, w: int, k: int) -> np.ndarray:
+    """(n x k): for each trajectory, the share of its visits to its r-th most visited location, r = 1..k (0 where
+    it has fewer than r locations)."""
     cs = side.cells(w)
     c = w * w
     keys, counts = np.unique(cs.owner * c + cs.cells, return_counts=True)
@@ -47,9 +48,19 @@ def irank_sums(side: Side, w: int, k: int) -> np.ndarray:
     owner, counts = owner[order], counts[order]
     first = np.searchsorted(owner, owner, side="left")
     rank = np.arange(len(owner)) - first
-    share = counts / cs.lengths[owner]
     keep = rank < k
-    return np.bincount(rank[keep], weights=share[keep], minlength=k)
+    out = np.zeros((side.n, k))
+    out[owner[keep], rank[keep]] = counts[keep] / cs.lengths[owner[keep]]
+    return out
+
+
+def irank_profile(shares: np.ndarray) -> np.ndarray:
+    """I-rank: :func:`irank_shares` averaged over the trajectories (rows in the in-memory order). Summed trajectory
+    by trajectory, in that order, as one ``bincount``: the same float sums whatever batches the shares came in."""
+    n, k = shares.shape
+    rank = np.broadcast_to(np.arange(k), shares.shape)
+    held = shares > 0
+    return np.bincount(rank[held], weights=shares[held], minlength=k) / max(n, 1)
 
 
 def compare(real: Summary, synth: Summary, opts: Options, generator=None) -> list[Metric]:
@@ -69,7 +80,8 @@ def compare(real: Summary, synth: Summary, opts: Options, generator=None) -> lis
                jsd(grank_profile(r["pategail.visits"], opts.top_k), grank_profile(s["pategail.visits"], opts.top_k)),
                True, SOURCE, f"JSD of the visit shares of each table's top {opts.top_k} {w}x{w} cells, by rank, "
                              "nats"),
-        Metric("pategail_irank_jsd", jsd(r["pategail.irank"] / real.n, s["pategail.irank"] / synth.n), True,
+        Metric("pategail_irank_jsd", jsd(*(irank_profile(np.column_stack(
+            [t.column(f"pategail.irank.{i}") for i in range(opts.irank_k)])) for t in (real, synth))), True,
                SOURCE, f"JSD of the mean visit shares of each trajectory's top {opts.irank_k} cells, by rank, nats"),
     ]
     return out

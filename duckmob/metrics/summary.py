@@ -15,8 +15,9 @@ part of a summary is one of:
   :data:`SPILL_VALUES` values, read back in chunks.
 
 Counts are integers and a trajectory's numbers come from its own points alone, so a table summarised in batches
-gives the same summary as the table at once, whatever the batches (tests/metrics/test_metrics_stream.py); the one
-difference is the order of a float sum of per-trajectory shares (PateGail's I-rank), a last-bit difference.
+gives the same summary as the table at once, whatever the batches (tests/metrics/test_metrics_stream.py). A float
+sum over trajectories (PateGail's I-rank shares) is kept as its per-trajectory terms and summed at the end in the
+in-memory order, so it is bit for bit the same too.
 """
 
 from __future__ import annotations
