@@ -70,16 +70,6 @@ def step_histogram(side: Side, edges: np.ndarray) -> np.ndarray:
     return np.bincount(idx, minlength=len(edges) - 1).astype(np.float64)
 
 
-def one_point_share(side: Side) -> float:
-    """Share of trajectories with exactly one point (after points outside the bbox are dropped)."""
-    return float(np.mean(side.traj.lengths == 1))
-
-
-def mean_points(side: Side) -> float:
-    """Mean number of points per trajectory."""
-    return float(np.mean(side.traj.lengths))
-
-
 def summary(side: Side, plan, parts: dict) -> None:
     """What ``side`` adds (:mod:`duckmob.metrics.summary`): the point, trajectory and route densities, the step
     histogram on the public edges and the number of one-point trajectories."""

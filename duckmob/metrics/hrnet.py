@@ -19,13 +19,6 @@ from duckmob.metrics.summary import Column, KeyCounts, Summary, keyed_are, share
 SOURCE = "HRNet §5.1.4, App. A.3"
 
 
-def top_start_cells(real: Side, w: int, k: int) -> np.ndarray:
-    """The ``k`` cells where the most real trajectories start (ties: smaller cell id), only cells with starts."""
-    counts = np.bincount(real.cells(w).start, minlength=w * w)
-    order = np.lexsort((np.arange(w * w), -counts))[:k]
-    return order[counts[order] > 0]
-
-
 def _start_index(side: Side, w: int, starts: np.ndarray) -> np.ndarray:
     lut = np.full(w * w, -1, dtype=np.int64)
     lut[starts] = np.arange(len(starts))
@@ -110,7 +103,8 @@ def summary(side: Side, plan, parts: dict) -> None:
 
 
 def start_cells(real: Summary, w: int, k: int) -> np.ndarray:
-    """:func:`top_start_cells` from a summary's start-cell counts."""
+    """L_start: the ``k`` cells where the most real trajectories start (ties: smaller cell id), only cells with
+    starts, from a summary's start-cell counts."""
     counts = real.parts["hrnet.starts"]
     order = np.lexsort((np.arange(w * w), -counts))[:k]
     return order[counts[order] > 0]
