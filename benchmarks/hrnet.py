@@ -11,6 +11,13 @@ so times are indicative.
     python benchmarks/hrnet.py --runs hrnet-2 baseline-2 --seeds 11 12   # two fits each, averaged
     python benchmarks/hrnet.py --table-only         # print the table from the saved results
     python benchmarks/hrnet.py --fit-times 2000 5000 10000   # default fits (hrnet, baseline) against table size
+    python benchmarks/hrnet.py --taxi 20000 --taxi-data /tmp/sf_taxi_20000.parquet   # issue 42 item 5's speed case
+
+``--taxi N``: one default HRNet fit (eps 1, seed 1) on the first N simulated SF taxi trips of
+``benchmarks/roads_sim.py`` (``City(seed=0).trips(20000, 101)``, read from ``--taxi-data`` or simulated there),
+wall and CPU seconds with the parts, sampling N and the Table 1 metrics against the trips' stay points: one JSON
+line, for before/after comparisons of the code (run each side from its own worktree). ``--taxi-steps K``: only
+K DP-SGD steps (opacus and Adam included) at the default schedule of ``--taxi N`` trips, ms wall and CPU a step.
 
 Results are appended to $HRNET_BENCH_OUT (default <tmp>/duckmob_bench/hrnet.jsonl), one JSON line per run, so a
 long sweep survives interruption; the table is printed from that file.
@@ -229,10 +236,67 @@ def fit_times(sizes: list[int], eps: float = 1.0, seed: int = 11) -> None:
                   f"{model.info['expected_batch']:6.0f}", flush=True)
 
 
+def taxi(n: int, data_path: str | None, seed: int = 1) -> dict:
+    """:func:`fit_times` on simulated SF taxi trips (module docstring, ``--taxi``), with the sample's metrics."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from gpu_neural import BOX as TAXI_BOX, load_trips
+
+    from duckmob.metrics import evaluate
+    from duckmob.privacy.noise import NoiseSource
+    from duckmob.staypoints import stay_trajectories
+    from duckmob.synth.base import fit_unrecorded
+    from duckmob.synth.hrnet import HRNet
+
+    data = load_trips(data_path, n)
+    load = os.getloadavg()[0]
+    t0, c0 = time.perf_counter(), time.process_time()
+    model = fit_unrecorded(HRNet(TAXI_BOX, progress=False), data, 1.0, DELTA, NoiseSource(seed))
+    fit_s, fit_cpu = time.perf_counter() - t0, time.process_time() - c0
+    out = model.sample(n, np.random.default_rng(seed + 100))
+    rows = evaluate(stay_trajectories(data, 200.0, 30.0), out, TAXI_BOX, families=["hrnet"], w=32, reference=False)
+    t = model.timings
+    return dict(n=n, seed=seed, fit_s=fit_s, fit_cpu_s=fit_cpu, load_start=load, load_end=os.getloadavg()[0],
+                prepare_s=t["prepare_s"], pretrain_s=t.get("pretrain_s"), dp_sgd_s=t["dp_sgd_s"],
+                steps=model.info["steps"], metrics={r["metric"]: r["value"] for r in rows if r["metric"] in COLUMNS})
+
+
+def taxi_steps(n: int, data_path: str | None, steps: int) -> str:
+    """``steps`` DP-SGD steps of a default HRNet on ``n`` simulated taxi trips (rate 2 sqrt(n) / n, the noise
+    multiplier of the default plan at n = 20,000): milliseconds a step, wall and CPU."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from gpu_neural import BOX as TAXI_BOX, load_trips
+
+    from duckmob.synth import dpsgd
+    from duckmob.synth.hrnet import HRNet
+    from duckmob.synth.hrnet.train import dp_sgd_train, training_arrays
+
+    synth = HRNet(TAXI_BOX, device="cpu", progress=False)
+    arrays = training_arrays(synth.cell_sequences(synth.stays(load_trips(data_path, n))), synth.config.w,
+                             synth.config.n_time, synth.config.max_len)
+    torch.manual_seed(0)
+    model = synth.build()
+    q = 2 * np.sqrt(n) / n
+    schedule = dpsgd.Schedule(sample_rate=q, steps=steps, noise_multiplier=2.92, max_grad_norm=1.0,
+                              expected_batch_size=q * n, lr=3e-3, lr_final=0.1)
+    load = os.getloadavg()[0]
+    t0, c0 = time.perf_counter(), time.process_time()
+    dp_sgd_train(model, arrays, schedule, dpsgd.RunContext(np.random.default_rng(1), torch.device("cpu"), False))
+    wall, cpu = (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
+    return (f"{steps} DP-SGD steps at batch {q * n:.0f}: {wall * 1e3:.0f} ms wall, {cpu * 1e3:.0f} ms CPU a step; "
+            f"load {load:.1f}-{os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fit-times", nargs="*", type=int, default=None,
                         help="print default fit times for these table sizes and exit")
+    parser.add_argument("--taxi", type=int, default=None, help="one default fit on this many simulated taxi trips")
+    parser.add_argument("--taxi-data", default=None, help="Parquet of the simulated trips (written when missing)")
+    parser.add_argument("--taxi-steps", type=int, default=None, help="with --taxi: time this many DP-SGD steps only")
     parser.add_argument("--runs", nargs="*", default=DEFAULT_RUNS)
     parser.add_argument("--seeds", nargs="*", type=int, default=[11],
                         help="one fit per seed; the table averages a run's metrics over its seeds")
@@ -242,6 +306,12 @@ def main() -> None:
     os.environ.setdefault("CI", "1")  # no progress bars in logs
     if args.fit_times:
         fit_times(args.fit_times)
+        return
+    if args.taxi and args.taxi_steps:
+        print(taxi_steps(args.taxi, args.taxi_data, args.taxi_steps))
+        return
+    if args.taxi:
+        print(json.dumps(taxi(args.taxi, args.taxi_data)))
         return
     if not args.table_only:
         train, real_stays = load_training()

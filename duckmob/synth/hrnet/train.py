@@ -78,9 +78,9 @@ def per_sample_gradients(model: torch.nn.Module, cells: torch.Tensor, times: tor
 
     ``torch.func``: ``vmap`` over the examples of ``grad`` of the loss of a batch of one, which is exactly one
     backward pass per example (tested against that). What does not depend on the example is computed once per
-    batch: HRNet's whole location encoding (the tree of quad deconvolutions) runs once, and only its gradients
-    are per example. (opacus's per-module hooks need the tree evaluated once per example, which is slower:
-    docs/methods/hrnet.md.)
+    batch (HRNet's whole location encoding under the 'full' loss); under the default conditional loss the model
+    reads the encoding along each example's paths (``HRNetModel.paths``), so the per-example backward runs
+    through those few rows only (docs/methods/hrnet.md, "Where a fit's time goes").
     """
     params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
     buffers = dict(model.named_buffers())
