@@ -1,10 +1,8 @@
 """``duckmob demo``: the whole pipeline on the GeoLife sample shipped inside the package.
 
-It loads the sample, cleans it, finds stay points, synthesises it with PrivTrace under a declared budget on the
-public roads of central Beijing shipped beside it (``mob_beijing_roads()``: OpenStreetMap, ODbL), and measures the
-synthetic table beside a reference: the same metrics between two halves of the real sample, so each number has a
-scale. It leaves a database (``trips``, ``roads``, ``seqs``, ``synth`` and the ledger), the density picture (the
-roads drawn underneath) and,
+It loads the sample, cleans it, finds stay points, synthesises it with PrivTrace under a declared budget, and
+measures the synthetic table beside a reference: the same metrics between two halves of the real sample, so each
+number has a scale. It leaves a database (``trips``, ``seqs``, ``synth`` and the ledger), the density picture and,
 beside it, the release report (the public page, :mod:`duckmob.report`) behind, and ends with three commands to run
 on them.
 """
@@ -33,8 +31,6 @@ REPORT = "duckmob_demo_report.html"
 # The comment the demo puts on its trips table: a database carrying it was written by the demo and may be
 # replaced by the next run; any other existing file is left alone.
 MARK = "GeoLife sample loaded by duckmob demo"
-# The density picture's grid: at 128 x 128 (cells of about 200 m) the streets show.
-PICTURE_W = 128
 # The metrics shown (all of them: FROM mob_evaluate(...)), by mob_evaluate's name.
 SHOWN = {"privtrace_length_jsd": "length JSD", "privtrace_diameter_jsd": "diameter JSD",
          "privtrace_density_are": "density ARE", "privtrace_pattern_are": "pattern ARE",
@@ -76,23 +72,18 @@ def run(out=print, save: str = DEFAULT_SAVE, png: str = DEFAULT_PNG) -> None:
             "FROM seqs").fetchone()
         out(f"  cells        {n_seq:,} stay-point cell sequences on a 32x32 grid, {mean_len:.2f} cells on average, "
             f"{n_cells} distinct cells visited")
-        con.execute("CREATE TABLE roads AS FROM mob_beijing_roads()")
-        n_roads = con.execute("SELECT count(*) FROM roads").fetchone()[0]
-        out(f"  roads        {n_roads:,} public OpenStreetMap road segments of central Beijing (mob_beijing_roads(), "
-            "ODbL): read without budget")
         for line in _synthesis(con, bbox):
             out(line)
         for line in _quality(con, bbox):
             out(line)
-        picture = con.execute(f"SELECT path FROM mob_plot_density('trips', 'synth', path := ?, bbox := {bbox}, "
-                              f"w := {PICTURE_W}, roads := 'roads')", [png]).fetchone()[0]
-        out(f"  picture      {_shown(png, picture)}: where real and synthetic trajectories go, side by side, "
-            "over the roads")
+        picture = con.execute(f"SELECT path FROM mob_plot_density('trips', 'synth', path := ?, bbox := {bbox})",
+                              [png]).fetchone()[0]
+        out(f"  picture      {_shown(png, picture)}: where real and synthetic trajectories go, side by side")
         report = os.path.join(os.path.dirname(png), REPORT)
         page = con.execute("SELECT DISTINCT path FROM mob_report('synth', path := ?)", [report]).fetchone()[0]
         out(f"  report       {_shown(report, page)}: the release report, the page to publish with the table "
             "(docs/report.md)")
-        out(f"  saved        {_shown(save, os.path.abspath(save))}: tables trips, roads, seqs, synth and the privacy "
+        out(f"  saved        {_shown(save, os.path.abspath(save))}: tables trips, seqs, synth and the privacy "
             f"ledger (duckmob {shlex.quote(save)} opens it)")
         out(f"  done in {time.perf_counter() - t0:.1f} s")
     finally:
@@ -102,18 +93,17 @@ def run(out=print, save: str = DEFAULT_SAVE, png: str = DEFAULT_PNG) -> None:
 
 
 def _synthesis(con, bbox):
-    """Declare a budget and synthesise the sample with PrivTrace at eps 1, on the public roads (every point on a
-    road segment, consecutive points joined along the road graph: docs/roads.md)."""
+    """Declare a budget and synthesise the sample with PrivTrace at eps 1."""
     eps = 1.0
     con.execute("FROM mob_set_budget('trips', eps := 2.0, delta := 1e-5)").fetchall()
     t0 = time.perf_counter()
     con.execute(f"CREATE TABLE synth AS FROM synthesize('trips', eps := {eps}, method := 'privtrace', "
-                f"bbox := {bbox}, outside := 'drop', roads := 'roads', seed := 7)")
+                f"bbox := {bbox}, outside := 'drop', seed := 7)")
     took = time.perf_counter() - t0
     n_syn, n_pts = con.execute("SELECT count(DISTINCT traj_id), count(*) FROM synth").fetchone()
     spent, remaining = con.execute("SELECT spent, remaining FROM mob_budget() WHERE source = 'trips'").fetchone()
-    yield (f"  synthesis    PrivTrace at eps {eps} on the roads: {n_syn:,} synthetic trajectories, {n_pts:,} points in "
-           f"{took:.1f} s (seeded demo run: not for release)")
+    yield (f"  synthesis    PrivTrace at eps {eps}: {n_syn:,} synthetic trajectories, {n_pts:,} points in {took:.1f} s "
+           f"(seeded demo run: not for release)")
     yield f"  budget       'trips': {spent:.3f} of 2.0 spent (PLD composition at delta 1e-5), {remaining:.3f} left"
 
 
@@ -140,8 +130,7 @@ def next_commands(save: str, bbox: str) -> list[str]:
     return ["next, try:",
             f"  duckmob {db} -c \"FROM mob_evaluate('trips', 'synth', bbox := {bbox})\"      # every metric",
             f"  duckmob {db} -c \"FROM mob_budget(); FROM mob_ledger()\"      # what was spent, on what",
-            f"  duckmob {db} -c \"CREATE TABLE synth2 AS FROM synthesize('trips', eps := 0.5, bbox := {bbox}, "
-            "roads := 'roads'); "
+            f"  duckmob {db} -c \"CREATE TABLE synth2 AS FROM synthesize('trips', eps := 0.5, bbox := {bbox}); "
             "FROM mob_budget()\"      # a second release, from what is left"]
 
 

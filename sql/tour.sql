@@ -27,8 +27,7 @@ FROM synthesize('trips', eps := 1.0, method := 'privtrace', bbox := [39.8477, 11
 -- 5. how faithful is it? The papers' metrics beside two real halves (reference) and a naive table (baseline),
 --    and a picture. Evaluation reads the real table exactly: it is NOT private, it is for you.
 FROM mob_evaluate('trips', 'synth', bbox := [39.8477, 116.1956, 40.1133, 116.4880]);
-FROM mob_plot_density('trips', 'synth', path := 'density.png', bbox := [39.8477, 116.1956, 40.1133, 116.4880],
-                      roads := 'mob_beijing_roads()');   -- the shipped public roads, drawn under both panels
+FROM mob_plot_density('trips', 'synth', path := 'density.png', bbox := [39.8477, 116.1956, 40.1133, 116.4880]);
 
 -- 6. what was spent: budget, spent (PLD composition of every release), remaining; one ledger row per release
 FROM mob_budget();

@@ -54,7 +54,7 @@ def test_dbt_run_builds_synthetic_and_evaluation_tables(project):
     copy, root, result = project
     assert result.success, [r.message for r in result.result]
     assert {r.node.name for r in result.result} == {"trips", "cell_sequences", "synthetic_trips",
-                                                    "synthetic_quality", "beijing_roads"}
+                                                    "synthetic_quality"}
     con = duckmob.connect(str(root / "example.duckdb"), read_only=True)
     try:
         n_real = con.execute("SELECT count(DISTINCT traj_id) FROM trips").fetchone()[0]

@@ -91,27 +91,3 @@ def test_replaces_its_own_file_and_refuses_any_other(tmp_path):
         con.execute(f"COMMENT ON TABLE trips IS '{demo.MARK}'")
     demo._clear(str(earlier))
     assert not earlier.exists()
-
-
-def test_synthesises_on_the_shipped_beijing_roads(ran):
-    # the demo stores mob_beijing_roads() as table roads, releases on it (the ledger names it and its digest) and
-    # every synthetic point lies on one of its segments (docs/roads.md: within 1 m)
-    from duckmob.roads import Roads, snap
-
-    folder, out = ran
-    assert "62,325 public OpenStreetMap road segments of central Beijing" in out and "on the roads:" in out
-    assert "over the roads" in out and "tables trips, roads, seqs, synth" in out
-    with duckdb.connect(str(folder / demo.DEFAULT_SAVE), read_only=True) as con:
-        roads = Roads.of(con.sql("FROM roads").to_arrow_table())
-        ledger = next(t for (t,) in con.execute("SHOW TABLES").fetchall() if "ledger" in t)
-        (params,) = con.execute(f"SELECT params FROM {ledger} WHERE status = 'spent'").fetchone()
-        lat, lon = con.execute("SELECT lat, lon FROM synth").fetchnumpy().values()
-    assert len(roads) == 62_325
-    assert '"roads": "roads"' in params and f'"roads_digest": "{roads.digest}"' in params
-    distance = snap(roads, lat, lon)[4]
-    assert len(distance) > 50_000 and distance.max() < 1.0
-
-
-def test_the_third_command_releases_on_the_roads_again():
-    (_, _, _, third) = demo.next_commands("d.duckdb", "[1, 2, 3, 4]")
-    assert "synthesize('trips', eps := 0.5, bbox := [1, 2, 3, 4], roads := 'roads')" in third

@@ -139,7 +139,7 @@ def test_example_notebook_runs_top_to_bottom(tmp_path, capfd):
     text = "\n".join(o.get("data", {}).get("text/plain", "") for c in cells for o in c.outputs)
     assert "privtrace_length_jsd" in text and "trips_privtrace" in text
     images = [o for c in cells for o in c.outputs if "image/png" in o.get("data", {})]
-    assert len(images) == 2 and (tmp_path / "density.png").is_file() and (tmp_path / "roads_density.png").is_file()
+    assert len(images) == 2 and (tmp_path / "density.png").is_file() and (tmp_path / "sf_density.png").is_file()
     kernel_stderr = capfd.readouterr().err
     assert "nanobind: leaked" not in kernel_stderr, kernel_stderr[-2000:]
 

@@ -1,7 +1,7 @@
 """SQL layer for public road networks (roads.sql): ``FROM mob_sf_roads()`` reads the downtown San Francisco roads
-and ``FROM mob_beijing_roads()`` the central Beijing ones, both shipped inside the package (OpenStreetMap, ODbL:
-duckmob/data/ROADS_README.md), and ``FROM mob_roads_from_osm(path, bbox := [...])`` reads an OpenStreetMap extract
-into a roads table. Roads are public: nothing here reads a private table or spends budget (docs/roads.md)."""
+shipped inside the package (OpenStreetMap, ODbL: duckmob/data/ROADS_README.md), and ``FROM mob_roads_from_osm(path,
+bbox := [...])`` reads an OpenStreetMap extract into a roads table. Roads are public: nothing here reads a private
+table or spends budget (docs/roads.md)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,6 @@ def sf_roads_path() -> str:
     return str(resources.files("duckmob").joinpath("data", "roads_sf_downtown.parquet"))
 
 
-def beijing_roads_path() -> str:
-    """Path of the shipped central Beijing roads (62,325 segments, OSM 2013; duckmob/data/ROADS_README.md)."""
-    return str(resources.files("duckmob").joinpath("data", "roads_beijing_central.parquet"))
-
-
 def _from_osm(request):
     r = FROM_OSM.parse(request, "_mob_roads_from_osm")
     if r["path"] is None:
@@ -42,9 +37,8 @@ def _from_osm(request):
 
 
 def udfs(db) -> list[Udf]:
-    path, beijing = sf_roads_path(), beijing_roads_path()
+    path = sf_roads_path()
     return [
         Udf("_mob_sf_roads_path", lambda: path, [], "VARCHAR", native=True),
-        Udf("_mob_beijing_roads_path", lambda: beijing, [], "VARCHAR", native=True),
         Udf("_mob_roads_from_osm", _from_osm, [], ROAD_ROW, FROM_OSM, special_nulls=True),
     ]

@@ -7,12 +7,6 @@
 CREATE OR REPLACE TEMP MACRO mob_sf_roads() AS TABLE
 SELECT * FROM read_parquet(_mob_sf_roads_path());
 
--- Central Beijing (the shipped GeoLife sample's box), shipped inside the package: 62,325 drivable OpenStreetMap
--- segments (5,448 km) as mapped in 2013, lat 39.8431..40.0960, lon 116.1855..116.5066.
--- (c) OpenStreetMap contributors, ODbL 1.0 (duckmob/data/ROADS_README.md).
-CREATE OR REPLACE TEMP MACRO mob_beijing_roads() AS TABLE
-SELECT * FROM read_parquet(_mob_beijing_roads_path());
-
 -- The drivable ways (duckmob.roads.DRIVABLE) of an OpenStreetMap extract (.osm, .osm.gz, .osm.bz2; .osm.pbf with
 -- pip install 'duckmob[roads]'), one row per consecutive pair of a way's nodes; with bbox, the segments with an
 -- endpoint inside it.
