@@ -1,4 +1,4 @@
-"""Fidelity with and without roads on real trajectories: GeoLife Beijing on the shipped OpenStreetMap roads (issue 39,
+"""Fidelity with and without roads on real trajectories: GeoLife Beijing on OpenStreetMap roads you pass (issue 39,
 item 5; NOT private: it reads the real tables exactly).
 
 Data: ``../shared/data/geolife_beijing.parquet`` (every GeoLife 1.3 trajectory of Beijing, fixes at least 15 s
@@ -6,8 +6,12 @@ apart; research use, cite the GeoLife papers). Its users are split into two disj
 (even ids) is released from, "real B" (odd ids) is the real-vs-real reference. Walks, bikes, buses, cars, taxis and
 the subway are all in it: real trips that are not all on drivable roads.
 
-Roads: ``FROM mob_beijing_roads()`` (the shipped central Beijing roads, OpenStreetMap 2013, ODbL;
-duckmob/data/ROADS_README.md), public: never derived from these traces.
+Roads: ``--roads PATH``, required: duckmob ships no Beijing network. PATH is an OpenStreetMap extract of central
+Beijing (``.osm``, ``.osm.gz``, ``.osm.bz2``, or ``.osm.pbf`` with ``duckmob[roads]``), read with
+``duckmob.roads.read_osm`` (``mob_roads_from_osm``'s reader) cut to the box, or a Parquet roads table of the shape
+docs/roads.md describes (``lat1, lon1, lat2, lon2``, optional ``highway``). It must be public: never derived from
+these traces. The numbers in benchmarks/results/roads_geolife*.txt were measured on a 2013 extract of central
+Beijing that is not shipped (docs/methods, "Real trajectories: GeoLife Beijing with OSM roads").
 
 Every output is released from real A at eps 1 (trajectory unit, each method's defaults, the demo's box, HRNet's
 lat 39.8477..40.1133, lon 116.1956..116.4880, as bbox; ``n`` = real A's trajectories in the box) for each seed and
@@ -15,11 +19,14 @@ compared with real A. The metrics and their columns are benchmarks/roads.py's (i
 over this box: point density on 200 x 200 cells of about 125 x 150 m, trajectory density on 100 x 100, distance to
 the roads, points per trajectory, length, trip and detour).
 
-    python benchmarks/roads_geolife.py                                   # privtrace +- roads, seeds 1,2
-    python benchmarks/roads_geolife.py --methods privtrace,cleanslate --seeds 1
-    python benchmarks/roads_geolife.py --users 40 --seeds 1 --out /tmp/g   # a quick check on 40 users
-    python benchmarks/roads_geolife.py --box 39.95,116.28,40.02,116.36 --out benchmarks/results/roads_geolife_haidian
-    GEOLIFE_BEIJING=/path/geolife_beijing.parquet python benchmarks/roads_geolife.py   # from another checkout
+    python benchmarks/roads_geolife.py --roads beijing.osm.pbf                   # privtrace +- roads, seeds 1,2
+    python benchmarks/roads_geolife.py --roads beijing.osm.pbf --methods privtrace,cleanslate --seeds 1
+    python benchmarks/roads_geolife.py --roads roads.parquet --users 40 --seeds 1 --out /tmp/g   # 40 users
+    python benchmarks/roads_geolife.py --roads beijing.osm.pbf --box 39.95,116.28,40.02,116.36 \
+        --out benchmarks/results/roads_geolife_haidian
+    GEOLIFE_BEIJING=/path/geolife_beijing.parquet python benchmarks/roads_geolife.py --roads ...   # another checkout
+
+``--picture`` also writes OUT_density.png, which draws the roads: ship it only where their licence allows.
 """
 
 from __future__ import annotations
@@ -57,13 +64,26 @@ def load(con, users: int | None):
     return (con.sql("FROM real_a").to_arrow_table(), con.sql("FROM real_b").to_arrow_table())
 
 
-def run(seeds: list[int], outputs: list[str], picture: str | None, users: int | None) -> dict:
+def load_roads(con, path: str) -> None:
+    """Table ``roads`` of con from ``path``: a Parquet roads table, or an OpenStreetMap extract's drivable ways with
+    an endpoint in the box."""
+    from duckmob.roads import read_osm
+
+    if path.lower().endswith(".parquet"):
+        con.execute("CREATE TABLE roads AS SELECT * FROM read_parquet(?)", [os.path.abspath(path)])
+        return
+    con.register("osm_roads", read_osm(path, bbox=BOX))
+    con.execute("CREATE TABLE roads AS FROM osm_roads")
+    con.unregister("osm_roads")
+
+
+def run(seeds: list[int], outputs: list[str], picture: str | None, users: int | None, roads_path: str) -> dict:
     import duckmob
     from duckmob.roads import Roads
 
     con = duckmob.connect()
     real_a, real_b = load(con, users)
-    con.execute("CREATE TABLE roads AS FROM mob_beijing_roads()")
+    load_roads(con, roads_path)
     con.execute("FROM mob_set_budget('real_a', eps := 1000, delta := 0.001)").fetchall()
     roads = Roads.of(con.sql("FROM roads").to_arrow_table(), name="roads").clip(BOX)
     a, b = bench.Side.of(real_a, "ts"), bench.Side.of(real_b, "ts")
@@ -96,6 +116,7 @@ def run(seeds: list[int], outputs: list[str], picture: str | None, users: int | 
     setting = dict(seeds=seeds, eps=bench.EPS, bbox=BOX, users=n_users, traj_a=a.n_traj, traj_b=b.n_traj,
                    fixes_a=len(a.lat), fixes_b=len(b.lat), real_points_per_traj=a.points_per_traj(),
                    real_off30=ref_a["off30"], real_off250=ref_a["off250"], roads=len(roads),
+                   roads_source=os.path.basename(roads_path),
                    cores=os.cpu_count(), load=os.getloadavg()[0], code=bench.code_version())
     return dict(setting=setting, reference=ref, runs=runs)
 
@@ -106,8 +127,8 @@ def table(result: dict) -> str:
              f"{s['users'][0]} users, {s['traj_a']:,} trajectories, {s['fixes_a']:,} fixes in the box "
              f"({s['real_points_per_traj']:.1f} per trajectory); real B {s['users'][1]} users, {s['traj_b']:,}, "
              f"{s['fixes_b']:,}. eps {s['eps']:g}, trajectory unit, mean of {len(s['seeds'])} seed(s) {s['seeds']}; "
-             f"box {s['bbox']}; roads: mob_beijing_roads() ({s['roads']:,} segments touch the box, "
-             f"OpenStreetMap 2013); code {s['code']}",
+             f"box {s['bbox']}; roads: {s.get('roads_source', '?')} ({s['roads']:,} segments touch the box); "
+             f"code {s['code']}",
              f"{'output':17s}" + "".join(f"{short:>9s}" for short, _, _ in bench.COLUMNS)]
     rows = bench.mean_rows(result)
     for row in rows:
@@ -183,13 +204,24 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=None, help="only the first USERS users of each half")
     parser.add_argument("--box", default=None, help="min_lat,min_lon,max_lat,max_lon: bbox and metrics box "
                         "(default: the demo's); e.g. Haidian's 39.95,116.28,40.02,116.36")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="writes OUT.txt, OUT.json and OUT_density.png")
+    parser.add_argument("--roads", default=None, help="an OpenStreetMap extract (.osm, .osm.gz, .osm.bz2, "
+                        ".osm.pbf) or a Parquet roads table (docs/roads.md) covering the box")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="writes OUT.txt and OUT.json")
+    parser.add_argument("--picture", action="store_true", help="also OUT_density.png (it draws the roads)")
     args = parser.parse_args()
+    if not args.roads:
+        sys.exit("roads_geolife.py: no road network given: pass --roads PATH, an OpenStreetMap extract of central "
+                 "Beijing (.osm, .osm.gz, .osm.bz2, .osm.pbf) or a Parquet roads table (docs/roads.md); "
+                 "duckmob ships no Beijing roads")
+    if not os.path.isfile(args.roads):
+        sys.exit(f"roads_geolife.py: --roads {args.roads}: no such file; pass an OpenStreetMap extract or a "
+                 "Parquet roads table")
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.box:
         BOX[:] = [float(v) for v in args.box.split(",")]     # bench.BOX is this same list
     outputs = [o for m in args.methods.split(",") for o in (m, f"{m}+roads")]
-    result = run(seeds, outputs, args.out + "_density.png", args.users)
+    picture = args.out + "_density.png" if args.picture else None
+    result = run(seeds, outputs, picture, args.users, args.roads)
     text = table(result)
     print(text)
     with open(args.out + ".txt", "w") as f:
