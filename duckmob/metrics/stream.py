@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, fields, replace
 from importlib import import_module
 from typing import Iterable, Iterator
@@ -50,6 +51,7 @@ class Folded:
 
 def _fold_batch(batch: Trajectories | Side, plan: Plan, families, name: str, anchors: bool,
                 baseline: bool) -> Folded:
+    batch = trajectories(batch)
     side = batch if isinstance(batch, Side) else Side(batch, plan.bbox, name)   # a Side: its caches are reused
     traj = side.traj
     if not anchors:
@@ -142,10 +144,11 @@ def _compare(real: Summary, synth: Summary, plan: Plan) -> list[Metric]:
 
 @dataclass
 class Read:
-    """The batches of one relation read out of core (:func:`read_table`), and after they are read, what the
-    cleaning did (``report``, summed over the buckets, with the scan's counts of dropped points)."""
+    """The buckets of one relation read out of core (:func:`read_table`; :func:`trajectories` cleans one), and
+    after they are cleaned, what the cleaning did (``report``, summed over the buckets, with the scan's counts of
+    dropped points)."""
 
-    batches: Iterator[Trajectories]
+    batches: Iterator["Raw"]
     report: CleaningReport
 
 
@@ -173,9 +176,9 @@ def read_table(cur, select: str, bbox, bucket_points: int = BUCKET_POINTS) -> Re
     return Read(_batches(cur, select, box, bucket_points, report), report)
 
 
-def _batches(cur, select: str, box: BBox, bucket_points: int, report: CleaningReport) -> Iterator[Trajectories]:
-    """:func:`read_table`'s batches, read when iterated (so two tables read on one cursor never overlap); fills
-    ``report`` as they come."""
+def _batches(cur, select: str, box: BBox, bucket_points: int, report: CleaningReport) -> Iterator["Raw"]:
+    """:func:`read_table`'s buckets (:class:`Raw`, cleaned by whoever takes them), read when iterated (so two
+    tables read on one cursor never overlap); the report is complete once every bucket is cleaned."""
     from duckmob.source.table import READ_ROWS, n_buckets, route
 
     valid = "lat BETWEEN -90 AND 90 AND lon BETWEEN -180 AND 180"
@@ -191,16 +194,39 @@ def _batches(cur, select: str, box: BBox, bucket_points: int, report: CleaningRe
     reader = cur.sql(f"SELECT traj_id, user_id, ts, lat, lon{seq}, (hash(traj_id) % {n})::BIGINT AS _bucket "
                      f"FROM ({select}) WHERE {inside}").to_arrow_reader(batch_size=READ_ROWS)
     folder = tempfile.mkdtemp(prefix="duckmob-eval-") if n > 1 else None
+    lock = threading.Lock()
     try:
         for table in route(reader, n, folder):
             if table.num_rows:
-                traj, got = from_points(table, bbox=box, outside="drop", min_points=1, time_required=False)
+                yield Raw(table, box, report, lock)
                 del table
-                _merge(report, got)
-                yield traj
     finally:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+@dataclass
+class Raw:
+    """A bucket of points as read, cleaned by :meth:`trajectories` on the thread that summarises it (the cleaning
+    sorts and gathers in NumPy, which releases the GIL, so it runs beside the next bucket's read); what the
+    cleaning did is added to ``report`` under ``lock``."""
+
+    table: object
+    box: BBox
+    report: CleaningReport
+    lock: object
+
+    def trajectories(self) -> Trajectories:
+        traj, got = from_points(self.table, bbox=self.box, outside="drop", min_points=1, time_required=False)
+        self.table = None
+        with self.lock:
+            _merge(self.report, got)
+        return traj
+
+
+def trajectories(batch) -> Trajectories | Side:
+    """A batch as :func:`fold` and :func:`duckmob.metrics.plots.passes` take it: a :class:`Raw` bucket cleaned."""
+    return batch.trajectories() if isinstance(batch, Raw) else batch
 
 
 def _merge(total: CleaningReport, part: CleaningReport) -> None:
@@ -210,4 +236,4 @@ def _merge(total: CleaningReport, part: CleaningReport) -> None:
     total.notes.extend(n for n in part.notes if n not in total.notes)
 
 
-__all__ = ["family_module", "Folded", "fold", "rows", "Read", "relation_select", "read_table", "BUCKET_POINTS"]
+__all__ = ["family_module", "Folded", "fold", "rows", "Read", "Raw", "trajectories", "relation_select", "read_table", "BUCKET_POINTS"]

@@ -60,7 +60,7 @@ def test_batches_of_whole_trajectories_give_the_in_memory_rows(con, monkeypatch)
     monkeypatch.setattr(summary, "READ_VALUES", 128)
     real, synth = tables()
     read = stream.read_table(con.cursor(), select(con, "real"), BBOX, bucket_points=150)
-    batches = list(read.batches)
+    batches = [stream.trajectories(raw) for raw in read.batches]
     assert len(batches) >= 5 and sum(b.n_trajectories for b in batches) == 150
     assert len(set().union(*(set(b.traj_id.tolist()) for b in batches))) == 150   # whole trajectories
     expected = evaluate(real, synth, BBOX, w=W, seed=3)
