@@ -57,13 +57,13 @@ def passes(batches, bbox, w: int) -> Passes:
     """:class:`Passes` of a table given as batches of whole trajectories (:class:`Side` or Trajectories): a
     trajectory's route passes are its own, so the sums over batches are the table's
     (:func:`duckmob.metrics.fine.route_density`)."""
-    from duckmob.metrics.stream import trajectories
     from duckmob.source.batches import in_threads
 
     box = BBox.of(bbox)
 
     def one(batch) -> tuple[int, np.ndarray]:
-        batch = trajectories(batch)   # a bucket read out of core is cleaned here, on the worker thread
+        if hasattr(batch, "trajectories"):   # a bucket read out of core (metrics.stream.Raw): cleaned on this thread
+            batch = batch.trajectories()
         side = batch if isinstance(batch, Side) else Side(batch, box)
         return side.n, route_density(side, w)
 
