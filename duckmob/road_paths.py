@@ -235,17 +235,20 @@ class HashTable:
         """``(slot, found)`` of each key: its slot (meaningless where not found) and whether it is there."""
         key = np.asarray(key, dtype=np.int64).ravel()
         valid = (key >= 0) & (key < self.bound)
-        want = np.where(valid, key, 0).astype(self.slots.dtype)
+        want = key.astype(self.slots.dtype)
+        if not valid.all():
+            want[~valid] = self.empty            # sought as the empty mark: never found
         slot = self.first_slot(want)
-        found = np.zeros(len(key), bool)
-        todo = np.flatnonzero(valid)
+        got = self.slots[slot]                   # the first probe, over every key at once
+        found = (got == want) & valid
+        todo = np.flatnonzero(~found & (got != self.empty) & valid)
         mask = (1 << self.bits) - 1
         while len(todo):
+            slot[todo] = (slot[todo] + 1) & mask
             got = self.slots[slot[todo]]
             hit = got == want[todo]
             found[todo[hit]] = True
             todo = todo[~hit & (got != self.empty)]
-            slot[todo] = (slot[todo] + 1) & mask
         return slot, found
 
 
