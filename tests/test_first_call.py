@@ -1,6 +1,7 @@
 """A first release scans its table once (issue 42, item 1): the content version that the repeated-request cache
-keeps is computed by the fit's own scan (source.table.read_points with on_version), equal to the version a later
-request computes on its own (source.table.content_version); a first request computes none of its own."""
+keeps is computed by the fit's own scan over the rows it keeps (source.table.read_points with on_version), equal
+to the version a later request computes on its own (source.table.content_version through the same point filter);
+a first request computes none of its own."""
 
 import tempfile
 
@@ -8,7 +9,7 @@ import duckdb
 import pytest
 
 import duckmob
-from duckmob.release import inputs
+from duckmob.release import inputs, tables
 from duckmob.source import table as stream
 from duckmob.source.schema import select_sql
 
@@ -44,10 +45,11 @@ def test_the_scan_gives_the_content_version_and_the_same_buckets(points, bucket_
                                                             bucket_points)
     for x, y in zip(plain, versioned):
         assert x.schema == y.schema and x.equals(y)       # the same points, in the same order
-    n = points.sql("SELECT count(*) FROM t").fetchall()[0][0]
-    kept = points.sql(f"SELECT count(*) FROM ({query}) WHERE {stream.point_filter(BBOX, False)}").fetchall()[0][0]
-    assert got == [stream.content_version(points, query)] and got[0][0] == n
-    assert sum(t.num_rows for t in plain) == kept <= n - 3
+    where = stream.point_filter(BBOX, False)
+    kept = points.sql(f"SELECT count(*) FROM ({query}) WHERE {where}").fetchall()[0][0]
+    assert got == [stream.content_version(points, query, where)] and got[0][0] == kept
+    assert sum(t.num_rows for t in plain) == kept <= points.sql("SELECT count(*) FROM t").fetchall()[0][0] - 3
+    assert stream.content_version(points, query) != got[0]   # all rows: another version
 
 
 @pytest.fixture
@@ -62,8 +64,9 @@ def con():
 
 def test_a_first_synthesize_scans_no_version_and_a_repeat_is_one_release(con, monkeypatch):
     calls = []
-    version = inputs.content_version
-    monkeypatch.setattr(inputs, "content_version", lambda *a: calls.append(1) or version(*a))
+    version = stream.content_version
+    for module in (inputs, tables):   # a relation's version, whole or through the release's point filter
+        monkeypatch.setattr(module, "content_version", lambda *a: calls.append(1) or version(*a))
     query = f"FROM synthesize('trips', eps := 1.0, bbox := {BBOX}, n := 20, seed := 4)"
     first = con.sql(query).fetchall()
     assert calls == [] and len(con.sql("FROM mob_ledger()").fetchall()) == 1
@@ -72,4 +75,7 @@ def test_a_first_synthesize_scans_no_version_and_a_repeat_is_one_release(con, mo
     con.execute("UPDATE trips SET lat = lat + 1e-6 WHERE traj_id = (SELECT min(traj_id) FROM trips)")
     changed = con.sql(query).fetchall()                             # other rows: a new release
     assert len(con.sql("FROM mob_ledger()").fetchall()) == 2
+    assert con.sql(query).fetchall() == changed and len(con.sql("FROM mob_ledger()").fetchall()) == 2
+    # a row the release's point filter drops (outside the bbox) changes nothing it reads: the same release
+    con.execute("INSERT INTO trips (traj_id, user_id, ts, lat, lon) VALUES (1, 1, TIMESTAMP '2008-01-01', 10, 10)")
     assert con.sql(query).fetchall() == changed and len(con.sql("FROM mob_ledger()").fetchall()) == 2

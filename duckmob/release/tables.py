@@ -28,7 +28,7 @@ from duckmob.release.inputs import Gathered, Input, Relation, check_shadowing, g
 from duckmob.release.protocol import read_ledger, set_budget as declare
 from duckmob.release.registry import Database
 from duckmob.source import lineage
-from duckmob.source.table import TableSource
+from duckmob.source.table import TableSource, content_version
 from duckmob.synth import store
 
 
@@ -71,8 +71,8 @@ def synthesize(db: Database, inp: Input, args: fitting.FitArgs) -> sampling.Outp
         r = _fit_request(db, inp, args)
         key = _key("synthesize", inp, {**asdict(args), **(fitting.roads_record(r) or {})}, versioned=False)
         kept = None if key is None else db.recent.get(key)   # kept beside the version of the rows it read
-        version = None if kept is None else inp.version()    # a first request scans nothing for it
-        hit = kept[1] if kept is not None and list(kept[0]) == list(version) and _verified(db) else None
+        version = None if kept is None else _version(inp, kept[0][0])   # a first request scans nothing for it
+        hit = kept[1] if kept is not None and kept[0] == version and _verified(db) else None
         if hit is None:
             model, ledger_id, noise, version = _fit_versioned(db, r, inp, key is not None, version)
             seed = noise.output_seed()
@@ -95,18 +95,30 @@ def _verified(db: Database) -> bool:
     return True
 
 
+def _version(inp: Input, where: str | None) -> tuple:
+    """``(where, content version)`` of the rows ``inp`` gives now: a relation's rows that pass ``where`` (the point
+    filter its kept release read through), or gathered rows' (``where`` None: all of them)."""
+    if where is None or not isinstance(inp, Relation):
+        return None, tuple(inp.version())
+    return where, tuple(content_version(inp.con, inp.select, where))
+
+
 def _fit_versioned(db: Database, r: fitting.FitRequest, inp: Input, versioned: bool, version=None):
-    """:func:`fitting.fit` on ``inp``'s points, and the content version of the rows it read when ``versioned``
-    (else None): a relation's computed by the fit's own scan (``TableSource.track_version``: exactly the rows
-    read, no second scan); gathered rows' in memory before the fit (``version``, when the caller has it already)."""
-    if versioned and version is None and not isinstance(inp, Relation):
-        version = inp.version()
+    """:func:`fitting.fit` on ``inp``'s points, and the version of the rows it read (:func:`_version`) when
+    ``versioned`` (else None): a relation's computed by the fit's own scan over the rows it keeps
+    (``TableSource.track_version``: no second scan; the release is a function of those rows alone, so rows its
+    point filter drops need no version); gathered rows' in memory before the fit (``version``, when the caller has
+    it already)."""
+    if versioned and (version is None or version[0] is not None) and not isinstance(inp, Relation):
+        version = _version(inp, None)
     points = inp.points()
     scanned = versioned and isinstance(points, TableSource)
     if scanned:
         points.track_version()
     model, ledger_id, noise = fitting.fit(db, r, points)
-    return model, ledger_id, noise, (points.version if scanned else version if versioned else None)
+    if scanned:
+        return model, ledger_id, noise, (points.where, tuple(points.version)) if points.version else None
+    return model, ledger_id, noise, version if versioned else None
 
 
 def cache_on() -> bool:

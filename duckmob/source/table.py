@@ -77,22 +77,18 @@ def route(reader: pa.RecordBatchReader, n: int, folder: str | None,
     bucket the reader is read whole, otherwise each bucket goes to an IPC file in ``folder`` and is yielded (then
     deleted) one at a time.
 
-    With ``on_version`` the reader also has every row of the relation, each with its ``_row_hash`` and ``_keep``
-    (the point filter): the rows not kept are not routed, and ``on_version`` gets the relation's
-    :func:`content_version` (the row count and the sum of the row hashes) once the scan is over, before the first
-    bucket is yielded. Routing runs on a thread while DuckDB makes the next record batch (one batch at a time, in
-    order: each bucket keeps table order)."""
-    extra = ["_bucket", "_row_hash", "_keep"] if on_version is not None else ["_bucket"]
-    names = [f.name for f in reader.schema if f.name not in extra]
+    With ``on_version`` every row also has its ``_row_hash`` (dropped), and ``on_version`` gets the count of the
+    rows and the sum of their hashes (:func:`content_version` of what the reader gives) once the scan is over,
+    before the first bucket is yielded. Routing runs on a thread while DuckDB makes the next record batch (one
+    batch at a time, in order: each bucket keeps table order)."""
+    names = [f.name for f in reader.schema if f.name not in ("_bucket", "_row_hash")]
     version = _Version()
     if n == 1:
         table = reader.read_all()
-        if on_version is None:
-            yield table.select(names)
-            return
-        version.add(table)
-        on_version(version.value())
-        yield table.filter(_kept(table)).select(names)
+        if on_version is not None:
+            version.add(table)
+            on_version(version.value())
+        yield table.select(names)
         return
     schema = pa.schema([reader.schema.field(c) for c in names])
     paths = [os.path.join(folder, f"raw-{i}.arrow") for i in range(n)]
@@ -100,14 +96,13 @@ def route(reader: pa.RecordBatchReader, n: int, folder: str | None,
     writers = [pa.ipc.new_file(s, schema) for s in sinks]
 
     def one(batch: pa.RecordBatch) -> None:
-        b = batch.column("_bucket").to_numpy(zero_copy_only=False)
         if on_version is not None:
             version.add(batch)
-            b = np.where(_kept(batch).to_numpy(zero_copy_only=False), b, n)   # not kept: past the last bucket
+        b = batch.column("_bucket").to_numpy(zero_copy_only=False)
         # stable: each bucket keeps table order (a stable order is unique; on 16-bit keys NumPy's is a radix sort)
-        order = np.argsort(b.astype(np.int16) if n < np.iinfo(np.int16).max else b, kind="stable")
-        counts = np.bincount(b, minlength=n + 1)[:n]
-        routed = batch.select(names).take(pa.array(order[:int(counts.sum())]))
+        order = np.argsort(b.astype(np.int16) if n <= np.iinfo(np.int16).max else b, kind="stable")
+        counts = np.bincount(b, minlength=n)
+        routed = batch.select(names).take(pa.array(order))
         start = 0
         for i in np.flatnonzero(counts):
             writers[i].write_batch(routed.slice(start, int(counts[i])))
@@ -159,12 +154,6 @@ class _Version:
         return self.n, self.total
 
 
-def _kept(batch) -> pa.Array:
-    """The ``_keep`` column as a mask (a NULL filter value is not kept, as in WHERE)."""
-    keep = batch.column("_keep")
-    return pc.fill_null(keep.combine_chunks() if isinstance(keep, pa.ChunkedArray) else keep, False)
-
-
 def read_points(cur, query: str, *, bucket_points: int = BUCKET_POINTS, folder: str | None = None,
                 bbox=None, time_required: bool = False,
                 on_version: Callable[[tuple[int, int]], None] | None = None) -> Iterator[pa.Table]:
@@ -178,21 +167,19 @@ def read_points(cur, query: str, *, bucket_points: int = BUCKET_POINTS, folder: 
     The scan already drops the points that ``from_points(private=True)`` drops one by one before anything else
     (:func:`point_filter`), so they are neither routed nor written; the cleaning that follows is unchanged.
 
-    ``on_version``: called with the :func:`content_version` of ``query`` computed in the same scan (every row is
-    then read, with its hash; the filter is applied while routing), so a release that needs the version of what
-    it read (the repeated-request cache, :mod:`duckmob.release.tables`) needs no second scan. Never released."""
+    ``on_version``: called with ``content_version(cur, query, where=point_filter(bbox, time_required))``, the
+    version of the rows this scan keeps, computed in the same scan (a hash per row), so a release that needs the
+    version of what it read (the repeated-request cache, :mod:`duckmob.release.tables`) needs no second scan.
+    Never released."""
     n_rows, n_ts = cur.sql(f"SELECT count(*), count(ts) FROM ({query})").fetchall()[0]
     n = n_buckets(int(n_rows), bucket_points)
     if n > 1 and folder is None:
         raise ValueError("several buckets need a folder")
     seq = ", seq" if n_ts < n_rows else ""
-    bucket = f"(hash(traj_id) % {n})::{'SMALLINT' if n < np.iinfo(np.int16).max else 'BIGINT'} AS _bucket"
-    where = point_filter(bbox, time_required)
-    if on_version is None:
-        sql = f"SELECT traj_id, user_id, ts, lat, lon{seq}, {bucket} FROM ({query}) WHERE {where}"
-    else:
-        sql = (f"SELECT traj_id, user_id, ts, lat, lon{seq}, {bucket}, hash(q) AS _row_hash, ({where}) AS _keep "
-               f"FROM ({query}) q")
+    bucket = f"(hash(traj_id) % {n})::{'SMALLINT' if n <= np.iinfo(np.int16).max else 'BIGINT'} AS _bucket"
+    row_hash = ", hash(q) AS _row_hash" if on_version is not None else ""
+    sql = (f"SELECT traj_id, user_id, ts, lat, lon{seq}, {bucket}{row_hash} FROM ({query}) q "
+           f"WHERE {point_filter(bbox, time_required)}")
     yield from route(cur.sql(sql).to_arrow_reader(batch_size=READ_ROWS), n, folder, on_version)
 
 
@@ -228,11 +215,13 @@ class TableSource(PointSource):
         self.folder: str | None = None
         self.versioned = False
         self.version: tuple[int, int] | None = None
+        self.where = "TRUE"
 
     def track_version(self) -> None:
-        """Compute the :func:`content_version` of the rows in the scan that reads them (:func:`read_points`):
-        :attr:`version` is set once they are read. For the repeated-request cache of a first release, which then
-        needs no scan of its own."""
+        """Compute the :func:`content_version` of the rows read in the scan that reads them (:func:`read_points`):
+        :attr:`version` is set once they are read, ``content_version(con, query, where)`` with :attr:`where` the
+        point filter applied. For the repeated-request cache of a first release, which then needs no scan of its
+        own."""
         self.versioned = True
 
     def _set_version(self, version: tuple[int, int]) -> None:
@@ -245,6 +234,7 @@ class TableSource(PointSource):
     def open(self, *, bbox=None, time_required: bool = False) -> Iterator[pa.Table]:
         self.folder = tempfile.mkdtemp(prefix="duckmob-")
         _FOLDERS.add(self.folder)
+        self.where = point_filter(bbox, time_required)   # the rows :attr:`version` counts
         return read_points(self.con, self.query, bucket_points=self.bucket_points or BUCKET_POINTS,
                            folder=self.folder, bbox=bbox, time_required=time_required,
                            on_version=self._set_version if self.versioned else None)
@@ -276,14 +266,17 @@ def _remove_folders() -> None:
 
 # -- what a release would read, as a version ---------------------------------------------------------------------
 
-def content_version(cur, select: str) -> tuple[int, int]:
+def content_version(cur, select: str, where: str = "TRUE") -> tuple[int, int]:
     """A version of the rows ``select`` gives (the contract's columns of a relation, as a release reads them):
     (row count, sum of DuckDB's row hashes). Order-free, and changed by any write to what the release reads (a DROP
     and CREATE, INSERT, DELETE, UPDATE; another connection's temporary table of the same name with other rows),
     barring a 2^-64 collision. It only decides whether a repeated request is the same release
     (:mod:`duckmob.release.tables`): it is never released, and a changed table always gets a new, charged release.
-    One scan with a hash per row (15 M points: about 0.4 s)."""
-    n, total = cur.sql(f"SELECT count(*), coalesce(sum(hash(q)::HUGEINT), 0) FROM ({select}) q").fetchall()[0]
+    One scan with a hash per row (15 M points: about 0.4 s). ``where``: only the rows it keeps (the point filter
+    of a release whose output depends on those rows alone, :func:`point_filter`); a first release gets that
+    version from the scan that reads its rows (:func:`read_points` with ``on_version``)."""
+    n, total = cur.sql(f"SELECT count(*), coalesce(sum(hash(q)::HUGEINT), 0) FROM ({select}) q "
+                       f"WHERE {where}").fetchall()[0]
     return int(n), int(total)
 
 
