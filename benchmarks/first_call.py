@@ -17,7 +17,7 @@ imports included); CPU is the child's user + system time. Each pair prints both 
 average just before it; the end prints the medians and the median of the per-pair ratios. The machine is shared:
 read the ratio of a pair, measured side by side, not a time alone. ``--compare DIR`` also runs the synthesize
 command with another checkout's duckmob (DIR: its root, e.g. ``git worktree add DIR <commit>``) in each round,
-right after this one's: a before / after in the same run.
+right after this one's (before it in every other round): a before / after in the same run.
 """
 
 from __future__ import annotations
@@ -119,7 +119,11 @@ def main(argv=None) -> None:
     for i in range(a.pairs):
         before = load()
         s_wall, s_cpu, _ = run(sql)
+        if a.compare and i % 2:   # every other round the other tree first: neither gains from going second
+            other = run(synth, os.path.abspath(a.compare))
         p_wall, p_cpu, rows = run(synth)
+        if a.compare and not i % 2:
+            other = run(synth, os.path.abspath(a.compare))
         sqls.append(s_wall)
         synths.append(p_wall)
         ratios.append(p_wall / s_wall)
@@ -127,7 +131,7 @@ def main(argv=None) -> None:
                      f"{p_wall / s_wall:>7.1f}x / {p_cpu / s_cpu:.1f}x   ({rows} rows)")
         print(lines[-1], flush=True)
         if a.compare:
-            o_wall, o_cpu, o_rows = run(synth, os.path.abspath(a.compare))
+            o_wall, o_cpu, o_rows = other
             others.append(o_wall / s_wall)
             lines.append(f"{'':>4} {'':>5} {'':>15} {o_wall:>13.2f} / {o_cpu:<6.2f} {o_wall / s_wall:>7.1f}x / "
                          f"{o_cpu / s_cpu:.1f}x   ({o_rows} rows; --compare {a.compare})")
