@@ -13,7 +13,8 @@ benchmarks/scale.py builds: ``DIR/points_<n>.parquet``, made here if missing):
   planning, the statistics stage, the first block's route tables and the sampling all count).
 
 Each time is the wall time from starting the process to its exit, as the parent sees it (interpreter start and
-imports included); CPU is the child's user + system time. Each pair prints both times, the ratio and the load
+imports included; each tree's .pyc files are written once before, uncounted, as an installed package has them);
+CPU is the child's user + system time. Each pair prints both times, the ratio and the load
 average just before it; the end prints the medians and the median of the per-pair ratios. The machine is shared:
 read the ratio of a pair, measured side by side, not a time alone. ``--compare DIR`` also runs the synthesize
 command with another checkout's duckmob (DIR: its root, e.g. ``git worktree add DIR <commit>``) in each round,
