@@ -46,6 +46,8 @@ def _fit_request(db: Database, inp: Input, args: fitting.FitArgs) -> fitting.Fit
         with inp.roads_connection(db) as con:
             r = with_roads(db, con, r, inp.sensitive)
         r = replace(r, on_roads=_kept(db, r.on_roads))
+        # the fit matches fixes on the kept network too (same digest, same rows), whose snapping tables exist
+        r.synthesizer.roads = r.on_roads
     _needs_user_column(inp.has_user, r.unit, inp.relation)
     return r
 
