@@ -15,7 +15,7 @@ import json
 
 import pyarrow as pa
 
-from duckmob.sql.udf import POINTS_TYPE, Request, Udf, one_row, points
+from duckmob.sql.udf import POINTS_TYPE, Request, Udf, one_row, points, resolving
 
 METRIC_ROW = ("STRUCT(exact_not_private BOOLEAN, metric VARCHAR, value DOUBLE, reference DOUBLE, baseline DOUBLE, "
               "lower_is_better BOOLEAN, source VARCHAR, description VARCHAR)[]")
@@ -65,15 +65,7 @@ def _evaluate(con):
 
 def _cursor(con, r: dict):
     """A cursor of ``con`` that resolves names as the caller does (its database and schema)."""
-    from duckmob.source.schema import quote
-
-    cur = con.cursor()
-    try:
-        cur.execute(f"USE {quote(r['database'])}.{quote(r['schema'])}")
-    except Exception:
-        cur.close()
-        raise
-    return cur
+    return resolving(con.cursor(), r["database"], r["schema"])
 
 
 def _select(cur, r: dict, name: str, gathered) -> str:

@@ -24,8 +24,8 @@ from duckmob.errors import DuckmobError
 from duckmob.privacy import ledger
 from duckmob.release import shown, tables
 from duckmob.release.counting import CountArgs, TransitionArgs
-from duckmob.source.schema import Mapping, quote
-from duckmob.sql.udf import Request, Udf, one_row, points
+from duckmob.source.schema import Mapping
+from duckmob.sql.udf import Request, Udf, one_row, points, resolving
 
 _BUDGET_ROW = "STRUCT(source VARCHAR, eps DOUBLE, delta DOUBLE, spent DOUBLE, remaining DOUBLE)[]"
 _TRANSITION_ROW = "STRUCT(prev_state BIGINT, from_state BIGINT, to_state BIGINT, count DOUBLE)[]"
@@ -84,13 +84,7 @@ def caller(value: dict) -> dict:
 def core_cursor(db, facts: dict):
     """A cursor of the release core's connection that resolves names as the caller does (its database and schema):
     it sees committed tables and views, not the caller's temporary objects (checked by the caller's facts)."""
-    cur = db.cursor()
-    try:
-        cur.execute(f"USE {quote(facts['database'])}.{quote(facts['schema'])}")
-    except Exception:
-        cur.close()
-        raise
-    return cur
+    return resolving(db.cursor(), facts["database"], facts["schema"])
 
 
 def readable(db, facts: dict) -> bool:

@@ -105,3 +105,14 @@ def one_row(table: pa.Table | pa.StructArray) -> pa.ListArray:
     else:
         struct = table
     return pa.ListArray.from_arrays(pa.array([0, len(struct)], pa.int32()), struct)
+
+
+def resolving(cur, database: str, schema: str):
+    """``cur`` (a fresh cursor) set to resolve names as the caller does, in its ``database`` and ``schema``; closed
+    when that fails."""
+    try:
+        cur.execute(f"USE {quote(database)}.{quote(schema)}")
+    except Exception:
+        cur.close()
+        raise
+    return cur
