@@ -51,6 +51,20 @@ SAMPLE_N = 300_000
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Disk a size needs, in bytes a fix, measured at 1 B fixes (docs/scale.md): the generated points as Parquet (14),
+# and at the peak of a release the raw buckets its scan writes under TMPDIR (32; the cleaned ones, 18.5, replace them
+# one by one, and are deleted before the output is written, which takes about 10).
+POINTS_BYTES = 15
+BUCKET_BYTES = 34
+
+
+def disk_needed_gb(size: int, folder: str) -> float:
+    """Disk (GB) the cases of ``size`` fixes need at their peak: the buckets, and the points unless generated
+    already (assumes TMPDIR on the same disk as ``folder``)."""
+    made = os.path.exists(os.path.join(folder, f"points_{size}.parquet"))
+    return size * (BUCKET_BYTES + (0 if made else POINTS_BYTES)) / 1e9
+
+
 def generate(folder: str, n: int, source: str, cells_too: bool = True) -> tuple[str, str]:
     """``DIR/points_<n>.parquet`` and ``DIR/cells_<n>.parquet`` (made once; the cells only with ``cells_too``)."""
     import duckdb
@@ -263,8 +277,10 @@ def main(argv=None) -> None:
     free_gb = shutil.disk_usage(a.dir).free / 1e9
     rows = []
     for size in [int(float(s)) for s in a.sizes.split(",")]:
-        if size * 40 / 1e9 > free_gb / 2:   # Parquet ~ 15-20 bytes a fix; keep half the disk free
-            print(f"skipping {size:,} fixes: {free_gb:.0f} GB free in {a.dir}", file=sys.stderr)
+        need_gb = disk_needed_gb(size, a.dir)
+        if need_gb > 0.9 * free_gb:
+            print(f"skipping {size:,} fixes: they need about {need_gb:.0f} GB of disk, {free_gb:.0f} GB free in "
+                  f"{a.dir} (the temporary buckets go to TMPDIR: see disk_needed_gb)", file=sys.stderr)
             continue
         t = time.perf_counter()
         # in a subprocess, so its memory is not counted in the cases' (forked from this process)
