@@ -176,6 +176,29 @@ def replicated(table, copies: int, trips: int):
     return pa.concat_tables(parts)
 
 
+def release_db(real_a):
+    """A fresh duckmob connection holding ``real_a`` (an Arrow table) as table real_a, with a budget large enough for
+    every release of a run, and the shipped SF roads as table roads."""
+    import duckmob
+
+    con = duckmob.connect()
+    con.register("a_arrow", real_a)
+    con.execute("CREATE TABLE real_a AS FROM a_arrow")
+    con.unregister("a_arrow")
+    con.execute("CREATE TABLE roads AS FROM mob_sf_roads()")
+    con.execute("FROM mob_set_budget('real_a', eps := 1000, delta := 0.001)").fetchall()
+    return con
+
+
+def save(text: str, result: dict, out: str) -> None:
+    """Print a run's table and write it to ``OUT.txt``, its figures to ``OUT.json``."""
+    print(text)
+    with open(out + ".txt", "w") as f:
+        f.write(text + "\n")
+    with open(out + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+
+
 def run(trips: int, seeds: list[int], outputs: list[str], picture: str | None, gap_s=(30.0, 60.0),
         copies: int = 1) -> dict:
     import duckmob
@@ -189,12 +212,7 @@ def run(trips: int, seeds: list[int], outputs: list[str], picture: str | None, g
     sim_s = time.perf_counter() - t0
     print(f"simulated 2 x {trips:,} trips in {sim_s:.1f} s: {real_a.num_rows:,} and {real_b.num_rows:,} fixes",
           flush=True)
-    con = duckmob.connect()
-    con.register("a_arrow", real_a)
-    con.execute("CREATE TABLE real_a AS FROM a_arrow")
-    con.unregister("a_arrow")
-    con.execute("CREATE TABLE roads AS FROM mob_sf_roads()")
-    con.execute("FROM mob_set_budget('real_a', eps := 1000, delta := 0.001)").fetchall()
+    con = release_db(real_a)
     roads = city.roads
     a = Side.of(real_a, "ts")
     b = Side.of(real_b, "ts")
@@ -351,12 +369,7 @@ def main() -> None:
         outputs += [m] if args.no_roads else [m, f"{m}+roads"]
     outputs += [v for v in args.variants.split(",") if v]
     result = run(args.trips, seeds, outputs, args.out + "_density.png", gap_s, args.copies)
-    text = table(result)
-    print(text)
-    with open(args.out + ".txt", "w") as f:
-        f.write(text + "\n")
-    with open(args.out + ".json", "w") as f:
-        json.dump(result, f, indent=1)
+    save(table(result), result, args.out)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ the roads, points per trajectory, length, trip and detour).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -222,12 +221,7 @@ def main() -> None:
     outputs = [o for m in args.methods.split(",") for o in (m, f"{m}+roads")]
     picture = args.out + "_density.png" if args.picture else None
     result = run(seeds, outputs, picture, args.users, args.roads)
-    text = table(result)
-    print(text)
-    with open(args.out + ".txt", "w") as f:
-        f.write(text + "\n")
-    with open(args.out + ".json", "w") as f:
-        json.dump(result, f, indent=1)
+    bench.save(table(result), result, args.out)
 
 
 if __name__ == "__main__":

@@ -80,12 +80,9 @@ def main() -> None:
     table = real_table(args.trips, args.table)
     n = int(np.unique(table.column("traj_id").to_numpy()).size)
     print(f"{table.num_rows:,} fixes of {n:,} simulated trips; {load()}", flush=True)
-    con = duckmob.connect()
-    con.register("a_arrow", table)
-    con.execute("CREATE TABLE real_a AS FROM a_arrow")
-    con.unregister("a_arrow")
-    con.execute("CREATE TABLE roads AS FROM mob_sf_roads()")
-    con.execute("FROM mob_set_budget('real_a', eps := 1000, delta := 0.001)").fetchall()
+    from roads import release_db
+
+    con = release_db(table)
     duckmob.synthesize(con, "real_a", EPS, "privtrace", bbox=BOX, seed=10**6, n=10)      # imports, untimed
     print(f"{'seed':>6s} {'without s':>10s} {'with s':>8s} {'ratio':>6s} {'without cpu':>12s} {'with cpu':>9s} "
           f"{'ratio':>6s} {'rows':>6s} {'rows with roads':>16s}", flush=True)
