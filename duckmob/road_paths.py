@@ -630,6 +630,23 @@ def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M) -> tuple[np.nda
     return out_lat, out_lon
 
 
+def leg_chains(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M):
+    """The road path between each trajectory's consecutive positions ``(seg, t)`` (ragged ``offsets``), as the
+    stretches of chain it runs along in order: ``(point, chain, from, to)``, ``point`` the index of the leg's first
+    position, ``from`` / ``to`` offsets on ``chain`` (chain -1: no road path within ``limit_m``, a straight jump).
+    The shortest paths of :func:`walk`; a function of the positions and the public roads only."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    seg, t = np.asarray(seg, dtype=np.int64), np.asarray(t, dtype=np.float64)
+    counts = np.diff(offsets)
+    traj = np.repeat(np.arange(len(counts)), counts)
+    a = np.flatnonzero(traj[:-1] == traj[1:])
+    graph, ch = roads.graph, chains_of(roads)
+    pc, po = ch.position(graph, seg, t)
+    legs = _Legs.of(ch, pc[a], po[a], pc[a + 1], po[a + 1], limit_m)
+    pair, chain, o0, o1 = _pieces_of(ch, legs, limit_m)
+    return a[pair], chain, o0, o1
+
+
 def _pieces_of(ch: Chains, legs: _Legs, limit_m: float):
     """The pieces of chain each pair's road path runs along, in order: ``(pair, chain, from, to)`` offsets on the
     chain (chain -1: a straight jump, for a pair with no road path within ``limit_m``)."""
@@ -669,4 +686,5 @@ def _pieces_of(ch: Chains, legs: _Legs, limit_m: float):
             np.concatenate([p[3] for p in parts])[order], np.concatenate([p[4] for p in parts])[order])
 
 
-__all__ = ["Chains", "build_chains", "chains_of", "network_distance", "node_distances", "node_paths", "route", "walk"]
+__all__ = ["Chains", "build_chains", "chains_of", "leg_chains", "network_distance", "node_distances", "node_paths",
+           "route", "walk"]
