@@ -536,7 +536,7 @@ ROUTE_LIMIT_M = 1_000.0
 
 
 def route(placer, offsets, lat, lon, rng: np.random.Generator, candidates: int = ROUTE_CANDIDATES,
-          sweeps: int = ROUTE_SWEEPS, detour_m: float = ROUTE_DETOUR_M, limit_m: float = ROUTE_LIMIT_M):
+          sweeps: int = ROUTE_SWEEPS, detour_m: float = ROUTE_DETOUR_M, limit_m: float = ROUTE_LIMIT_M, link=None):
     """Positions ``(segment, t)`` on the placer's roads for the points of trajectories ``offsets`` (ragged), so
     that consecutive points are joined by short road paths.
 
@@ -546,8 +546,10 @@ def route(placer, offsets, lat, lon, rng: np.random.Generator, candidates: int =
     it chooses, so a sweep is vectorised over all its points), each point takes one of its candidates with
     probability proportional to ``exp(-detour / detour_m)``: the road distance to its neighbours' positions
     (:func:`network_distance`, searched up to ``limit_m``; beyond, ``limit_m``) less the straight one, summed over
-    both neighbours. Post-processing of the released model and the public roads; the draws use ``rng`` (under a
-    seed, the same positions)."""
+    both neighbours. ``link`` (optional; :class:`duckmob.road_flows.FlowLink`): a log-weight of each move from one
+    segment to the next, added to each candidate's (times ``exp``) for the move from the point before and the
+    move to the point after. Post-processing of the released model and the public roads; the draws use ``rng``
+    (under a seed, the same positions)."""
     lat = np.asarray(lat, dtype=np.float64).ravel()
     lon = np.asarray(lon, dtype=np.float64).ravel()
     offsets = np.asarray(offsets, dtype=np.int64)
@@ -574,6 +576,10 @@ def route(placer, offsets, lat, lon, rng: np.random.Generator, candidates: int =
                                 co[mine].ravel(), limit_m).dist.reshape(-1, c)
                 straight = np.hypot(cx[mine] - cx[nb, pick][:, None], cy[mine] - cy[nb, pick][:, None])
                 cost[has] += np.minimum(road - straight, limit_m)
+                if link is not None:
+                    theirs = np.broadcast_to(cand_seg[nb, pick][:, None], (len(mine), c))
+                    moves = link(theirs, cand_seg[mine]) if step < 0 else link(cand_seg[mine], theirs)
+                    cost[has] -= float(detour_m) * moves
             w = np.exp(-(cost - cost.min(axis=1, keepdims=True)) / float(detour_m))
             cum = np.cumsum(w, axis=1)
             u = rng.random(len(sel)) * cum[:, -1]
