@@ -20,9 +20,14 @@ Choices made here:
   > 0 is found by bisection (trips are more local); if they would be shorter — real trips are longer than
   shortest paths (detours, stops, GPS wander) — the harmonic-mean length of the trips from i to j is taken as
   l_ij + c with one constant c >= 0 (the "detour") that meets the total. A fixed ``decay`` can be given
-  instead. Cost: O(|I| |J|) memory, a few hundred matrix-vector products, where I, J are the states with
-  positive b and q; no generic convex solver, no all-pairs Dijkstra (one BFS per state in I on the sparse
-  neighbour graph).
+  instead. Cost: a few hundred matrix-vector products, where I, J are the states with positive b and q; no
+  generic convex solver, no all-pairs Dijkstra (one BFS per state in I on the sparse neighbour graph).
+* Memory: the one |I| x |J| table held is the hop counts, in the smallest unsigned integer type that holds a
+  bound on them (uint16 for up to 65,535 states, often less). As l_ij takes few values, the kernel is a short
+  lookup table indexed by hops; the kernel, l and u exist only a block at a time (``block`` entries, 1 MB of
+  float64 by default; blocks of columns, as the table is stored column by column) inside each Sinkhorn pass and
+  each sum, and the BFS keeps a block of sources at a time. When one block covers the table the arithmetic is
+  the whole-table one, bit for bit.
 * Kept because it is the paper's method and corrects b where long trips start in particular places (on GeoLife
   it is about as far from the true start distribution as b itself: docs/methods/privtrace.md).
 * N is a noisy trajectory count. Everything here is post-processing of DP outputs.
@@ -32,34 +37,117 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
+from scipy.sparse.csgraph import connected_components, shortest_path
+
+BLOCK = 1 << 17          # table entries in one block (1 MB of float64: a kernel block stays in cache)
+BFS_BLOCK = 1 << 22      # BFS distances held at once, (sources in the block) x m (32 MB of float64)
 
 
-def hop_distances(offsets: np.ndarray, dst: np.ndarray, sources: np.ndarray) -> np.ndarray:
-    """Unweighted shortest-path hop counts from each of ``sources`` to every state: ``(len(sources), m)``."""
+def _graph(offsets: np.ndarray, dst: np.ndarray) -> csr_matrix:
     m = len(offsets) - 1
-    graph = csr_matrix((np.ones(len(dst)), dst, offsets), shape=(m, m))
+    return csr_matrix((np.ones(len(dst)), dst, offsets), shape=(m, m))
+
+
+def _bfs(graph: csr_matrix, sources: np.ndarray) -> np.ndarray:
     return shortest_path(graph, method="D", directed=False, unweighted=True, indices=np.asarray(sources))
 
 
-def _sinkhorn(G, b, q, x, y, iters: int, tol: float):
+def hop_distances(offsets: np.ndarray, dst: np.ndarray, sources: np.ndarray) -> np.ndarray:
+    """Unweighted shortest-path hop counts from each of ``sources`` to every state: ``(len(sources), m)`` float64
+    (inf where unreachable). Dense: for many sources on a large model use :func:`hop_table`."""
+    return _bfs(_graph(offsets, dst), sources)
+
+
+def hop_table(offsets: np.ndarray, dst: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+              block: int = BFS_BLOCK) -> np.ndarray:
+    """Hop counts from each state of ``rows`` to each of ``cols``, ``(len(rows), len(cols))`` stored column by
+    column (Fortran order, the layout ``hop_distances(...)[:, cols]`` has), in the smallest unsigned integer type
+    that holds a bound on them: 2 x (eccentricity of the first row's state) + 1 on a connected graph, else the
+    number of states m. A pair with no path (a disconnected graph) gets one more than the largest finite count
+    of the table, as :func:`trip_distribution` has always read it. The BFS runs ``block // m`` sources at a
+    time, so its float64 distances never exceed ``block`` entries."""
+    graph = _graph(offsets, dst)
+    m = graph.shape[0]
+    rows = np.asarray(rows)
+    step = max(1, block // max(m, 1))
+    first = _bfs(graph, rows[:step])
+    connected = connected_components(graph, directed=False, return_labels=False) == 1
+    bound = 2 * int(first[0].max()) + 1 if connected and len(rows) else m
+    out = np.empty((len(rows), len(cols)), np.min_scalar_type(bound), order="F")
+    top, unreachable = 0, False
+    for a in range(0, len(rows), step):
+        d = (first if a == 0 else _bfs(graph, rows[a:a + step]))[:, cols]
+        finite = np.isfinite(d)
+        top = max(top, int(d[finite].max(initial=0.0)))
+        unreachable |= not finite.all()
+        out[a:a + step] = np.where(finite, d, bound)      # finite counts are < bound: bound marks "no path"
+    if unreachable:
+        for c in _col_blocks(len(rows), len(cols), block):
+            part = out[:, c]
+            part[part == bound] = top + 1
+    return out
+
+
+def _col_blocks(n_rows: int, n_cols: int, block: int) -> list[slice]:
+    """Slices of columns of about ``block`` entries each: contiguous parts of a table stored column by column."""
+    step = max(1, block // max(n_rows, 1))
+    return [slice(a, min(a + step, n_cols)) for a in range(0, n_cols, step)]
+
+
+def _add(total, part):
+    """``total + part``, or ``part`` itself for the first part: with one block, the whole-table value unchanged."""
+    if total is None:
+        return part
+    total += part
+    return total
+
+
+def _sinkhorn(table, hops, blocks, b, q, x, y, iters: int, tol: float):
+    """Iterative proportional fitting of x, y so that u_ij = x_i table[hops_ij] y_j has row sums b and column sums
+    q: x = b / (G y), y = q / (G^T x), stopping when the row sums x (G y) are within ``tol`` of b. One pass over
+    the column blocks of G per iteration: a block's G^T x gives its part of y, then its part of G y (summed over
+    the blocks), which is the check and the next x."""
+    gy = None
+    for c in blocks:
+        gy = _add(gy, table[hops[:, c]] @ y[c])
     for _ in range(iters):
-        x = b / np.maximum(G @ y, 1e-300)
-        y = q / np.maximum(G.T @ x, 1e-300)
-        rows = x * (G @ y)
-        if np.abs(rows - b).sum() <= tol * b.sum():
+        x = b / np.maximum(gy, 1e-300)
+        y = np.empty(len(q))
+        gy = None
+        for c in blocks:
+            G = table[hops[:, c]]
+            y[c] = q[c] / np.maximum(G.T @ x, 1e-300)
+            gy = _add(gy, G @ y[c])
+        if np.abs(x * gy - b).sum() <= tol * b.sum():
             break
     return x, y
+
+def _u_blocks(fit, bI, qJ, total, hops, blocks):
+    """Yield (u block, l block) over the column blocks of ``fit`` = (decay, kernel, x, y): u = b q^T / total at
+    decay 0, else x_i kernel[hops_ij] y_j; l = hops + 2."""
+    lam, kernel, x, y = fit
+    for c in blocks:
+        u = np.outer(bI, qJ[c]) / total if lam == 0 else x[:, None] * kernel[hops[:, c]] * y[None, c]
+        yield u, hops[:, c] + 2.0
+
+
+def _mean_length(parts) -> float:
+    ul = uu = None
+    for u, l in parts:
+        ul = _add(ul, (u * l).sum())
+        uu = _add(uu, u.sum())
+    return float(ul / uu)
 
 
 def trip_distribution(b: np.ndarray, q: np.ndarray, n_trips: float, offsets: np.ndarray, dst: np.ndarray,
                       decay: float | None = None, iters: int = 100, tol: float = 1e-4,
-                      max_decay: float = 20.0) -> tuple[np.ndarray, dict]:
+                      max_decay: float = 20.0, block: int = BLOCK) -> tuple[np.ndarray, dict]:
     """Estimate the trip distribution (§4.4) and return the start-state distribution sum_j t_ij (normalised).
 
     ``b``, ``q``: non-negative (NormCut) noisy start and end counts per state; ``n_trips``: noisy number of
     trajectories; ``offsets``/``dst``: the state adjacency (CSR); ``decay``: the gravity exponent, or None to
-    fit it (see the module doc). Returns ``(p_start (m,), info)`` with ``info``: ``decay``, ``detour`` (c),
+    fit it (see the module doc); ``block``: table entries computed at once (memory, not the result, when it
+    covers the table). Returns ``(p_start (m,), info)`` with ``info``: ``decay``, ``detour`` (c),
     ``mean_shortest`` (u-weighted mean of l_ij) and ``target_length`` (n_trips / sum(b)). Falls back to b
     itself when q has no mass.
     """
@@ -76,43 +164,46 @@ def trip_distribution(b: np.ndarray, q: np.ndarray, n_trips: float, offsets: np.
     total = (b.sum() + q.sum()) / 2
     bI = b[I] / b.sum() * total
     qJ = q[J] / q.sum() * total
-    hops = hop_distances(offsets, dst, I)[:, J]
-    if not np.isfinite(hops).all():          # a disconnected grid cannot happen, but never multiply by inf
-        hops = np.where(np.isfinite(hops), hops, hops[np.isfinite(hops)].max(initial=0.0) + 1)
-    l = hops + 2.0
-    lbar = l.mean()
+    hops = hop_table(offsets, dst, I, J)
+    blocks = _col_blocks(len(I), len(J), block)
+    # the mean of l = hops + 2 over the table: a sum of integers, exact in float64 whatever its order
+    lbar = float(int(hops.sum(dtype=np.uint64)) + 2 * hops.size) / hops.size
+    values = np.arange(int(hops.max()) + 1) + 2.0      # every l_ij the table holds, indexed by hops
     target = max(float(n_trips), 0.0) / total
 
     def gravity(lam, x, y):
+        """u for decay ``lam`` as (lam, the kernel's lookup table indexed by hops, x, y)."""
         if lam == 0:
-            return np.outer(bI, qJ) / total, x, y
-        G = np.exp(-lam * (l / lbar - 1.0))
-        x, y = _sinkhorn(G, bI, qJ, x, y, iters, tol)
-        return x[:, None] * G * y[None, :], x, y
+            return lam, None, x, y
+        kernel = np.exp(-lam * (values / lbar - 1.0))
+        return (lam, kernel, *_sinkhorn(kernel, hops, blocks, bI, qJ, x, y, iters, tol))
 
-    def mean_length(u):
-        return float((u * l).sum() / u.sum())
+    def mean_length(fit):
+        return _mean_length(_u_blocks(fit, bI, qJ, total, hops, blocks))
 
     x, y = np.ones(len(I)), np.ones(len(J))
     if decay is not None:
         lam = float(decay)
-        u, x, y = gravity(lam, x, y)
+        fit = gravity(lam, x, y)
     else:
         # one parameter meets the total: trips more local than independence (lam > 0), or longer (detour)
         lam = 0.0
-        u, x, y = gravity(0.0, x, y)
-        if mean_length(u) > target > 0:
+        fit = gravity(0.0, x, y)
+        if mean_length(fit) > target > 0:
             lo, hi = 0.0, max_decay
             for _ in range(20):
                 lam = (lo + hi) / 2
-                u, x, y = gravity(lam, x, y)
-                f = mean_length(u)
+                fit = gravity(lam, fit[2], fit[3])
+                f = mean_length(fit)
                 if abs(f - target) <= 1e-2 * target:
                     break
                 lo, hi = (lam, hi) if f > target else (lo, lam)
-    mean_shortest = mean_length(u)
+    mean_shortest = mean_length(fit)
     detour = max(target - mean_shortest, 0.0)
     p = np.zeros(m)
-    p[I] = (u * (l + detour)).sum(axis=1)
+    rows = None
+    for u, l in _u_blocks(fit, bI, qJ, total, hops, blocks):
+        rows = _add(rows, (u * (l + detour)).sum(axis=1))
+    p[I] = rows
     info.update(decay=lam, detour=detour, mean_shortest=mean_shortest, target_length=target)
     return p / p.sum(), info
