@@ -141,13 +141,14 @@ def _mean_length(parts) -> float:
 
 def trip_distribution(b: np.ndarray, q: np.ndarray, n_trips: float, offsets: np.ndarray, dst: np.ndarray,
                       decay: float | None = None, iters: int = 100, tol: float = 1e-4,
-                      max_decay: float = 20.0, block: int = BLOCK) -> tuple[np.ndarray, dict]:
+                      max_decay: float = 20.0, block: int = BLOCK,
+                      bfs_block: int = BFS_BLOCK) -> tuple[np.ndarray, dict]:
     """Estimate the trip distribution (§4.4) and return the start-state distribution sum_j t_ij (normalised).
 
     ``b``, ``q``: non-negative (NormCut) noisy start and end counts per state; ``n_trips``: noisy number of
     trajectories; ``offsets``/``dst``: the state adjacency (CSR); ``decay``: the gravity exponent, or None to
-    fit it (see the module doc); ``block``: table entries computed at once (memory, not the result, when it
-    covers the table). Returns ``(p_start (m,), info)`` with ``info``: ``decay``, ``detour`` (c),
+    fit it (see the module doc); ``block``: kernel entries computed at once, ``bfs_block``: BFS distances
+    held at once (memory; the result changes only to rounding, and not at all while ``block`` covers the table). Returns ``(p_start (m,), info)`` with ``info``: ``decay``, ``detour`` (c),
     ``mean_shortest`` (u-weighted mean of l_ij) and ``target_length`` (n_trips / sum(b)). Falls back to b
     itself when q has no mass.
     """
@@ -164,7 +165,7 @@ def trip_distribution(b: np.ndarray, q: np.ndarray, n_trips: float, offsets: np.
     total = (b.sum() + q.sum()) / 2
     bI = b[I] / b.sum() * total
     qJ = q[J] / q.sum() * total
-    hops = hop_table(offsets, dst, I, J)
+    hops = hop_table(offsets, dst, I, J, bfs_block)
     blocks = _col_blocks(len(I), len(J), block)
     # the mean of l = hops + 2 over the table: a sum of integers, exact in float64 whatever its order
     lbar = float(int(hops.sum(dtype=np.uint64)) + 2 * hops.size) / hops.size
