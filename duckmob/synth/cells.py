@@ -69,6 +69,7 @@ class StateGrid:
         self.row0 = (cell // self.K << self.depth) + (local // side) * self.size
         self.col0 = (cell % self.K << self.depth) + (local % side) * self.size
         self._neighbours = None
+        self._table = None
 
     # -- points -> states -------------------------------------------------------------------------------
     def base_coords(self, lat, lon) -> tuple[np.ndarray, np.ndarray]:
@@ -94,6 +95,13 @@ class StateGrid:
         """State id of each point (points must lie inside the bbox; edges fall in the last row/column)."""
         r, c = self.base_coords(lat, lon)
         return self.state_of_base(np.floor(r).astype(np.int64), np.floor(c).astype(np.int64))
+
+    def state_table(self) -> np.ndarray:
+        """The state of every base cell, int64[W * W], indexed by R W + C (computed once, then kept)."""
+        if self._table is None:
+            R, C = np.divmod(np.arange(self.W * self.W, dtype=np.int64), self.W)
+            self._table = self.state_of_base(R, C)
+        return self._table
 
     # -- geometry ---------------------------------------------------------------------------------------
     def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
@@ -189,50 +197,104 @@ def line_cells(R0: np.ndarray, C0: np.ndarray, R1: np.ndarray,
     dC = np.asarray(C1, dtype=np.int64) - C0
     n = np.maximum(np.maximum(np.abs(dR), np.abs(dC)), 1)
     seg = np.repeat(np.arange(len(n), dtype=np.int64), n)
-    # cell k = 0 of every segment is (R0, C0) (floor(n / 2n) = 0); the formula is evaluated only for k >= 1 of
-    # the segments longer than one cell (most fixes are one cell from the next): the same integers, fewer divisions
     R, C = np.repeat(R0, n), np.repeat(C0, n)
-    long = np.flatnonzero(n > 1)
+    long, more, k, pos = _inner_cells(n)
     if len(long):
-        more = n[long] - 1
-        lseg = np.repeat(long, more)
-        k = np.arange(1, len(lseg) + 1, dtype=np.int64) - np.repeat(np.cumsum(more) - more, more)
-        pos = (np.cumsum(n) - n)[lseg] + k
-        nl = n[lseg]
-        R[pos] += np.floor_divide(2 * k * dR[lseg] + nl, 2 * nl)
-        C[pos] += np.floor_divide(2 * k * dC[lseg] + nl, 2 * nl)
+        nl = np.repeat(n[long], more)
+        R[pos] += _walk_offset(k, np.repeat(dR[long], more), nl)
+        C[pos] += _walk_offset(k, np.repeat(dC[long], more), nl)
     return seg, R, C
+
+
+def _inner_cells(n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where the walk formula is needed, for segments of ``n`` cells each (concatenated in order): cell k = 0 of
+    every segment is its start cell (floor(n / 2n) = 0), so only the cells k >= 1 of the segments longer than one
+    cell (most fixes are one cell from the next) are computed. Returns ``(long, more, k, pos)``: the segments
+    longer than one cell, their cell counts less one, and for each of their cells k >= 1 (segment by segment) its
+    k and its position in the concatenation (all int64)."""
+    long = np.flatnonzero(n > 1)
+    more = n[long].astype(np.int64) - 1
+    ends = np.cumsum(more)
+    k = np.arange(1, int(ends[-1]) + 1 if len(ends) else 1, dtype=np.int64) - np.repeat(ends - more, more)
+    starts = np.cumsum(n, dtype=np.int64)[long] - more - 1     # each long segment's cell k = 0
+    return long, more, k, np.repeat(starts, more) + k
+
+
+def _walk_offset(k: np.ndarray, d: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """floor((2 k d + n) / (2 n)): the walk's offset along one axis at cell k (module docstring), in int64."""
+    n = n.astype(np.int64)
+    return np.floor_divide(2 * k * d + n, 2 * n)
+
+
+def _base_cells(grid: StateGrid, lat: np.ndarray, lon: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Each fix's base cell (row, col) as :meth:`StateGrid.state_of` finds it: floor of :meth:`StateGrid.base_coords`,
+    the same floating-point operations in the same order, done in place (the coordinates are clipped to
+    [0, W), where truncation is the floor)."""
+    b, W = grid.bbox, grid.W
+    top = np.nextafter(float(W), 0.0)
+    out = []
+    for x, low, high in ((lat, b.min_lat, b.max_lat), (lon, b.min_lon, b.max_lon)):
+        v = np.subtract(np.asarray(x, dtype=np.float64), low)
+        v /= high - low
+        v *= W
+        out.append(np.clip(v, 0.0, top, out=v).astype(dtype))
+    return out[0], out[1]
+
+
+LUT_CELLS = 1 << 22   # a grid of at most this many base cells finds states in a table of them (StateGrid.state_table)
+INT32_CELLS = 1 << 31  # a grid of at most this many base cells codes them as int32 (the walk's formula is int64)
 
 
 def _state_sequences(grid: StateGrid, offsets: np.ndarray, lat: np.ndarray,
                      lon: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`state_sequences` of one chunk. Base cells are coded R W + C (int32 where W**2 fits), fixes in the
+    same base cell as the fix before them (same trajectory) are dropped first (they add nothing: the walk from
+    that cell to the next fix's starts where its own one-cell walk ended; GPS sampling puts most consecutive fixes
+    in one cell), and only the walk's cells k >= 1 of gaps longer than one cell are computed."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    n = len(offsets) - 1
-    n_pts = int(offsets[-1])
+    n, n_pts, W = len(offsets) - 1, int(offsets[-1]), grid.W
     if n_pts == 0:
         return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    r, c = grid.base_coords(lat, lon)
-    R, C = np.floor(r).astype(np.int64), np.floor(c).astype(np.int64)   # each fix's base cell, as state_of
-    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
-    # a fix in the same base cell as the fix before it (same trajectory) adds nothing: the walk from that cell
-    # to the next fix's starts where its own walk (one cell) ended. Dropping it leaves the result unchanged and
-    # the arrays below smaller (GPS sampling puts most consecutive fixes in one cell)
-    repeat = np.zeros(n_pts, dtype=bool)
-    repeat[1:] = (owner[1:] == owner[:-1]) & (R[1:] == R[:-1]) & (C[1:] == C[:-1])
-    if repeat.any():
-        R, C, owner = R[~repeat], C[~repeat], owner[~repeat]
-        n_pts = len(R)
-    has_next = np.zeros(n_pts, dtype=bool)
-    has_next[:-1] = owner[1:] == owner[:-1]
-    nxt = np.where(has_next, np.arange(n_pts) + 1, np.arange(n_pts))   # a trajectory's last fix: its own cell
-    src, R, C = line_cells(R, C, R[nxt], C[nxt])
-    states = grid.state_of_base(R, C)
-    own = owner[src]
-    keep = np.ones(len(src), dtype=bool)
-    keep[1:] = (own[1:] != own[:-1]) | (states[1:] != states[:-1])
-    states, own = states[keep], own[keep]
-    seq_offsets = np.concatenate([[0], np.cumsum(np.bincount(own, minlength=n))]).astype(np.int64)
-    return seq_offsets, states, own
+    dtype = np.int32 if W * W <= INT32_CELLS else np.int64
+    R, C = _base_cells(grid, lat, lon, dtype)
+    code = R * dtype(W)
+    code += C
+    starts = offsets[:-1][offsets[:-1] < n_pts]                       # each non-empty trajectory's first fix
+    new = np.empty(n_pts, dtype=bool)
+    new[0] = True
+    np.not_equal(code[1:], code[:-1], out=new[1:])
+    new[starts] = True
+    kept = np.flatnonzero(new)
+    R, C, code = R[kept], C[kept], code[kept]
+    first = np.searchsorted(kept, offsets)                             # offsets into the kept fixes
+    # the gap from each kept fix to the next one of its trajectory; a trajectory's last fix: its own cell
+    dR, dC = np.zeros(len(kept), dtype=dtype), np.zeros(len(kept), dtype=dtype)
+    np.subtract(R[1:], R[:-1], out=dR[:-1])
+    np.subtract(C[1:], C[:-1], out=dC[:-1])
+    last = first[1:][first[1:] > first[:-1]] - 1
+    dR[last], dC[last] = 0, 0
+    steps = np.maximum(np.abs(dR), np.abs(dC))
+    np.maximum(steps, 1, out=steps)
+    cells = np.repeat(code, steps)                                     # the walk (line_cells), as codes
+    long, more, k, pos = _inner_cells(steps)
+    if len(long):
+        nl = np.repeat(steps[long], more)
+        step = _walk_offset(k, np.repeat(dR[long], more), nl) * W
+        step += _walk_offset(k, np.repeat(dC[long], more), nl)
+        cells[pos] += step.astype(dtype)
+    cell_off = np.concatenate([[0], np.cumsum(steps, dtype=np.int64)])[first]
+    if grid.depth == 0:
+        # state = base cell, and consecutive cells of a trajectory's walk always differ: no run to collapse
+        states, seq_offsets = cells.astype(np.int64), cell_off
+    else:
+        states = grid.state_table()[cells] if W * W <= LUT_CELLS else grid.state_of_base(cells // W, cells % W)
+        new = np.empty(len(states), dtype=bool)
+        new[0] = True
+        np.not_equal(states[1:], states[:-1], out=new[1:])
+        new[cell_off[:-1][cell_off[:-1] < len(states)]] = True
+        kept = np.flatnonzero(new)
+        states, seq_offsets = states[kept], np.searchsorted(kept, cell_off)
+    return seq_offsets, states, np.repeat(np.arange(n, dtype=np.int64), np.diff(seq_offsets))
 
 
 def truncate_tail(noisy: np.ndarray, scale: float, tau: float = 1.0) -> np.ndarray:
