@@ -29,6 +29,7 @@ post-processing of released outputs, or an evaluation tool.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -73,20 +74,28 @@ class Chains:
     edge_chain: np.ndarray
     edge_key: np.ndarray        # min(u, v) * n_nodes + max(u, v) of each graph edge, sorted
     chain_of_edge: np.ndarray   # the chain of each of those edges
+    seg_chain: np.ndarray       # each segment's chain and its two nodes' offsets on it (:meth:`position`)
+    seg_from: np.ndarray
+    seg_to: np.ndarray
 
     def position(self, graph, segment, t) -> tuple[np.ndarray, np.ndarray]:
-        """``(chain, offset)`` of positions ``(segment, t)``: the chain of the segment's edge, the offset
-        interpolated between its two nodes' (a segment whose ends are one node: that node's chain and offset)."""
+        """``(chain, offset)`` of positions ``(segment, t)`` on ``graph`` (the graph these chains contract): the
+        chain of the segment's edge, the offset interpolated between its two nodes' (a segment whose ends are one
+        node: that node's chain and offset), from the per-segment table :func:`build_chains` keeps."""
         seg = np.asarray(segment, dtype=np.int64)
         t = np.asarray(t, dtype=np.float64)
+        ou, ov = self.seg_from[seg], self.seg_to[seg]
+        return self.seg_chain[seg], ou + t * (ov - ou)
+
+    def segment_ends(self, graph, seg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each segment's chain and the offsets of its two nodes on it (the table :meth:`position` reads): the
+        chain of the segment's edge, found among the sorted edge keys."""
         u, v = graph.u[seg], graph.v[seg]
         key = np.minimum(u, v) * graph.n_nodes + np.maximum(u, v)
         at = np.minimum(np.searchsorted(self.edge_key, key), max(len(self.edge_key) - 1, 0))
         on_edge = (u != v) & (self.edge_key[at] == key) if len(self.edge_key) else np.zeros(len(u), bool)
         chain = np.where(on_edge, self.chain_of_edge[at] if len(self.edge_key) else -1, self.node_chain[u])
-        ou = self._offset_on(u, chain)
-        ov = self._offset_on(v, chain)
-        return chain, ou + t * (ov - ou)
+        return chain, self._offset_on(u, chain), self._offset_on(v, chain)
 
     def _is_junction(self, node):
         return self.node_offset[node] < 0
@@ -122,10 +131,12 @@ class Chains:
         return _Near.build(self, NEAR_M)
 
     def distances(self, a, b, limit_m: float) -> np.ndarray:
-        """Road distance from junction ``a[i]`` to ``b[i]`` (inf beyond ``limit_m``)."""
+        """Road distance from junction ``a`` to ``b`` (arrays broadcast against each other; inf beyond
+        ``limit_m``): float32 from the kept table, float64 when searched."""
         if self.near is not None and limit_m <= self.near.limit_m:
             return self.near.distances(a, b, limit_m)
-        return node_distances(self.matrix, self.x, self.y, a, b, limit_m)
+        a, b = np.broadcast_arrays(a, b)
+        return node_distances(self.matrix, self.x, self.y, a.ravel(), b.ravel(), limit_m).reshape(a.shape)
 
     def paths(self, a, b, limit_m: float):
         """Junction paths from ``a[i]`` to ``b[i]``, as :func:`node_paths` gives them."""
@@ -163,14 +174,16 @@ def _near_pairs_estimate(ch: "Chains", limit_m: float, probes: int = 32) -> floa
 class _Near:
     """Every junction-to-junction road distance up to ``limit_m``, with the junction before b on that path
     (``pred``, -1 at a itself), kept in the slots of a hash table of the pairs' keys ``a * n + b``
-    (:func:`hash_table`). Memory: 12 bytes per slot, 2 to 4 slots per pair (downtown San Francisco: 2.97 million
-    pairs within 1 km in 8.4 million slots, 101 MB)."""
+    (:func:`hash_table`): below 2^32 keys, each distance (float32) packed beside its key in the slot's word
+    (:meth:`HashTable.pack`; one read finds both), else in ``dist``. Memory: 12 bytes per slot, 2 to 4 slots per
+    pair (downtown San Francisco: 2.97 million pairs within 1 km in 8.4 million slots, 101 MB)."""
 
     limit_m: float
     n: int
     table: "HashTable"
-    dist: np.ndarray
+    dist: np.ndarray | None
     pred: np.ndarray
+    longest: float          # the longest distance kept
 
     @classmethod
     def build(cls, ch: "Chains", limit_m: float) -> "_Near":
@@ -189,26 +202,37 @@ class _Near:
         pred = np.full(len(table.slots), -1, np.int32)
         if keys:
             dist[slot], pred[slot] = np.concatenate(dists), np.concatenate(preds)
-        return cls(float(limit_m), n, table, dist, pred)
+        longest = float(dist[slot].max()) if len(slot) else 0.0
+        if table.slots.dtype == np.uint32:
+            return cls(float(limit_m), n, table.pack(dist), None, pred, longest)
+        return cls(float(limit_m), n, table, dist, pred, longest)
 
     def _find(self, a, b):
         return self.table.find(np.asarray(a, dtype=np.int64) * self.n + np.asarray(b, dtype=np.int64))
 
     def distances(self, a, b, limit_m: float) -> np.ndarray:
-        a, b = np.asarray(a, dtype=np.int64).ravel(), np.asarray(b, dtype=np.int64).ravel()
-        pos, found = self._find(a, b)
-        d = np.where(found, self.dist[pos] if len(self.dist) else np.inf, np.inf).astype(np.float64)
-        return np.where(d <= limit_m, d, np.inf)
+        """Road distance from junction ``a`` to ``b`` (arrays broadcast against each other; float32, inf beyond
+        ``limit_m``); junction indices, not checked (the callers read them from the chains' ends)."""
+        key = np.asarray(a, dtype=np.int64) * self.n + np.asarray(b, dtype=np.int64)
+        if self.dist is None:      # packed: the distance's bits in each word's high half (inf where absent)
+            d = (self.table.words(key.view(np.uint64).ravel()) >> np.uint64(32)).astype(np.uint32)
+            d = d.view(np.float32).reshape(key.shape)
+        else:
+            pos, found = self.table.find(key)
+            d = np.where(found, self.dist[pos] if len(self.dist) else np.inf, np.inf).astype(np.float32)
+            d = d.reshape(key.shape)
+        return d if limit_m >= self.longest else np.where(d <= np.float64(limit_m), d, np.float32(np.inf))
 
     def paths(self, a, b, limit_m: float):
         a, b = np.asarray(a, dtype=np.int64).ravel(), np.asarray(b, dtype=np.int64).ravel()
-        dist = self.distances(a, b, limit_m)
+        dist = self.distances(a, b, limit_m).astype(np.float64)
         found = trace_back(np.arange(len(a)), b, np.isfinite(dist),
                            lambda idx, cur: self.pred[self._find(a[idx], cur)[0]])
         return ragged_paths(len(a), found) + (dist,)
 
 
 _HASH_MUL = np.uint64(0x9E3779B97F4A7C15)      # Fibonacci hashing: 2^64 over the golden ratio, odd
+_LOW = np.uint64(0xFFFFFFFF)                     # a packed word's key half
 
 
 @dataclass(frozen=True, eq=False)
@@ -216,8 +240,9 @@ class HashTable:
     """Distinct non-negative integer keys below ``bound``, found without a sort: open addressing with linear
     probing in ``2^bits`` slots (at least twice the keys), key k first tried at slot ``(k * 0x9E3779B97F4A7C15 mod
     2^64) >> (64 - bits)`` (Fibonacci hashing), then the next slots until it or an empty one (``-1``; uint32
-    slots when ``bound`` allows, with 2^32 - 1 as empty). A caller keeps its values in slot order. A look-up reads
-    about one slot (a third of the slots filled: 1.3 probes on average), vectorised one probe per round."""
+    slots when ``bound`` allows, with 2^32 - 1 as empty). A caller keeps its values in slot order, or, below
+    2^32, packs a 32-bit value beside each key (:meth:`pack`: uint64 words, the key in the low half). A look-up
+    reads about one slot (a third of the slots filled: 1.3 probes on average), vectorised one probe per round."""
 
     slots: np.ndarray
     bits: int
@@ -225,11 +250,14 @@ class HashTable:
 
     @property
     def empty(self):
-        return self.slots.dtype.type(-1) if self.slots.dtype == np.int64 else np.uint32(0xFFFFFFFF)
+        return self.slots.dtype.type(-1) if self.slots.dtype == np.int64 else self.slots.dtype.type(0xFFFFFFFF)
 
     def first_slot(self, key) -> np.ndarray:
         with np.errstate(over="ignore"):
             return ((np.asarray(key).astype(np.uint64) * _HASH_MUL) >> np.uint64(64 - self.bits)).astype(np.int64)
+
+    def _keys(self, got):
+        return got & _LOW if self.slots.dtype == np.uint64 else got
 
     def find(self, key) -> tuple[np.ndarray, np.ndarray]:
         """``(slot, found)`` of each key: its slot (meaningless where not found) and whether it is there."""
@@ -239,17 +267,40 @@ class HashTable:
         if not valid.all():
             want[~valid] = self.empty            # sought as the empty mark: never found
         slot = self.first_slot(want)
-        got = self.slots[slot]                   # the first probe, over every key at once
+        got = self._keys(self.slots[slot])       # the first probe, over every key at once
         found = (got == want) & valid
         todo = np.flatnonzero(~found & (got != self.empty) & valid)
         mask = (1 << self.bits) - 1
         while len(todo):
             slot[todo] = (slot[todo] + 1) & mask
-            got = self.slots[slot[todo]]
+            got = self._keys(self.slots[slot[todo]])
             hit = got == want[todo]
             found[todo[hit]] = True
             todo = todo[~hit & (got != self.empty)]
         return slot, found
+
+    def pack(self, values) -> "HashTable":
+        """This table (uint32 slots) with ``values`` (32 bits each, in slot order) packed beside the keys: uint64
+        words, the value's bits in the high half (an empty slot keeps its value too)."""
+        bits = np.ascontiguousarray(values).view(np.uint32).astype(np.uint64)
+        return HashTable((bits << np.uint64(32)) | self.slots.astype(np.uint64), self.bits, self.bound)
+
+    def words(self, key) -> np.ndarray:
+        """The word of each key's slot in a packed table (:meth:`pack`), or of the empty slot that ends its search
+        where it is absent: one read per probe. ``key``: uint64, each below ``bound`` (not checked)."""
+        with np.errstate(over="ignore"):
+            slot = ((key * _HASH_MUL) >> np.uint64(64 - self.bits)).astype(np.intp)
+        got = self.slots[slot]
+        k = got & _LOW
+        todo = np.flatnonzero((k != key) & (k != _LOW))
+        mask = (1 << self.bits) - 1
+        while len(todo):
+            slot[todo] = (slot[todo] + 1) & mask
+            g = self.slots[slot[todo]]
+            got[todo] = g
+            k = g & _LOW
+            todo = todo[(k != key[todo]) & (k != _LOW)]
+        return got
 
 
 def hash_table(key, bound: int) -> tuple[HashTable, np.ndarray]:
@@ -347,9 +398,13 @@ def build_chains(graph) -> Chains:
     matrix.sort_indices()
     edge_chain = pc[np.lexsort((pb_, pa_))]          # CSR order: by row, then column
     x, y = _plane(graph.node_lat[jnodes], graph.node_lon[jnodes], graph)
-    return Chains(junction=jnodes, x=x, y=y, matrix=matrix, ends=ends, length=length, node_chain=node_chain,
-                  node_offset=node_offset, order_nodes=cn[o], order_offset=co[o], order_start=order_start,
-                  edge_chain=edge_chain, edge_key=ea * n + eb, chain_of_edge=chain)
+    none = np.zeros(0)
+    ch = Chains(junction=jnodes, x=x, y=y, matrix=matrix, ends=ends, length=length, node_chain=node_chain,
+                node_offset=node_offset, order_nodes=cn[o], order_offset=co[o], order_start=order_start,
+                edge_chain=edge_chain, edge_key=ea * n + eb, chain_of_edge=chain, seg_chain=none, seg_from=none,
+                seg_to=none)
+    seg_chain, seg_from, seg_to = ch.segment_ends(graph, np.arange(len(graph.u)))
+    return dataclasses.replace(ch, seg_chain=seg_chain, seg_from=seg_from, seg_to=seg_to)
 
 
 def _chains_of(n, ea, eb, junction):
@@ -504,23 +559,31 @@ class _Legs:
     @classmethod
     def of(cls, ch: Chains, ca, oa, cb, ob, limit_m: float) -> "_Legs":
         """The legs between positions given as (chain, offset) (:meth:`Chains.position`)."""
-        ca0, cb0 = np.maximum(ca, 0), np.maximum(cb, 0)
         valid = (ca >= 0) & (cb >= 0)
         along = valid & (ca == cb)
-        direct = np.where(along, np.abs(oa - ob), np.inf)
-        da = np.stack([oa, ch.length[ca0] - oa])              # to the first and the second end of a's chain
-        db = np.stack([ob, ch.length[cb0] - ob])
-        ja, jb = ch.ends[ca0].T, ch.ends[cb0].T                # (2, m) junction indices
-        ia, ib = np.repeat(np.arange(2), 2), np.tile(np.arange(2), 2)
-        d = ch.distances(ja[ia].ravel(), jb[ib].ravel(), limit_m).reshape(4, -1)
-        total = d + da[ia] + db[ib]
+        total = _via(ch, ca, oa, cb, ob, limit_m).reshape(4, -1)    # the four ways: (exit end, entry end)
         total[:, ~valid] = np.inf
         best = np.argmin(total, axis=0)
-        via = total[best, np.arange(len(best))]
+        via = np.take_along_axis(total, best[None], axis=0)[0]
+        direct = np.where(along, np.abs(oa - ob), np.inf)
         dist = np.minimum(direct, via)
         dist = np.where(dist <= limit_m, dist, np.inf)
-        return cls(dist=dist, exit_end=ia[best], entry_end=ib[best], along=along & (direct <= via),
+        return cls(dist=dist, exit_end=best >> 1, entry_end=best & 1, along=along & (direct <= via),
                    chain_a=ca, off_a=oa, chain_b=cb, off_b=ob)
+
+
+def _via(ch: Chains, ca, oa, cb, ob, limit_m: float) -> np.ndarray:
+    """The length of each way from positions a to positions b (chains and offsets, broadcast against each other)
+    out by an end of a's chain and in by an end of b's: to that end of a's chain, the road distance between the
+    two ends (inf beyond ``limit_m``), from that end of b's chain; shape ``(2, 2) + broadcast``, [exit end, entry
+    end] (end 0: the chain's first). A chain -1 reads as chain 0 (the caller masks it)."""
+    ca0, cb0 = np.maximum(ca, 0), np.maximum(cb, 0)
+    ea, eb = ch.ends[ca0], ch.ends[cb0]
+    ja, jb = np.moveaxis(ea, -1, 0)[:, None], np.moveaxis(eb, -1, 0)[None, :]      # (2, 1, ...), (1, 2, ...)
+    d = ch.distances(ja, jb, limit_m)
+    da = np.stack([oa, ch.length[ca0] - oa])[:, None]      # to the first and the second end of a's chain
+    db = np.stack([ob, ch.length[cb0] - ob])[None, :]
+    return d + da + db
 
 
 # ---------------------------------------------------------------------------------------------- trajectories on roads
@@ -572,8 +635,7 @@ def route(placer, offsets, lat, lon, rng: np.random.Generator, candidates: int =
                 mine = sel[has]
                 nb = mine + step
                 pick = choice[nb]
-                road = _Legs.of(ch, np.repeat(cc[nb, pick], c), np.repeat(co[nb, pick], c), cc[mine].ravel(),
-                                co[mine].ravel(), limit_m).dist.reshape(-1, c)
+                road = _leg_dist(ch, cc[nb, pick], co[nb, pick], cc[mine], co[mine], limit_m)
                 straight = np.hypot(cx[mine] - cx[nb, pick][:, None], cy[mine] - cy[nb, pick][:, None])
                 cost[has] += np.minimum(road - straight, limit_m)
                 if link is not None:
@@ -586,6 +648,18 @@ def route(placer, offsets, lat, lon, rng: np.random.Generator, candidates: int =
             choice[sel] = np.minimum((cum < u[:, None]).sum(axis=1), c - 1)
     rows = np.arange(n)
     return cand_seg[rows, choice], cand_t[rows, choice]
+
+
+def _leg_dist(ch: Chains, ca, oa, cb, ob, limit_m: float) -> np.ndarray:
+    """``_Legs.of(...).dist`` from each position a (chain and offset, shape (m,)) to each of its row of positions b
+    (shape (m, c)): the same sums in the same order, without the ends each leg takes."""
+    valid = (ca >= 0)[:, None] & (cb >= 0)
+    along = valid & (ca[:, None] == cb)
+    via = np.minimum.reduce(_via(ch, ca[:, None], oa[:, None], cb, ob, limit_m).reshape((4,) + cb.shape))
+    via[~valid] = np.inf
+    direct = np.where(along, np.abs(oa[:, None] - ob), np.inf)
+    dist = np.minimum(direct, via)
+    return np.where(dist <= limit_m, dist, np.inf)
 
 
 def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M) -> tuple[np.ndarray, np.ndarray]:
@@ -608,7 +682,9 @@ def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M) -> tuple[np.nda
     legs = _Legs.of(ch, pc[a], po[a], pc[a + 1], po[a + 1], limit_m)
     pair, chain, o0, o1 = _pieces_of(ch, legs, limit_m)        # in order; chain -1: a straight jump
     pa, pb = a[pair], a[pair] + 1
-    plen = np.where(chain < 0, haversine_m(lat[pa], lon[pa], lat[pb], lon[pb]), np.abs(o1 - o0))
+    plen = np.abs(o1 - o0)
+    jump = np.flatnonzero(chain < 0)                          # straight: the great-circle length
+    plen[jump] = haversine_m(lat[pa[jump]], lon[pa[jump]], lat[pb[jump]], lon[pb[jump]])
     # arc length along each trajectory's pieces; its points at equal steps of it
     piece_traj = traj[pa]
     first = np.searchsorted(piece_traj, np.arange(len(counts)))
