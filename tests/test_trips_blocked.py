@@ -81,7 +81,7 @@ def test_small_blocks_give_the_single_block_result(model, n_trips, decay):
               200_000.0: info1["decay"] == 0 and info1["detour"] > 10, 900.0: info1["decay"] == 1.5}
     assert regime[n_trips]
     for block in (1, 97, 5_000):
-        p, info = trip_distribution(b, q, n_trips, offsets, dst, decay=decay, block=block, bfs_block=block)
+        p, info = trip_distribution(b, q, n_trips, offsets, dst, decay=decay, block=block)
         assert np.allclose(p, p1, rtol=1e-10, atol=0.0)
         assert info["decay"] == info1["decay"]
         assert info["detour"] == pytest.approx(info1["detour"], rel=1e-10, abs=1e-12)
@@ -103,6 +103,19 @@ def test_hop_table_is_the_bfs_distances_as_small_integers():
     assert got[0, 5] == 6 and got.max() == 6
 
 
+def test_breadth_first_levels_are_the_shortest_paths_on_an_irregular_graph():
+    rng = np.random.default_rng(5)
+    m = 400
+    src, dst = rng.integers(0, m, 700), rng.integers(0, m, 700)      # one-way edges, several components
+    order = np.argsort(src, kind="stable")
+    offsets = np.searchsorted(src[order], np.arange(m + 1))
+    want = hop_distances(offsets, dst[order], np.arange(m))
+    assert np.isinf(want).any() and np.nanmax(np.where(np.isinf(want), np.nan, want)) > 10
+    got = hop_table(offsets, dst[order], np.arange(m), np.arange(m), block=1000)
+    longest = want[np.isfinite(want)].max()
+    assert np.array_equal(got, np.where(np.isfinite(want), want, longest + 1))
+
+
 def test_hop_type_widens_with_the_bound():
     offsets, dst = _grid(2, 200)             # a path-like grid: eccentricity of state 0 is 200, bound 401
     got = hop_table(offsets, dst, np.array([0, 399]), np.array([0, 199, 399]))
@@ -115,7 +128,7 @@ def test_small_blocks_hold_no_float64_table():
     n_entries = int((b > 0).sum() * (q > 0).sum())
 
     def run():
-        return trip_distribution(b, q, 20_000.0, offsets, dst, decay=1.5, block=1 << 12, bfs_block=1 << 14)
+        return trip_distribution(b, q, 20_000.0, offsets, dst, decay=1.5, block=1 << 12)
 
     run()                                    # imports and caches warmed
     tracemalloc.start()

@@ -26,8 +26,8 @@ Choices made here:
   bound on them (uint16 for up to 65,535 states, often less). As l_ij takes few values, the kernel is a short
   lookup table indexed by hops; the kernel, l and u exist only a block at a time (``block`` entries, 1 MB of
   float64 by default; blocks of columns, as the table is stored column by column) inside each Sinkhorn pass and
-  each sum, and the BFS keeps a block of sources at a time. When one block covers the table the arithmetic is
-  the whole-table one, bit for bit.
+  each sum, and each BFS keeps one source's counts. When one block covers the table the arithmetic is the
+  whole-table one, bit for bit.
 * Kept because it is the paper's method and corrects b where long trips start in particular places (on GeoLife
   it is about as far from the true start distribution as b itself: docs/methods/privtrace.md).
 * N is a noisy trajectory count. Everything here is post-processing of DP outputs.
@@ -35,12 +35,13 @@ Choices made here:
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components, shortest_path
+from scipy.sparse.csgraph import breadth_first_order, connected_components, shortest_path
 
 BLOCK = 1 << 17          # table entries in one block (1 MB of float64: a kernel block stays in cache)
-BFS_BLOCK = 1 << 22      # BFS distances held at once, (sources in the block) x m (32 MB of float64)
 
 
 def _graph(offsets: np.ndarray, dst: np.ndarray) -> csr_matrix:
@@ -48,45 +49,67 @@ def _graph(offsets: np.ndarray, dst: np.ndarray) -> csr_matrix:
     return csr_matrix((np.ones(len(dst)), dst, offsets), shape=(m, m))
 
 
-def _bfs(graph: csr_matrix, sources: np.ndarray) -> np.ndarray:
-    return shortest_path(graph, method="D", directed=False, unweighted=True, indices=np.asarray(sources))
-
-
 def hop_distances(offsets: np.ndarray, dst: np.ndarray, sources: np.ndarray) -> np.ndarray:
     """Unweighted shortest-path hop counts from each of ``sources`` to every state: ``(len(sources), m)`` float64
     (inf where unreachable). Dense: for many sources on a large model use :func:`hop_table`."""
-    return _bfs(_graph(offsets, dst), sources)
+    return shortest_path(_graph(offsets, dst), method="D", directed=False, unweighted=True,
+                         indices=np.asarray(sources))
+
+
+def bfs_hops(graph: csr_matrix, source: int) -> tuple[np.ndarray, np.ndarray]:
+    """The states reachable from ``source`` on the symmetric ``graph`` and their hop counts, by one breadth-first
+    search: ``(states, hops)``. The search's queue holds the states level by level, each state's parent earlier
+    than it and the parents in queue order, so a level ends where the first state whose parent lies past the
+    previous level's end begins (a binary search a level; no priority queue as in Dijkstra's)."""
+    order, pred = breadth_first_order(graph, source, directed=True, return_predecessors=True)
+    position = np.empty(graph.shape[0], np.int64)
+    position[order] = np.arange(len(order))
+    parent = position[pred[order[1:]]]                 # queue position of each later state's parent: sorted
+    hops = np.empty(len(order), np.int64)
+    start, end, level = 0, 1, 0
+    while start < len(order):
+        hops[start:end] = level
+        start, end, level = end, 1 + int(np.searchsorted(parent, end)), level + 1
+    return order, hops
 
 
 def hop_table(offsets: np.ndarray, dst: np.ndarray, rows: np.ndarray, cols: np.ndarray,
-              block: int = BFS_BLOCK) -> np.ndarray:
+              block: int = BLOCK) -> np.ndarray:
     """Hop counts from each state of ``rows`` to each of ``cols``, ``(len(rows), len(cols))`` stored column by
     column (Fortran order, the layout ``hop_distances(...)[:, cols]`` has), in the smallest unsigned integer type
     that holds a bound on them: 2 x (eccentricity of the first row's state) + 1 on a connected graph, else the
-    number of states m. A pair with no path (a disconnected graph) gets one more than the largest finite count
-    of the table, as :func:`trip_distribution` has always read it. The BFS runs ``block // m`` sources at a
-    time, so its float64 distances never exceed ``block`` entries."""
+    number of states m. A pair with no path (a disconnected graph) gets one more than the largest count of the
+    table, as :func:`trip_distribution` has always read it. One breadth-first search a row (:func:`bfs_hops`),
+    written ``block // len(cols)`` rows at a time."""
     graph = _graph(offsets, dst)
-    m = graph.shape[0]
-    rows = np.asarray(rows)
-    step = max(1, block // max(m, 1))
-    first = _bfs(graph, rows[:step])
+    graph = ((graph + graph.T) > 0).tocsr()           # undirected, as hop_distances reads the adjacency
+    m, rows, cols = graph.shape[0], np.asarray(rows), np.asarray(cols)
+    if not len(rows):
+        return np.empty((0, len(cols)), np.uint8, order="F")
+    searches = (bfs_hops(graph, int(r)) for r in rows)
+    first = next(searches)
     connected = connected_components(graph, directed=False, return_labels=False) == 1
-    bound = 2 * int(first[0].max()) + 1 if connected and len(rows) else m
-    out = np.empty((len(rows), len(cols)), np.min_scalar_type(bound), order="F")
-    top, unreachable = 0, False
-    for a in range(0, len(rows), step):
-        d = (first if a == 0 else _bfs(graph, rows[a:a + step]))[:, cols]
-        finite = np.isfinite(d)
-        top = max(top, int(d[finite].max(initial=0.0)))
-        unreachable |= not finite.all()
-        out[a:a + step] = np.where(finite, d, bound)      # finite counts are < bound: bound marks "no path"
-    if unreachable:
+    bound = 2 * int(first[1].max()) + 1 if connected else m
+    dtype = np.min_scalar_type(bound)
+    out = np.empty((len(rows), len(cols)), dtype, order="F")
+    step = max(1, block // max(len(cols), 1))
+    buffer = np.empty((min(step, len(rows)), len(cols)), dtype)
+    state = np.empty(m, dtype)
+    top = 0
+    for i, (order, hops) in enumerate(itertools.chain([first], searches)):
+        state.fill(bound)                              # counts are < bound: bound marks "no path"
+        state[order] = hops
+        row = buffer[i % step]
+        row[:] = state[cols]
+        if not connected:
+            top = max(top, int(row[row < bound].max(initial=0)))
+        if i % step == step - 1 or i == len(rows) - 1:
+            out[i - i % step:i + 1] = buffer[:i % step + 1]
+    if not connected:
         for c in _col_blocks(len(rows), len(cols), block):
             part = out[:, c]
             part[part == bound] = top + 1
     return out
-
 
 def _col_blocks(n_rows: int, n_cols: int, block: int) -> list[slice]:
     """Slices of columns of about ``block`` entries each: contiguous parts of a table stored column by column."""
@@ -141,14 +164,13 @@ def _mean_length(parts) -> float:
 
 def trip_distribution(b: np.ndarray, q: np.ndarray, n_trips: float, offsets: np.ndarray, dst: np.ndarray,
                       decay: float | None = None, iters: int = 100, tol: float = 1e-4,
-                      max_decay: float = 20.0, block: int = BLOCK,
-                      bfs_block: int = BFS_BLOCK) -> tuple[np.ndarray, dict]:
+                      max_decay: float = 20.0, block: int = BLOCK) -> tuple[np.ndarray, dict]:
     """Estimate the trip distribution (§4.4) and return the start-state distribution sum_j t_ij (normalised).
 
     ``b``, ``q``: non-negative (NormCut) noisy start and end counts per state; ``n_trips``: noisy number of
     trajectories; ``offsets``/``dst``: the state adjacency (CSR); ``decay``: the gravity exponent, or None to
-    fit it (see the module doc); ``block``: kernel entries computed at once, ``bfs_block``: BFS distances
-    held at once (memory; the result changes only to rounding, and not at all while ``block`` covers the table). Returns ``(p_start (m,), info)`` with ``info``: ``decay``, ``detour`` (c),
+    fit it (see the module doc); ``block``: table entries computed at once (memory; the result changes only to
+    rounding, and not at all while one block covers the table). Returns ``(p_start (m,), info)`` with ``info``: ``decay``, ``detour`` (c),
     ``mean_shortest`` (u-weighted mean of l_ij) and ``target_length`` (n_trips / sum(b)). Falls back to b
     itself when q has no mass.
     """
@@ -165,7 +187,7 @@ def trip_distribution(b: np.ndarray, q: np.ndarray, n_trips: float, offsets: np.
     total = (b.sum() + q.sum()) / 2
     bI = b[I] / b.sum() * total
     qJ = q[J] / q.sum() * total
-    hops = hop_table(offsets, dst, I, J, bfs_block)
+    hops = hop_table(offsets, dst, I, J, block)
     blocks = _col_blocks(len(I), len(J), block)
     # the mean of l = hops + 2 over the table: a sum of integers, exact in float64 whatever its order
     lbar = float(int(hops.sum(dtype=np.uint64)) + 2 * hops.size) / hops.size
