@@ -157,6 +157,26 @@ class Chains:
         nj = len(self.junction)
         return np.repeat(np.arange(nj), np.diff(self.matrix.indptr)) * nj + self.matrix.indices
 
+    @cached_property
+    def hop_table(self) -> "HashTable | None":
+        """The junction-graph edges' keys (:attr:`csr_key`) with each edge's chain packed beside it (None over
+        2^32 keys: :meth:`hop_chain` searches the sorted keys then)."""
+        nj = len(self.junction)
+        if nj * nj >= 1 << 32:
+            return None
+        table, slot = hash_table(self.csr_key, nj * nj)
+        chain = np.full(len(table.slots), -1, np.int32)
+        chain[slot] = self.edge_chain
+        return table.pack(chain)
+
+    def hop_chain(self, j0, j1) -> np.ndarray:
+        """The chain of each junction-graph edge ``j0[i] -> j1[i]`` (edges that exist)."""
+        key = np.asarray(j0, dtype=np.int64) * len(self.junction) + np.asarray(j1, dtype=np.int64)
+        if self.hop_table is None:
+            return self.edge_chain[np.searchsorted(self.csr_key, key)]
+        word = self.hop_table.words(key.view(np.uint64))
+        return (word >> np.uint64(32)).astype(np.uint32).view(np.int32).astype(np.int64)
+
 
 def _near_pairs_estimate(ch: "Chains", limit_m: float, probes: int = 32) -> float:
     """The number of junction pairs within ``limit_m`` of each other, estimated from the searches of ``probes``
@@ -733,7 +753,6 @@ def _pieces_of(ch: Chains, legs: _Legs, limit_m: float):
     """The pieces of chain each pair's road path runs along, in order: ``(pair, chain, from, to)`` offsets on the
     chain (chain -1: a straight jump, for a pair with no road path within ``limit_m``)."""
     m = len(legs.dist)
-    idx = np.arange(m)
     routed = np.isfinite(legs.dist) & ~legs.along
     # the junction path of each routed pair, from its exit end to its entry end
     ja = ch.ends[np.maximum(legs.chain_a, 0), legs.exit_end]
@@ -745,27 +764,32 @@ def _pieces_of(ch: Chains, legs: _Legs, limit_m: float):
     has_hop[poff[1:][np.diff(poff) > 0] - 1] = False
     h = np.flatnonzero(has_hop)
     j0, j1 = pnodes[h], pnodes[h + 1]
-    nj = len(ch.junction)
-    hop_chain = ch.edge_chain[np.searchsorted(ch.csr_key, j0 * nj + j1)]
+    hop_chain = ch.hop_chain(j0, j1)
     forward = ch.ends[hop_chain, 0] == j0
     hop_from = np.where(forward, 0.0, ch.length[hop_chain])
     hop_to = np.where(forward, ch.length[hop_chain], 0.0)
-    hop_pair = np.repeat(r, hops)
+    # each pair's pieces in order, written where they go: along its chain (a pair whose road path runs along one
+    # chain) and a straight jump (no road path within limit_m; after the first when a pair has both), or the
+    # stretch out of a's chain, its hops, the stretch into b's
+    far = ~np.isfinite(legs.dist)
+    count = legs.along.astype(np.int64) + far
+    count[r] += 2 + hops
+    start = np.cumsum(count) - count
+    pair = np.repeat(np.arange(m), count)
+    chain = np.empty(len(pair), np.int64)
+    o0, o1 = np.empty(len(pair)), np.empty(len(pair))
+    at = start[legs.along]
+    chain[at], o0[at], o1[at] = legs.chain_a[legs.along], legs.off_a[legs.along], legs.off_b[legs.along]
+    at = start[far] + legs.along[far]
+    chain[at], o0[at], o1[at] = -1, 0.0, 0.0
     end_off = lambda c, e: np.where(e == 0, 0.0, ch.length[np.maximum(c, 0)])   # noqa: E731
-    parts = [  # (pair, rank within the pair, chain, from, to)
-        (idx[legs.along], np.zeros(int(legs.along.sum())), legs.chain_a[legs.along], legs.off_a[legs.along],
-         legs.off_b[legs.along]),
-        (r, np.zeros(len(r)), legs.chain_a[r], legs.off_a[r], end_off(legs.chain_a[r], legs.exit_end[r])),
-        (hop_pair, 1 + np.arange(len(h)) - np.repeat(np.cumsum(hops) - hops, hops), hop_chain, hop_from, hop_to),
-        (r, np.full(len(r), 1 << 40), legs.chain_b[r], end_off(legs.chain_b[r], legs.entry_end[r]), legs.off_b[r]),
-    ]
-    far = np.flatnonzero(~np.isfinite(legs.dist))
-    parts.append((far, np.zeros(len(far)), np.full(len(far), -1), np.zeros(len(far)), np.zeros(len(far))))
-    pair = np.concatenate([p[0] for p in parts]).astype(np.int64)
-    rank = np.concatenate([p[1] for p in parts])
-    order = np.lexsort((rank, pair))
-    return (pair[order], np.concatenate([p[2] for p in parts]).astype(np.int64)[order],
-            np.concatenate([p[3] for p in parts])[order], np.concatenate([p[4] for p in parts])[order])
+    at = start[r]
+    chain[at], o0[at], o1[at] = legs.chain_a[r], legs.off_a[r], end_off(legs.chain_a[r], legs.exit_end[r])
+    at = np.repeat(start[r] + 1 - (np.cumsum(hops) - hops), hops) + np.arange(len(h))
+    chain[at], o0[at], o1[at] = hop_chain, hop_from, hop_to
+    at = start[r] + 1 + hops
+    chain[at], o0[at], o1[at] = legs.chain_b[r], end_off(legs.chain_b[r], legs.entry_end[r]), legs.off_b[r]
+    return pair, chain, o0, o1
 
 
 __all__ = ["Chains", "build_chains", "chains_of", "leg_chains", "network_distance", "node_distances", "node_paths",

@@ -78,6 +78,13 @@ class SnapIndex:
         rows = np.arange(len(qx))
         return cand[rows, best], t[rows, best], d[rows, best]
 
+    def fraction(self, qx, qy, seg) -> np.ndarray:
+        """The fraction t of each query's projection onto its one segment ``seg`` (what :meth:`project` gives
+        for that segment as the only candidate)."""
+        dx, dy = self.bx[seg] - self.ax[seg], self.by[seg] - self.ay[seg]
+        px, py = qx - self.ax[seg], qy - self.ay[seg]
+        return np.clip((px * dx + py * dy) / (dx * dx + dy * dy), 0.0, 1.0)
+
     def nearest(self, qx, qy) -> tuple[np.ndarray, np.ndarray]:
         """``(segment, t)`` of the nearest segment of each point (the module docstring: its cell's candidates, or
         a search)."""

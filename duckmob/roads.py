@@ -487,7 +487,7 @@ class Placer:
             pick = np.minimum(count_below(self.cum, cell, u), self.segs.shape[1] - 1)
             chosen = self.segs[cell, pick]
             drawn = inside & (self.total[cell] > 0)
-            seg, t, _ = self.index.project(qx, qy, chosen[:, None])
+            seg, t = chosen.astype(np.int64), self.index.fraction(qx, qy, chosen)
             if not drawn.all():
                 rest = ~drawn
                 seg[rest], t[rest] = self.index.nearest(qx[rest], qy[rest])
@@ -497,16 +497,17 @@ class Placer:
 
 def count_below(cum, rows, u) -> np.ndarray:
     """``(cum[rows] < u[:, None]).sum(axis=1)`` for rows of ``cum`` that do not decrease, by a binary search per
-    row (vectorised: log2 of the row length + 1 steps, each reading one entry per row)."""
+    row (vectorised: one step per bit of the row length, each reading one entry per row): the count grows by
+    each power of two, largest first, while the entry it would pass is below u."""
     k = cum.shape[1]
-    flat, base = cum.ravel(), np.asarray(rows, dtype=np.int64) * k
-    lo, hi = np.zeros(len(base), np.int64), np.full(len(base), k, np.int64)
-    for _ in range(int(k).bit_length()):
-        mid = (lo + hi) >> 1
-        below = flat.take(base + np.minimum(mid, k - 1)) < u
-        open_ = lo < hi
-        lo, hi = np.where(open_ & below, mid + 1, lo), np.where(open_ & ~below, mid, hi)
-    return lo
+    flat, base = cum.ravel(), np.asarray(rows, dtype=np.int64) * k - 1
+    count = np.zeros(len(base), np.int64)
+    step = 1 << (int(k).bit_length() - 1)
+    while step:
+        grown = np.minimum(count + step, k)
+        count = np.where(flat.take(base + grown) < u, grown, count)
+        step >>= 1
+    return count
 
 
 def points_along(roads: Roads, segment, t) -> tuple[np.ndarray, np.ndarray]:
