@@ -19,6 +19,10 @@ average just before it; the end prints the medians and the median of the per-pai
 read the ratio of a pair, measured side by side, not a time alone. ``--compare DIR`` also runs the synthesize
 command with another checkout's duckmob (DIR: its root, e.g. ``git worktree add DIR <commit>``) in each round,
 right after this one's (before it in every other round): a before / after in the same run.
+
+``--walks`` measures one stage instead, in the same fresh-process synthesize: the CPU seconds (thread time) of
+duckmob.synth.cells.state_sequences, the line walks of PrivTrace's two passes and of the fine stage, per grid
+(W base cells a side), in this tree and the ``--compare`` tree alternately.
 """
 
 from __future__ import annotations
@@ -51,6 +55,22 @@ con.execute("FROM mob_set_budget('trips', eps := 100, delta := 1e-5)").fetchall(
 print(con.sql("SELECT count(*) FROM synthesize('trips', eps := 1.0, n := 1000, bbox := {bbox}, seed := 1)")
       .fetchall()[0][0])
 """
+
+WALKS_CHILD = """
+import json, threading, time
+import duckmob.synth.cells as cells
+walk, spent, lock = cells.state_sequences, {{}}, threading.Lock()
+
+def timed(grid, offsets, lat, lon):
+    t = time.thread_time()
+    out = walk(grid, offsets, lat, lon)
+    with lock:
+        key = f"W={{grid.W}}" + (f" (split, depth {{grid.depth}})" if grid.depth else "")
+        spent[key] = spent.get(key, 0.0) + time.thread_time() - t
+    return out
+
+cells.state_sequences = timed   # before duckmob.synth's modules import it
+""" + SYNTH_CHILD + "print(json.dumps(spent))\n"
 
 
 def run(code: str, root: str = ROOT) -> tuple[float, float, str]:
@@ -95,6 +115,7 @@ def main(argv=None) -> None:
     p.add_argument("--pairs", type=int, default=3, help="sql / synthesize pairs, alternating")
     p.add_argument("--out", help="also write the lines to this file")
     p.add_argument("--compare", help="root of another checkout: its synthesize runs too, after this one's")
+    p.add_argument("--walks", action="store_true", help="measure the line walks' CPU seconds instead (see above)")
     a = p.parse_args(argv)
     size = int(float(a.size))
     points = os.path.join(a.dir, f"points_{size}.parquet")
@@ -110,6 +131,8 @@ def main(argv=None) -> None:
     for root in [ROOT] + ([os.path.abspath(a.compare)] if a.compare else []):
         compile_tree(root)
     run(sql)   # warm the file cache once, uncounted
+    if a.walks:
+        return walks(WALKS_CHILD.format(points=points, bbox=BBOX), a)
     compare = f" --compare {a.compare}" if a.compare else ""
     lines = [f"# python benchmarks/first_call.py --size {a.size} --pairs {a.pairs}{compare}: {size:,} fixes, "
              f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}",
@@ -142,6 +165,35 @@ def main(argv=None) -> None:
         print(lines[-1])
     lines.append(f"median: sql {statistics.median(sqls):.2f} s, synthesize {statistics.median(synths):.2f} s, "
                  f"ratio of pairs {statistics.median(ratios):.1f}x (load after: {load()})")
+    print(lines[-1])
+    if a.out:
+        with open(a.out, "a") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def walks(code: str, a) -> None:
+    """Rounds of the walks child in this tree and the --compare tree (alternating which goes first): each run's
+    state_sequences CPU seconds per grid, and the medians of their totals."""
+    import json
+    trees = [ROOT] + ([os.path.abspath(a.compare)] if a.compare else [])
+    lines = [f"# python benchmarks/first_call.py --size {a.size} --pairs {a.pairs} --walks"
+             + (f" --compare {a.compare}" if a.compare else "") + f": {os.cpu_count()} cores, "
+             f"{time.strftime('%Y-%m-%d %H:%M')}; state_sequences CPU s per grid in one fresh-process synthesize"]
+    print(lines[0], flush=True)
+    totals: dict = {root: [] for root in trees}
+    for i in range(a.pairs):
+        for root in (trees if i % 2 == 0 else trees[::-1]):
+            before = load()
+            wall, cpu, last = run(code, root)
+            spent = json.loads(last)
+            totals[root].append(sum(spent.values()))
+            grids = ", ".join(f"{k} {v:.2f}" for k, v in sorted(spent.items()))
+            lines.append(f"{i + 1:>4} load {before:>5}  {'this' if root == ROOT else 'compare'}: walks "
+                         f"{totals[root][-1]:.2f} ({grids}); synthesize {wall:.2f} s wall / {cpu:.2f} CPU s")
+            print(lines[-1], flush=True)
+    lines.append("median walks CPU s: " + ", ".join(f"{'this' if r == ROOT else a.compare} "
+                                                    f"{statistics.median(v):.2f}" for r, v in totals.items())
+                 + f" (load after: {load()})")
     print(lines[-1])
     if a.out:
         with open(a.out, "a") as f:
