@@ -49,6 +49,7 @@ print(con.sql('''{query}''').fetchall()[0][0])
 
 SYNTH_CHILD = """
 import duckmob
+print(duckmob.__file__)
 con = duckmob.connect()
 con.execute("CREATE VIEW trips AS FROM '{points}'")
 con.execute("FROM mob_set_budget('trips', eps := 100, delta := 1e-5)").fetchall()
@@ -78,12 +79,17 @@ def run(code: str, root: str = ROOT) -> tuple[float, float, str]:
     system) and its last line."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(root))
+    # run in ``root``: ``python -c`` puts the current folder first on sys.path, before PYTHONPATH, so a child
+    # started elsewhere (e.g. in another checkout's root) would import that folder's duckmob
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(root), cwd=root)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
         raise SystemExit(f"a child failed: {done.stderr.strip().splitlines()[-1]}")
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    imported = os.path.join(os.path.abspath(root), "duckmob", "__init__.py")
+    if "import duckmob" in code and imported not in done.stdout.splitlines():
+        raise SystemExit(f"a child imported duckmob from elsewhere than {root}")
     return wall, cpu, done.stdout.strip().splitlines()[-1]
 
 
@@ -118,7 +124,7 @@ def main(argv=None) -> None:
     p.add_argument("--walks", action="store_true", help="measure the line walks' CPU seconds instead (see above)")
     a = p.parse_args(argv)
     size = int(float(a.size))
-    points = os.path.join(a.dir, f"points_{size}.parquet")
+    points = os.path.abspath(os.path.join(a.dir, f"points_{size}.parquet"))
     if not os.path.exists(points):
         if not a.source or not os.path.isfile(a.source):
             p.error(f"no table {points} and no source to make it from: pass --source PATH (GeoLife Beijing fixes) "
