@@ -174,7 +174,7 @@ class Chains:
         key = np.asarray(j0, dtype=np.int64) * len(self.junction) + np.asarray(j1, dtype=np.int64)
         if self.hop_table is None:
             return self.edge_chain[np.searchsorted(self.csr_key, key)]
-        word = self.hop_table.words(key.view(np.uint64))
+        word = self.hop_table.words(key.view(np.uint64))[1]
         return (word >> np.uint64(32)).astype(np.uint32).view(np.int32).astype(np.int64)
 
 
@@ -235,7 +235,7 @@ class _Near:
         ``limit_m``); junction indices, not checked (the callers read them from the chains' ends)."""
         key = np.asarray(a, dtype=np.int64) * self.n + np.asarray(b, dtype=np.int64)
         if self.dist is None:      # packed: the distance's bits in each word's high half (inf where absent)
-            d = (self.table.words(key.view(np.uint64).ravel()) >> np.uint64(32)).astype(np.uint32)
+            d = (self.table.words(key.view(np.uint64).ravel())[1] >> np.uint64(32)).astype(np.uint32)
             d = d.view(np.float32).reshape(key.shape)
         else:
             pos, found = self.table.find(key)
@@ -246,8 +246,12 @@ class _Near:
     def paths(self, a, b, limit_m: float):
         a, b = np.asarray(a, dtype=np.int64).ravel(), np.asarray(b, dtype=np.int64).ravel()
         dist = self.distances(a, b, limit_m).astype(np.float64)
-        found = trace_back(np.arange(len(a)), b, np.isfinite(dist),
-                           lambda idx, cur: self.pred[self._find(a[idx], cur)[0]])
+        if self.dist is None:      # packed: every key sought is there (its distance is finite)
+            an = a * self.n
+            prev_of = lambda idx, cur: self.pred[self.table.words((an[idx] + cur).view(np.uint64))[0]]  # noqa
+        else:
+            prev_of = lambda idx, cur: self.pred[self._find(a[idx], cur)[0]]  # noqa: E731
+        found = trace_back(np.arange(len(a)), b, np.isfinite(dist), prev_of)
         return ragged_paths(len(a), found) + (dist,)
 
 
@@ -305,9 +309,10 @@ class HashTable:
         bits = np.ascontiguousarray(values).view(np.uint32).astype(np.uint64)
         return HashTable((bits << np.uint64(32)) | self.slots.astype(np.uint64), self.bits, self.bound)
 
-    def words(self, key) -> np.ndarray:
-        """The word of each key's slot in a packed table (:meth:`pack`), or of the empty slot that ends its search
-        where it is absent: one read per probe. ``key``: uint64, each below ``bound`` (not checked)."""
+    def words(self, key) -> tuple[np.ndarray, np.ndarray]:
+        """``(slot, word)`` of each key in a packed table (:meth:`pack`): its slot and word, or the empty slot's
+        that ends its search where it is absent; one read per probe. ``key``: uint64, each below ``bound`` (not
+        checked)."""
         with np.errstate(over="ignore"):
             slot = ((key * _HASH_MUL) >> np.uint64(64 - self.bits)).astype(np.intp)
         got = self.slots[slot]
@@ -320,7 +325,7 @@ class HashTable:
             got[todo] = g
             k = g & _LOW
             todo = todo[(k != key[todo]) & (k != _LOW)]
-        return got
+        return slot, got
 
 
 def hash_table(key, bound: int) -> tuple[HashTable, np.ndarray]:

@@ -358,9 +358,11 @@ def ragged_paths(m: int, found) -> tuple[np.ndarray, np.ndarray]:
     if not found[0]:
         return np.zeros(m + 1, np.int64), np.zeros(0, np.int64)
     pair, node, st = (np.concatenate(x) for x in found)
-    order = np.lexsort((-st, pair))                  # per pair, the source (last step) first
-    offsets = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=m))])
-    return offsets.astype(np.int64), node[order].astype(np.int64)
+    count = np.bincount(pair, minlength=m)
+    offsets = np.concatenate([[0], np.cumsum(count)]).astype(np.int64)
+    nodes = np.empty(len(node), np.int64)
+    nodes[offsets[pair] + count[pair] - 1 - st] = node    # per pair, the source (last step) first
+    return offsets, nodes
 
 
 def shortest_paths(graph: Graph, sources, limit: float = np.inf) -> ShortestPaths:
