@@ -151,7 +151,7 @@ def uniform_grid(bbox, K: int) -> StateGrid:
     return StateGrid(bbox, K, 0, np.zeros(K * K, dtype=np.int64))
 
 
-CHUNK_POINTS = 1 << 21   # points per chunk: bounds the temporaries of state_sequences (about 80 bytes a point)
+CHUNK_POINTS = 1 << 21   # points per chunk: bounds the temporaries of state_sequences (at most about 40 bytes a point)
 
 
 def state_sequences(grid: StateGrid, offsets: np.ndarray, lat: np.ndarray,
