@@ -448,21 +448,9 @@ class Placer:
         if len(weights) != len(roads):
             raise DuckmobError(f"place: {len(weights)} weights for {len(roads)} segments")
         self.roads, self.index = roads, roads._snap_index
-        index = self.index
-        k = int(min(k, index.tree.n))
-        xs = np.concatenate([index.ax, index.bx])
-        ys = np.concatenate([index.ay, index.by])
-        self.x0, self.y0 = float(xs.min()), float(ys.min())
-        area = (float(xs.max()) - self.x0 + 1.0) * (float(ys.max()) - self.y0 + 1.0)
-        self.cell_m = max(float(radius_m) / 5.0, math.sqrt(area / PLACE_CELLS) * 1.01)
-        self.nx = int((xs.max() - self.x0) // self.cell_m) + 1
-        self.ny = int((ys.max() - self.y0) // self.cell_m) + 1
-        gx, gy = np.meshgrid(self.x0 + (np.arange(self.nx) + 0.5) * self.cell_m,
-                             self.y0 + (np.arange(self.ny) + 0.5) * self.cell_m)
-        d, j = index.tree.query(np.column_stack([gx.ravel(), gy.ravel()]), k=k)
-        d, j = d.reshape(-1, k), j.reshape(-1, k)
-        self.segs = index.seg[j].astype(np.int32)
-        w = weights[self.segs] * np.exp(-(d / float(radius_m)) ** 2)
+        grid = _place_grid(roads, float(radius_m), int(k))
+        self.x0, self.y0, self.cell_m, self.nx, self.ny, self.segs = grid[:6]
+        w = weights[self.segs] * grid[6]
         self.cum = np.cumsum(w, axis=1).astype(np.float32)
         self.total = self.cum[:, -1]
 
@@ -495,6 +483,29 @@ class Placer:
                 seg[rest], t[rest] = self.index.nearest(qx[rest], qy[rest])
             out_seg[part], out_t[part] = seg, t
         return out_seg, out_t
+
+
+def _place_grid(roads: Roads, radius_m: float, k: int) -> tuple:
+    """What a :class:`Placer` tabulates that its weights do not change, kept with the network per radius and k:
+    the cells' origin, side and counts ``(x0, y0, cell_m, nx, ny)``, each cell's k nearest road samples' segments
+    and their kernel ``exp(-(d / radius_m)^2)``. A function of the public network only."""
+    kept = roads.__dict__.setdefault("_place_grids", {})
+    if (radius_m, k) in kept:
+        return kept[(radius_m, k)]
+    index = roads._snap_index
+    k = int(min(k, index.tree.n))
+    xs = np.concatenate([index.ax, index.bx])
+    ys = np.concatenate([index.ay, index.by])
+    x0, y0 = float(xs.min()), float(ys.min())
+    area = (float(xs.max()) - x0 + 1.0) * (float(ys.max()) - y0 + 1.0)
+    cell_m = max(radius_m / 5.0, math.sqrt(area / PLACE_CELLS) * 1.01)
+    nx = int((xs.max() - x0) // cell_m) + 1
+    ny = int((ys.max() - y0) // cell_m) + 1
+    gx, gy = np.meshgrid(x0 + (np.arange(nx) + 0.5) * cell_m, y0 + (np.arange(ny) + 0.5) * cell_m)
+    d, j = index.tree.query(np.column_stack([gx.ravel(), gy.ravel()]), k=k)
+    d, j = d.reshape(-1, k), j.reshape(-1, k)
+    grid = (x0, y0, cell_m, nx, ny, index.seg[j].astype(np.int32), np.exp(-(d / radius_m) ** 2))
+    return kept.setdefault((radius_m, k), grid)
 
 
 def count_below(cum, rows, u) -> np.ndarray:
