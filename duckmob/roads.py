@@ -201,6 +201,21 @@ class Roads:
             cache[key] = _pieces(self, *key)
         return cache[key]
 
+    def piece_links(self, piece_m: float = 400.0) -> np.ndarray:
+        """The ordered pairs of street pieces (:meth:`pieces`) that share a graph node, each piece with itself too,
+        as sorted keys ``p * P + q`` (P pieces): the support of the released piece-to-piece flows
+        (:mod:`duckmob.road_flows`). A function of the public network only, built once per ``piece_m``."""
+        cache = self.__dict__.setdefault("_piece_links", {})
+        if float(piece_m) not in cache:
+            piece = self.pieces(piece_m)
+            n_pieces = int(piece.max()) + 1 if len(piece) else 0
+            g = self.graph
+            rows, cols = np.r_[piece, piece], np.r_[g.u, g.v]
+            touch = sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(n_pieces, g.n_nodes))
+            pairs = (touch @ touch.T).tocoo()
+            cache[float(piece_m)] = np.unique(pairs.row.astype(np.int64) * n_pieces + pairs.col)
+        return cache[float(piece_m)]
+
     @cached_property
     def _snap_index(self) -> SnapIndex:
         return SnapIndex(self.lat1, self.lon1, self.lat2, self.lon2, SNAP_SPACING_M, _M_PER_RAD)
@@ -338,16 +353,16 @@ def trace_back(labels, targets, alive, prev_of, names=None, found=None) -> list:
     the source). Appends to ``found`` (new when None) the ``(labels, nodes, steps)`` met, nodes through ``names``
     when given; :func:`ragged_paths` assembles them."""
     found = [[], [], []] if found is None else found
-    cur, alive = np.asarray(targets, dtype=np.int64).copy(), np.asarray(alive, dtype=bool).copy()
+    idx = np.flatnonzero(np.asarray(alive, dtype=bool))      # the paths still being walked, and where they are
+    cur = np.asarray(targets, dtype=np.int64)[idx]
     step = 0
-    while alive.any():
-        idx = np.flatnonzero(alive)
+    while len(idx):
         found[0].append(labels[idx])
-        found[1].append(cur[idx] if names is None else names[cur[idx]])
+        found[1].append(cur if names is None else names[cur])
         found[2].append(np.full(len(idx), step))
-        prev = np.asarray(prev_of(idx, cur[idx]), dtype=np.int64)
-        alive[idx] = prev >= 0
-        cur[idx] = np.where(prev >= 0, prev, cur[idx])
+        prev = np.asarray(prev_of(idx, cur), dtype=np.int64)
+        on = prev >= 0
+        idx, cur = idx[on], prev[on]
         step += 1
     return found
 

@@ -59,7 +59,10 @@ class OnRoads:
             # drive away, so the streets people use get the points
             if self._placer is None:
                 self._placer = Placer(self.roads, weights)
-            seg, t = route(self._placer, part.offsets, part.lat, part.lon, rng)
+            # with released flows between street pieces (PrivTrace), the moves the flows favour are favoured
+            link = getattr(self.model, "road_link", None)
+            link = link if link is not None and len(link.piece) == len(self.roads) else None
+            seg, t = route(self._placer, part.offsets, part.lat, part.lon, rng, link=link)
         else:
             seg, t, _, _, _ = snap(self.roads, part.lat, part.lon)
         lat, lon = walk(self.roads, part.offsets, seg, t)   # then along the road path through them

@@ -183,12 +183,13 @@ def _with_roads(con):
     return con
 
 
+@pytest.mark.parametrize("road_release", ["pieces", "flows"])
 @pytest.mark.parametrize("unit", ["trajectory", "user"])
-def test_privtrace_on_roads_moves_within_the_charge(recorder, tmp_path, unit):
+def test_privtrace_on_roads_moves_within_the_charge(recorder, tmp_path, unit, road_release):
     d, dp = tables(5, unit, "mixed")
     check_pair(recorder, lambda: _with_roads(_points_db(tmp_path / "d.duckdb", d, temp=False)),
                lambda: _with_roads(_points_db(tmp_path / "dp.duckdb", dp, temp=False)),
-               py_synthesize("privtrace", unit, PRIVTRACE, roads="roads"))
+               py_synthesize("privtrace", unit, {**PRIVTRACE, "road_release": road_release}, roads="roads"))
 
 
 # -- the neural methods' Laplace parts, out of core from SQL, both units ------------------------------------------

@@ -230,13 +230,20 @@ def release(data, bbox, eps: float, config: PlacementConfig, noise, max_trajecto
 
 
 def statistics(data: Trajectories, bbox, w: int, part_scales: dict[str, float],
-               walk: bool = True, roads=None, piece_m: float = ROAD_PIECE_M) -> dict[str, np.ndarray]:
+               walk: bool = True, roads=None, piece_m: float = ROAD_PIECE_M,
+               flows: bool = False) -> dict[str, np.ndarray]:
     """The EXACT statistics of the parts in ``part_scales`` (never release them): whole noise-grid steps per fine
     cell and per step bin (``counting.normalised_sums``). Integers: the sums over batches of whole trajectories
     add up to the sums over all of them (``duckmob.source``). ``walk``: the density of the cells the fixes' line
     walk passes (False: of the fixes' own cells, output 'stays'; :func:`fine_cells`). With a public road network
-    ``roads`` (:class:`duckmob.roads.Roads`) the density is one of road segments instead (:func:`road_sums`)."""
-    if roads is not None:
+    ``roads`` (:class:`duckmob.roads.Roads`) the density is one of road segments instead (:func:`road_sums`), or
+    with ``flows`` the flows between its street pieces (:func:`duckmob.road_flows.flow_sums`: each trajectory's
+    mass 1 over the moves of its matched path)."""
+    if roads is not None and flows:
+        from duckmob.road_flows import flow_sums     # loaded only for a release that uses it
+
+        out = {"road_flows": flow_sums(data, roads, part_scales["density"], piece_m)}
+    elif roads is not None:
         out = {"road_density": road_sums(data, roads, part_scales["density"], piece_m)}
     else:
         cells, owner, n_cells = fine_cells(data, bbox, w, walk=walk)
@@ -255,11 +262,21 @@ def release_statistics(sums: dict[str, np.ndarray], w: int, part_scales: dict[st
     the network (:func:`road_sums`; Laplace on each, zero or not: a data-independent support); its non-negative
     part is spread along each piece's segments by their lengths (``FineStats.road``: where points go on the
     streets) and summed into the fine cells of the segments' midpoints (the density the routes follow): both
-    post-processing."""
+    post-processing. With flows (``sums["road_flows"]``) the released flows between street pieces take the
+    density's place (:func:`duckmob.road_flows.release_flows`, the same budget); the traffic through each piece
+    comes from them (:func:`duckmob.road_flows.segment_density`) and they are kept for the routes
+    (``FineStats.flow``)."""
     density_scale = part_scales["density"]
-    road = None
-    if roads is not None:
+    road, extra = None, {}
+    if roads is not None and "road_flows" in sums:
+        from duckmob.road_flows import release_flows, segment_density
+
+        noisy, cut = release_flows(sums["road_flows"], density_scale, noise)
+        road = segment_density(noisy, roads, piece_m)
+        extra = dict(flow=cut, flow_links=roads.piece_links(piece_m), piece=roads.pieces(piece_m).astype(np.int32))
+    elif roads is not None:
         road = release_road_density(sums["road_density"], roads, density_scale, noise, piece_m)
+    if roads is not None:
         mid = cell_of((roads.lat1 + roads.lat2) / 2, (roads.lon1 + roads.lon2) / 2, bbox, w)
         inside = mid >= 0
         density = np.bincount(mid[inside], weights=road[inside], minlength=w * w).astype(np.float32)
@@ -268,7 +285,7 @@ def release_statistics(sums: dict[str, np.ndarray], w: int, part_scales: dict[st
         density = release_sums(sums["fine_density"], density_scale, noise)
         density = adaptive_density(density, w, density_scale).astype(np.float32)
     if "steps" not in part_scales:     # output 'stays', or a public step_m: the density alone
-        return FineStats(w=w, density=density, road=road,
+        return FineStats(w=w, density=density, road=road, **extra,
                          steps=np.zeros(len(STEP_EDGES_M) - 1))
     steps_scale = part_scales["steps"]
     steps = release_sums(sums["fine_steps"], steps_scale, noise)
@@ -286,13 +303,13 @@ def release_statistics(sums: dict[str, np.ndarray], w: int, part_scales: dict[st
     if steps_mostly_noise(blocks, n_noisy, block_scale):
         # no spacing can be read from noise (the highest noisy block gives centimetre steps): steps all zero, and
         # the sampler spaces points one fine cell apart (a public length)
-        return FineStats(w=w, density=density, road=road,
+        return FineStats(w=w, density=density, road=road, **extra,
                          steps=np.zeros(n_bins))
     kept = truncate_tail(truncate_tail(blocks, block_scale, tau)[::-1], block_scale, tau)[::-1]
     if not (kept > 0).any():       # nothing above the noise: the highest block alone, not every bin evenly
         kept = (np.arange(len(blocks)) == np.argmax(blocks)).astype(np.float64)
     blocks = normcut(kept[None, :], axis=-1)[0]
-    return FineStats(w=w, density=density, road=road,
+    return FineStats(w=w, density=density, road=road, **extra,
                      steps=np.repeat(blocks / m, m)[:n_bins])
 
 
@@ -401,14 +418,23 @@ class FineStats:
     density: np.ndarray     # (w * w,) float32
     steps: np.ndarray       # (len(STEP_EDGES_M) - 1,)
     road: np.ndarray | None = None   # (segments,) float32: the released road-segment density, with roads
+    # with roads and road_release 'flows' (PrivTrace): the released piece-to-piece flows (duckmob.road_flows), their
+    # pairs' keys and each segment's piece (both public: functions of the network)
+    flow: np.ndarray | None = None
+    flow_links: np.ndarray | None = None
+    piece: np.ndarray | None = None
 
     def arrays(self, prefix: str = "fine_") -> dict[str, np.ndarray]:
         out = {f"{prefix}w": np.array(self.w), f"{prefix}density": self.density, f"{prefix}steps": self.steps}
-        return out if self.road is None else {**out, f"{prefix}road": self.road}
+        for name in ("road", "flow", "flow_links", "piece"):
+            if getattr(self, name) is not None:
+                out[f"{prefix}{name}"] = getattr(self, name)
+        return out
 
     @classmethod
     def from_arrays(cls, z, prefix: str = "fine_") -> "FineStats | None":
         if f"{prefix}w" not in z:
             return None
-        road = np.asarray(z[f"{prefix}road"]) if f"{prefix}road" in z else None
-        return cls(int(z[f"{prefix}w"]), np.asarray(z[f"{prefix}density"]), np.asarray(z[f"{prefix}steps"]), road)
+        extra = {name: np.asarray(z[f"{prefix}{name}"]) for name in ("road", "flow", "flow_links", "piece")
+                 if f"{prefix}{name}" in z}
+        return cls(int(z[f"{prefix}w"]), np.asarray(z[f"{prefix}density"]), np.asarray(z[f"{prefix}steps"]), **extra)

@@ -108,6 +108,10 @@ class PrivTraceConfig(PlacementConfig):
     trip_decay: float | None = param(None, float, low=0,
                                      doc="gravity exponent of the trip distribution; null: fitted to N (trips.py)")
     budget_split: dict | None = param(None, dict, doc=f"fractions of eps for the parts {sorted(BUDGET_SPLIT)}")
+    road_release: str = param("pieces", str, choices=("pieces", "flows"),
+                              doc="with roads: 'pieces' releases the density of the street pieces the fixes match; "
+                                  "'flows' the moves between touching pieces along each trip's matched path, "
+                                  "whose marginals give the density and which weigh the routes (road_flows.py)")
 
     @classmethod
     def parse(cls, params=None, **defaults):
@@ -184,6 +188,7 @@ class PrivTraceModel(Model):
         self.n_noisy, self.config, self.info = float(n_noisy), config, dict(info)
         self._prepared = None
         self._placement = None
+        self._link = None
 
     @property
     def default_n(self) -> int:
@@ -254,6 +259,19 @@ class PrivTraceModel(Model):
     def road_density(self) -> np.ndarray | None:
         """The released density of the road network's segments (fitted with ``roads :=``), else None."""
         return None if self.fine is None else self.fine.road
+
+    @property
+    def road_link(self):
+        """The released piece-to-piece flows as route weights (:class:`duckmob.road_flows.FlowLink`; fitted with
+        ``roads :=``), else None. Post-processing, built once."""
+        fine = self.fine
+        if fine is None or fine.flow is None:
+            return None
+        if self._link is None:
+            from duckmob.road_flows import FlowLink
+
+            self._link = FlowLink.of(fine.piece, fine.flow_links, fine.flow)
+        return self._link
 
     def placement(self) -> placement.Placement:
         """The fine placement over this model's states (built once; post-processing)."""
@@ -404,5 +422,6 @@ class PrivTrace(Synthesizer):
                **transition_sums(support, off, states, scale["first"], scale["second"])}
         if fine_w is not None:
             out.update(placement.statistics(d, self.bbox, fine_w, fine_scales, roads=self.roads,
-                                            piece_m=self.config.road_piece_m))
+                                            piece_m=self.config.road_piece_m,
+                                            flows=self.config.road_release == "flows"))
         return out
