@@ -100,7 +100,8 @@ def child(graph: str, ends: int, target: float, out: str) -> None:
     np.save(out + ".npy", p)
     with open(out, "w") as f:
         json.dump({"wall": wall, "cpu": cpu, "traced_mb": traced, "rss_mb": _rss_mb("VmHWM") - before,
-                   "code": trips.__file__, "states": len(p), "I": int((args[0] > 0).sum()), "J": int((args[1] > 0).sum()),
+                   "code": trips.__file__, "states": len(p), "I": int((args[0] > 0).sum()),
+                   "J": int((args[1] > 0).sum()),
                    "info": {k: float(v) for k, v in info.items()}}, f)
 
 

@@ -23,10 +23,10 @@ Choices made here:
   instead. Cost: a few hundred matrix-vector products, where I, J are the states with positive b and q; no
   generic convex solver, no all-pairs Dijkstra (one BFS per state in I on the sparse neighbour graph).
 * Memory: the one |I| x |J| table held is the hop counts, in the smallest unsigned integer type that holds a
-  bound on them (uint16 for up to 65,535 states, often less). As l_ij takes few values, the kernel is a short
-  lookup table indexed by hops; the kernel, l and u exist only a block at a time (``block`` entries, 1 MB of
-  float64 by default; blocks of columns, as the table is stored column by column) inside each Sinkhorn pass and
-  each sum, and each BFS keeps one source's counts. When one block covers the table the arithmetic is the
+  bound on them (uint8 on the 60,451-state model of docs/scale.md). As l_ij takes few values, the kernel is a
+  short lookup table indexed by hops; the kernel, l and u exist only a block at a time (``block`` entries, 1 MB
+  of float64 by default; blocks of columns, as the table is stored column by column) inside each Sinkhorn pass
+  and each sum, and each BFS keeps one source's counts. When one block covers the table the arithmetic is the
   whole-table one, bit for bit.
 * Kept because it is the paper's method and corrects b where long trips start in particular places (on GeoLife
   it is about as far from the true start distribution as b itself: docs/methods/privtrace.md).
@@ -111,6 +111,7 @@ def hop_table(offsets: np.ndarray, dst: np.ndarray, rows: np.ndarray, cols: np.n
             part[part == bound] = top + 1
     return out
 
+
 def _col_blocks(n_rows: int, n_cols: int, block: int) -> list[slice]:
     """Slices of columns of about ``block`` entries each: contiguous parts of a table stored column by column."""
     step = max(1, block // max(n_rows, 1))
@@ -145,6 +146,7 @@ def _sinkhorn(table, hops, blocks, b, q, x, y, iters: int, tol: float):
             break
     return x, y
 
+
 def _u_blocks(fit, bI, qJ, total, hops, blocks):
     """Yield (u block, l block) over the column blocks of ``fit`` = (decay, kernel, x, y): u = b q^T / total at
     decay 0, else x_i kernel[hops_ij] y_j; l = hops + 2."""
@@ -170,9 +172,9 @@ def trip_distribution(b: np.ndarray, q: np.ndarray, n_trips: float, offsets: np.
     ``b``, ``q``: non-negative (NormCut) noisy start and end counts per state; ``n_trips``: noisy number of
     trajectories; ``offsets``/``dst``: the state adjacency (CSR); ``decay``: the gravity exponent, or None to
     fit it (see the module doc); ``block``: table entries computed at once (memory; the result changes only to
-    rounding, and not at all while one block covers the table). Returns ``(p_start (m,), info)`` with ``info``: ``decay``, ``detour`` (c),
-    ``mean_shortest`` (u-weighted mean of l_ij) and ``target_length`` (n_trips / sum(b)). Falls back to b
-    itself when q has no mass.
+    rounding, and not at all while one block covers the table). Returns ``(p_start (m,), info)`` with ``info``:
+    ``decay``, ``detour`` (c), ``mean_shortest`` (u-weighted mean of l_ij) and ``target_length``
+    (n_trips / sum(b)). Falls back to b itself when q has no mass.
     """
     m = len(b)
     b = np.maximum(np.asarray(b, dtype=np.float64), 0.0)
