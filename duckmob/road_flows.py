@@ -23,7 +23,9 @@ groups that exist in the network) as piece-to-piece transitions, not as a densit
    :func:`duckmob.road_paths.route`'s ``link``).
 
 One release serves both uses: its marginals are the piece density, so the budget is not split between a density
-and transitions (the measurements in issue 39 show what a split costs).
+and transitions (the measurements in issue 39 show what a split costs). PrivTrace uses it with
+``road_release := 'flows'``; its default, ``'pieces'`` (the pieces the fixes themselves match,
+:func:`duckmob.synth.placement.road_sums`), measured better on simulated taxi trips (docs/roads.md).
 """
 
 from __future__ import annotations
