@@ -26,12 +26,19 @@ the roads, points per trajectory, length, trip and detour).
         --out benchmarks/results/roads_geolife_haidian
     GEOLIFE_BEIJING=/path/geolife_beijing.parquet python benchmarks/roads_geolife.py --roads ...   # another checkout
 
+``--params JSON`` (repeatable) adds, for each method, one more output with roads released with ``params=JSON``,
+labelled by its values (``privtrace+roads/road_release=flows``), beside the default ``privtrace+roads``: variants
+of the roads release side by side in one table.
+
+    python benchmarks/roads_geolife.py --roads roads.parquet --params '{"road_release": "flows"}' --out /tmp/flows
+
 ``--picture`` also writes OUT_density.png, which draws the roads: ship it only where their licence allows.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -76,7 +83,12 @@ def load_roads(con, path: str) -> None:
     con.unregister("osm_roads")
 
 
-def run(seeds: list[int], outputs: list[str], picture: str | None, users: int | None, roads_path: str) -> dict:
+def variant(method: str, params: dict) -> str:
+    """The output name of ``method`` with roads released with ``params``: ``privtrace+roads/road_release=flows``."""
+    return f"{method}+roads/" + ",".join(f"{k}={v}" for k, v in params.items())
+
+
+def run(seeds: list[int], outputs: dict, picture: str | None, users: int | None, roads_path: str) -> dict:
     import duckmob
     from duckmob.roads import Roads
 
@@ -95,10 +107,11 @@ def run(seeds: list[int], outputs: list[str], picture: str | None, users: int | 
     print(f"real B vs real A: {bench.fmt_row(ref)}", flush=True)
     duckmob.synthesize(con, "real_a", bench.EPS, "privtrace", bbox=BOX, seed=10**6, n=10)   # untimed warm-up
     runs, pictures = [], {}
-    for name in outputs:
-        method, road_table = OUTPUTS[name]
+    for name, (method, road_table, params) in outputs.items():
         for seed in seeds:
             kw = {} if road_table is None else {"roads": road_table}
+            if params:
+                kw["params"] = params
             t1 = time.perf_counter()
             out = duckmob.synthesize(con, "real_a", bench.EPS, method, bbox=BOX, seed=seed, n=a.n_traj, **kw)
             seconds = time.perf_counter() - t1
@@ -115,33 +128,35 @@ def run(seeds: list[int], outputs: list[str], picture: str | None, users: int | 
     setting = dict(seeds=seeds, eps=bench.EPS, bbox=BOX, users=n_users, traj_a=a.n_traj, traj_b=b.n_traj,
                    fixes_a=len(a.lat), fixes_b=len(b.lat), real_points_per_traj=a.points_per_traj(),
                    real_off30=ref_a["off30"], real_off250=ref_a["off250"], roads=len(roads),
-                   roads_source=os.path.basename(roads_path),
+                   roads_source=os.path.basename(roads_path), params={k: v[2] for k, v in outputs.items() if v[2]},
                    cores=os.cpu_count(), load=os.getloadavg()[0], code=bench.code_version())
     return dict(setting=setting, reference=ref, runs=runs)
 
 
 def table(result: dict) -> str:
     s = result["setting"]
+    rows = bench.mean_rows(result)
+    width = max([17] + [len(r["output"]) + 1 for r in rows])
     lines = [f"Real GeoLife Beijing trajectories (../shared/data/geolife_beijing.parquet), users split by id: real A "
              f"{s['users'][0]} users, {s['traj_a']:,} trajectories, {s['fixes_a']:,} fixes in the box "
              f"({s['real_points_per_traj']:.1f} per trajectory); real B {s['users'][1]} users, {s['traj_b']:,}, "
              f"{s['fixes_b']:,}. eps {s['eps']:g}, trajectory unit, mean of {len(s['seeds'])} seed(s) {s['seeds']}; "
              f"box {s['bbox']}; roads: {s.get('roads_source', '?')} ({s['roads']:,} segments touch the box); "
              f"code {s['code']}",
-             f"{'output':17s}" + "".join(f"{short:>9s}" for short, _, _ in bench.COLUMNS)]
-    rows = bench.mean_rows(result)
+             f"{'output':{width}s}" + "".join(f"{short:>9s}" for short, _, _ in bench.COLUMNS)]
     for row in rows:
-        lines.append(f"{row['output']:17s}" + "".join(f"{fmt.format(row[k]):>9s}" for _, k, fmt in bench.COLUMNS))
+        lines.append(f"{row['output']:{width}s}" + "".join(f"{fmt.format(row[k]):>9s}" for _, k, fmt in bench.COLUMNS))
     ref = result["reference"]
-    lines.append(f"{'real B vs A':17s}" + "".join(
+    lines.append(f"{'real B vs A':{width}s}" + "".join(
         f"{('-' if k == 'seconds' else fmt.format(ref[k])):>9s}" for _, k, fmt in bench.COLUMNS))
     lines.append(f"(real A itself: {s['real_off30']:.1%} of its points > 30 m from a drivable road, "
                  f"{s['real_off250']:.1%} > 250 m: walks on campuses and in parks, the subway, GPS error)")
     by = {r["output"]: r for r in rows}
-    for name in ("privtrace", "cleanslate"):
-        if name in by and f"{name}+roads" in by:
-            w, wo = by[f"{name}+roads"], by[name]
-            lines.append(f"{name}: with roads / without: pt dens {w['pt_jsd'] / wo['pt_jsd']:.2f}, tr dens "
+    pairs = [(f"{m}+roads", m) for m in ("privtrace", "cleanslate")] + [(v, v.split("/")[0]) for v in by if "/" in v]
+    for with_, without in pairs:
+        if with_ in by and without in by:
+            w, wo = by[with_], by[without]
+            lines.append(f"{with_} / {without}: pt dens {w['pt_jsd'] / wo['pt_jsd']:.2f}, tr dens "
                          f"{w['tr_jsd'] / wo['tr_jsd']:.2f}, pts/traj {w['ppt_ratio']:.2f} vs {wo['ppt_ratio']:.2f}, "
                          f"length {w['length_jsd'] / max(wo['length_jsd'], 1e-12):.2f}, trip "
                          f"{w['trip_jsd'] / max(wo['trip_jsd'], 1e-12):.2f}, time {w['seconds'] / wo['seconds']:.2f}")
@@ -206,6 +221,8 @@ def main() -> None:
     parser.add_argument("--roads", default=None, help="an OpenStreetMap extract (.osm, .osm.gz, .osm.bz2, "
                         ".osm.pbf) or a Parquet roads table (docs/roads.md) covering the box")
     parser.add_argument("--out", default=DEFAULT_OUT, help="writes OUT.txt and OUT.json")
+    parser.add_argument("--params", action="append", default=[], metavar="JSON", help="also each method with "
+                        "roads released with params=JSON, e.g. '{\"road_release\": \"flows\"}' (repeatable)")
     parser.add_argument("--picture", action="store_true", help="also OUT_density.png (it draws the roads)")
     args = parser.parse_args()
     if not args.roads:
@@ -218,7 +235,16 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.box:
         BOX[:] = [float(v) for v in args.box.split(",")]     # bench.BOX is this same list
-    outputs = [o for m in args.methods.split(",") for o in (m, f"{m}+roads")]
+    try:
+        variants = [json.loads(p) for p in args.params]
+    except ValueError as e:
+        sys.exit(f"roads_geolife.py: --params is not a JSON object ({e}); pass e.g. '{{\"road_release\": \"flows\"}}'")
+    if not all(isinstance(v, dict) and v for v in variants):
+        sys.exit("roads_geolife.py: --params takes a non-empty JSON object, e.g. '{\"road_release\": \"flows\"}'")
+    outputs = {}
+    for m in args.methods.split(","):
+        outputs.update({m: (m, None, None), f"{m}+roads": (m, "roads", None)})
+        outputs.update({variant(m, v): (m, "roads", v) for v in variants})
     picture = args.out + "_density.png" if args.picture else None
     result = run(seeds, outputs, picture, args.users, args.roads)
     bench.save(table(result), result, args.out)
