@@ -6,7 +6,8 @@ import pytest
 from scipy.sparse import csgraph
 
 from duckmob.grid import haversine_m
-from duckmob.road_paths import ROUTE_LIMIT_M, build_chains, chains_of, hash_table, network_distance, route, walk
+from duckmob.road_paths import ROUTE_LIMIT_M, build_chains, chains_of, network_distance, route, walk
+from duckmob.road_search import hash_table
 from duckmob.roads import Placer, Roads, points_along, snap
 from grid_roads import grid_roads
 
@@ -206,7 +207,7 @@ def test_a_wide_dense_network_keeps_no_table_and_searches_instead():
 
 @pytest.mark.parametrize("bound", [1_000, 50_000_000, 1 << 40])
 def test_the_hash_table_finds_exactly_its_keys(bound):
-    """road_paths.HashTable (the junction distance table's index): every key at the slot it was given, no other
+    """road_search.HashTable (the junction distance table's index): every key at the slot it was given, no other
     key found, out-of-range keys (negative, beyond the bound) refused; uint32 slots below 2^32, int64 above."""
     rng = np.random.default_rng(bound % 97)
     keys = np.unique(rng.integers(0, bound, min(bound // 2, 200_000)))
@@ -220,3 +221,32 @@ def test_the_hash_table_finds_exactly_its_keys(bound):
     assert not table.find(np.array([-1, bound, bound + 5]))[1].any()
     empty, _ = hash_table(np.zeros(0, np.int64), bound)
     assert not empty.find(keys[:10])[1].any()
+
+
+def test_a_packed_table_reads_each_keys_value_and_inf_where_absent():
+    """road_search.HashTable.pack / words: each key's 32-bit value beside it in one word; an absent key ends on an
+    empty slot, whose value is the fill (inf for the junction distances)."""
+    rng = np.random.default_rng(5)
+    keys = np.unique(rng.integers(0, 40_000_000, 100_000))
+    table, slot = hash_table(keys, 40_000_000)
+    values = np.full(len(table.slots), np.inf, np.float32)
+    values[slot] = rng.random(len(keys)).astype(np.float32) * 1000
+    packed = table.pack(values)
+    got_slot, word = packed.words(keys.astype(np.uint64))
+    assert np.array_equal(got_slot, slot)
+    assert np.array_equal((word >> np.uint64(32)).astype(np.uint32).view(np.float32), values[slot])
+    others = np.setdiff1d(rng.integers(0, 40_000_000, 20_000), keys).astype(np.uint64)
+    assert np.isinf((packed.words(others)[1] >> np.uint64(32)).astype(np.uint32).view(np.float32)).all()
+    assert np.array_equal(packed.find(keys)[0], slot) and not packed.find(others)[1].any()
+
+
+def test_positions_read_from_the_segment_table_equal_the_graph_s(sf):
+    """Chains.position reads each segment's chain and node offsets from a table built once; they equal what the
+    graph gives (Chains.segment_ends) for every segment, and the offsets interpolate between them."""
+    ch = chains_of(sf)
+    seg = np.arange(len(sf))
+    chain, o_from, o_to = ch.segment_ends(sf.graph, seg)
+    t = np.random.default_rng(3).random(len(sf))
+    got_chain, got_offset = ch.position(sf.graph, seg, t)
+    assert np.array_equal(got_chain, chain) and np.array_equal(got_offset, o_from + t * (o_to - o_from))
+    assert (chain >= 0).all() and (np.abs(o_to - o_from) <= ch.length[chain] + 1e-9).all()
