@@ -50,6 +50,8 @@ class SnapIndex:
         self.ky = np.radians(1.0) * m_per_rad
         self.ax, self.ay = self.plane(lat1, lon1)
         self.bx, self.by = self.plane(lat2, lon2)
+        self.dx, self.dy = self.bx - self.ax, self.by - self.ay          # each segment's vector, kept for
+        self.den = self.dx * self.dx + self.dy * self.dy                 # the projections
         seg_len = np.hypot(self.bx - self.ax, self.by - self.ay)
         n = np.ceil(seg_len / spacing_m).astype(np.int64) + 1            # samples per segment, >= 2
         self.seg = np.repeat(np.arange(len(seg_len)), n)
@@ -69,9 +71,9 @@ class SnapIndex:
         lowest index among equals, the candidates given in increasing order), its fraction t and the planar
         distance."""
         c = np.where(cand < 0, 0, cand)
-        dx, dy = self.bx[c] - self.ax[c], self.by[c] - self.ay[c]
+        dx, dy = self.dx[c], self.dy[c]
         px, py = qx[:, None] - self.ax[c], qy[:, None] - self.ay[c]
-        t = np.clip((px * dx + py * dy) / (dx * dx + dy * dy), 0.0, 1.0)
+        t = np.clip((px * dx + py * dy) / self.den[c], 0.0, 1.0)
         d = np.hypot(px - t * dx, py - t * dy)
         d[cand < 0] = np.inf
         best = np.argmin(d, axis=1)
@@ -81,9 +83,8 @@ class SnapIndex:
     def fraction(self, qx, qy, seg) -> np.ndarray:
         """The fraction t of each query's projection onto its one segment ``seg`` (what :meth:`project` gives
         for that segment as the only candidate)."""
-        dx, dy = self.bx[seg] - self.ax[seg], self.by[seg] - self.ay[seg]
         px, py = qx - self.ax[seg], qy - self.ay[seg]
-        return np.clip((px * dx + py * dy) / (dx * dx + dy * dy), 0.0, 1.0)
+        return np.clip((px * self.dx[seg] + py * self.dy[seg]) / self.den[seg], 0.0, 1.0)
 
     def nearest(self, qx, qy) -> tuple[np.ndarray, np.ndarray]:
         """``(segment, t)`` of the nearest segment of each point (the module docstring: its cell's candidates, or
@@ -94,9 +95,14 @@ class SnapIndex:
             return self.search(qx, qy)
         first, count = self.cells.row(qx, qy)
         seg, t = np.empty(len(qx), np.int64), np.empty(len(qx))
-        count = np.where(count <= CELL_WIDTH, count, 0)
-        for w in np.unique(count[count > 0]):   # one projection per candidate count (at most CELL_WIDTH)
-            sel = np.flatnonzero(count == w)
+        count = np.where(count <= CELL_WIDTH, count, 0).astype(np.uint8)
+        order = np.argsort(count, kind="stable")            # the points by candidate count, each in index order
+        widths, starts = np.unique(count[order], return_index=True)
+        ends = np.r_[starts[1:], len(order)]
+        for w, lo, hi in zip(widths, starts, ends):          # one projection per count (at most CELL_WIDTH)
+            if w == 0:
+                continue
+            sel = order[lo:hi]
             cand = self.cells.cand[first[sel][:, None] + np.arange(w)]
             seg[sel], t[sel], _ = self.project(qx[sel], qy[sel], cand)
         rest = np.flatnonzero(count == 0)
