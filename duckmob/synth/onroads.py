@@ -6,7 +6,12 @@
    (PrivTrace and clean-slate with roads), a few candidates drawn near it by that density
    (:class:`duckmob.roads.Placer`), one of them chosen so that its neighbours are a short drive away
    (:func:`duckmob.road_paths.route`); without one (HRNet, its baseline, PateGail), the nearest
-   (:func:`duckmob.roads.snap`).
+   (:func:`duckmob.roads.snap`). With a density, positions are drawn only for *anchor* points, about one placement
+   radius (:data:`duckmob.roads.PLACE_RADIUS_M`, 300 m) apart along the trajectory (:func:`anchors`); the points
+   between two anchors take the earlier one's position, and the walk spaces them along the road between. Points
+   closer together than the candidates' spread would otherwise each draw their own street near them, and the
+   route would zigzag between parallel streets: on densely sampled trajectories (GeoLife, a fix every few
+   seconds) that made them about twice as long (docs/roads.md).
 2. **The walk.** The points move to equal steps along the road path through those positions
    (:func:`duckmob.road_paths.walk`): every point on a segment, consecutive points joined by a road, the first and
    last where they were; an area of the bbox with no road gets no point.
@@ -26,9 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from duckmob.grid import BBox
+from duckmob.grid import BBox, haversine_m
 from duckmob.road_paths import route, walk
-from duckmob.roads import Placer, Roads, snap
+from duckmob.roads import PLACE_RADIUS_M, Placer, Roads, snap
 from duckmob.synth.placement import EARTH_M_PER_DEG
 from duckmob.trajectories import Trajectories
 
@@ -62,7 +67,11 @@ class OnRoads:
             # with released flows between street pieces (PrivTrace), the moves the flows favour are favoured
             link = getattr(self.model, "road_link", None)
             link = link if link is not None and len(link.piece) == len(self.roads) else None
-            seg, t = route(self._placer, part.offsets, part.lat, part.lon, rng, link=link)
+            keep = anchors(part.offsets, part.lat, part.lon, PLACE_RADIUS_M)
+            sub = np.concatenate([[0], np.cumsum(keep)])[part.offsets]
+            seg, t = route(self._placer, sub, part.lat[keep], part.lon[keep], rng, link=link)
+            last_anchor = np.cumsum(keep) - 1              # each point takes its last anchor's position
+            seg, t = seg[last_anchor], t[last_anchor]
         else:
             seg, t, _, _, _ = snap(self.roads, part.lat, part.lon)
         lat, lon = walk(self.roads, part.offsets, seg, t)   # then along the road path through them
@@ -76,4 +85,28 @@ class OnRoads:
         return Trajectories(part.offsets, part.traj_id, part.user_id, part.ts, lat, lon)
 
 
-__all__ = ["OnRoads"]
+def anchors(offsets, lat, lon, spacing_m: float) -> np.ndarray:
+    """Which points of the trajectories ``offsets`` (ragged) are anchors: each trajectory's first and last point,
+    and each point whose distance travelled from the trajectory's start (the sum of its straight steps, in whole
+    centimetres) enters a new multiple of ``spacing_m``. So anchors lie about ``spacing_m`` apart along the trajectory, and a trajectory
+    whose steps are all longer keeps every point. Each trajectory's anchors depend on its own points only."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    counts = np.diff(offsets)
+    traj = np.repeat(np.arange(len(counts)), counts)
+    keep = np.ones(len(lat), bool)
+    if len(lat) < 2:
+        return keep
+    same = traj[1:] == traj[:-1]
+    step = np.zeros(len(lat))
+    step[1:] = np.where(same, haversine_m(lat[:-1], lon[:-1], lat[1:], lon[1:]), 0.0)
+    # in whole centimetres, so the running sum over the block is exact integers and each trajectory's own share
+    # of it (less its start's) carries nothing of the trajectories before it
+    travelled = np.cumsum(np.round(step * 100.0).astype(np.int64))
+    travelled -= travelled[offsets[:-1]][traj]
+    band = travelled // max(int(round(float(spacing_m) * 100.0)), 1)
+    keep[1:] = (band[1:] != band[:-1]) | ~same
+    keep[offsets[1:][counts > 0] - 1] = True
+    return keep
+
+
+__all__ = ["OnRoads", "anchors"]

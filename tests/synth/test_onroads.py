@@ -252,3 +252,53 @@ def test_a_second_output_on_the_same_roads_reuses_the_network_and_draws_the_same
     kept = db.networks.get(digest)
     assert kept is not None and "_cuts" in kept.__dict__            # cut (and walked on) by the first output
     assert con.sql(q).to_arrow_table().equals(first) and db.networks.get(digest) is kept
+
+
+def test_anchors_lie_one_spacing_apart_along_each_trajectory_on_its_own_points():
+    from duckmob.synth.onroads import anchors
+
+    step = 100.0 / 111_195.0                               # 100 m of latitude
+    dense = 10.0 + step * np.arange(10)                    # 10 fixes 100 m apart: 900 m
+    sparse = 10.0 + 5 * step * np.arange(4)                # 4 fixes 500 m apart
+    lat = np.r_[dense, sparse]
+    lon = np.full(len(lat), 20.0)
+    keep = anchors(np.array([0, 10, 14]), lat, lon, 300.0)
+    # entering 300, 600 and 900 m (rounding puts the 300 m fix just below or above the line: the 3rd or 4th fix)
+    assert keep[[0, 9]].all() and keep[:10].sum() == 4 and (np.diff(np.flatnonzero(keep[:10])) <= 4).all()
+    assert keep[10:].all()                                 # steps longer than the spacing: every point
+    alone = anchors(np.array([0, 4]), lat[10:], lon[10:], 300.0)
+    assert alone.tolist() == keep[10:].tolist()
+    again = anchors(np.array([0, 4, 14]), np.r_[sparse, dense], np.r_[lon[10:], lon[:10]], 300.0)
+    assert again[4:].tolist() == keep[:10].tolist()        # the trajectory before changes nothing
+
+
+def test_densely_sampled_trips_keep_their_length_on_the_roads(monkeypatch):
+    # one trajectory sampled every 10 m along a street of a grid whose streets lie ~220 m apart: positions drawn for
+    # every fix would pick among neighbouring streets and zigzag; drawn for anchors ~300 m apart, the walk follows
+    # the street and the length stays near the real one
+    import duckmob.synth.onroads as onroads
+    from duckmob.grid import haversine_m
+    from duckmob.synth.onroads import OnRoads
+    from duckmob.trajectories import Trajectories
+    from grid_roads import grid_roads
+
+    box = [10.0, 20.0, 10.02, 20.02]
+    roads = Roads.of(grid_roads(box, streets=11))
+    lon = np.arange(20.002, 20.018, 10 / 109_500.0)
+    n = len(lon)
+
+    class Dense:
+        road_density = np.ones(len(roads))
+
+        def sample(self, k, rng):
+            lat = 10.004 + rng.normal(0, 2e-5, n)
+            return Trajectories(np.array([0, n]), np.zeros(1, np.int64), np.zeros(1, np.int64),
+                                np.arange(n, dtype=np.int64), lat, lon.copy())
+
+    def stretch(spacing):
+        monkeypatch.setattr(onroads, "PLACE_RADIUS_M", spacing)
+        out = OnRoads(Dense(), roads, box).sample(1, np.random.default_rng(3))
+        real = haversine_m(10.004, lon[0], 10.004, lon[-1])
+        return haversine_m(out.lat[:-1], out.lon[:-1], out.lat[1:], out.lon[1:]).sum() / real
+
+    assert stretch(300.0) < 1.1 and stretch(0.01) > 3.0     # measured: 1.00 and 7.96
