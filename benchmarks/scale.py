@@ -71,7 +71,9 @@ def generate(folder: str, n: int, source: str, cells_too: bool = True) -> tuple[
 
     points = os.path.join(folder, f"points_{n}.parquet")
     cells = os.path.join(folder, f"cells_{n}.parquet")
-    con = duckdb.connect()
+    # the ordered COPY of a billion rows buffered up to DuckDB's default limit (80% of the machine: 19.7 GB here,
+    # beside other jobs); within 4 GB it spills to the folder instead
+    con = duckdb.connect(config={"memory_limit": "4GB", "temp_directory": os.path.join(folder, "tmp")})
     if not os.path.exists(points):
         base = con.sql(f"SELECT count(*) FROM '{source}'").fetchall()[0][0]
         copies = -(-n // base)
