@@ -250,3 +250,26 @@ def test_positions_read_from_the_segment_table_equal_the_graph_s(sf):
     got_chain, got_offset = ch.position(sf.graph, seg, t)
     assert np.array_equal(got_chain, chain) and np.array_equal(got_offset, o_from + t * (o_to - o_from))
     assert (chain >= 0).all() and (np.abs(o_to - o_from) <= ch.length[chain] + 1e-9).all()
+
+
+def test_a_table_over_2_32_keys_keeps_its_distances_apart_and_answers_the_same(monkeypatch):
+    """road_search.NearTable over 2^32 keys (more than 65,536 junctions) keeps int64 keys and its distances in
+    their own array instead of packed words; forced here on a small grid, it answers every distance and path as the
+    packed table does."""
+    import duckmob.road_search as rs
+
+    roads = Roads.of(grid_roads([37.77, -122.43, 37.79, -122.40], streets=12))
+    ch = chains_of(roads)
+    packed = rs.NearTable.build(ch.matrix, ch.x, ch.y, 1_000.0)
+    real = rs.hash_table
+    monkeypatch.setattr(rs, "hash_table", lambda key, bound: real(key, 1 << 40))
+    apart = rs.NearTable.build(ch.matrix, ch.x, ch.y, 1_000.0)
+    assert packed.dist is None and apart.dist is not None and apart.table.slots.dtype == np.int64
+    rng = np.random.default_rng(4)
+    a, b = rng.integers(0, len(ch.junction), (2, 3000))
+    for limit in (1_000.0, 400.0):
+        d = packed.distances(a, b, limit)
+        assert np.array_equal(d, apart.distances(a, b, limit)) and 0 < np.isfinite(d).sum() < len(d)
+        assert np.array_equal(d, rs.node_distances(ch.matrix, ch.x, ch.y, a, b, limit).astype(np.float32))
+    for x, y in zip(packed.paths(a, b, 1_000.0), apart.paths(a, b, 1_000.0)):
+        assert np.array_equal(x, y)
