@@ -241,8 +241,10 @@ class HashTable:
     def pack(self, values) -> "HashTable":
         """This table (uint32 slots) with ``values`` (32 bits each, in slot order) packed beside the keys: uint64
         words, the value's bits in the high half (an empty slot keeps its value too)."""
-        bits = np.ascontiguousarray(values).view(np.uint32).astype(np.uint64)
-        return HashTable((bits << np.uint64(32)) | self.slots.astype(np.uint64), self.bits, self.bound)
+        words = np.ascontiguousarray(values).view(np.uint32).astype(np.uint64)
+        words <<= np.uint64(32)                   # in place: the table's size in words, no more
+        words |= self.slots
+        return HashTable(words, self.bits, self.bound)
 
     def words(self, key) -> tuple[np.ndarray, np.ndarray]:
         """``(slot, word)`` of each key in a packed table (:meth:`pack`): its slot and word, or the empty slot's
