@@ -71,9 +71,12 @@ def generate(folder: str, n: int, source: str, cells_too: bool = True) -> tuple[
 
     points = os.path.join(folder, f"points_{n}.parquet")
     cells = os.path.join(folder, f"cells_{n}.parquet")
-    # the ordered COPY of a billion rows buffered up to DuckDB's default limit (80% of the machine: 19.7 GB here,
-    # beside other jobs); within 4 GB it spills to the folder instead
-    con = duckdb.connect(config={"memory_limit": "4GB", "temp_directory": os.path.join(folder, "tmp")})
+    # DuckDB within 4 GB, spilling to the folder: an ordered COPY ... LIMIT n of a billion rows had buffered to 19.7
+    # GB (80% of the machine, its default) and could not spill within 4 GB, so the rows are cut by the source's own
+    # row numbers instead (every copy of the source in full, then the first rows of one more, by the source's row
+    # order), written in any order (the releases read a table in any physical order)
+    con = duckdb.connect(config={"memory_limit": "4GB", "temp_directory": os.path.join(folder, "tmp"),
+                                 "preserve_insertion_order": False})
     if not os.path.exists(points):
         base = con.sql(f"SELECT count(*) FROM '{source}'").fetchall()[0][0]
         copies = -(-n // base)
@@ -81,7 +84,8 @@ def generate(folder: str, n: int, source: str, cells_too: bool = True) -> tuple[
                      traj_id::BIGINT + r * 100000000 AS traj_id,
                      ts, lat + ((hash(r, traj_id) % 1000)::BIGINT - 500) * 1e-6 AS lat,
                      lon + ((hash(traj_id, r) % 1000)::BIGINT - 500) * 1e-6 AS lon
-                     FROM '{source}', range({copies}) t(r) LIMIT {n}) TO '{points}' (FORMAT parquet)""")
+                     FROM read_parquet('{source}', file_row_number = true), range({copies}) t(r)
+                     WHERE r * {base} + file_row_number < {n}) TO '{points}' (FORMAT parquet)""")
     if cells_too and not os.path.exists(cells):
         a, b, c, d = BBOX
         con.execute(f"""COPY (SELECT traj_id, any_value(user_id) AS user_id, list(cell ORDER BY ts) AS cells FROM (
