@@ -30,16 +30,15 @@ stopped fit is charged what ran").
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
-from opacus.optimizers import DistributedDPOptimizer, DPOptimizer
+from opacus.optimizers import (DistributedDPOptimizer, DistributedDPOptimizerFastGradientClipping, DPOptimizer,
+                               DPOptimizerFastGradientClipping)
 from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from torch.func import functional_call, grad, vmap
 
@@ -303,55 +302,162 @@ def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str
     return _loop(optimizer, params, n_units, one_step, schedule, gen, context=context)
 
 
+def _embedding_squared(ids: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Each row's squared gradient norm of an embedding table from its ids (B, L) and output gradients (B, L, D):
+    :func:`embedding_norm_sample`'s formula."""
+    if ids.shape[1] == 1:
+        return (g[:, 0] ** 2).sum(-1)
+    first = (ids[:, :, None] == ids[:, None, :]).to(torch.uint8).argmax(-1)   # the first l with a_il = a_ij
+    summed = torch.zeros_like(g).scatter_add_(1, first[..., None].expand_as(g), g)
+    return (summed ** 2).sum((1, 2))
+
+
 def embedding_norm_sample(layer: torch.nn.Embedding, activations: list, backprops: torch.Tensor
                           ) -> dict[torch.nn.Parameter, torch.Tensor]:
     """Each row's gradient norm of an embedding table, for ghost clipping: row i looks up ids ``a_ij`` with output
-    gradients ``g_ij`` (j < L), so its gradient is ``sum_j onehot(a_ij) g_ij^T`` and its squared norm
-    ``sum_{j, l: a_ij = a_il} <g_ij, g_il>``, an L x L Gram matrix per row masked by equal ids. The same value as
-    opacus's ``compute_embedding_norm_sample`` (Li et al. 2022; up to rounding), without its ``torch.unique`` over
-    (row, id) pairs, which took a quarter of a clean-slate fit; for rows of at most :data:`GRAM_LOOKUPS` lookups
-    (opacus's own above that)."""
+    gradients ``g_ij`` (j < L), so its gradient is ``sum_j onehot(a_ij) g_ij^T`` and its squared norm the sum, over
+    the row's distinct ids, of ``|sum_{j: a_ij = id} g_ij|^2``: each lookup's gradient is added to that of the
+    first lookup of its id in its row (found by an L x L comparison of the row's ids), then squared. The same value
+    as opacus's ``compute_embedding_norm_sample`` (Li et al. 2022; up to rounding), without its ``torch.unique``
+    over (row, id) pairs nor an L x L Gram matrix of the gradients (B L^2 D multiply-adds; this is B L D)."""
     ids = activations[0].reshape(activations[0].shape[0], -1)
-    if ids.shape[1] > GRAM_LOOKUPS:
-        from opacus.grad_sample.embedding_norm_sample import compute_embedding_norm_sample
-        return compute_embedding_norm_sample(layer, activations, backprops)
-    g = backprops.reshape(ids.shape[0], ids.shape[1], -1)
-    if ids.shape[1] == 1:
-        squared = (g[:, 0] ** 2).sum(-1)
-    else:
-        squared = (torch.bmm(g, g.transpose(1, 2)) * (ids[:, :, None] == ids[:, None, :])).sum((1, 2))
-    return {layer.weight: squared.clamp(min=0).sqrt()}
+    return {layer.weight: _embedding_squared(ids, backprops.reshape(ids.shape[0], ids.shape[1], -1)).sqrt()}
 
 
-# Lookups per row up to which embedding_norm_sample uses the Gram matrix (B L^2 values).
-GRAM_LOOKUPS = 256
+def _linear_rows(layer: torch.nn.Linear, a: torch.Tensor, g: torch.Tensor):
+    """Each row's squared gradient norm of a linear layer and a function of the rows' clipping factors that gives
+    the sum of the clipped row gradients, per parameter. Row i has inputs ``a_it`` (T x n_in) and output gradients
+    ``g_it`` (T x n_out): weight gradient ``G_i = sum_t g_it a_it^T``, bias gradient ``sum_t g_it``. ``|G_i|^2``
+    is formed from ``G_i`` itself (B T n_in n_out multiply-adds, kept for the sum) or, when that costs more, as
+    ``sum_{t,u} <g_it, g_iu> <a_it, a_iu>`` from two T x T Gram matrices (B T^2 (n_in + n_out); Li et al. 2022)."""
+    g = g.reshape(g.shape[0], -1, g.shape[-1])
+    a = a.to(g.dtype).reshape(a.shape[0], -1, a.shape[-1])            # (B, T, n)
+    squared = torch.zeros(g.shape[0], dtype=g.dtype, device=g.device)
+    whole = None
+    if layer.weight.requires_grad:
+        t, n_in, n_out = a.shape[1], a.shape[2], g.shape[2]
+        if n_in * n_out <= t * (n_in + n_out):
+            whole = torch.bmm(g.transpose(1, 2), a)                    # (B, n_out, n_in): each row's gradient
+            squared = squared + (whole ** 2).sum((1, 2))
+        else:
+            squared = squared + (torch.bmm(g, g.transpose(1, 2)) * torch.bmm(a, a.transpose(1, 2))).sum((1, 2))
+    bias = g.sum(1) if layer.bias is not None and layer.bias.requires_grad else None
+    if bias is not None:
+        squared = squared + (bias ** 2).sum(1)
+
+    def clipped(coeff: torch.Tensor) -> dict:
+        out = {}
+        if layer.weight.requires_grad:
+            out[layer.weight] = (torch.einsum("b,boi->oi", coeff, whole) if whole is not None else
+                                 (g * coeff[:, None, None]).flatten(0, 1).t() @ a.flatten(0, 1))
+        if bias is not None:
+            out[layer.bias] = coeff @ bias
+        return out
+    return squared.clamp(min=0), clipped
 
 
-@functools.cache
-def ghost_module():
-    """opacus's ``GradSampleModuleFastGradientClipping`` with :func:`embedding_norm_sample` for ``nn.Embedding``
-    (a subclass, made once: opacus's own registry is left as it is for every other user)."""
-    from opacus.grad_sample import GradSampleModuleFastGradientClipping
+def _embedding_rows(layer: torch.nn.Embedding, ids: torch.Tensor, g: torch.Tensor):
+    """:func:`_linear_rows` for an embedding table (:func:`embedding_norm_sample`'s norms)."""
+    ids = ids.reshape(ids.shape[0], -1)
+    g = g.reshape(ids.shape[0], ids.shape[1], -1)
 
-    class GhostClipping(GradSampleModuleFastGradientClipping):
-        NORM_SAMPLERS = {**GradSampleModuleFastGradientClipping.NORM_SAMPLERS,
-                         torch.nn.Embedding: embedding_norm_sample}
-    return GhostClipping
+    def clipped(coeff: torch.Tensor) -> dict:
+        rows = (g * coeff[:, None, None]).reshape(-1, g.shape[-1])
+        return {layer.weight: torch.zeros_like(layer.weight).index_add_(0, ids.reshape(-1), rows)}
+    return _embedding_squared(ids, g), clipped
+
+
+class _Taps:
+    """Forward hooks on the trainable ``nn.Linear`` and ``nn.Embedding`` layers of a model: each call's input
+    (detached) and output, for :func:`_clipped_sum`. Refuses a model with trainable parameters elsewhere, or an
+    embedding whose gradient is not the plain one (padding_idx, max_norm, scale_grad_by_freq, sparse)."""
+
+    def __init__(self, model: torch.nn.Module):
+        kinds = (torch.nn.Linear, torch.nn.Embedding)
+        layers = [m for m in model.modules() if isinstance(m, kinds)
+                  and any(p.requires_grad for p in m.parameters(recurse=False))]
+        covered = {id(p) for m in layers for p in m.parameters(recurse=False)}
+        odd = [m for m in layers if isinstance(m, torch.nn.Embedding)
+               and (m.padding_idx is not None or m.max_norm is not None or m.scale_grad_by_freq or m.sparse)]
+        if odd or any(p.requires_grad and id(p) not in covered for p in model.parameters()):
+            raise DuckmobError("train_ghost trains models built of plain nn.Linear and nn.Embedding layers only")
+        self.seen: list = []
+        self.handles = [m.register_forward_hook(self._record) for m in layers]
+
+    def _record(self, module, inputs, output):
+        if torch.is_grad_enabled():
+            self.seen.append((module, inputs[0].detach(), output, output._version))
+
+    def take(self) -> list:
+        """(layer, input, output) of each call since the last take."""
+        seen, self.seen = self.seen, []
+        if len({id(m) for m, *_ in seen}) != len(seen):
+            raise DuckmobError("train_ghost needs each layer called at most once per forward pass")
+        if any(out._version != version for *_, out, version in seen):   # its gradient would be another tensor's
+            raise DuckmobError("train_ghost needs the layers' outputs left unchanged (no in-place operation on them)")
+        return [(m, a, out) for m, a, out, _ in seen]
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def _clipped_sum(loss: torch.Tensor, taps: _Taps, clip: float) -> dict:
+    """The sum over rows of each row's gradient of its loss ``loss[i]`` clipped to L2 norm ``clip``, per parameter
+    (book-keeping ghost clipping, Bu et al. 2023): one backward pass to every tapped layer's output gives each row's
+    output gradients, hence its squared gradient norm per layer (:func:`_linear_rows`, :func:`_embedding_rows`;
+    rows are the first dimension and never mix); the factor ``min(1, clip / (norm_i + 1e-6))`` (opacus's) then
+    weights each row's gradient in one product per layer, without a second backward pass."""
+    seen = taps.take()
+    grads = torch.autograd.grad(loss.sum(), [out for _, _, out in seen], allow_unused=True)
+    squared = torch.zeros(len(loss), dtype=loss.dtype, device=loss.device)
+    parts = []
+    for (layer, inputs, _), g in zip(seen, grads):
+        if g is None:   # a layer this loss does not reach: zero gradient
+            continue
+        rows = _linear_rows if isinstance(layer, torch.nn.Linear) else _embedding_rows
+        sq, clipped = rows(layer, inputs, g.detach())
+        squared = squared + sq
+        parts.append(clipped)
+    coeff = (clip / (squared.sqrt() + 1e-6)).clamp(max=1.0)
+    out: dict = {}
+    for clipped in parts:
+        out.update(clipped(coeff))
+    return out
+
+
+class _Cloning:
+    """opacus's ``accumulate`` of the fast-gradient-clipping optimisers with ``clone`` where it ``copy.deepcopy``-ed
+    each clipped sum (the same values; Python's copy machinery took 7% of a clean-slate fit)."""
+
+    def accumulate(self):
+        for p in self.params:
+            if p.summed_grad is not None:
+                p.summed_grad.add_(p.grad.data)
+            else:
+                p.summed_grad = p.grad.data.clone()
+
+
+class _GhostOptimizer(_Cloning, DPOptimizerFastGradientClipping):
+    pass
+
+
+class _DistributedGhostOptimizer(_Cloning, DistributedDPOptimizerFastGradientClipping):
+    pass
 
 
 def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, np.ndarray], torch.Tensor],
                 n_rows: int, schedule: Schedule, context: RunContext, *, unit_of_row: np.ndarray | None = None,
                 max_trajectories_per_user: int = 1,
                 split_rows: Callable[[np.ndarray], list[np.ndarray]] | None = None) -> TrainingLog:
-    """:func:`train` without materialising per-example gradients: opacus's ghost clipping
-    (``GradSampleModuleFastGradientClipping``: each row's gradient norm from its layer inputs and output
-    gradients; Li et al. 2022; embedding tables by :func:`embedding_norm_sample`) for models built of
-    ``nn.Linear`` and ``nn.Embedding`` layers, each called once
-    per forward pass.
+    """:func:`train` without materialising per-example gradients of whole models, by ghost clipping (each row's
+    gradient norm from its layer inputs and output gradients; Li et al. 2022) in its book-keeping form
+    (:func:`_clipped_sum`), for models built of ``nn.Linear`` and ``nn.Embedding`` layers, each called at most
+    once per forward pass.
 
     ``row_losses(module, rows)`` returns the loss of each row (``(len(rows),)``), computed by calling
-    ``module`` (the wrapped model) on those rows only. A step: one backward pass of the summed losses gives every
-    row's gradient norm; a second of ``sum_i c_i loss_i`` with ``c_i = min(1, C_row / norm_i)`` gives the sum of
+    ``module`` (the model) on those rows only. A step: one backward pass of the summed losses to the layers'
+    outputs gives every row's gradient norm ``norm_i`` and, weighted by ``c_i = min(1, C_row / norm_i)``, the sum of
     the clipped row gradients; opacus's ``DPOptimizerFastGradientClipping`` adds Gaussian noise of standard
     deviation ``noise_multiplier * max_grad_norm`` and divides by the public ``expected_batch_size`` (all of
     ``schedule``; ``context`` as in :func:`train`).
@@ -364,11 +470,9 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
     the bound holds per worker and for the all-reduced sum.
 
     ``split_rows(rows)``: the batch's rows in parts (every row in exactly one), each part's clipped sum computed
-    by its own two passes and the parts' sums added before the noise: the same clipped sum (each row is clipped
-    alone), for less padding when rows are ragged (e.g. parts of similar length). None: one part.
+    alone and the parts' sums added before the noise: the same clipped sum (each row is clipped alone), for less
+    padding when rows are ragged (e.g. parts of similar length). None: one part.
     """
-    from opacus.optimizers import DistributedDPOptimizerFastGradientClipping, DPOptimizerFastGradientClipping
-
     k = max_trajectories_per_user
     if unit_of_row is None and k != 1:
         raise DuckmobError("max_trajectories_per_user above 1 needs unit_of_row (the user of each trajectory)")
@@ -376,46 +480,24 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
     noise_gen = torch_generator(context.rng, context.device)
     model.to(context.device).train()
     params = [p for p in model.parameters() if p.requires_grad]
-    wrapped = ghost_module()(model, batch_first=True, loss_reduction="sum", strict=False,
-                             max_grad_norm=schedule.max_grad_norm / k, use_ghost_clipping=True)
-    optimizer = _dp_optimizer(DPOptimizerFastGradientClipping, DistributedDPOptimizerFastGradientClipping, params,
-                              schedule, noise_gen, context.group)
+    taps = _Taps(model)
+    optimizer = _dp_optimizer(_GhostOptimizer, _DistributedGhostOptimizer, params, schedule, noise_gen, context.group)
     n_units, rows_of = _units(n_rows, unit_of_row)
 
     def one_step(units: np.ndarray, empty: bool) -> None:
-        if empty:
-            for p in params:
-                p.grad = torch.zeros_like(p)
-            return
-        rows, _ = rows_of(units)
-        parts = [rows] if split_rows is None else [part for part in split_rows(rows) if len(part)]
-        total = None
-        for part in parts:
-            loss = row_losses(wrapped, part)
-            loss.sum().backward(retain_graph=True)           # hooks: every row's gradient norm
-            coeff = wrapped.get_clipping_coef().detach()
-            optimizer.zero_grad(set_to_none=True)
-            wrapped.disable_hooks()
-            try:
-                (coeff * loss).sum().backward()               # the sum of the clipped row gradients
-            finally:
-                wrapped.enable_hooks()
-            if len(parts) > 1:   # taken off the parameters: the next part's first pass would add to them
-                grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
-                for p in params:
-                    p.grad = None
-                total = grads if total is None else [t.add_(g) for t, g in zip(total, grads)]
-        if total is not None:
-            for p, t in zip(params, total):
-                p.grad = t
+        total = {}
+        if not empty:
+            rows, _ = rows_of(units)
+            for part in [rows] if split_rows is None else [part for part in split_rows(rows) if len(part)]:
+                for p, summed in _clipped_sum(row_losses(model, part), taps, schedule.max_grad_norm / k).items():
+                    total[p] = summed if p not in total else total[p].add_(summed)
+        for p in params:
+            p.grad = total[p] if p in total else torch.zeros_like(p)
 
     try:
-        with warnings.catch_warnings():
-            # opacus's hooks fire on layers whose inputs (indices) need no gradient: expected here
-            warnings.filterwarnings("ignore", message="Full backward hook is firing")
-            return _loop(optimizer, params, n_units, one_step, schedule, gen, context=context)
+        return _loop(optimizer, params, n_units, one_step, schedule, gen, context=context)
     finally:
-        wrapped._close()   # the hooks and per-layer state go; ``model`` is left a plain module
+        taps.close()   # the hooks go; ``model`` is left a plain module
 
 
 __all__ = ["train", "train_ghost", "per_example_gradients", "Schedule", "RunContext", "TrainingLog",

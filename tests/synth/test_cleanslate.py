@@ -724,3 +724,98 @@ def test_a_format_2_model_samples_one_point_per_cell(fitted):
     assert loaded.config.step_share == 0.0
     out = loaded.sample(20, np.random.default_rng(3))
     assert np.diff(out.offsets).max() <= loaded.config.max_path
+
+
+# -- speed (issue 42 item 5): book-keeping ghost clipping, the collector ---------------------------------------------
+
+class _Mixed(torch.nn.Module):
+    """Every layer shape train_ghost's norms take apart: an embedding looked up several times a row (repeated ids),
+    a linear layer over T = 6 steps whose rows' gradients are formed whole (2 x 3 <= 6 (2 + 3)), one over T = 2
+    whose norms come from Gram matrices (16 x 16 > 2 (16 + 16)), a plain (B, n) linear layer and one without bias."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(5, 3)
+        self.steps = torch.nn.Linear(3, 2)
+        self.wide = torch.nn.Linear(16, 16)
+        self.flat = torch.nn.Linear(4, 1)
+        self.nobias = torch.nn.Linear(2, 1, bias=False)
+
+    def forward(self, ids, wide_in, flat_in):
+        h = torch.tanh(self.steps(self.embed(ids)))                       # (B, 6, 2)
+        return ((self.nobias(h) ** 2).sum((1, 2)) + self.wide(wide_in).pow(2).sum((1, 2))
+                + self.flat(flat_in)[:, 0] ** 2)
+
+
+def test_book_keeping_clipping_gives_the_per_example_clipped_sum(monkeypatch):
+    """The clipped sum one noiseless train_ghost step hands to Adam equals the sum of every row's exact gradient
+    (vmap) clipped to C, over every layer shape of _Mixed, with rows above and below C."""
+    b, clip = 12, 8.0
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 3, (b, 6), generator=gen)                      # few ids: repeats within rows
+    wide_in = torch.randn(b, 2, 16, generator=gen) * torch.linspace(0.01, 1.0, b)[:, None, None]
+    flat_in = torch.randn(b, 4, generator=gen)
+
+    def fresh():
+        torch.manual_seed(0)
+        return _Mixed()
+
+    exact = dpsgd.per_example_gradients(fresh(), lambda call, *row: call(*(x[None] for x in row))[0],
+                                        ids, wide_in, flat_in)
+    per_row = torch.cat([exact[n].reshape(b, -1) for n, _ in fresh().named_parameters()], 1)
+    norms = per_row.norm(dim=1)
+    assert (norms > clip).any() and (norms < clip).any()
+    expect = (per_row * (clip / (norms + 1e-6)).clamp(max=1.0)[:, None]).sum(0)
+
+    def losses(module, rows):
+        idx = torch.as_tensor(rows)
+        return module(ids[idx], wide_in[idx], flat_in[idx])
+
+    seen = _clipped_sum_seen(monkeypatch, fresh(), losses, b, 4.0, max_grad_norm=clip)
+    assert torch.allclose(seen, expect, rtol=1e-4, atol=1e-5)
+
+
+def test_train_ghost_refuses_what_its_norms_do_not_cover():
+    """A trainable parameter outside nn.Linear and nn.Embedding, or a layer output changed in place (its gradient
+    would be another tensor's), is refused in one line rather than clipped wrongly."""
+    schedule = dpsgd.Schedule(sample_rate=1.0, steps=1, noise_multiplier=0.0, max_grad_norm=1.0,
+                              expected_batch_size=2.0, lr=1e-3)
+    x = torch.ones(2, 3)
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.scale = torch.nn.Linear(3, 1), torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, v):
+            return (self.lin(v) * self.scale)[:, 0]
+
+    class InPlace(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 1)
+
+        def forward(self, v):
+            return self.lin(v).mul_(2.0)[:, 0]
+
+    for model, words in ((Scaled(), "plain nn.Linear and nn.Embedding"), (InPlace(), "in-place")):
+        with pytest.raises(DuckmobError, match=words):
+            dpsgd.train_ghost(model, lambda m, rows: m(x[torch.as_tensor(rows)]), 2, schedule,
+                              dpsgd.RunContext(np.random.default_rng(0), torch.device("cpu"), progress=False))
+
+
+def test_a_fit_freezes_the_collector_while_it_trains_and_leaves_it_as_found(monkeypatch):
+    import gc
+
+    frozen = []
+    train = dpsgd.train_ghost
+
+    def recording(*args, **kwargs):
+        frozen.append(gc.get_freeze_count())
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(dpsgd, "train_ghost", recording)
+    before = gc.get_freeze_count()
+    fit_unrecorded(CleanSlate(BOX, w=8, ti_epochs=1, tpg_epochs=1, progress=False), straight_lines(40), 1.0, 1e-5,
+                   NoiseSource(1))
+    assert len(frozen) == 2 and min(frozen) > before and gc.get_freeze_count() == before

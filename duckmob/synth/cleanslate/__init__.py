@@ -67,7 +67,9 @@ ledger's budget when the release core gives the source's prior); ``fit`` trains 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import math
 import time
 from dataclasses import dataclass
@@ -507,7 +509,7 @@ class CleanSlate(Synthesizer):
     def fit(self, source, plan: CleanSlatePlan, release: ReleaseContext) -> CleanSlateModel:
         """One release of ``plan`` (module docstring): the count and the prior from ``release.noise``, then TI and
         TPG by DP-SGD with the plan's rate, steps and noise multipliers, with the config's ``threads``."""
-        with cpu_threads(self.config.threads):
+        with cpu_threads(self.config.threads), _collector_frozen():
             return self._fit(source, plan, release)
 
     def _fit(self, source, plan: CleanSlatePlan, release: ReleaseContext) -> CleanSlateModel:
@@ -642,6 +644,19 @@ class _Runs:
     def context(self, ran: dpsgd.StepsRun, desc: str, config: CleanSlateConfig) -> dpsgd.RunContext:
         return dpsgd.RunContext(self.rng, self.device, config.progress, self.release.check_interrupt,
                                 steps_run=ran, desc=desc)
+
+
+@contextlib.contextmanager
+def _collector_frozen():
+    """Python's cyclic garbage collector told to leave alone every object that exists when a fit starts
+    (``gc.freeze``; unfrozen after): the DP-SGD steps allocate many short-lived objects, and each full collection
+    they set off walked every object of the imported libraries (10% of a fit's CPU on 20,000 trips). Speed only:
+    what the fit computes is unchanged."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _state(ti: Initialiser, tpg: Transitions, out: _Releases, w: int) -> dict:
