@@ -305,11 +305,22 @@ def train(model: torch.nn.Module, row_gradients: Callable[[np.ndarray], dict[str
 def _embedding_squared(ids: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """Each row's squared gradient norm of an embedding table from its ids (B, L) and output gradients (B, L, D):
     :func:`embedding_norm_sample`'s formula."""
-    if ids.shape[1] == 1:
+    b, n = ids.shape
+    if n == 1:
         return (g[:, 0] ** 2).sum(-1)
+    if n > PAIRWISE_LOOKUPS:   # long rows: the (row, id) pairs numbered by a sort instead (memory B L, not B L^2)
+        row = torch.arange(b, device=ids.device).repeat_interleave(n)
+        pairs, slot = torch.unique(torch.stack([row, ids.reshape(-1)]), dim=1, return_inverse=True)
+        summed = torch.zeros(pairs.shape[1], g.shape[-1], dtype=g.dtype, device=g.device)
+        summed.index_add_(0, slot, g.reshape(-1, g.shape[-1]))
+        return torch.zeros(b, dtype=g.dtype, device=g.device).index_add_(0, pairs[0], (summed ** 2).sum(1))
     first = (ids[:, :, None] == ids[:, None, :]).to(torch.uint8).argmax(-1)   # the first l with a_il = a_ij
     summed = torch.zeros_like(g).scatter_add_(1, first[..., None].expand_as(g), g)
     return (summed ** 2).sum((1, 2))
+
+
+# Lookups per row up to which the embedding norms compare a row's ids pairwise (B L^2 bytes); a sort above.
+PAIRWISE_LOOKUPS = 256
 
 
 def embedding_norm_sample(layer: torch.nn.Embedding, activations: list, backprops: torch.Tensor
@@ -319,7 +330,8 @@ def embedding_norm_sample(layer: torch.nn.Embedding, activations: list, backprop
     the row's distinct ids, of ``|sum_{j: a_ij = id} g_ij|^2``: each lookup's gradient is added to that of the
     first lookup of its id in its row (found by an L x L comparison of the row's ids), then squared. The same value
     as opacus's ``compute_embedding_norm_sample`` (Li et al. 2022; up to rounding), without its ``torch.unique``
-    over (row, id) pairs nor an L x L Gram matrix of the gradients (B L^2 D multiply-adds; this is B L D)."""
+    over (row, id) pairs nor an L x L Gram matrix of the gradients (B L^2 D multiply-adds; this is B L D) for rows
+    of at most :data:`PAIRWISE_LOOKUPS` lookups."""
     ids = activations[0].reshape(activations[0].shape[0], -1)
     return {layer.weight: _embedding_squared(ids, backprops.reshape(ids.shape[0], ids.shape[1], -1)).sqrt()}
 

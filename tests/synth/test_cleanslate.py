@@ -627,7 +627,7 @@ def test_neighbouring_tables_spend_the_same_plan_and_one_event_each(db, monkeypa
 
 # -- speed (issue 32 item 3): the embedding norms and split batches give the same clipped sums --------------------
 
-@pytest.mark.parametrize("lookups", [1, 4, 32])
+@pytest.mark.parametrize("lookups", [1, 4, 32, 300])
 def test_embedding_norms_equal_opacus(lookups):
     from opacus.grad_sample.embedding_norm_sample import compute_embedding_norm_sample
 
