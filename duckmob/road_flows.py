@@ -47,18 +47,6 @@ MATCH_STEP_M = 25.0
 LINK_CLIP = 3.0
 
 
-def segment_at(roads, chain, offset) -> np.ndarray:
-    """The segment at ``offset`` metres along each ``chain`` of the network's chains (the edge between the chain's
-    two nodes around that offset)."""
-    ch = chains_of(roads)
-    chain = np.asarray(chain, dtype=np.int64)
-    offset = np.clip(np.asarray(offset, dtype=np.float64), 0.0, ch.length[chain])
-    scale, key = ch.order_key
-    pos = np.searchsorted(key, chain * scale + offset, side="right") - 1
-    pos = np.clip(pos, ch.order_start[chain], ch.order_start[chain + 1] - 2)
-    return roads.graph.segment_between(ch.order_nodes[pos], ch.order_nodes[pos + 1])
-
-
 def matched_pieces(data: Trajectories, roads, piece_m: float, limit_m: float = ROUTE_LIMIT_M,
                    step_m: float = MATCH_STEP_M) -> tuple[np.ndarray, np.ndarray]:
     """Each trajectory's piece sequence on the network (module docstring, 1): ``(owner, piece)``, owner (the
@@ -73,7 +61,7 @@ def matched_pieces(data: Trajectories, roads, piece_m: float, limit_m: float = R
     stretch = np.repeat(np.arange(len(chain)), reads)
     within = np.arange(len(stretch)) - np.repeat(np.cumsum(reads) - reads, reads)
     f = (within + 0.5) / reads[stretch]
-    along = segment_at(roads, chain[stretch], o0[stretch] + f * (o1[stretch] - o0[stretch]))
+    along = chains_of(roads).segment_at(roads.graph, chain[stretch], o0[stretch] + f * (o1[stretch] - o0[stretch]))
     found = along >= 0
     # each fix's own piece, then the pieces its leg to the next fix runs along, in order
     at_point = np.concatenate([np.arange(data.n_points), point[stretch][found]])
@@ -188,4 +176,4 @@ class FlowLink:
 
 
 __all__ = ["FlowLink", "MATCH_STEP_M", "flow_sums", "matched_pieces", "piece_mass", "release_flows",
-           "segment_at", "segment_density"]
+           "segment_density"]

@@ -106,13 +106,23 @@ class Chains:
         end_offset = np.where(second & (self.junction[self.ends[c, 0]] != node), self.length[c], 0.0)
         return np.where(chain < 0, 0.0, np.where(inner, self.node_offset[node], end_offset))
 
-    def point_at(self, graph, chain, offset) -> tuple[np.ndarray, np.ndarray]:
-        """(lat, lon) at ``offset`` metres along each ``chain`` (linear between its nodes)."""
+    def _node_before(self, chain, offset) -> tuple[np.ndarray, np.ndarray]:
+        """``(pos, offset)``: the position in the chains' node order of the node at or before ``offset`` metres along
+        each ``chain`` (never its last node), and the offset clipped to the chain."""
         chain = np.asarray(chain, dtype=np.int64)
         offset = np.clip(np.asarray(offset, dtype=np.float64), 0.0, self.length[chain])
         scale, key = self.order_key
         pos = np.searchsorted(key, chain * scale + offset, side="right") - 1
-        pos = np.clip(pos, self.order_start[chain], self.order_start[chain + 1] - 2)
+        return np.clip(pos, self.order_start[chain], self.order_start[chain + 1] - 2), offset
+
+    def segment_at(self, graph, chain, offset) -> np.ndarray:
+        """The segment at ``offset`` metres along each ``chain`` (the edge between its two nodes around it)."""
+        pos, _ = self._node_before(chain, offset)
+        return graph.segment_between(self.order_nodes[pos], self.order_nodes[pos + 1])
+
+    def point_at(self, graph, chain, offset) -> tuple[np.ndarray, np.ndarray]:
+        """(lat, lon) at ``offset`` metres along each ``chain`` (linear between its nodes)."""
+        pos, offset = self._node_before(chain, offset)
         o0, o1 = self.order_offset[pos], self.order_offset[pos + 1]
         f = np.where(o1 > o0, (offset - o0) / np.maximum(o1 - o0, 1e-12), 0.0)
         a, b = self.order_nodes[pos], self.order_nodes[pos + 1]
