@@ -36,6 +36,7 @@ import numpy as np
 
 from duckmob.privacy.counting import normalised_sums, release_sums
 from duckmob.privacy.normcut import normcut
+from duckmob.privacy.steps import positions
 from duckmob.road_paths import ROUTE_LIMIT_M, chains_of, leg_chains
 from duckmob.roads import snap
 from duckmob.trajectories import Trajectories
@@ -86,24 +87,16 @@ def flow_sums(data: Trajectories, roads, scale: float, piece_m: float) -> np.nda
     owner, pieces = matched_pieces(data, roads, piece_m)
     same = owner[1:] == owner[:-1]
     move_owner = owner[1:][same]
-    pos = _positions(links, pieces[:-1][same] * n_pieces + pieces[1:][same])
+    pos = positions(links, pieces[:-1][same] * n_pieces + pieces[1:][same])
     move_owner, pos = move_owner[pos >= 0], pos[pos >= 0]
     # a trajectory with no move between touching pieces: its pieces, each paired with itself
     still = np.bincount(move_owner, minlength=data.n_trajectories)[owner] == 0
-    pos = np.concatenate([pos, _positions(links, pieces[still] * (n_pieces + 1))])
+    pos = np.concatenate([pos, positions(links, pieces[still] * (n_pieces + 1))])
     move_owner = np.concatenate([move_owner, owner[still]])
     key = np.unique(move_owner * len(links) + pos)          # distinct (trajectory, pair), by trajectory
     move_owner, pos = key // len(links), key % len(links)
     n_pairs = np.bincount(move_owner, minlength=data.n_trajectories)
     return normalised_sums(pos, move_owner, n_pairs, len(links), scale)
-
-
-def _positions(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """The index of each of ``keys`` in ``sorted_keys``, -1 where absent."""
-    at = np.minimum(np.searchsorted(sorted_keys, keys), max(len(sorted_keys) - 1, 0))
-    if not len(sorted_keys):
-        return np.full(len(keys), -1, np.int64)
-    return np.where(sorted_keys[at] == keys, at, -1)
 
 
 def release_flows(sums: np.ndarray, scale: float, noise) -> tuple[np.ndarray, np.ndarray]:
@@ -134,8 +127,7 @@ def segment_density(noisy: np.ndarray, roads, piece_m: float) -> np.ndarray:
     piece = roads.pieces(piece_m)
     n_pieces = int(piece.max()) + 1 if len(piece) else 0
     mass = np.maximum(piece_mass(noisy, roads.piece_links(piece_m), n_pieces), 0.0)
-    piece_length = np.bincount(piece, weights=roads.length_m, minlength=n_pieces)
-    return mass[piece] * roads.length_m / np.maximum(piece_length[piece], 1e-9)
+    return roads.spread_over_pieces(mass, piece_m)
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,7 +163,7 @@ class FlowLink:
     def __call__(self, seg_from, seg_to) -> np.ndarray:
         """The log-weight of each move from segment ``seg_from[i]`` to ``seg_to[i]`` (any shape, the same)."""
         seg_from, seg_to = np.asarray(seg_from, dtype=np.int64), np.asarray(seg_to, dtype=np.int64)
-        pos = _positions(self.links, (self.piece[seg_from] * self.n_pieces + self.piece[seg_to]).ravel())
+        pos = positions(self.links, (self.piece[seg_from] * self.n_pieces + self.piece[seg_to]).ravel())
         return np.where(pos >= 0, self.log_weight[np.maximum(pos, 0)], 0.0).reshape(seg_from.shape)
 
 

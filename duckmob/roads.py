@@ -201,6 +201,14 @@ class Roads:
             cache[key] = _pieces(self, *key)
         return cache[key]
 
+    def spread_over_pieces(self, mass, piece_m: float = 400.0) -> np.ndarray:
+        """Each street piece's ``mass`` (one a piece of :meth:`pieces`) spread along its segments in proportion to
+        their lengths: one weight per segment."""
+        piece = self.pieces(piece_m)
+        mass = np.asarray(mass, dtype=np.float64)
+        piece_length = np.bincount(piece, weights=self.length_m, minlength=len(mass))
+        return mass[piece] * self.length_m / np.maximum(piece_length[piece], 1e-9)
+
     def piece_links(self, piece_m: float = 400.0) -> np.ndarray:
         """The ordered pairs of street pieces (:meth:`pieces`) that share a graph node, each piece with itself too,
         as sorted keys ``p * P + q`` (P pieces): the support of the released piece-to-piece flows

@@ -68,9 +68,9 @@ class OnRoads:
             link = getattr(self.model, "road_link", None)
             link = link if link is not None and len(link.piece) == len(self.roads) else None
             keep = anchors(part.offsets, part.lat, part.lon, PLACE_RADIUS_M)
-            sub = np.concatenate([[0], np.cumsum(keep)])[part.offsets]
-            seg, t = route(self._placer, sub, part.lat[keep], part.lon[keep], rng, link=link)
-            last_anchor = np.cumsum(keep) - 1              # each point takes its last anchor's position
+            kept = np.concatenate([[0], np.cumsum(keep)])  # anchors before each point, and in all
+            seg, t = route(self._placer, kept[part.offsets], part.lat[keep], part.lon[keep], rng, link=link)
+            last_anchor = kept[1:] - 1                     # each point takes its last anchor's position
             seg, t = seg[last_anchor], t[last_anchor]
         else:
             seg, t, _, _, _ = snap(self.roads, part.lat, part.lon)
@@ -88,8 +88,9 @@ class OnRoads:
 def anchors(offsets, lat, lon, spacing_m: float) -> np.ndarray:
     """Which points of the trajectories ``offsets`` (ragged) are anchors: each trajectory's first and last point,
     and each point whose distance travelled from the trajectory's start (the sum of its straight steps, in whole
-    centimetres) enters a new multiple of ``spacing_m``. So anchors lie about ``spacing_m`` apart along the trajectory, and a trajectory
-    whose steps are all longer keeps every point. Each trajectory's anchors depend on its own points only."""
+    centimetres) enters a new multiple of ``spacing_m``. So anchors lie about ``spacing_m`` apart along the
+    trajectory, and a trajectory whose steps are all longer keeps every point. Each trajectory's anchors depend on
+    its own points only."""
     offsets = np.asarray(offsets, dtype=np.int64)
     counts = np.diff(offsets)
     traj = np.repeat(np.arange(len(counts)), counts)

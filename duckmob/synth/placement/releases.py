@@ -348,10 +348,7 @@ def release_road_density(sums: np.ndarray, roads, scale: float, noise,
     (:func:`road_sums`; a data-independent support, so eps-DP at sensitivity k for scale k / eps), then
     post-processing: each piece's positive part spread along its segments in proportion to their public lengths.
     One non-negative weight per segment of ``roads``."""
-    piece = roads.pieces(piece_m)
-    noisy = np.maximum(release_sums(sums, scale, noise), 0.0)
-    piece_length = np.bincount(piece, weights=roads.length_m, minlength=len(noisy))
-    return noisy[piece] * roads.length_m / np.maximum(piece_length[piece], 1e-9)
+    return roads.spread_over_pieces(np.maximum(release_sums(sums, scale, noise), 0.0), piece_m)
 
 
 def steps_mostly_noise(blocks: np.ndarray, n_noisy: float | None, block_scale: float) -> bool:
