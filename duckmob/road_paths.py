@@ -75,6 +75,7 @@ class Chains:
     seg_chain: np.ndarray       # each segment's chain and its two nodes' offsets on it (:meth:`position`)
     seg_from: np.ndarray
     seg_to: np.ndarray
+    cost: np.ndarray | None = None   # each chain's cost per metre (None: 1, distances; duckmob.road_costs)
 
     def position(self, graph, segment, t) -> tuple[np.ndarray, np.ndarray]:
         """``(chain, offset)`` of positions ``(segment, t)`` on ``graph`` (the graph these chains contract): the
@@ -247,19 +248,7 @@ def build_chains(graph) -> Chains:
     co = np.concatenate([np.zeros(n_chains), node_offset[inner], length])
     o = np.lexsort((co, cc))
     order_start = np.concatenate([[0], np.cumsum(np.bincount(cc, minlength=n_chains))]).astype(np.int64)
-    # the junction graph: per pair of ends, the shortest chain
-    a, b = ends[:, 0], ends[:, 1]
-    pa_, pb_ = np.concatenate([a, b]), np.concatenate([b, a])
-    pc = np.concatenate([np.arange(n_chains), np.arange(n_chains)])
-    pl = np.concatenate([length, length])
-    srt = np.lexsort((pc, pl, pb_, pa_))
-    pa_, pb_, pc, pl = pa_[srt], pb_[srt], pc[srt], pl[srt]
-    first = np.r_[True, (pa_[1:] != pa_[:-1]) | (pb_[1:] != pb_[:-1])] if len(pa_) else np.zeros(0, bool)
-    pa_, pb_, pc, pl = pa_[first], pb_[first], pc[first], pl[first]
-    nj = len(jnodes)
-    matrix = sparse.csr_matrix((np.maximum(pl, 1e-9), (pa_, pb_)), shape=(nj, nj))
-    matrix.sort_indices()
-    edge_chain = pc[np.lexsort((pb_, pa_))]          # CSR order: by row, then column
+    matrix, edge_chain = junction_graph(ends, length, len(jnodes))
     x, y = _plane(graph.node_lat[jnodes], graph.node_lon[jnodes], graph)
     none = np.zeros(0)
     ch = Chains(junction=jnodes, x=x, y=y, matrix=matrix, ends=ends, length=length, node_chain=node_chain,
@@ -268,6 +257,24 @@ def build_chains(graph) -> Chains:
                 seg_to=none)
     seg_chain, seg_from, seg_to = ch.segment_ends(graph, np.arange(len(graph.u)))
     return dataclasses.replace(ch, seg_chain=seg_chain, seg_from=seg_from, seg_to=seg_to)
+
+
+def junction_graph(ends, weight, nj: int) -> tuple[sparse.csr_matrix, np.ndarray]:
+    """The symmetric junction graph of chains with ``ends`` ((n_chains, 2) junction indices) and ``weight`` (their
+    lengths, or costs): per pair of ends, the chain of least weight (the lowest index among equals); and each
+    edge's chain in CSR order (by row, then column)."""
+    n_chains = len(ends)
+    a, b = ends[:, 0], ends[:, 1]
+    pa_, pb_ = np.concatenate([a, b]), np.concatenate([b, a])
+    pc = np.concatenate([np.arange(n_chains), np.arange(n_chains)])
+    pl = np.concatenate([weight, weight])
+    srt = np.lexsort((pc, pl, pb_, pa_))
+    pa_, pb_, pc, pl = pa_[srt], pb_[srt], pc[srt], pl[srt]
+    first = np.r_[True, (pa_[1:] != pa_[:-1]) | (pb_[1:] != pb_[:-1])] if len(pa_) else np.zeros(0, bool)
+    pa_, pb_, pc, pl = pa_[first], pb_[first], pc[first], pl[first]
+    matrix = sparse.csr_matrix((np.maximum(pl, 1e-9), (pa_, pb_)), shape=(nj, nj))
+    matrix.sort_indices()
+    return matrix, pc[np.lexsort((pb_, pa_))]
 
 
 def _chains_of(n, ea, eb, junction):
@@ -304,10 +311,12 @@ def _plane(lat, lon, graph) -> tuple[np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------------------------------------- road distances
 
-def network_distance(roads, seg_a, t_a, seg_b, t_b, limit_m: float = 2_000.0) -> np.ndarray:
+def network_distance(roads, seg_a, t_a, seg_b, t_b, limit_m: float = 2_000.0, costs: Chains | None = None
+                     ) -> np.ndarray:
     """The road distance in metres between positions ``(seg_a, t_a)`` and ``(seg_b, t_b)`` (element-wise; the
-    module docstring), inf where it is over ``limit_m`` or the two are not connected."""
-    return _Legs.between(roads, seg_a, t_a, seg_b, t_b, limit_m).dist
+    module docstring), inf where it is over ``limit_m`` or the two are not connected; with ``costs``
+    (:func:`duckmob.road_costs.weighted_chains` of these roads), the cost of the cheapest path instead."""
+    return _Legs.between(roads, seg_a, t_a, seg_b, t_b, limit_m, costs).dist
 
 
 @dataclass(frozen=True, eq=False)
@@ -325,8 +334,8 @@ class _Legs:
     off_b: np.ndarray
 
     @classmethod
-    def between(cls, roads, seg_a, t_a, seg_b, t_b, limit_m: float) -> "_Legs":
-        graph, ch = roads.graph, chains_of(roads)
+    def between(cls, roads, seg_a, t_a, seg_b, t_b, limit_m: float, costs: Chains | None = None) -> "_Legs":
+        graph, ch = roads.graph, (chains_of(roads) if costs is None else costs)
         seg_a, seg_b = np.asarray(seg_a, dtype=np.int64).ravel(), np.asarray(seg_b, dtype=np.int64).ravel()
         t_a, t_b = np.asarray(t_a, dtype=np.float64).ravel(), np.asarray(t_b, dtype=np.float64).ravel()
         if not (len(seg_a) == len(t_a) == len(seg_b) == len(t_b)):
@@ -343,10 +352,16 @@ class _Legs:
         best = np.argmin(total, axis=0)
         via = np.take_along_axis(total, best[None], axis=0)[0]
         direct = np.where(along, np.abs(oa - ob), np.inf)
+        if ch.cost is not None:
+            direct = direct * ch.cost[np.maximum(ca, 0)]
         dist = np.minimum(direct, via)
         dist = np.where(dist <= limit_m, dist, np.inf)
         return cls(dist=dist, exit_end=best >> 1, entry_end=best & 1, along=along & (direct <= via),
                    chain_a=ca, off_a=oa, chain_b=cb, off_b=ob)
+
+    def take(self, which) -> "_Legs":
+        """The legs ``which`` (a mask or indices)."""
+        return _Legs(**{f.name: getattr(self, f.name)[which] for f in dataclasses.fields(self)})
 
 
 def _via(ch: Chains, ca, oa, cb, ob, limit_m: float) -> np.ndarray:
@@ -360,6 +375,8 @@ def _via(ch: Chains, ca, oa, cb, ob, limit_m: float) -> np.ndarray:
     d = ch.distances(ja, jb, limit_m)
     da = np.stack([oa, ch.length[ca0] - oa])[:, None]      # to the first and the second end of a's chain
     db = np.stack([ob, ch.length[cb0] - ob])[None, :]
+    if ch.cost is not None:                                 # costs: each chain's metres at its cost per metre
+        da, db = da * ch.cost[ca0], db * ch.cost[cb0]
     return d + da + db
 
 
@@ -435,17 +452,22 @@ def _leg_dist(ch: Chains, ca, oa, cb, ob, limit_m: float) -> np.ndarray:
     via = np.minimum.reduce(_via(ch, ca[:, None], oa[:, None], cb, ob, limit_m).reshape((4,) + cb.shape))
     via[~valid] = np.inf
     direct = np.where(along, np.abs(oa[:, None] - ob), np.inf)
+    if ch.cost is not None:
+        direct = direct * ch.cost[np.maximum(ca, 0)][:, None]
     dist = np.minimum(direct, via)
     return np.where(dist <= limit_m, dist, np.inf)
 
 
-def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M) -> tuple[np.ndarray, np.ndarray]:
+def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M, costs: Chains | None = None
+         ) -> tuple[np.ndarray, np.ndarray]:
     """(lat, lon) of each trajectory's points (ragged ``offsets``) moved to equal steps along the road path through
     its positions ``(seg, t)``: consecutive positions joined by their shortest road path (searched up to
     ``limit_m``); two farther apart, or not connected, are joined straight and the points that fall on that
     stretch go to their nearest road. The same number of points, the first and last where they were: every point
-    on a road, and consecutive points joined by a road, as a vehicle's fixes are. A function of the positions and
-    the public roads only (post-processing)."""
+    on a road, and consecutive points joined by a road, as a vehicle's fixes are. With ``costs`` (these roads'
+    chains weighted by :func:`duckmob.road_costs.weighted_chains`), a leg whose cheapest path costs at most
+    ``limit_m`` takes that path instead (the others their shortest); the points are still spaced by length along
+    it. A function of the positions, the public roads and ``costs`` only (post-processing)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     seg, t = np.asarray(seg, dtype=np.int64), np.asarray(t, dtype=np.float64)
     lat, lon = points_along(roads, seg, t)
@@ -456,8 +478,7 @@ def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M) -> tuple[np.nda
         return lat, lon
     graph, ch = roads.graph, chains_of(roads)
     pc, po = ch.position(graph, seg, t)                         # each point's once, for both of its legs
-    legs = _Legs.of(ch, pc[a], po[a], pc[a + 1], po[a + 1], limit_m)
-    pair, chain, o0, o1 = _pieces_of(ch, legs, limit_m)        # in order; chain -1: a straight jump
+    pair, chain, o0, o1 = _leg_pieces(ch, costs, pc[a], po[a], pc[a + 1], po[a + 1], limit_m)
     pa, pb = a[pair], a[pair] + 1
     plen = np.abs(o1 - o0)
     jump = np.flatnonzero(chain < 0)                          # straight: the great-circle length
@@ -489,11 +510,12 @@ def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M) -> tuple[np.nda
     return out_lat, out_lon
 
 
-def leg_chains(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M):
+def leg_chains(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M, costs: Chains | None = None):
     """The road path between each trajectory's consecutive positions ``(seg, t)`` (ragged ``offsets``), as the
     stretches of chain it runs along in order: ``(point, chain, from, to)``, ``point`` the index of the leg's first
     position, ``from`` / ``to`` offsets on ``chain`` (chain -1: no road path within ``limit_m``, a straight jump).
-    The shortest paths of :func:`walk`; a function of the positions and the public roads only."""
+    The paths of :func:`walk` (the shortest, or with ``costs`` the cheapest); a function of the positions, the
+    public roads and ``costs`` only."""
     offsets = np.asarray(offsets, dtype=np.int64)
     seg, t = np.asarray(seg, dtype=np.int64), np.asarray(t, dtype=np.float64)
     counts = np.diff(offsets)
@@ -501,9 +523,27 @@ def leg_chains(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M):
     a = np.flatnonzero(traj[:-1] == traj[1:])
     graph, ch = roads.graph, chains_of(roads)
     pc, po = ch.position(graph, seg, t)
-    legs = _Legs.of(ch, pc[a], po[a], pc[a + 1], po[a + 1], limit_m)
-    pair, chain, o0, o1 = _pieces_of(ch, legs, limit_m)
+    pair, chain, o0, o1 = _leg_pieces(ch, costs, pc[a], po[a], pc[a + 1], po[a + 1], limit_m)
     return a[pair], chain, o0, o1
+
+
+def _leg_pieces(ch: Chains, costs: Chains | None, ca, oa, cb, ob, limit_m: float):
+    """:func:`_pieces_of` the legs from positions a to positions b (chains and offsets): each leg's shortest road
+    path, or with ``costs``, its cheapest where that costs at most ``limit_m`` (the others: their shortest)."""
+    if costs is None:
+        return _pieces_of(ch, _Legs.of(ch, ca, oa, cb, ob, limit_m), limit_m)
+    cheap = _Legs.of(costs, ca, oa, cb, ob, limit_m)
+    on = np.isfinite(cheap.dist)
+    got = [(np.flatnonzero(on), costs, cheap.take(on)), (np.flatnonzero(~on), ch, None)]
+    parts = []
+    for idx, chains, legs in got:
+        if legs is None:
+            legs = _Legs.of(ch, ca[idx], oa[idx], cb[idx], ob[idx], limit_m)
+        pair, chain, o0, o1 = _pieces_of(chains, legs, limit_m)
+        parts.append((idx[pair], chain, o0, o1))
+    pair, chain, o0, o1 = (np.concatenate(x) for x in zip(*parts))
+    order = np.argsort(pair, kind="stable")                   # each leg's pieces come from one of the two, in order
+    return pair[order], chain[order], o0[order], o1[order]
 
 
 def _pieces_of(ch: Chains, legs: _Legs, limit_m: float):

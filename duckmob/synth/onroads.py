@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from duckmob.grid import BBox, haversine_m
+from duckmob.road_costs import weighted_chains
 from duckmob.road_paths import route, walk
 from duckmob.roads import PLACE_RADIUS_M, Placer, Roads, snap
 from duckmob.synth.placement import EARTH_M_PER_DEG
@@ -47,6 +48,7 @@ class OnRoads:
         self.bbox = BBox.of(bbox)
         self.roads = roads.cut(self.bbox.as_list())   # the same segments, cut at the bbox's edge
         self._placer = None       # built on the first sample (post-processing of the released weights)
+        self._costs = None        # the walk's road costs (road_weight > 0), built on the first sample too
 
     def __getattr__(self, name):
         return getattr(self.model, name)
@@ -72,9 +74,11 @@ class OnRoads:
             seg, t = route(self._placer, kept[part.offsets], part.lat[keep], part.lon[keep], rng, link=link)
             last_anchor = kept[1:] - 1                     # each point takes its last anchor's position
             seg, t = seg[last_anchor], t[last_anchor]
+            costs = self._road_costs(weights)
         else:
             seg, t, _, _, _ = snap(self.roads, part.lat, part.lon)
-        lat, lon = walk(self.roads, part.offsets, seg, t)   # then along the road path through them
+            costs = None
+        lat, lon = walk(self.roads, part.offsets, seg, t, costs=costs)   # then along the road path through them
         if self.scatter_m:
             north, east = rng.normal(0.0, self.scatter_m, (2, len(lat)))
             lat, lon = lat + north / EARTH_M_PER_DEG, lon + east / (EARTH_M_PER_DEG * np.cos(np.radians(lat)))
@@ -83,6 +87,18 @@ class OnRoads:
         b = self.bbox
         lat, lon = np.clip(lat, b.min_lat, b.max_lat), np.clip(lon, b.min_lon, b.max_lon)
         return Trajectories(part.offsets, part.traj_id, part.user_id, part.ts, lat, lon)
+
+
+    def _road_costs(self, weights):
+        """The walk's road costs from the released density (:func:`duckmob.road_costs.weighted_chains`) when the
+        model's config asks for them (``road_weight`` above 0), else None; built once per wrapped model (its
+        junction table at most the size of the network's)."""
+        strength = float(getattr(getattr(self.model, "config", None), "road_weight", 0.0) or 0.0)
+        if strength <= 0.0:
+            return None
+        if self._costs is None:
+            self._costs = weighted_chains(self.roads, weights, strength)
+        return self._costs
 
 
 def anchors(offsets, lat, lon, spacing_m: float) -> np.ndarray:

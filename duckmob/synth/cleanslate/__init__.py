@@ -135,6 +135,10 @@ class CleanSlateConfig(Config):
                               doc="with roads := only: share of eps (after the count) for the density of the "
                                   "road network's street pieces that places the points on the streets people use "
                                   "(0: each point to its nearest road)")
+    road_weight: float = param(0.0, float, low=0, high=0.9,
+                               doc="with roads := and road_share > 0: the walk's paths cost each street its "
+                                   "length times up to 1 / (1 - road_weight) as its released traffic falls "
+                                   "(road_costs.py; post-processing; 0: shortest paths)")
     prior_cells: int | None = param(None, int, low=1, high=256,
                                     doc="cells per side of the end and distance histograms (null: from the noisy "
                                         "count, prior.prior_block; at most w)")
@@ -277,7 +281,7 @@ _INFO_NEEDED = ("n_noisy", "has_time")
 _SINCE_FORMAT_3 = ("step_share",)
 # Config fields added later without a format change: a model stored before them reads their default (road_share
 # acts only in a fit with roads)
-_LATER = ("road_share",)
+_LATER = ("road_share", "road_weight")
 
 
 def upgrade_format_1(stored: dict) -> dict:

@@ -112,6 +112,10 @@ class PrivTraceConfig(PlacementConfig):
                               doc="with roads: 'pieces' releases the density of the street pieces the fixes match; "
                                   "'flows' the moves between touching pieces along each trip's matched path, "
                                   "whose marginals give the density and which weigh the routes (road_flows.py)")
+    road_weight: float = param(0.0, float, low=0, high=0.9,
+                               doc="with roads: 0 joins the output's positions by shortest road paths; s > 0 by "
+                                   "the cheapest, each street costing its length times up to 1 / (1 - s) as "
+                                   "its released traffic falls (road_costs.py; post-processing)")
 
     @classmethod
     def parse(cls, params=None, **defaults):
