@@ -1,5 +1,7 @@
 """The walk on road costs weighted by a released traffic density (duckmob.road_costs, issue 39 item 4)."""
 
+import json
+
 import numpy as np
 import pytest
 from scipy import sparse
@@ -200,3 +202,58 @@ def test_a_trip_across_a_grid_takes_the_busy_street():
     assert on_busy[east_west].mean() > 0.9                  # the trip runs east-west on the busy street only
     plain, _ = walk(roads, np.array([0, n]), seg, t)
     assert np.isclose(plain, mid, atol=1e-9, rtol=0).sum() < 5
+
+
+@pytest.fixture(scope="module")
+def con():
+    import duckmob
+
+    c = duckmob.connect()
+    c.execute("""CREATE TABLE trips AS SELECT range // 20 AS traj_id, range // 400 AS user_id,
+        TIMESTAMP '2024-01-01' + INTERVAL (range * 30) SECOND AS ts, 37.78 + 0.012 * sin(range / 7.0) AS lat,
+        -122.415 + 0.02 * cos(range / 11.0) AS lon FROM range(8000)""")
+    c.execute("CREATE TABLE roads AS FROM mob_sf_roads()")
+    c.execute("FROM mob_set_budget('trips', eps := 20, delta := 1e-5)").fetchall()
+    yield c
+    c.close()
+
+
+TINY_CLEANSLATE = {"w": 4, "n_time": 4, "ti_epochs": 1, "tpg_epochs": 1, "ti_hidden": 8, "ti_latent": 2,
+                   "tpg_embed": 4, "tpg_hidden": 8, "n_hint": 200, "batch_size": 8, "ti_coarse": 2, "progress": False}
+
+
+@pytest.mark.parametrize("method", ["privtrace", "cleanslate"])
+def test_road_weight_changes_only_the_walk_of_a_release_and_is_stored(con, method, sf):
+    """params road_weight: the same release (seeded), the same points per trajectory, every point on a road, other
+    streets taken; road_weight 0 draws exactly the rows of a release without it; a stored model keeps it."""
+    import duckmob
+
+    base = TINY_CLEANSLATE if method == "cleanslate" else {}
+    kw = dict(bbox=BOX, roads="roads", n=200, seed=5)
+    rows = {w: duckmob.synthesize(con, "trips", 1.0, method, params={**base, "road_weight": w}, **kw)
+            for w in (0.0, 0.5)}
+    plain = duckmob.synthesize(con, "trips", 1.0, method, params=base, **kw)
+    assert rows[0.0].equals(plain)
+    a, b = rows[0.0], rows[0.5]
+    assert a.num_rows == b.num_rows > 200
+    assert snap(sf, b.column("lat").to_numpy(), b.column("lon").to_numpy())[4].max() < 1e-3
+    moved = np.hypot(a.column("lat").to_numpy() - b.column("lat").to_numpy(),
+                     a.column("lon").to_numpy() - b.column("lon").to_numpy())
+    assert (moved > 1e-4).mean() > 0.05
+    con.sql(f"""FROM mob_fit('trips', 'weighted_{method}', method := '{method}', eps := 1, bbox := {BOX},
+                roads := 'roads', params := {json.dumps({**base, "road_weight": 0.5}).replace('"', "'")})""").fetchall()
+    from duckmob.synth import store
+
+    _, model = store.load(con, f"weighted_{method}")
+    assert model.config.road_weight == 0.5
+
+
+def test_a_config_stored_before_road_weight_reads_it_as_off():
+    from duckmob.synth.cleanslate import CleanSlateConfig
+    from duckmob.synth.privtrace import PrivTraceConfig
+
+    for cls in (CleanSlateConfig, PrivTraceConfig):
+        old = {k: v for k, v in cls.parse({}).stored_dict().items() if k != "road_weight"}
+        assert cls.parse(old).road_weight == 0.0
+    assert CleanSlateConfig.restored({k: v for k, v in CleanSlateConfig.parse({}).stored_dict().items()
+                                      if k != "road_weight"}).road_weight == 0.0
