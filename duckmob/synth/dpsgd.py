@@ -454,6 +454,71 @@ class _GhostOptimizer(_Cloning, DPOptimizerFastGradientClipping):
     pass
 
 
+class _ForeachAdam(torch.optim.Adam):
+    """torch's Adam (its single-tensor algorithm, default betas and eps, no weight decay, no amsgrad) with each step's
+    per-parameter operations as ``torch._foreach_*`` calls: on the CPU each runs the same kernel on each parameter as
+    the single-tensor loop does, in the same order, so the weights are the same bit for bit, without the Python
+    loop over the parameters (7% of a clean-slate fit). Step hooks run as for any torch optimiser."""
+
+    def __init__(self, params: list, lr: float):
+        super().__init__(params, lr=lr)
+        self._moments: tuple[list, list] | None = None
+        self._steps = 0
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        group = self.param_groups[0]
+        params, (beta1, beta2), eps = group["params"], group["betas"], group["eps"]
+        if self._moments is None:
+            self._moments = tuple([torch.zeros_like(p, memory_format=torch.preserve_format) for p in params]
+                                  for _ in range(2))
+        exp_avg, exp_avg_sq = self._moments
+        grads = [p.grad for p in params]
+        self._steps += 1
+        torch._foreach_lerp_(exp_avg, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sq, beta2)
+        torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
+        step = float(self._steps)   # torch keeps the count in a float32 tensor and reads it as a float
+        step_size = group["lr"] / (1 - beta1 ** step)
+        denom = torch._foreach_sqrt(exp_avg_sq)
+        torch._foreach_div_(denom, (1 - beta2 ** step) ** 0.5)
+        torch._foreach_add_(denom, eps)
+        torch._foreach_addcdiv_(params, exp_avg, denom, value=-step_size)
+
+
+class _NoisyAdam:
+    """opacus's ``DPOptimizerFastGradientClipping`` (``loss_reduction="mean"``, not its secure mode) around
+    :class:`_ForeachAdam`, for one process: on entry to :meth:`step` each ``p.grad`` is the parameter's clipped sum;
+    Gaussian noise of standard deviation ``noise_multiplier * max_grad_norm`` is drawn for each parameter in turn,
+    exactly as opacus's ``_generate_noise`` draws it (``torch.normal`` of the parameter's shape from ``generator``;
+    none at standard deviation 0), added, and the sum divided by the public expected batch (rounded, as
+    :func:`_dp_optimizer` hands it to opacus); Adam then steps. The same draws and operations as opacus's optimiser,
+    in a few ``torch._foreach_*`` calls (tested equal to it bit for bit)."""
+
+    def __init__(self, params: list, schedule: Schedule, generator: torch.Generator):
+        self.original_optimizer = _ForeachAdam(params, schedule.lr)
+        self.param_groups = self.original_optimizer.param_groups
+        self.params = params
+        self.std = schedule.noise_multiplier * schedule.max_grad_norm
+        self.divisor = max(1, round(schedule.expected_batch_size))
+        self.generator = generator
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        with torch.no_grad():
+            noise = [torch.zeros(p.shape, device=p.device, dtype=p.dtype) if self.std == 0 else
+                     torch.normal(mean=0, std=self.std, size=p.shape, device=p.device, generator=self.generator,
+                                  dtype=p.dtype) for p in self.params]
+            grads = torch._foreach_add([p.grad for p in self.params], noise)
+            torch._foreach_div_(grads, self.divisor)
+        for p, g in zip(self.params, grads):
+            p.grad = g
+        self.original_optimizer.step()
+
+
 class _DistributedGhostOptimizer(_Cloning, DistributedDPOptimizerFastGradientClipping):
     pass
 
@@ -493,7 +558,8 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
     model.to(context.device).train()
     params = [p for p in model.parameters() if p.requires_grad]
     taps = _Taps(model)
-    optimizer = _dp_optimizer(_GhostOptimizer, _DistributedGhostOptimizer, params, schedule, noise_gen, context.group)
+    optimizer = _NoisyAdam(params, schedule, noise_gen) if context.group is None else \
+        _dp_optimizer(_GhostOptimizer, _DistributedGhostOptimizer, params, schedule, noise_gen, context.group)
     n_units, rows_of = _units(n_rows, unit_of_row)
 
     def one_step(units: np.ndarray, empty: bool) -> None:
