@@ -1,0 +1,80 @@
+"""dpsgd.train_ghost's own noisy Adam step (issue 42 item 5) against opacus's optimiser: the same noise draws, the
+same clipped sums and the same Adam, so the same weights bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from duckmob.synth import dpsgd
+from duckmob.synth.cleanslate.transitions import Transitions, by_width
+
+
+def _opacus_optimizer(params, schedule, generator):
+    """What train_ghost used before: opacus's fast-gradient-clipping optimiser around torch's Adam."""
+    return dpsgd._dp_optimizer(dpsgd._GhostOptimizer, dpsgd._DistributedGhostOptimizer, params, schedule,
+                               generator, None)
+
+
+def _data(b=40, w=6, g_max=7, seed=2):
+    gen = torch.Generator().manual_seed(seed)
+    current = torch.randint(0, w * w, (b, g_max), generator=gen)
+    label = torch.randint(0, 9, (b, g_max), generator=gen)
+    dest = torch.randint(0, w * w, (b,), generator=gen)
+    slot = torch.randint(0, 3, (b,), generator=gen)
+    count = torch.randint(0, g_max + 1, (b,), generator=gen)
+    return current, dest, slot, label, count
+
+
+def _train(sigma, ema, steps=12, users=None):
+    current, dest, slot, label, count = _data()
+
+    def losses(module, rows):
+        idx = torch.as_tensor(rows)
+        width = max(1, int(count[idx].max()))
+        return module(current[idx, :width], dest[idx], slot[idx], label[idx, :width], count[idx])
+
+    torch.manual_seed(0)
+    model = Transitions(6, 1, 3, 4, 8)
+    schedule = dpsgd.Schedule(sample_rate=0.3, steps=steps, noise_multiplier=sigma, max_grad_norm=0.05,
+                              expected_batch_size=12.4, lr=0.02, lr_final=0.1, ema=ema)
+    kw = dict(unit_of_row=users, max_trajectories_per_user=2) if users is not None else {}
+    dpsgd.train_ghost(model, losses, len(count), schedule,
+                      dpsgd.RunContext(np.random.default_rng(7), torch.device("cpu"), progress=False),
+                      split_rows=by_width(count.numpy(), widths=(2, 4)), **kw)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("sigma, ema, users", [(1.3, 0.0, None), (0.0, 0.0, None), (0.8, 0.9, None),
+                                               (1.1, 0.0, np.arange(40) // 2)])
+def test_the_noisy_adam_step_equals_opacus_bit_for_bit(monkeypatch, sigma, ema, users):
+    ours = _train(sigma, ema, users=users)
+    monkeypatch.setattr(dpsgd, "_NoisyAdam", _opacus_optimizer)
+    theirs = _train(sigma, ema, users=users)
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        assert torch.equal(ours[name], theirs[name]), name
+    moved = _train(sigma, ema, steps=0)
+    assert any(not torch.equal(ours[n], moved[n]) for n in ours if n != "log_mask")   # training changed weights
+
+
+def test_the_noise_has_the_planned_scale_and_the_batch_divides():
+    """With zero gradients (lr tiny), the gradient handed to Adam is noise of sd sigma * C divided by the rounded
+    expected batch: measured over many coordinates."""
+    model = torch.nn.Linear(400, 50)
+    schedule = dpsgd.Schedule(sample_rate=1.0, steps=1, noise_multiplier=2.0, max_grad_norm=0.5,
+                              expected_batch_size=9.6, lr=1e-3)
+    opt = dpsgd._NoisyAdam(list(model.parameters()), schedule, torch.Generator().manual_seed(1))
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    seen = []
+    handle = register_optimizer_step_pre_hook(
+        lambda o, a, k: seen.append(torch.cat([p.grad.flatten() for p in model.parameters()])))
+    try:
+        opt.step()
+    finally:
+        handle.remove()
+    sd = float(seen[0].std()) * 10            # divided by round(9.6) = 10
+    assert abs(sd - 1.0) < 0.02 and abs(float(seen[0].mean())) < 0.01
