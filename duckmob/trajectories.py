@@ -18,6 +18,7 @@ WGS 84 degrees.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -247,20 +248,50 @@ def _floats(col: pa.Array) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False)
 
 
-def _lex_order(keys: tuple[np.ndarray, ...]) -> np.ndarray | None:
-    """The stable order sorting by ``keys`` (primary first), or None when the rows already are in that order.
+def _lex_order(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray | None, tuple[np.ndarray, ...]]:
+    """The stable order sorting the rows by ``keys`` (primary first; the first two name a trajectory), or None
+    when they already are in that order, and the keys in that order.
 
-    The check is O(m), so sorted input (the usual case) is never sorted again."""
-    if len(keys[0]) < 2 or _in_order(keys):
-        return None
-    # rows in a few runs sorted on the first key (each trajectory's rows together and in order, the trajectories
-    # out of order: tables written by parallel writers): a stable sort on the first key alone, adaptive on runs,
-    # is often the whole answer; when the result is in order it IS the stable lexicographic order
-    if np.count_nonzero(keys[0][1:] < keys[0][:-1]) * 16 < len(keys[0]):
-        first = np.argsort(keys[0], kind="stable")
-        if _in_order(tuple(k[first] for k in keys)):
-            return first
-    return np.lexsort(keys[::-1])
+    The check is O(m), so sorted input is never sorted again. Rows that come as runs of one trajectory in order
+    (each trajectory's rows together or in a few pieces, the pieces out of order: tables written by parallel
+    writers, buckets routed from them) are ordered by sorting the runs by their first rows and gathering them
+    once; when that gives the keys in order, with tied rows in table order, it IS the stable lexicographic order
+    (the only one). Otherwise, and when the runs are many, a full ``np.lexsort``."""
+    m = len(keys[0])
+    if m < 2:
+        return None, keys
+    ordered, tied, same = _pair_order(keys)
+    if ordered.all():
+        return None, keys
+    starts = np.flatnonzero(np.concatenate([[True], ~(same & ordered)]))
+    if len(starts) * 4 <= m:          # runs of 4 rows or more on average: sorting the runs is cheaper
+        ends = np.append(starts[1:], m)
+        # by their first rows, then by their last (a run of rows all tied with the next run's first goes first)
+        runs = np.lexsort((keys[-1][ends - 1],) + tuple(k[starts] for k in keys[::-1]))
+        order = ragged_gather(starts[runs], (ends - starts)[runs])
+        out = tuple(k[order] for k in keys)
+        ordered, tied, _ = _pair_order(out)
+        if ordered.all():
+            # rows tied on every key that meet across two runs go back to table order
+            if (tied & (order[1:] < order[:-1])).any():
+                order = _order_tied(order, tied, lambda rows: (rows,))
+            return order, out
+    order = np.lexsort(keys[::-1])
+    return order, tuple(k[order] for k in keys)
+
+
+def _pair_order(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each pair of neighbouring rows: whether they are in lexicographic order of ``keys``, whether they tie
+    on every key, and whether they tie on the first two (the same trajectory)."""
+    ahead = np.zeros(len(keys[0]) - 1, dtype=bool)
+    tied = np.ones(len(keys[0]) - 1, dtype=bool)
+    same = tied
+    for i, k in enumerate(keys):
+        ahead |= tied & (k[1:] > k[:-1])
+        tied = tied & (k[1:] == k[:-1])
+        if i == min(1, len(keys) - 1):
+            same = tied
+    return ahead | tied, tied, same
 
 
 def _break_ties(order: np.ndarray | None, keys: tuple[np.ndarray, ...], lat: np.ndarray, lon: np.ndarray,
@@ -268,37 +299,34 @@ def _break_ties(order: np.ndarray | None, keys: tuple[np.ndarray, ...], lat: np.
     """``order`` (None: the identity) with every run of rows equal on all ``keys`` (a repeated timestamp, or a
     repeated seq in a timeless trajectory) put in (lat, lon) order: which of them comes first, and so which one a
     repeated timestamp keeps, then depends on the points' own values, never on where the table stores them (a
-    table's row order moves with the other rows, and with how DuckDB's threads gathered them). ``lat``/``lon``
+    table's row order moves with the other rows, and with how DuckDB's threads gathered them). ``keys`` are
+    already in ``order`` (they tie exactly where the rows are put in order, so they stay valid); ``lat``/``lon``
     are indexed by the rows before ``kept`` (None: all rows) selects them. Costs O(rows) when nothing ties."""
     m = len(keys[0])
     if m < 2:
         return order
     tied = np.ones(m - 1, dtype=bool)
     for k in keys:
-        k = k if order is None else k[order]
         tied &= k[1:] == k[:-1]
     if not tied.any():
         return order
-    order = np.arange(m) if order is None else order
+    src = (lambda rows: rows) if kept is None else (lambda rows: kept[rows])
+    return _order_tied(np.arange(m) if order is None else order, tied,
+                       lambda rows: (lon[src(rows)], lat[src(rows)]))
+
+
+def _order_tied(order: np.ndarray, tied: np.ndarray, by: Callable) -> np.ndarray:
+    """``order`` with each run of neighbours that ``tied`` joins sorted by ``by(rows)`` (sort keys, last primary,
+    as np.lexsort takes them, of the rows in the run); the rest is unchanged. O(rows tied) beyond one pass."""
+    m = len(order)
     member = np.zeros(m, dtype=bool)
     member[1:] |= tied
     member[:-1] |= tied
     idx = np.flatnonzero(member)
     run = np.cumsum(np.concatenate([[True], ~((idx[1:] == idx[:-1] + 1) & tied[idx[:-1]])]))
     rows = order[idx]
-    src = rows if kept is None else kept[rows]
-    order[idx] = rows[np.lexsort((lon[src], lat[src], run))]
+    order[idx] = rows[np.lexsort((*by(rows), run))]
     return order
-
-
-def _in_order(keys: tuple[np.ndarray, ...]) -> bool:
-    """Whether the rows are in lexicographic order of ``keys`` (primary first)."""
-    ahead = np.zeros(len(keys[0]) - 1, dtype=bool)
-    tied = np.ones(len(keys[0]) - 1, dtype=bool)
-    for k in keys:
-        ahead |= tied & (k[1:] > k[:-1])
-        tied &= k[1:] == k[:-1]
-    return bool((ahead | tied).all())
 
 
 def _refuse(report: CleaningReport, lat, lon, lat_bad, lon_bad, time_required: bool, coordinates: bool) -> None:
@@ -369,12 +397,14 @@ def from_points(points: pa.StructArray | pa.Table | None, bbox=None, outside: st
     dropped (private) or refused. In the other trajectories a point with a NULL ts is dropped (private) or refused.
     So each trajectory is read from its own points alone, whatever the other rows hold or where they are stored.
     """
-    out, report = _clean(points, bbox, outside, min_points, time_required, private)
+    out, report = _clean(points, bbox, outside, min_points, time_required, private, counted=not private)
     return (out, CleaningReport()) if private else (out, report)
 
 
-def _clean(points, bbox, outside, min_points, time_required, private) -> tuple[Trajectories, CleaningReport]:
-    """:func:`from_points`, returning the filled report in both modes (for :func:`inspect`). Four steps: point
+def _clean(points, bbox, outside, min_points, time_required, private,
+           counted: bool = True) -> tuple[Trajectories, CleaningReport]:
+    """:func:`from_points`, returning the filled report in both modes (for :func:`inspect`; ``counted=False``
+    leaves out the count of trajectories sorted, which costs a pass, for a report nobody reads). Four steps: point
     checks (:func:`_check_points`), the public bounding box (:func:`_outside_box`), the sort by (traj_id, user_id,
     ts) without repeated timestamps (:func:`_sort_keys`, :func:`_kept_in_order`), trajectories too short
     (:func:`_drop_short`)."""
@@ -403,18 +433,26 @@ def _clean(points, bbox, outside, min_points, time_required, private) -> tuple[T
         traj, ts, user, ts_null = traj[kept], ts[kept], user[kept], ts_null[kept]
     keys, seq_null = _sort_keys(points, names, n, kept, traj, user, ts, ts_null)
     timeless = seq_null is not None  # only without time_required: NULL ts points are gone otherwise
-    order = _break_ties(_lex_order(keys), keys, lat, lon, kept)
+    order, keys = _lex_order(keys)
+    order = _break_ties(order, keys, lat, lon, kept)
+    if order is not None:   # the keys come in order: (traj, user, ts) or (traj, user, ts_null, ts, seq)
+        traj, user, ts = keys[0], keys[1], keys[-2 if timeless else -1]
+        if timeless:
+            ts_null, seq_null = keys[2].view(bool), seq_null[order]
     del keys
-    if order is not None:
-        traj, user, ts, ts_null = traj[order], user[order], ts[order], ts_null[order]
-        if seq_null is not None:
-            seq_null = seq_null[order]
-    start, keep = _kept_in_order(traj, user, ts, ts_null, seq_null, order, report, private)
+    start, keep = _kept_in_order(traj, user, ts, ts_null, seq_null, order, report, private, counted)
     del seq_null
+    keep = _drop_short(start, keep, report)
     if not keep.all():
         sel = np.flatnonzero(keep)
-        traj, user, ts, ts_null, start = traj[sel], user[sel], ts[sel], ts_null[sel], start[sel]
+        if (start & ~keep).any():   # a trajectory starts at its first point kept
+            group = np.cumsum(start)[sel]
+            start = np.concatenate([[True], group[1:] != group[:-1]]) if len(sel) else start[sel]
+        else:
+            start = start[sel]
+        traj, user, ts, ts_null = traj[sel], user[sel], ts[sel], ts_null[sel]
         order = sel if order is None else order[sel]
+        del sel
     # one gather of the coordinates (each column is read once, not permuted and then masked)
     pos = order if kept is None else (kept if order is None else kept[order])
     if pos is not None:
@@ -422,7 +460,13 @@ def _clean(points, bbox, outside, min_points, time_required, private) -> tuple[T
     del pos, order, kept, keep
     if timeless:
         ts = np.where(ts_null, NO_TIME, ts)
-    return _drop_short(start, traj, user, ts, lat, lon, report, private)
+    offsets = np.append(np.flatnonzero(start), len(traj)).astype(np.int64)
+    out = Trajectories(offsets, traj[offsets[:-1]], user[offsets[:-1]], ts, lat, lon)
+    report.points_out, report.trajectories_out = out.n_points, out.n_trajectories
+    if out.n_trajectories == 0 and not private:
+        raise DuckmobError("no trajectory is left after cleaning (" + "; ".join(report.messages()) +
+                           "): check the bbox and that each trajectory has at least 2 points")
+    return out, report
 
 
 def _check_points(points, report: CleaningReport, outside: str, time_required: bool, private: bool):
@@ -478,7 +522,8 @@ def _sort_keys(points, names, n: int, kept, traj, user, ts, ts_null):
     return (traj, user, ts_null.view(np.int8), ts, np.where(ts_null, seq, 0)), seq_null
 
 
-def _kept_in_order(traj, user, ts, ts_null, seq_null, order, report: CleaningReport, private: bool):
+def _kept_in_order(traj, user, ts, ts_null, seq_null, order, report: CleaningReport, private: bool,
+                   counted: bool = True):
     """Step 3 of :func:`_clean`, on the points sorted by (traj_id, user_id, ts) (``order``: the permutation applied,
     None if they came sorted): the mask of trajectory starts and of the points kept (repeated timestamps dropped;
     in timeless trajectories, with ``seq_null`` given, NULL ts among timestamps and points without a seq dropped or
@@ -486,7 +531,7 @@ def _kept_in_order(traj, user, ts, ts_null, seq_null, order, report: CleaningRep
     m = len(traj)
     start = np.ones(m, dtype=bool)
     start[1:] = (traj[1:] != traj[:-1]) | (user[1:] != user[:-1])
-    if order is not None:
+    if order is not None and counted:
         group = np.cumsum(start) - 1
         report.unsorted_trajectories = int(len(np.unique(group[1:][~start[1:] & (order[1:] < order[:-1])])))
         del group
@@ -521,22 +566,18 @@ def _timeless_dropped(start, ts_null, seq_null, report: CleaningReport, private:
     return stray | unordered
 
 
-def _drop_short(start, traj, user, ts, lat, lon, report: CleaningReport, private: bool):
-    """Step 4 of :func:`_clean`: the sorted, kept points as trajectories, less those shorter than
-    ``report.min_points``; refused unless ``private`` when none is left."""
-    offsets = np.append(np.flatnonzero(start), len(traj)).astype(np.int64)
-    starts = offsets[:-1]
-    out = Trajectories(offsets, traj[starts], user[starts], ts, lat, lon)
-    report.trajectories_in = out.n_trajectories
-    short = out.lengths < report.min_points
+def _drop_short(start: np.ndarray, keep: np.ndarray, report: CleaningReport) -> np.ndarray:
+    """Step 4 of :func:`_clean`, on the sorted points before they are gathered: ``keep`` less the points of the
+    trajectories left with fewer than ``report.min_points`` points kept (``start``: where each trajectory starts).
+    Counts the trajectories with a point kept, and the short ones, into ``report``."""
+    firsts = np.flatnonzero(start)
+    counts = np.add.reduceat(keep, firsts, dtype=np.int64) if len(firsts) else np.zeros(0, np.int64)
+    report.trajectories_in = int(np.count_nonzero(counts))
+    short = (counts > 0) & (counts < report.min_points)
     if short.any():
         report.short_trajectories = int(short.sum())
-        out = out.take(~short)
-    report.points_out, report.trajectories_out = out.n_points, out.n_trajectories
-    if out.n_trajectories == 0 and not private:
-        raise DuckmobError("no trajectory is left after cleaning (" + "; ".join(report.messages()) +
-                           "): check the bbox and that each trajectory has at least 2 points")
-    return out, report
+        keep = keep & ~np.repeat(short, np.diff(np.append(firsts, len(start))))
+    return keep
 
 
 def to_arrow(traj: Trajectories) -> pa.Table:

@@ -16,7 +16,9 @@ import atexit
 import math
 import os
 import shutil
+import sys
 import tempfile
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -37,6 +39,8 @@ from duckmob.source.schema import Mapping, check_ids, check_points, resolve_colu
 BUCKET_POINTS = 1 << 21
 # Rows per record batch read from DuckDB while routing points to buckets.
 READ_ROWS = 1 << 20
+# Threads that split record batches by bucket while routing (the writes stay in the reader's order).
+ROUTE_THREADS = max(1, min(2, os.cpu_count() or 1))
 SEQUENCE_ROWS = 1 << 13   # cell sequences per batch of mob_transitions (~1-2 M cells)
 
 
@@ -79,8 +83,9 @@ def route(reader: pa.RecordBatchReader, n: int, folder: str | None,
 
     With ``on_version`` every row also has its ``_row_hash`` (dropped), and ``on_version`` gets the count of the
     rows and the sum of their hashes (:func:`content_version` of what the reader gives) once the scan is over,
-    before the first bucket is yielded. Routing runs on a thread while DuckDB makes the next record batch (one
-    batch at a time, in order: each bucket keeps table order)."""
+    before the first bucket is yielded. While DuckDB makes the next record batches, ``ROUTE_THREADS`` threads
+    split the batches already read (:func:`_split`: hash sums, the stable order by bucket, the gather); the splits
+    are written in the reader's order, so each bucket keeps table order whatever the threads."""
     names = [f.name for f in reader.schema if f.name not in ("_bucket", "_row_hash")]
     version = _Version()
     if n == 1:
@@ -95,29 +100,25 @@ def route(reader: pa.RecordBatchReader, n: int, folder: str | None,
     sinks = [pa.OSFile(p, "wb") for p in paths]
     writers = [pa.ipc.new_file(s, schema) for s in sinks]
 
-    def one(batch: pa.RecordBatch) -> None:
-        if on_version is not None:
-            version.add(batch)
-        b = batch.column("_bucket").to_numpy(zero_copy_only=False)
-        # stable: each bucket keeps table order (a stable order is unique; on 16-bit keys NumPy's is a radix sort)
-        order = np.argsort(b.astype(np.int16) if n <= np.iinfo(np.int16).max else b, kind="stable")
-        counts = np.bincount(b, minlength=n)
-        routed = batch.select(names).take(pa.array(order))
+    def write(split: tuple[pa.RecordBatch, np.ndarray, tuple[int, int] | None]) -> None:
+        routed, counts, part = split
+        if part is not None:
+            version.n, version.total = version.n + part[0], version.total + part[1]
         start = 0
         for i in np.flatnonzero(counts):
             writers[i].write_batch(routed.slice(start, int(counts[i])))
             start += int(counts[i])
 
     try:
-        with ThreadPoolExecutor(1) as pool:
-            pending = None
+        with ThreadPoolExecutor(ROUTE_THREADS) as pool:
+            pending: deque = deque()
             for batch in reader:
-                if pending is not None:
-                    pending.result()
-                pending = pool.submit(one, batch)
+                pending.append(pool.submit(_split, batch, names, n, on_version is not None))
                 del batch
-            if pending is not None:
-                pending.result()
+                if len(pending) > ROUTE_THREADS:
+                    write(pending.popleft().result())
+            while pending:
+                write(pending.popleft().result())
     finally:
         for w, s in zip(writers, sinks):
             w.close()
@@ -134,6 +135,26 @@ def route(reader: pa.RecordBatchReader, n: int, folder: str | None,
         yield table
 
 
+def _split(batch: pa.RecordBatch, names: list[str], n: int, hashed: bool):
+    """One record batch of :func:`route` on a thread: its rows in bucket order (stable: on 16-bit keys NumPy's
+    stable sort is a radix sort), the rows per bucket, and (``hashed``) its rows' count and hash sum."""
+    b = batch.column("_bucket").to_numpy(zero_copy_only=False)
+    order = np.argsort(b.astype(np.int16) if n <= np.iinfo(np.int16).max else b, kind="stable")
+    counts = np.bincount(b, minlength=n)
+    part = _hash_sum(batch.column("_row_hash")) if hashed else None
+    return batch.select(names).take(pa.array(order)), counts, part
+
+
+def _hash_sum(column: pa.Array) -> tuple[int, int]:
+    """(rows, the exact sum of their unsigned 64-bit hashes): the 32-bit halves summed apart in uint64 (no overflow
+    below 2^32 rows), read through a view (no temporary array)."""
+    h = column.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+    halves = h.view(np.uint32).reshape(-1, 2)
+    low, high = (0, 1) if sys.byteorder == "little" else (1, 0)
+    return len(h), (int(np.sum(halves[:, high], dtype=np.uint64)) << 32) + \
+        int(np.sum(halves[:, low], dtype=np.uint64))
+
+
 class _Version:
     """:func:`content_version` summed over record batches that carry ``_row_hash``: the count and the exact sum of
     the unsigned 64-bit hashes (as DuckDB's HUGEINT sum), whatever the batches."""
@@ -143,12 +164,8 @@ class _Version:
 
     def add(self, batch) -> None:
         h = batch.column("_row_hash")
-        h = (h.combine_chunks() if isinstance(h, pa.ChunkedArray) else h).to_numpy(zero_copy_only=False)
-        h = h.astype(np.uint64, copy=False)
-        # two 32-bit halves, each summed in uint64 without overflow (fewer than 2^32 rows a batch)
-        self.n += len(h)
-        self.total += (int(np.sum(h >> np.uint64(32), dtype=np.uint64)) << 32) + \
-            int(np.sum(h & np.uint64(0xFFFFFFFF), dtype=np.uint64))
+        n, total = _hash_sum(h.combine_chunks() if isinstance(h, pa.ChunkedArray) else h)
+        self.n, self.total = self.n + n, self.total + total
 
     def value(self) -> tuple[int, int]:
         return self.n, self.total
