@@ -348,7 +348,9 @@ def _linear_rows(layer: torch.nn.Linear, a: torch.Tensor, g: torch.Tensor):
     whole = None
     if layer.weight.requires_grad:
         t, n_in, n_out = a.shape[1], a.shape[2], g.shape[2]
-        if n_in * n_out <= t * (n_in + n_out):
+        if t == 1:   # one position: |g a^T|^2 = |g|^2 |a|^2, without a batch of 1 x 1 matrix products
+            squared = squared + (g ** 2).sum((1, 2)) * (a ** 2).sum((1, 2))
+        elif n_in * n_out <= t * (n_in + n_out):
             whole = torch.bmm(g.transpose(1, 2), a)                    # (B, n_out, n_in): each row's gradient
             squared = squared + (whole ** 2).sum((1, 2))
         else:
@@ -546,9 +548,10 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
     1). Accounted as ``schedule.event``. With ``context.group`` (a worker) a unit's rows are all on one worker, so
     the bound holds per worker and for the all-reduced sum.
 
-    ``split_rows(rows)``: the batch's rows in parts (every row in exactly one), each part's clipped sum computed
+    ``split_rows(rows)``: the batch's rows in parts (every row in at most one), each part's clipped sum computed
     alone and the parts' sums added before the noise: the same clipped sum (each row is clipped alone), for less
-    padding when rows are ragged (e.g. parts of similar length). None: one part.
+    padding when rows are ragged (e.g. parts of similar length). A row may be left out only when its gradient is
+    zero (e.g. a loss that is 0 whatever the weights): it would add nothing. None: one part.
     """
     k = max_trajectories_per_user
     if unit_of_row is None and k != 1:

@@ -78,3 +78,33 @@ def test_the_noise_has_the_planned_scale_and_the_batch_divides():
         handle.remove()
     sd = float(seen[0].std()) * 10            # divided by round(9.6) = 10
     assert abs(sd - 1.0) < 0.02 and abs(float(seen[0].mean())) < 0.01
+
+
+def test_rows_without_a_gram_are_left_out_and_the_training_is_the_same():
+    """by_width leaves out the rows of no gram (zero loss, zero gradient) and parts the rest by width; training with
+    it takes the same steps as with the whole batch in one part (up to the sums' rounding)."""
+    current, dest, slot, label, count = _data()
+    c = count.numpy()
+    split = by_width(c, widths=(2, 4))
+    rows = np.arange(len(c))
+    parts = split(rows)
+    assert (c == 0).sum() >= 3 and sorted(np.concatenate(parts)) == list(np.flatnonzero(c > 0))
+    assert [int(c[p].max()) for p in parts if len(p)] == sorted(int(c[p].max()) for p in parts if len(p))
+    assert (c[parts[0]] <= 2).all() and (c[parts[1]] > 2).all() and (c[parts[1]] <= 4).all()
+
+    def losses(module, rows):
+        idx = torch.as_tensor(rows)
+        width = max(1, int(count[idx].max()))
+        return module(current[idx, :width], dest[idx], slot[idx], label[idx, :width], count[idx])
+
+    weights = []
+    for split_rows in (None, split):
+        torch.manual_seed(0)
+        model = Transitions(6, 1, 3, 4, 8)
+        schedule = dpsgd.Schedule(sample_rate=0.5, steps=6, noise_multiplier=0.7, max_grad_norm=0.05,
+                                  expected_batch_size=20, lr=1e-2)
+        dpsgd.train_ghost(model, losses, len(c), schedule,
+                          dpsgd.RunContext(np.random.default_rng(5), torch.device("cpu"), progress=False),
+                          split_rows=split_rows)
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.allclose(weights[0], weights[1], atol=1e-6)
