@@ -6,6 +6,7 @@ evaluations."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from functools import lru_cache
@@ -155,10 +156,15 @@ def _calibrate_alone(fixed_json: str, sample_rate: float, steps: int, eps: float
         stop_point()
         return composition.epsilon(run(sigma), delta)
 
+    fixed_acc = rdp.RdpAccountant().compose(compose(fixed).to_dp_event())   # the fixed parts' RDP, once
+
     def rdp_eps(sigma):
+        # a copy of the fixed parts' accountant plus this run: the same sums in the same order as composing
+        # run(sigma) afresh (so the same sigma), without recomputing the fixed parts (another DP-SGD run's RDP
+        # costs as much as this one's)
         stop_point()
-        acc = rdp.RdpAccountant()
-        acc.compose(run(sigma).to_dp_event())
+        acc = copy.deepcopy(fixed_acc)
+        acc.compose(dp_sgd(sigma, sample_rate, steps).to_dp_event())
         return acc.get_epsilon(delta)
 
     logging.getLogger("absl").setLevel(logging.ERROR)  # RDP's "failed to converge" notes at tiny orders
