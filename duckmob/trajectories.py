@@ -161,14 +161,18 @@ class CleaningReport:
 
 
 def ragged_gather(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Indices ``starts[i] + 0 .. starts[i] + lengths[i] - 1`` for every i, concatenated (no Python loop)."""
+    """Indices ``starts[i] + 0 .. starts[i] + lengths[i] - 1`` for every i, concatenated (no Python loop): one
+    array of steps (1 inside a range, the jump to the next range at its head) summed in place."""
     lengths = np.asarray(lengths, dtype=np.int64)
     total = int(lengths.sum())
     if total == 0:
         return np.zeros(0, dtype=np.int64)
-    run_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    base = np.repeat(np.asarray(starts, dtype=np.int64) - run_starts, lengths)
-    return base + np.arange(total, dtype=np.int64)
+    some = lengths > 0
+    starts, lengths = np.asarray(starts, dtype=np.int64)[some], lengths[some]
+    out = np.ones(total, dtype=np.int64)
+    out[0] = starts[0]
+    out[(np.cumsum(lengths) - lengths)[1:]] = starts[1:] - starts[:-1] - lengths[:-1] + 1
+    return np.cumsum(out, out=out)
 
 
 def distinct_pairs(owner: np.ndarray, values: np.ndarray, n_values: int,
@@ -442,15 +446,11 @@ def _clean(points, bbox, outside, min_points, time_required, private,
     del keys
     start, keep = _kept_in_order(traj, user, ts, ts_null, seq_null, order, report, private, counted)
     del seq_null
-    keep = _drop_short(start, keep, report)
+    firsts = np.flatnonzero(start)
+    counts = _drop_short(firsts, keep, report)    # points kept per trajectory; 0: dropped
     if not keep.all():
         sel = np.flatnonzero(keep)
-        if (start & ~keep).any():   # a trajectory starts at its first point kept
-            group = np.cumsum(start)[sel]
-            start = np.concatenate([[True], group[1:] != group[:-1]]) if len(sel) else start[sel]
-        else:
-            start = start[sel]
-        traj, user, ts, ts_null = traj[sel], user[sel], ts[sel], ts_null[sel]
+        ts, ts_null = ts[sel], ts_null[sel]
         order = sel if order is None else order[sel]
         del sel
     # one gather of the coordinates (each column is read once, not permuted and then masked)
@@ -460,8 +460,9 @@ def _clean(points, bbox, outside, min_points, time_required, private,
     del pos, order, kept, keep
     if timeless:
         ts = np.where(ts_null, NO_TIME, ts)
-    offsets = np.append(np.flatnonzero(start), len(traj)).astype(np.int64)
-    out = Trajectories(offsets, traj[offsets[:-1]], user[offsets[:-1]], ts, lat, lon)
+    alive = counts > 0
+    offsets = np.concatenate([[0], np.cumsum(counts[alive])]).astype(np.int64)
+    out = Trajectories(offsets, traj[firsts[alive]], user[firsts[alive]], ts, lat, lon)
     report.points_out, report.trajectories_out = out.n_points, out.n_trajectories
     if out.n_trajectories == 0 and not private:
         raise DuckmobError("no trajectory is left after cleaning (" + "; ".join(report.messages()) +
@@ -478,7 +479,7 @@ def _check_points(points, report: CleaningReport, outside: str, time_required: b
     lat, lon = _floats(cols["lat"]), _floats(cols["lon"])
     del cols
     missing = np.isnan(lat) | np.isnan(lon)
-    lat_bad, lon_bad = np.abs(lat) > 90, np.abs(lon) > 180  # False on NaN
+    lat_bad, lon_bad = (lat > 90) | (lat < -90), (lon > 180) | (lon < -180)  # False on NaN
     report.null_traj_id, report.null_ts = int(traj_null.sum()), int(ts_null.sum())
     report.missing_coordinates = int(missing.sum())
     report.lat_out_of_range, report.lon_out_of_range = int(lat_bad.sum()), int(lon_bad.sum())
@@ -566,18 +567,19 @@ def _timeless_dropped(start, ts_null, seq_null, report: CleaningReport, private:
     return stray | unordered
 
 
-def _drop_short(start: np.ndarray, keep: np.ndarray, report: CleaningReport) -> np.ndarray:
-    """Step 4 of :func:`_clean`, on the sorted points before they are gathered: ``keep`` less the points of the
-    trajectories left with fewer than ``report.min_points`` points kept (``start``: where each trajectory starts).
-    Counts the trajectories with a point kept, and the short ones, into ``report``."""
-    firsts = np.flatnonzero(start)
+def _drop_short(firsts: np.ndarray, keep: np.ndarray, report: CleaningReport) -> np.ndarray:
+    """Step 4 of :func:`_clean`, on the sorted points before they are gathered (``firsts``: where each trajectory
+    starts): the points kept of each trajectory, 0 for those left with fewer than ``report.min_points``, whose
+    points ``keep`` (changed in place) then drops. Counts the trajectories with a point kept, and the short ones,
+    into ``report``. A trajectory is its own points, wherever its first one went."""
     counts = np.add.reduceat(keep, firsts, dtype=np.int64) if len(firsts) else np.zeros(0, np.int64)
     report.trajectories_in = int(np.count_nonzero(counts))
     short = (counts > 0) & (counts < report.min_points)
     if short.any():
         report.short_trajectories = int(short.sum())
-        keep = keep & ~np.repeat(short, np.diff(np.append(firsts, len(start))))
-    return keep
+        keep &= ~np.repeat(short, np.diff(np.append(firsts, len(keep))))
+        counts[short] = 0
+    return counts
 
 
 def to_arrow(traj: Trajectories) -> pa.Table:

@@ -131,3 +131,49 @@ def test_the_hash_sum_is_exact():
     h = np.concatenate([h] * 1000)
     assert stream._hash_sum(pa.array(h)) == (len(h), sum(int(x) for x in h))
     assert stream._hash_sum(pa.array(np.zeros(0, np.uint64))) == (0, 0)
+
+
+def test_step_bin_is_the_clipped_searchsorted_at_and_beside_every_edge():
+    from duckmob.synth.placement.releases import STEP_EDGES_M, step_bin
+
+    rng = np.random.default_rng(2)
+    edges = STEP_EDGES_M
+    d = np.concatenate([rng.exponential(300, 100_000), rng.uniform(0, 5, 10_000), edges, np.nextafter(edges, 0),
+                        np.nextafter(edges, np.inf), [0.0, 1e-300, 1e300, np.inf]])
+    want = np.clip(np.searchsorted(edges, d, side="right") - 1, 0, len(edges) - 2)
+    got = step_bin(d)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+
+
+def test_step_bins_leave_out_the_steps_between_trajectories_and_count_none_for_empty_ones():
+    from duckmob.synth.placement.releases import local_xy, step_bin, step_bins
+    from duckmob.grid import BBox
+
+    rng = np.random.default_rng(8)
+    lengths = np.array([3, 0, 1, 5, 0, 2, 4])
+    m = int(lengths.sum())
+    lat, lon = 40.0 + rng.uniform(0, 0.05, m), 116.3 + rng.uniform(0, 0.05, m)
+    data = trajectories.Trajectories(np.concatenate([[0], np.cumsum(lengths)]), np.arange(7), np.zeros(7, np.int64),
+                                     np.arange(m), lat, lon)
+    box = [39.9, 116.2, 40.1, 116.5]
+    b, owner, n_steps = step_bins(data, box)
+    x, y = local_xy(BBox.of(box), lat, lon)
+    want_owner, want_d = [], []
+    for t, (a, n) in enumerate(zip(data.offsets[:-1], lengths)):
+        for i in range(a, a + n - 1):
+            want_owner.append(t)
+            want_d.append(np.hypot(x[i + 1] - x[i], y[i + 1] - y[i]))
+    assert owner.tolist() == want_owner and n_steps.tolist() == [2, 0, 0, 4, 0, 1, 3]
+    assert np.array_equal(b, step_bin(np.array(want_d)))
+
+
+def test_ragged_gather_is_the_ranges_concatenated():
+    from duckmob.trajectories import ragged_gather
+
+    rng = np.random.default_rng(6)
+    starts, lengths = rng.integers(0, 1000, 300), rng.integers(0, 6, 300)
+    want = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)])
+    got = ragged_gather(starts, lengths)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+    assert ragged_gather(starts[:3], np.zeros(3, np.int64)).tolist() == []
+    assert ragged_gather(np.array([5, 2]), np.array([0, 2])).tolist() == [2, 3]

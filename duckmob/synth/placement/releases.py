@@ -170,25 +170,36 @@ def fine_cells(data: Trajectories, bbox, w: int, walk: bool = True) -> tuple[np.
 
 
 def step_bins(data: Trajectories, bbox) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The bin of each step between consecutive fixes: ``(bin, owner, steps per trajectory)``, owner sorted."""
+    """The bin of each step between consecutive fixes: ``(bin, owner, steps per trajectory)``, owner sorted. A
+    trajectory of L fixes has L - 1 steps; the steps across trajectories are the differences at each trajectory's
+    last fix, left out."""
     box = BBox.of(bbox)
     x, y = local_xy(box, data.lat, data.lon)
-    owner = data.point_traj()
-    same = owner[1:] == owner[:-1]
+    m, lengths = data.n_points, data.lengths
+    same = np.ones(max(m - 1, 0), dtype=bool)
+    ends = data.offsets[1:-1]
+    same[ends[(ends > 0) & (ends < m)] - 1] = False
     d = np.hypot(np.diff(x), np.diff(y))[same]
-    step_owner = owner[1:][same]
-    return step_bin(d), step_owner, np.bincount(step_owner, minlength=data.n_trajectories)
+    n_steps = np.maximum(lengths - 1, 0)
+    return step_bin(d), np.repeat(np.arange(data.n_trajectories, dtype=np.int64), n_steps), n_steps
 
 
 def step_bin(d: np.ndarray) -> np.ndarray:
     """The bin of each step length ``d`` (metres, >= 0) in :data:`STEP_EDGES_M`, the last bin open above: exactly
     ``clip(searchsorted(STEP_EDGES_M, d, 'right') - 1, 0, bins - 1)``, without its binary search (slow on millions
     of unsorted values). A non-negative double's bits, read as an integer, are in the order of its value, so their
-    top 20 bits (sign, exponent, 8 bits of mantissa) name a bucket of values (:func:`guided_searchsorted`, with
-    the guide of :func:`_step_guide`)."""
+    top 20 bits (sign, exponent, 8 bits of mantissa) name a bucket of values (:func:`guided_searchsorted`'s rule,
+    with the guide of :func:`_step_guide`): where no edge cuts a bucket its values' bin is a table's, the others
+    are searched."""
     d = np.ascontiguousarray(d, dtype=np.float64)
-    found = guided_searchsorted(STEP_EDGES_M, d, d.view(np.int64) >> _GUIDE_SHIFT, _step_guide())
-    return np.clip(found - 1, 0, len(STEP_EDGES_M) - 2)
+    bins, cut = _step_tables()
+    bucket = d.view(np.int64) >> _GUIDE_SHIFT
+    out = bins[bucket]
+    search = np.flatnonzero(cut[bucket])
+    if len(search):
+        found = np.searchsorted(STEP_EDGES_M, d[search], side="right")
+        out[search] = np.clip(found - 1, 0, len(STEP_EDGES_M) - 2)
+    return out.astype(np.int64)
 
 
 def guided_searchsorted(edges: np.ndarray, x: np.ndarray, bucket: np.ndarray, guide: np.ndarray) -> np.ndarray:
@@ -215,6 +226,14 @@ def _step_guide() -> np.ndarray:
     low = (np.arange(n + 1, dtype=np.int64) << _GUIDE_SHIFT).view(np.float64)   # each bucket's smallest value
     low = np.where(np.isnan(low), np.inf, low)
     return np.searchsorted(STEP_EDGES_M, low, side="right").astype(np.int16)
+
+
+@functools.cache
+def _step_tables() -> tuple[np.ndarray, np.ndarray]:
+    """:func:`step_bin`'s tables over its buckets: the bin of each bucket's values where no edge cuts it, and
+    whether an edge cuts it (the guide changes to the next bucket). Public constants."""
+    guide = _step_guide().astype(np.int64)
+    return np.clip(guide[:-1] - 1, 0, len(STEP_EDGES_M) - 2).astype(np.int16), guide[1:] != guide[:-1]
 
 
 def release(data, bbox, eps: float, config: PlacementConfig, noise, max_trajectories_per_user: int = 1,
