@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.functional import nll_loss
 
 
 class Initialiser(nn.Module):
@@ -79,8 +80,9 @@ class Initialiser(nn.Module):
         mu, log_var = self.mean(h), self.log_var(h).clamp(-10.0, 10.0)
         z = mu + torch.exp(0.5 * log_var) * eps
         ls, ld, lt = self.decode(z)
-        recon = -(ls.gather(-1, source[..., None]) + ld.gather(-1, dest[..., None])
-                  + lt.gather(-1, slot[..., None]))[..., 0]
+        # -log p of each head's observed value (nll_loss: the same values and gradients as a gather, faster)
+        recon = (nll_loss(ls, source, reduction="none") + nll_loss(ld, dest, reduction="none")
+                 + nll_loss(lt, slot, reduction="none"))
         kl = 0.5 * (mu ** 2 + log_var.exp() - 1.0 - log_var).sum(-1)
         return recon + kl
 

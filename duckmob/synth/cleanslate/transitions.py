@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.functional import nll_loss
 
 from duckmob.synth.cleanslate.trips import valid_moves
 
@@ -46,7 +47,7 @@ class Transitions(nn.Module):
 
     def forward(self, current, dest, slot, label, count):
         logp = torch.log_softmax(self.logits(current, dest[..., None], slot[..., None]), -1)
-        nll = -logp.gather(-1, label[..., None])[..., 0]                      # (B, G)
+        nll = nll_loss(logp.flatten(0, -2), label.flatten(), reduction="none").view(label.shape)   # (B, G)
         used = torch.arange(current.shape[-1], device=current.device) < count[..., None]
         return (nll * used).sum(-1) / count.clamp(min=1)
 
