@@ -177,3 +177,29 @@ def test_ragged_gather_is_the_ranges_concatenated():
     assert got.dtype == np.int64 and np.array_equal(got, want)
     assert ragged_gather(starts[:3], np.zeros(3, np.int64)).tolist() == []
     assert ragged_gather(np.array([5, 2]), np.array([0, 2])).tolist() == [2, 3]
+
+
+def test_a_thread_free_before_the_oldest_item_ends_starts_the_next(monkeypatch):
+    """in_threads(ahead=1): item 0 waits until item 2 has started (it would wait for ever were item 2 queued
+    only once item 0 ended); results come in the items' order, never more than REDUCE_THREADS at once."""
+    import threading
+
+    from duckmob.source import batches
+
+    monkeypatch.setattr(batches, "REDUCE_THREADS", 2)
+    third = threading.Event()
+    running, most, lock = [0], [0], threading.Lock()
+
+    def fn(i):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        if i == 2:
+            third.set()
+        seen = third.wait(timeout=30) if i == 0 else True
+        with lock:
+            running[0] -= 1
+        return i, seen
+
+    assert list(batches.in_threads(fn, range(6), ahead=1)) == [(i, True) for i in range(6)]
+    assert most[0] == 2

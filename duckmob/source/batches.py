@@ -55,9 +55,10 @@ class Batches:
     def reduce(self, fn: Callable[[Trajectories], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """``fn(batch)`` summed over the batches: a dict of int64 arrays (exact sums, order-free, so the same
         whatever order they finish in). ``REDUCE_THREADS`` batches at a time (NumPy releases the GIL in its
-        heavy loops); at most that many batches in memory."""
+        heavy loops), one more queued so that no thread waits for a slower one (:func:`in_threads`); a batch
+        read back from disk is memory-mapped until its thread reads it."""
         total: dict[str, np.ndarray] | None = None
-        for part in in_threads(fn, self):
+        for part in in_threads(fn, self, ahead=1):
             if total is None:
                 total = {k: np.asarray(v, dtype=np.int64).copy() for k, v in part.items()}
             else:
@@ -259,12 +260,14 @@ def _cleaned(buckets: Iterable[pa.Table], bbox, time_required: bool,
         del table
         return (data if folder is None or i == 0 else _save(data, folder, i)), (data.traj_id, data.user_id)
 
-    return in_threads(one, enumerate(buckets))
+    return in_threads(one, enumerate(buckets), ahead=1)
 
 
-def in_threads(fn: Callable, items: Iterable) -> Iterator:
-    """``fn(item)`` of each item, yielded in the items' order, ``REDUCE_THREADS`` items at a time on threads (at
-    most that many items and results held at once)."""
+def in_threads(fn: Callable, items: Iterable, ahead: int = 0) -> Iterator:
+    """``fn(item)`` of each item, yielded in the items' order, on ``REDUCE_THREADS`` threads (at most that many
+    running at once). ``ahead`` more items are queued: a thread that finishes while the oldest item still runs
+    starts the next one rather than wait for it (items that hold little until ``fn`` runs: memory-mapped
+    buckets); at most ``REDUCE_THREADS + ahead`` items and results are held at once."""
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
@@ -273,7 +276,7 @@ def in_threads(fn: Callable, items: Iterable) -> Iterator:
         for item in items:
             pending.append(pool.submit(fn, item))
             del item
-            if len(pending) >= REDUCE_THREADS:
+            if len(pending) >= REDUCE_THREADS + ahead:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
