@@ -153,8 +153,9 @@ def scores(real: Side, synth: Side, roads) -> dict:
 
 OUTPUTS = {"privtrace": ("privtrace", None), "privtrace+roads": ("privtrace", "roads"),
            "cleanslate": ("cleanslate", None), "cleanslate+roads": ("cleanslate", "roads")}
-# variants with a public parameter (--variants): the fine grid's cell size with roads
+# variants with a public parameter (--variants): the fine grid's cell size, the walk's road costs (with roads)
 VARIANTS = {"privtrace+roads/fine_m=50": ("privtrace", "roads", {"fine_m": 50.0}),
+            "privtrace+roads/road_weight=0.5": ("privtrace", "roads", {"road_weight": 0.5}),
             "privtrace+roads/fine_m=25": ("privtrace", "roads", {"fine_m": 25.0})}
 
 

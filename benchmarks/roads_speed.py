@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -74,6 +75,8 @@ def main() -> None:
     parser.add_argument("--trips", type=int, default=20000)
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--table", default=None, help="a Parquet copy of the simulated trips (read, or written)")
+    parser.add_argument("--params", default=None, help="JSON params of the release with roads, e.g. "
+                        "'{\"road_weight\": 0.5}' (the one without roads keeps the defaults)")
     args = parser.parse_args()
     import duckmob
 
@@ -90,7 +93,7 @@ def main() -> None:
     for seed in ["cold"] + [int(s) for s in args.seeds.split(",")]:
         s = 10**6 + 1 if seed == "cold" else seed
         w0, c0, _ = timed(con, s, n)
-        w1, c1, out = timed(con, s, n, roads="roads")
+        w1, c1, out = timed(con, s, n, roads="roads", **({"params": json.loads(args.params)} if args.params else {}))
         rows.append((seed, w0, w1, c0, c1))
         print(f"{seed!s:>6s} {w0:10.2f} {w1:8.2f} {w1 / w0:6.2f} {c0:12.2f} {c1:9.2f} {c1 / c0:6.2f} "
               f"{out.num_rows:>6,d} {rows_digest(out):>16s}", flush=True)

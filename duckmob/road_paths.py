@@ -20,7 +20,9 @@ offsets of its nodes are kept too, so a position's chain and offset are a look-u
 
 **Trajectories on roads.** :func:`route` picks, for each synthetic point, one of a few candidate positions drawn
 by a released road density so that consecutive points are a short drive apart; :func:`walk` then moves the points
-to equal steps along the road path through those positions (:mod:`duckmob.synth.onroads` does both).
+to equal steps along the road path through those positions (:mod:`duckmob.synth.onroads` does both): the
+shortest, or on chains weighted by a released density (:mod:`duckmob.road_costs`, a ``costs`` argument) the
+cheapest.
 
 The road network is public (a declared input, never derived from the sensitive table): everything here is
 post-processing of released outputs, or an evaluation tool.

@@ -14,7 +14,9 @@
    seconds) that made them about twice as long (docs/roads.md).
 2. **The walk.** The points move to equal steps along the road path through those positions
    (:func:`duckmob.road_paths.walk`): every point on a segment, consecutive points joined by a road, the first and
-   last where they were; an area of the bbox with no road gets no point.
+   last where they were; an area of the bbox with no road gets no point. With a released density and the model's
+   ``road_weight`` above 0, consecutive positions are joined by their cheapest path under costs from that density
+   (:mod:`duckmob.road_costs`: streets the release gave traffic cost less), still spaced by length.
 3. **Scatter.** With ``scatter_m`` (public, metres), each point then moves by a Gaussian of that standard
    deviation per axis, as a GPS fix scatters around the road.
 
