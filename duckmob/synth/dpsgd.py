@@ -344,13 +344,13 @@ def _linear_rows(layer: torch.nn.Linear, a: torch.Tensor, g: torch.Tensor):
     ``sum_{t,u} <g_it, g_iu> <a_it, a_iu>`` from two T x T Gram matrices (B T^2 (n_in + n_out); Li et al. 2022)."""
     g = g.reshape(g.shape[0], -1, g.shape[-1])
     a = a.to(g.dtype).reshape(a.shape[0], -1, a.shape[-1])            # (B, T, n)
+    if a.shape[1] == 1 and layer.weight.requires_grad and (layer.bias is None or layer.bias.requires_grad):
+        return _one_position_rows(layer, a[:, 0], g[:, 0])
     squared = torch.zeros(g.shape[0], dtype=g.dtype, device=g.device)
     whole = None
     if layer.weight.requires_grad:
         t, n_in, n_out = a.shape[1], a.shape[2], g.shape[2]
-        if t == 1:   # one position: |g a^T|^2 = |g|^2 |a|^2, without a batch of 1 x 1 matrix products
-            squared = squared + (g ** 2).sum((1, 2)) * (a ** 2).sum((1, 2))
-        elif n_in * n_out <= t * (n_in + n_out):
+        if n_in * n_out <= t * (n_in + n_out):
             whole = torch.bmm(g.transpose(1, 2), a)                    # (B, n_out, n_in): each row's gradient
             squared = squared + (whole ** 2).sum((1, 2))
         else:
@@ -368,6 +368,22 @@ def _linear_rows(layer: torch.nn.Linear, a: torch.Tensor, g: torch.Tensor):
             out[layer.bias] = coeff @ bias
         return out
     return squared.clamp(min=0), clipped
+
+
+def _one_position_rows(layer: torch.nn.Linear, a: torch.Tensor, g: torch.Tensor):
+    """:func:`_linear_rows` for a layer called on one position per row (inputs ``a`` (B, n_in), output gradients
+    ``g`` (B, n_out)), every parameter trained: row i's gradient ``g_i a_i^T`` (and ``g_i`` for the bias) has
+    squared norm ``|g_i|^2 (|a_i|^2 + 1)`` (``+ 0`` without a bias), in six operations rather than a batch of
+    1 x 1 matrix products."""
+    squared = g.square().sum(1) * (a.square().sum(1) + (1.0 if layer.bias is not None else 0.0))
+
+    def clipped(coeff: torch.Tensor) -> dict:
+        scaled = g * coeff[:, None]
+        out = {layer.weight: scaled.t() @ a}
+        if layer.bias is not None:
+            out[layer.bias] = scaled.sum(0)
+        return out
+    return squared, clipped
 
 
 def _embedding_rows(layer: torch.nn.Embedding, ids: torch.Tensor, g: torch.Tensor):

@@ -108,3 +108,45 @@ def test_rows_without_a_gram_are_left_out_and_the_training_is_the_same():
                           split_rows=split_rows)
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert torch.allclose(weights[0], weights[1], atol=1e-6)
+
+
+class _Stack(torch.nn.Module):
+    """One-position linear layers with and without bias (ghost norms of all of them at once), a frozen-weight layer
+    (the per-layer path) and an embedding looked up twice a row."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(7, 5)
+        self.a = torch.nn.Linear(5, 6)
+        self.b = torch.nn.Linear(6, 3, bias=False)
+        self.c = torch.nn.Linear(3, 4)
+        self.c.weight.requires_grad_(False)
+        self.d = torch.nn.Linear(4, 2)
+
+    def forward(self, ids, x):
+        h = torch.tanh(self.a(self.embed(ids).sum(1) + x))
+        return (self.d(torch.relu(self.c(self.b(h)))) ** 2).sum(-1)
+
+
+def test_one_position_layers_clip_every_row_to_its_exact_norm():
+    """The clipped sum of _clipped_sum (the one-position layers' norms all at once) equals the sum of every row's
+    exact gradient (vmap) clipped to C, with rows above and below C."""
+    b, clip = 10, 1.5
+    gen = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, 7, (b, 2), generator=gen)
+    x = torch.randn(b, 5, generator=gen) * torch.linspace(0.0, 3.0, b)[:, None]
+    torch.manual_seed(1)
+    model = _Stack()
+    exact = dpsgd.per_example_gradients(model, lambda call, *row: call(*(v[None] for v in row))[0], ids, x)
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    per_row = torch.cat([exact[n].reshape(b, -1) for n, _ in named], 1)
+    norms = per_row.norm(dim=1)
+    assert (norms > clip).any() and (norms < clip).any()
+    expect = (per_row * (clip / (norms + 1e-6)).clamp(max=1.0)[:, None]).sum(0)
+    taps = dpsgd._Taps(model)
+    try:
+        out = dpsgd._clipped_sum(model(ids, x), taps, clip)
+    finally:
+        taps.close()
+    got = torch.cat([out[p].flatten() for _, p in named])
+    assert torch.allclose(got, expect, rtol=1e-4, atol=1e-6)
