@@ -71,7 +71,8 @@ def weighted_chains(roads, density, strength: float) -> Chains:
     on = ch.seg_chain >= 0
     metres = np.bincount(ch.seg_chain[on], weights=seg_len[on], minlength=n_chains)
     weighted = np.bincount(ch.seg_chain[on], weights=(seg_len * g)[on], minlength=n_chains)
-    per_metre = np.where(metres > 0, weighted / np.maximum(metres, 1e-12), 1.0)
+    # at least 1 (g is; the mean's rounding could dip below): the local searches' reach stays exact
+    per_metre = np.maximum(np.where(metres > 0, weighted / np.maximum(metres, 1e-12), 1.0), 1.0)
     matrix, edge_chain = junction_graph(ch.ends, ch.length * per_metre, len(ch.junction))
     return dataclasses.replace(ch, matrix=matrix, edge_chain=edge_chain, cost=per_metre)
 
