@@ -85,12 +85,16 @@ def test_rows_without_a_gram_are_left_out_and_the_training_is_the_same():
     it takes the same steps as with the whole batch in one part (up to the sums' rounding)."""
     current, dest, slot, label, count = _data()
     c = count.numpy()
-    split = by_width(c, widths=(2, 4))
+    split = by_width(c, widths=(2, 4), min_rows=1)
     rows = np.arange(len(c))
     parts = split(rows)
     assert (c == 0).sum() >= 3 and sorted(np.concatenate(parts)) == list(np.flatnonzero(c > 0))
-    assert [int(c[p].max()) for p in parts if len(p)] == sorted(int(c[p].max()) for p in parts if len(p))
-    assert (c[parts[0]] <= 2).all() and (c[parts[1]] > 2).all() and (c[parts[1]] <= 4).all()
+    assert len(parts) == 3 and (c[parts[0]] <= 2).all() and (c[parts[1]] > 2).all() and (c[parts[1]] <= 4).all()
+    assert (c[parts[2]] > 4).all()
+    # parts of fewer than min_rows rows join the next wider part; a small last part stays alone
+    merged = by_width(c, widths=(1, 2, 4), min_rows=len(parts[0]) + 2)(rows)
+    assert [len(p) for p in merged] == [len(parts[0]) + len(parts[1]), len(parts[2])]
+    assert sorted(np.concatenate(merged)) == list(np.flatnonzero(c > 0))
 
     def losses(module, rows):
         idx = torch.as_tensor(rows)

@@ -71,16 +71,24 @@ def loss_of_one(call, current, dest, slot, label, count):
     return call(current[None], dest[None], slot[None], label[None], count[None])[0]
 
 
-def by_width(count: np.ndarray, widths=(2, 4, 8, 16, 24)):
+def by_width(count: np.ndarray, widths=(2, 4, 8, 16, 24), min_rows: int = 16):
     """``split_rows`` for :func:`duckmob.synth.dpsgd.train_ghost`: a batch's rows in parts of at most 2, 4, 8, 16,
     24 and more grams (public edges), so each part is padded to its own longest row rather than the batch's (a few
-    long trajectories would make every row of a batch ``max_grams`` wide). Rows without a gram are in no part:
-    their loss is 0 whatever the weights and their gradient 0, so they add nothing to the clipped sum (on short
-    trips they are most rows: 56% of the taxi-like benchmark's). Rows' order kept within a part."""
+    long trajectories would make every row of a batch ``max_grams`` wide). A part of fewer than ``min_rows`` rows
+    joins the next wider one (each part costs a forward and backward pass whatever its size: on short trips the
+    wide parts hold a row or two). Rows without a gram are in no part: their loss is 0 whatever the weights and
+    their gradient 0, so they add nothing to the clipped sum (on short trips they are most rows: 56% of the
+    taxi-like benchmark's)."""
     edges = np.asarray(widths)
 
     def split(rows: np.ndarray) -> list[np.ndarray]:
         rows = rows[count[rows] > 0]
         part = np.searchsorted(edges, count[rows])
-        return [rows[part == j] for j in range(len(edges) + 1)]
+        parts, carry = [], rows[:0]
+        for j in range(len(edges) + 1):
+            carry = np.concatenate([carry, rows[part == j]])
+            if len(carry) >= min_rows:
+                parts.append(carry)
+                carry = rows[:0]
+        return parts + [carry] if len(carry) else parts
     return split
