@@ -252,9 +252,10 @@ def _floats(col: pa.Array) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False)
 
 
-def _lex_order(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray | None, tuple[np.ndarray, ...]]:
+def _lex_order(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray | None, tuple[np.ndarray, ...], tuple]:
     """The stable order sorting the rows by ``keys`` (primary first; the first two name a trajectory), or None
-    when they already are in that order, and the keys in that order.
+    when they already are in that order; the keys in that order; and for each pair of neighbours in it, whether
+    they tie on every key and on the first two (:func:`_pair_order`).
 
     The check is O(m), so sorted input is never sorted again. Rows that come as runs of one trajectory in order
     (each trajectory's rows together or in a few pieces, the pieces out of order: tables written by parallel
@@ -263,10 +264,10 @@ def _lex_order(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray | None, tuple[n
     (the only one). Otherwise, and when the runs are many, a full ``np.lexsort``."""
     m = len(keys[0])
     if m < 2:
-        return None, keys
+        return None, keys, (np.zeros(0, bool), np.zeros(0, bool))
     ordered, tied, same = _pair_order(keys)
     if ordered.all():
-        return None, keys
+        return None, keys, (tied, same)
     starts = np.flatnonzero(np.concatenate([[True], ~(same & ordered)]))
     if len(starts) * 4 <= m:          # runs of 4 rows or more on average: sorting the runs is cheaper
         ends = np.append(starts[1:], m)
@@ -274,14 +275,15 @@ def _lex_order(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray | None, tuple[n
         runs = np.lexsort((keys[-1][ends - 1],) + tuple(k[starts] for k in keys[::-1]))
         order = ragged_gather(starts[runs], (ends - starts)[runs])
         out = tuple(k[order] for k in keys)
-        ordered, tied, _ = _pair_order(out)
+        ordered, tied, same = _pair_order(out)
         if ordered.all():
             # rows tied on every key that meet across two runs go back to table order
             if (tied & (order[1:] < order[:-1])).any():
                 order = _order_tied(order, tied, lambda rows: (rows,))
-            return order, out
+            return order, out, (tied, same)
     order = np.lexsort(keys[::-1])
-    return order, tuple(k[order] for k in keys)
+    out = tuple(k[order] for k in keys)
+    return order, out, _pair_order(out)[1:]
 
 
 def _pair_order(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -298,21 +300,17 @@ def _pair_order(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, n
     return ahead | tied, tied, same
 
 
-def _break_ties(order: np.ndarray | None, keys: tuple[np.ndarray, ...], lat: np.ndarray, lon: np.ndarray,
+def _break_ties(order: np.ndarray | None, tied: np.ndarray, lat: np.ndarray, lon: np.ndarray,
                 kept: np.ndarray | None) -> np.ndarray | None:
     """``order`` (None: the identity) with every run of rows equal on all ``keys`` (a repeated timestamp, or a
     repeated seq in a timeless trajectory) put in (lat, lon) order: which of them comes first, and so which one a
     repeated timestamp keeps, then depends on the points' own values, never on where the table stores them (a
-    table's row order moves with the other rows, and with how DuckDB's threads gathered them). ``keys`` are
-    already in ``order`` (they tie exactly where the rows are put in order, so they stay valid); ``lat``/``lon``
-    are indexed by the rows before ``kept`` (None: all rows) selects them. Costs O(rows) when nothing ties."""
-    m = len(keys[0])
-    if m < 2:
-        return order
-    tied = np.ones(m - 1, dtype=bool)
-    for k in keys:
-        tied &= k[1:] == k[:-1]
-    if not tied.any():
+    table's row order moves with the other rows, and with how DuckDB's threads gathered them). ``tied``: for
+    each pair of neighbours in ``order``, whether they tie on every key (:func:`_lex_order`; still true once the
+    runs are put in order); ``lat``/``lon`` are indexed by the rows before ``kept`` (None: all rows) selects them.
+    Costs O(rows) when nothing ties."""
+    m = len(tied) + 1
+    if m < 2 or not tied.any():
         return order
     src = (lambda rows: rows) if kept is None else (lambda rows: kept[rows])
     return _order_tied(np.arange(m) if order is None else order, tied,
@@ -426,25 +424,31 @@ def _clean(points, bbox, outside, min_points, time_required, private,
             return Trajectories.empty(), report
         raise DuckmobError("the trajectory table is empty: give a table with at least one trajectory of 2 points")
     names = _names(points)
-    traj, ts, ts_null, lat, lon, bad = _check_points(points, report, outside, time_required, private)
-    if box is not None:
-        bad |= _outside_box(box, bad, lat, lon, report, outside, private)
+    if box is not None and not counted and private:     # nothing to count or refuse: one mask
+        traj, ts, ts_null, lat, lon, bad = _points_in_box(points, box, time_required)
+    else:
+        traj, ts, ts_null, lat, lon, bad = _check_points(points, report, outside, time_required, private)
+        if box is not None:
+            bad |= _outside_box(box, bad, lat, lon, report, outside, private)
     user = _ints(_column(points, "user_id"), -1) if "user_id" in names else np.full(n, -1, dtype=np.int64)
-    user = np.maximum(user, -1)  # every negative id means "no user"
+    if (user < -1).any():
+        user = np.maximum(user, -1)  # every negative id means "no user"
     kept = np.flatnonzero(~bad) if bad.any() else None
     del bad
     if kept is not None:
         traj, ts, user, ts_null = traj[kept], ts[kept], user[kept], ts_null[kept]
     keys, seq_null = _sort_keys(points, names, n, kept, traj, user, ts, ts_null)
     timeless = seq_null is not None  # only without time_required: NULL ts points are gone otherwise
-    order, keys = _lex_order(keys)
-    order = _break_ties(order, keys, lat, lon, kept)
+    order, keys, (tied, same) = _lex_order(keys)
+    order = _break_ties(order, tied, lat, lon, kept)
+    del tied
     if order is not None:   # the keys come in order: (traj, user, ts) or (traj, user, ts_null, ts, seq)
         traj, user, ts = keys[0], keys[1], keys[-2 if timeless else -1]
         if timeless:
             ts_null, seq_null = keys[2].view(bool), seq_null[order]
     del keys
-    start, keep = _kept_in_order(traj, user, ts, ts_null, seq_null, order, report, private, counted)
+    start, keep = _kept_in_order(same, ts, ts_null, seq_null, order, report, private, counted)
+    del same
     del seq_null
     firsts = np.flatnonzero(start)
     counts = _drop_short(firsts, keep, report)    # points kept per trajectory; 0: dropped
@@ -496,6 +500,23 @@ def _check_points(points, report: CleaningReport, outside: str, time_required: b
     return traj, ts, ts_null, lat, lon, bad
 
 
+def _points_in_box(points, box, time_required: bool):
+    """Steps 1 and 2 of :func:`_clean` at once, for a private release that counts nothing: what
+    :func:`_check_points` and :func:`_outside_box` return, the mask being the points without a traj_id (or, when
+    ``time_required``, a ts) or outside the public ``box``. The box lies within [-90, 90] x [-180, 180], and a NaN
+    compares false, so inside it a point's coordinates are valid: the same mask."""
+    cols = {k: _column(points, k) for k in ("traj_id", "ts", "lat", "lon")}
+    traj, ts = _ints(cols["traj_id"], 0), _ints(cols["ts"], 0)
+    lat, lon = _floats(cols["lat"]), _floats(cols["lon"])
+    bad = ~box.contains(lat, lon)
+    if cols["traj_id"].null_count:
+        bad |= _is_null(cols["traj_id"])
+    ts_null = _is_null(cols["ts"])
+    if time_required and cols["ts"].null_count:
+        bad |= ts_null
+    return traj, ts, ts_null, lat, lon, bad
+
+
 def _outside_box(box, bad: np.ndarray, lat: np.ndarray, lon: np.ndarray, report: CleaningReport, outside: str,
                  private: bool) -> np.ndarray:
     """Step 2 of :func:`_clean`: the valid points outside the public bounding box (counted, or refused with
@@ -523,15 +544,15 @@ def _sort_keys(points, names, n: int, kept, traj, user, ts, ts_null):
     return (traj, user, ts_null.view(np.int8), ts, np.where(ts_null, seq, 0)), seq_null
 
 
-def _kept_in_order(traj, user, ts, ts_null, seq_null, order, report: CleaningReport, private: bool,
+def _kept_in_order(same, ts, ts_null, seq_null, order, report: CleaningReport, private: bool,
                    counted: bool = True):
     """Step 3 of :func:`_clean`, on the points sorted by (traj_id, user_id, ts) (``order``: the permutation applied,
     None if they came sorted): the mask of trajectory starts and of the points kept (repeated timestamps dropped;
     in timeless trajectories, with ``seq_null`` given, NULL ts among timestamps and points without a seq dropped or
-    refused)."""
-    m = len(traj)
+    refused). ``same``: whether each point and the next have one (traj_id, user_id)."""
+    m = len(ts)
     start = np.ones(m, dtype=bool)
-    start[1:] = (traj[1:] != traj[:-1]) | (user[1:] != user[:-1])
+    np.logical_not(same, out=start[1:])
     if order is not None and counted:
         group = np.cumsum(start) - 1
         report.unsorted_trajectories = int(len(np.unique(group[1:][~start[1:] & (order[1:] < order[:-1])])))

@@ -33,7 +33,7 @@ def test_rows_in_pieces_are_sorted_by_their_runs_with_the_stable_order(monkeypat
     for _ in range(20):
         keys = _pieces(rng)
         sizes.clear()
-        order, out = _lex_order(keys)
+        order, out, _ = _lex_order(keys)
         assert np.array_equal(order, lexsort(keys[::-1]))              # stable: ties keep table order
         assert all(np.array_equal(o, k[order]) for o, k in zip(out, keys))
         hits += len(keys[0]) not in sizes                                # sorted by runs, not row by row
@@ -42,12 +42,12 @@ def test_rows_in_pieces_are_sorted_by_their_runs_with_the_stable_order(monkeypat
     # order, still without a full sort
     keys = (np.ones(8, np.int64), np.zeros(8, np.int64), np.array([5, 7, 8, 9, 1, 2, 3, 5]))
     sizes.clear()
-    order, _ = _lex_order(keys)
+    order = _lex_order(keys)[0]
     assert order.tolist() == lexsort(keys[::-1]).tolist() == [4, 5, 6, 0, 7, 1, 2, 3] and 8 not in sizes
     # pieces of one trajectory that overlap in time: the full sort
     keys = (np.ones(8, np.int64), np.zeros(8, np.int64), np.array([1, 5, 6, 9, 2, 3, 4, 8]))
     sizes.clear()
-    order, out = _lex_order(keys)
+    order, out, _ = _lex_order(keys)
     assert np.array_equal(order, lexsort(keys[::-1])) and sizes[-1] == 8 and (np.diff(out[2]) > 0).all()
     assert _lex_order(out)[0] is None
 
@@ -203,3 +203,31 @@ def test_a_thread_free_before_the_oldest_item_ends_starts_the_next(monkeypatch):
 
     assert list(batches.in_threads(fn, range(6), ahead=1)) == [(i, True) for i in range(6)]
     assert most[0] == 2
+
+
+@pytest.mark.parametrize("time_required", [True, False])
+def test_the_private_mask_in_one_pass_drops_what_the_counted_checks_drop(time_required):
+    """from_points(private=True) with a bbox finds the points to drop with one mask (nothing is counted); the
+    same trajectories as the checks that count each reason (NULL traj_id or ts, NaN, out of range, outside)."""
+    rng = np.random.default_rng(9)
+    m = 5000
+    traj = rng.integers(0, 300, m).astype(float)
+    lat, lon = rng.uniform(39.8, 40.2, m), rng.uniform(116.1, 116.6, m)
+    lat[rng.integers(0, m, 50)] = np.nan
+    lat[rng.integers(0, m, 50)] = 95.0
+    lon[rng.integers(0, m, 50)] = -200.0
+    lon[rng.integers(0, m, 50)] = np.nan
+    traj[rng.integers(0, m, 50)] = np.nan
+    ts = rng.integers(0, 400, m).astype(float)
+    ts[rng.integers(0, m, 50)] = np.nan
+    t = pa.table({"traj_id": pa.array(traj, from_pandas=True).cast(pa.int64()),
+                  "user_id": pa.array(rng.integers(-3, 4, m), pa.int64()),
+                  "ts": pa.array(ts * 1e6, from_pandas=True).cast(pa.int64()).cast(pa.timestamp("us")),
+                  "lat": lat, "lon": lon})
+    box = [39.9, 116.2, 40.1, 116.5]
+    fast, _ = from_points(t, bbox=box, time_required=time_required, private=True)
+    slow, report = trajectories._clean(t, box, "drop", 2, time_required, private=True)
+    for name in ("offsets", "traj_id", "user_id", "ts", "lat", "lon"):
+        assert np.array_equal(getattr(fast, name), getattr(slow, name))
+    assert report.outside_bbox > 0 and report.invalid_coordinates > 0 and report.null_traj_id > 0
+    assert fast.n_points > 500 and (fast.user_id >= -1).all() and (fast.user_id == -1).any()
