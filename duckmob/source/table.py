@@ -142,7 +142,7 @@ def _split(batch: pa.RecordBatch, names: list[str], n: int, hashed: bool):
     order = np.argsort(b.astype(np.int16) if n <= np.iinfo(np.int16).max else b, kind="stable")
     counts = np.bincount(b, minlength=n)
     part = _hash_sum(batch.column("_row_hash")) if hashed else None
-    return batch.select(names).take(pa.array(order)), counts, part
+    return pc.take(batch.select(names), pa.array(order), boundscheck=False), counts, part   # a permutation
 
 
 def _hash_sum(column: pa.Array) -> tuple[int, int]:
