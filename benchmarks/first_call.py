@@ -23,6 +23,13 @@ right after this one's (before it in every other round): a before / after in the
 ``--walks`` measures one stage instead, in the same fresh-process synthesize: the CPU seconds (thread time) of
 duckmob.synth.cells.state_sequences, the line walks of PrivTrace's two passes and of the fine stage, per grid
 (W base cells a side), in this tree and the ``--compare`` tree alternately.
+
+``--stages`` likewise measures the read and clean stage and the passes after it inside the fresh-process
+synthesize, in both trees alternately: CPU seconds (thread time, summed over threads) of routing the scan's record
+batches to buckets (``source.table._split``; a tree without a function leaves its line out), cleaning
+(``from_points``) and writing the cleaned buckets, the fine stage's statistics (its cells and step bins apart),
+every line walk, the PLD accountant's import and the first block's route tables; the wall seconds of the read
+stage (scan, routing, cleaning) and of PrivTrace's two passes; and the process's wall and CPU.
 """
 
 from __future__ import annotations
@@ -74,6 +81,48 @@ cells.state_sequences = timed   # before duckmob.synth's modules import it
 """ + SYNTH_CHILD + "print(json.dumps(spent))\n"
 
 
+STAGES_CHILD = """
+import json, os, threading, time
+spent, lock = {{}}, threading.Lock()
+
+def wrap(owner, attr, key, clock):
+    f = getattr(owner, attr, None)
+    if f is None:   # a tree without it
+        return
+    def timed(*a, **k):
+        t = clock()
+        try:
+            return f(*a, **k)
+        finally:
+            with lock:
+                spent[key] = spent.get(key, 0.0) + clock() - t
+    setattr(owner, attr, timed)
+
+import duckmob.synth.cells as cells
+wrap(cells, "state_sequences", "line walks (all grids)", time.thread_time)   # before duckmob.synth imports it
+import duckmob.privacy.composition as composition
+import duckmob.release.protocol as protocol
+import duckmob.source.batches as batches
+import duckmob.source.table as table
+import duckmob.synth.placement as placement
+import duckmob.synth.placement.releases as releases
+import duckmob.synth.placement.routes as routes
+cpu = time.thread_time
+for owner, attr, key, clock in [
+        (table, "_split", "route: split batches", cpu), (batches, "from_points", "clean: from_points", cpu),
+        (batches, "_save", "clean: write buckets", cpu), (placement, "statistics", "fine statistics", cpu),
+        (releases, "fine_cells", "fine: cells", cpu), (releases, "step_bins", "fine: step bins", cpu),
+        (composition, "_import_pld", "PLD import", cpu), (routes.Placement, "_route_tables", "route tables", cpu),
+        (protocol.Release, "read", "wall: read stage", time.perf_counter),
+        (batches.Batches, "reduce", "wall: PrivTrace passes", time.perf_counter)]:
+    wrap(owner, attr, key, clock)
+t0 = time.perf_counter()
+""" + SYNTH_CHILD + """times = os.times()
+spent["process wall"], spent["process CPU"] = time.perf_counter() - t0, times.user + times.system
+print(json.dumps(spent))
+"""
+
+
 def run(code: str, root: str = ROOT) -> tuple[float, float, str]:
     """Wall seconds from start to exit of ``python -c code`` (duckmob from ``root``), its CPU seconds (user +
     system) and its last line."""
@@ -122,6 +171,7 @@ def main(argv=None) -> None:
     p.add_argument("--out", help="also write the lines to this file")
     p.add_argument("--compare", help="root of another checkout: its synthesize runs too, after this one's")
     p.add_argument("--walks", action="store_true", help="measure the line walks' CPU seconds instead (see above)")
+    p.add_argument("--stages", action="store_true", help="measure the read and clean stage and the passes instead")
     a = p.parse_args(argv)
     size = int(float(a.size))
     points = os.path.abspath(os.path.join(a.dir, f"points_{size}.parquet"))
@@ -139,6 +189,8 @@ def main(argv=None) -> None:
     run(sql)   # warm the file cache once, uncounted
     if a.walks:
         return walks(WALKS_CHILD.format(points=points, bbox=BBOX), a)
+    if a.stages:
+        return stages(STAGES_CHILD.format(points=points, bbox=BBOX), a)
     compare = f" --compare {a.compare}" if a.compare else ""
     lines = [f"# python benchmarks/first_call.py --size {a.size} --pairs {a.pairs}{compare}: {size:,} fixes, "
              f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}",
@@ -201,6 +253,37 @@ def walks(code: str, a) -> None:
                                                     f"{statistics.median(v):.2f}" for r, v in totals.items())
                  + f" (load after: {load()})")
     print(lines[-1])
+    if a.out:
+        with open(a.out, "a") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def stages(code: str, a) -> None:
+    """Rounds of the stages child in this tree and the --compare tree (alternating which goes first): each run's
+    seconds per stage, then each stage's median per tree."""
+    import json
+    trees = [ROOT] + ([os.path.abspath(a.compare)] if a.compare else [])
+    lines = [f"# python benchmarks/first_call.py --size {a.size} --pairs {a.pairs} --stages"
+             + (f" --compare {a.compare}" if a.compare else "") + f": {os.cpu_count()} cores, "
+             f"{time.strftime('%Y-%m-%d %H:%M')}; thread CPU s per stage (wall s where named) in one fresh-process "
+             "synthesize"]
+    print(lines[0], flush=True)
+    seen: dict = {root: [] for root in trees}
+    for i in range(a.pairs):
+        for root in (trees if i % 2 == 0 else trees[::-1]):
+            before = load()
+            spent = json.loads(run(code, root)[2])
+            seen[root].append(spent)
+            lines.append(f"{i + 1:>4} load {before:>5}  {'this' if root == ROOT else 'compare'}: "
+                         + ", ".join(f"{k} {v:.2f}" for k, v in spent.items()))
+            print(lines[-1], flush=True)
+    keys = list(dict.fromkeys(k for runs in seen.values() for run_ in runs for k in run_))
+    for key in keys:
+        lines.append(f"median {key}: " + ", ".join(
+            f"{'this' if r == ROOT else 'compare'} {statistics.median([x[key] for x in v if key in x]):.2f}"
+            for r, v in seen.items() if any(key in x for x in v)))
+    lines.append(f"(load after: {load()})")
+    print("\n".join(lines[-len(keys) - 1:]))
     if a.out:
         with open(a.out, "a") as f:
             f.write("\n".join(lines) + "\n")
