@@ -41,11 +41,14 @@ from scipy.sparse import csgraph
 
 from duckmob.errors import DuckmobError
 from duckmob.grid import EARTH_RADIUS_M, haversine_m
-from duckmob.road_search import HashTable, NearTable, hash_table, near_pairs_estimate, node_distances, node_paths
+from duckmob.road_search import (HashTable, NearTable, TileTable, hash_table, near_pairs_estimate, node_distances,
+                                  node_paths)
 from duckmob.roads import points_along, snap
 
 NEAR_M = 1_000.0           # junction distances kept per network up to this far (metres; the routes' search limit)
-NEAR_MAX_PAIRS = 8_000_000    # at most this many kept (at most 2^24 slots of 12 bytes: 201 MB); more: searched
+NEAR_MAX_ENTRIES = 24_000_000  # a TileTable of at most this many entries (6 bytes each; 8 past 32,767 nodes)
+NEAR_MAX_PAIRS = 8_000_000    # else a NearTable of at most this many pairs (2^24 slots of 12 bytes: 201 MB); more:
+#                               searched at each look-up
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,10 +136,16 @@ class Chains:
                 graph.node_lon[a] + f * (graph.node_lon[b] - graph.node_lon[a]))
 
     @cached_property
-    def near(self) -> "NearTable | None":
-        """Every road distance between junctions up to :data:`NEAR_M` (built once per network), or None when the
-        table would hold more than :data:`NEAR_MAX_PAIRS` pairs (a dense network over a wide area): then every
-        look-up searches (:func:`node_distances`), slower, in memory bounded by a tile's subgraph."""
+    def near(self) -> "TileTable | NearTable | None":
+        """Every road distance between junctions up to :data:`NEAR_M` (built once per network, or per weighting):
+        the tile searches' own rows (:class:`duckmob.road_search.TileTable`) when they hold at most
+        :data:`NEAR_MAX_ENTRIES` entries, else a hash table of the pairs (:class:`duckmob.road_search.NearTable`)
+        when it holds at most :data:`NEAR_MAX_PAIRS`, else None (a dense network over a wide area): then every
+        look-up searches (:func:`node_distances`), slower, in memory bounded by a tile's subgraph. The three give
+        the same distances and paths."""
+        tiles = TileTable.build(self.matrix, self.x, self.y, NEAR_M, NEAR_MAX_ENTRIES)
+        if tiles is not None:
+            return tiles
         if near_pairs_estimate(self.matrix, self.x, self.y, NEAR_M) > NEAR_MAX_PAIRS:
             return None
         return NearTable.build(self.matrix, self.x, self.y, NEAR_M)

@@ -28,31 +28,43 @@ from duckmob.roads import ragged_paths, trace_back
 SOURCES_PER_PASS = 256     # Dijkstra sources per pass: memory 8 bytes x this x the junctions of one tile's subgraph
 
 
-def tile_passes(matrix, x, y, sources, limit_m: float, paths: bool, sources_per_pass: int = SOURCES_PER_PASS):
-    """Dijkstra from each of ``sources`` (distinct node ids) on local subgraphs of the symmetric ``matrix`` (nodes
-    at plane coordinates ``x``, ``y``; the module docstring), yielding per pass ``(which, local, dist, pred)``:
-    the positions in ``sources`` searched, the subgraph's nodes (sorted), the distances to them (inf beyond
-    ``limit_m``) and, with ``paths``, the predecessors (local indices). The matrix is symmetric, so the searches
-    run on it as directed (scipy would symmetrise it again on every call otherwise)."""
-    limit_m = float(limit_m)
-    tile_m = max(limit_m / 2.0, 1.0)
+def _tiles(x, y, sources, limit_m: float):
+    """The tiles of ``limit_m / 2`` holding some of ``sources`` (node ids; nodes at plane coordinates ``x``, ``y``):
+    each one's sources (positions in ``sources``), its centre, the radius around a centre that holds every node
+    within ``limit_m`` of the tile, and a k-d tree of all the nodes."""
+    tile_m = max(float(limit_m) / 2.0, 1.0)
     tx = np.floor(x[sources] / tile_m).astype(np.int64)
     ty = np.floor(y[sources] / tile_m).astype(np.int64)
     tile_key = (tx - tx.min()) * (int(ty.max() - ty.min()) + 1) + (ty - ty.min())
     by_tile = np.argsort(tile_key, kind="stable")        # sources in tile order
     starts = np.flatnonzero(np.r_[True, tile_key[by_tile][1:] != tile_key[by_tile][:-1]])
-    ends = np.r_[starts[1:], len(sources)]
-    tree = cKDTree(np.column_stack([x, y]))
-    reach = tile_m * math.sqrt(0.5) + limit_m
-    for s0, s1 in zip(starts, ends):                     # one subgraph per tile (a loop over tiles, not points)
-        first = by_tile[s0]
-        cx, cy = (tx[first] + 0.5) * tile_m, (ty[first] + 0.5) * tile_m
-        local = np.sort(np.asarray(tree.query_ball_point([cx, cy], reach), dtype=np.int64))
-        sub = matrix[local][:, local]
-        for c0 in range(s0, s1, sources_per_pass):
-            which = by_tile[c0:min(c0 + sources_per_pass, s1)]
+    groups = np.split(by_tile, starts[1:])
+    centres = np.column_stack([tx[by_tile[starts]] + 0.5, ty[by_tile[starts]] + 0.5]) * tile_m
+    return groups, centres, tile_m * math.sqrt(0.5) + float(limit_m), cKDTree(np.column_stack([x, y]))
+
+
+def tile_subgraphs(matrix, x, y, sources, limit_m: float):
+    """The local subgraphs of the module docstring: per tile of ``limit_m / 2`` holding some of ``sources``
+    (distinct node ids of the symmetric ``matrix``, nodes at plane coordinates ``x``, ``y``), yields ``(which,
+    local, sub)``: the positions in ``sources`` of the tile's sources, the nodes within ``limit_m`` (straight line)
+    of the tile (sorted) and the subgraph they induce."""
+    groups, centres, reach, tree = _tiles(x, y, sources, limit_m)
+    for which, centre in zip(groups, centres):         # one subgraph per tile (a loop over tiles, not points)
+        local = np.sort(np.asarray(tree.query_ball_point(centre, reach), dtype=np.int64))
+        yield which, local, matrix[local][:, local]
+
+
+def tile_passes(matrix, x, y, sources, limit_m: float, paths: bool, sources_per_pass: int = SOURCES_PER_PASS):
+    """Dijkstra from each of ``sources`` (distinct node ids) on local subgraphs of the symmetric ``matrix`` (nodes
+    at plane coordinates ``x``, ``y``; :func:`tile_subgraphs`), yielding per pass ``(which, local, dist, pred)``:
+    the positions in ``sources`` searched, the subgraph's nodes (sorted), the distances to them (inf beyond
+    ``limit_m``) and, with ``paths``, the predecessors (local indices). The matrix is symmetric, so the searches
+    run on it as directed (scipy would symmetrise it again on every call otherwise)."""
+    for in_tile, local, sub in tile_subgraphs(matrix, x, y, sources, limit_m):
+        for c0 in range(0, len(in_tile), sources_per_pass):
+            which = in_tile[c0:c0 + sources_per_pass]
             got = csgraph.dijkstra(sub, directed=True, indices=np.searchsorted(local, sources[which]),
-                                   limit=limit_m, return_predecessors=paths)
+                                   limit=float(limit_m), return_predecessors=paths)
             dist, pred = got if paths else (got, None)
             yield which, local, np.atleast_2d(dist), (np.atleast_2d(pred) if paths else None)
 
@@ -190,6 +202,86 @@ class NearTable:
         return ragged_paths(len(a), found) + (dist,)
 
 
+@dataclass(frozen=True, eq=False)
+class TileTable:
+    """Every junction-to-junction distance up to ``limit_m`` as the tile searches (:func:`tile_subgraphs`) return
+    them: each source's row of distances (float32, inf beyond ``limit_m``) and predecessors (indices in its tile's
+    subgraph, negative at the source and where unreached) over its tile's subgraph, the rows one after another in
+    ``dist`` / ``pred`` from ``row_start``; ``col[tile * n + j]`` is junction j's index in a tile's subgraph (-1:
+    not in it, so farther than ``limit_m`` from every source of the tile). Nothing is sorted or hashed per pair:
+    it is built in about the searches' time, and a look-up is two direct reads. The same searches as
+    :class:`NearTable`'s, so the same distances and paths. Memory: 4 + 2 bytes (4 + 4 past 32,767 nodes in a
+    subgraph) per source and node of its subgraph, and 2 (4) per tile and junction."""
+
+    limit_m: float
+    n: int
+    tile_n: np.ndarray        # each junction's tile (as a source) times n
+    row_start: np.ndarray     # where its row starts in dist and pred
+    local_start: np.ndarray   # where each tile's nodes start in ``local`` (n_tiles + 1)
+    local: np.ndarray         # the tiles' subgraph nodes, one tile after another
+    col: np.ndarray
+    dist: np.ndarray
+    pred: np.ndarray
+
+    @classmethod
+    def build(cls, matrix, x, y, limit_m: float, max_entries: int) -> "TileTable | None":
+        """The table of the symmetric junction graph ``matrix`` (junctions at plane coordinates ``x``, ``y``), or
+        None when its rows, or its ``col``, would hold more than ``max_entries`` entries (then nothing is
+        searched: the subgraphs' sizes are counted first)."""
+        n = matrix.shape[0]
+        if not n:
+            return None
+        groups, centres, reach, tree = _tiles(x, y, np.arange(n), limit_m)
+        sizes = np.asarray(tree.query_ball_point(centres, reach, return_length=True), np.int64)
+        counts = np.array([len(which) for which in groups], np.int64)
+        if int(sizes @ counts) > max_entries or len(groups) * n > max_entries:
+            return None
+        kind = np.int16 if sizes.max() < 1 << 15 else np.int32
+        dist, pred = np.empty(int(sizes @ counts), np.float32), np.empty(int(sizes @ counts), kind)
+        tile, row_start = np.empty(n, np.int64), np.empty(n, np.int64)
+        col = np.full(len(groups) * n, -1, kind)
+        at, locals_ = 0, []
+        for t, (in_tile, local, sub) in enumerate(tile_subgraphs(matrix, x, y, np.arange(n), limit_m)):
+            locals_.append(local)
+            col[t * n + local] = np.arange(len(local))
+            for c0 in range(0, len(in_tile), SOURCES_PER_PASS):
+                which = in_tile[c0:c0 + SOURCES_PER_PASS]
+                d, p = csgraph.dijkstra(sub, directed=True, indices=np.searchsorted(local, which),
+                                        limit=float(limit_m), return_predecessors=True)
+                dist[at:at + d.size], pred[at:at + d.size] = d.ravel(), p.ravel()
+                tile[which], row_start[which] = t, at + np.arange(len(which)) * len(local)
+                at += d.size
+        local_start = np.concatenate([[0], np.cumsum([len(local) for local in locals_])]).astype(np.int64)
+        return cls(float(limit_m), n, tile * n, row_start, local_start, np.concatenate(locals_), col, dist, pred)
+
+    def _col(self, a, b) -> np.ndarray:
+        """Each junction ``b``'s index in the subgraph of ``a``'s tile (-1: not in it)."""
+        return self.col[self.tile_n[a] + b]
+
+    def distances(self, a, b, limit_m: float) -> np.ndarray:
+        """Road distance from junction ``a`` to ``b`` (arrays broadcast against each other; float32, inf beyond
+        ``limit_m``); junction indices, not checked (the callers read them from the chains' ends)."""
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        c = self._col(a, b)
+        d = self.dist[self.row_start[a] + c]           # c = -1 reads the entry before: masked here
+        return np.where((c >= 0) & (d <= np.float64(limit_m)), d, np.float32(np.inf))
+
+    def paths(self, a, b, limit_m: float):
+        """The path from junction ``a[i]`` to ``b[i]`` as :func:`node_paths` gives it (the same searches' paths)."""
+        a, b = np.asarray(a, dtype=np.int64).ravel(), np.asarray(b, dtype=np.int64).ravel()
+        dist = self.distances(a, b, limit_m).astype(np.float64)
+        first = self.local_start[self.tile_n[a] // self.n]   # each path's tile's nodes start here in ``local``
+        row = self.row_start[a] - first                       # row + a node's place there: its entry
+
+        def prev_of(idx, cur):
+            p = self.pred[row[idx] + cur].astype(np.int64)
+            return np.where(p >= 0, p + first[idx], -1)
+
+        found = trace_back(np.arange(len(a)), first + np.maximum(self._col(a, b), 0), np.isfinite(dist), prev_of,
+                           names=self.local)
+        return ragged_paths(len(a), found) + (dist,)
+
+
 _HASH_MUL = np.uint64(0x9E3779B97F4A7C15)      # Fibonacci hashing: 2^64 over the golden ratio, odd
 _LOW = np.uint64(0xFFFFFFFF)                     # a packed word's key half
 
@@ -285,5 +377,5 @@ def hash_table(key, bound: int) -> tuple[HashTable, np.ndarray]:
     return table, slot
 
 
-__all__ = ["HashTable", "NearTable", "SOURCES_PER_PASS", "hash_table", "near_pairs_estimate", "node_distances",
-           "node_paths", "tile_passes"]
+__all__ = ["HashTable", "NearTable", "SOURCES_PER_PASS", "TileTable", "hash_table", "near_pairs_estimate",
+           "node_distances", "node_paths", "tile_passes", "tile_subgraphs"]
