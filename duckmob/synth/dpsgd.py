@@ -315,8 +315,9 @@ def _embedding_squared(ids: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         summed.index_add_(0, slot, g.reshape(-1, g.shape[-1]))
         return torch.zeros(b, dtype=g.dtype, device=g.device).index_add_(0, pairs[0], (summed ** 2).sum(1))
     first = (ids[:, :, None] == ids[:, None, :]).to(torch.uint8).argmax(-1)   # the first l with a_il = a_ij
-    summed = torch.zeros_like(g).scatter_add_(1, first[..., None].expand_as(g), g)
-    return (summed ** 2).sum((1, 2))
+    slot = (first + torch.arange(0, b * n, n, device=ids.device)[:, None]).reshape(-1)   # as (row, l) rows of g
+    summed = torch.zeros(b * n, g.shape[-1], dtype=g.dtype, device=g.device).index_add_(0, slot, g.reshape(b * n, -1))
+    return (summed ** 2).sum(1).view(b, n).sum(1)
 
 
 # Lookups per row up to which the embedding norms compare a row's ids pairwise (B L^2 bytes); a sort above.
