@@ -16,8 +16,8 @@ Why a release over batches equals the in-memory one, bit for bit (tests/test_str
 * every statistic is a sum of whole noise-grid steps (``counting.normalised_sums``), an integer, so batch sums
   add up exactly; ``counting.release_sums`` then draws the same noise in the same order.
 
-One thing is not pinned by the batching: when a trajectory has two points with one timestamp, the first in table
-order is kept, and "table order" is DuckDB's scan order.
+Nor does the order of the rows: of a trajectory's points with one timestamp, the one with the smallest (lat, lon) is
+kept (``from_points``), whatever DuckDB's scan order.
 
 Cleaned buckets are kept in memory when the table fits in one, else written once to Arrow IPC files in a temporary
 folder, read back a bucket at a time by each pass, and deleted when the release ends.

@@ -39,8 +39,10 @@ from duckmob.source.schema import Mapping, check_ids, check_points, resolve_colu
 BUCKET_POINTS = 1 << 21
 # Rows per record batch read from DuckDB while routing points to buckets.
 READ_ROWS = 1 << 20
-# Threads that split record batches by bucket while routing (the writes stay in the reader's order).
-ROUTE_THREADS = max(1, min(2, os.cpu_count() or 1))
+# Threads that split record batches by bucket while routing (the writes stay in the reader's order, on the thread
+# that reads). One: on 2 cores a second cost CPU (2.2 -> 2.3 s for the scan of 15.3 M fixes) and no wall time
+# could be shown gained beside DuckDB's own threads (docs/scale.md, "Fourth round").
+ROUTE_THREADS = 1
 SEQUENCE_ROWS = 1 << 13   # cell sequences per batch of mob_transitions (~1-2 M cells)
 
 
