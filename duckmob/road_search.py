@@ -206,12 +206,13 @@ class NearTable:
 class TileTable:
     """Every junction-to-junction distance up to ``limit_m`` as the tile searches (:func:`tile_subgraphs`) return
     them: each source's row of distances (float32, inf beyond ``limit_m``) and predecessors (indices in its tile's
-    subgraph, negative at the source and where unreached) over its tile's subgraph, the rows one after another in
-    ``dist`` / ``pred`` from ``row_start``; ``col[tile * n + j]`` is junction j's index in a tile's subgraph (-1:
-    not in it, so farther than ``limit_m`` from every source of the tile). Nothing is sorted or hashed per pair:
-    it is built in about the searches' time, and a look-up is two direct reads. The same searches as
-    :class:`NearTable`'s, so the same distances and paths. Memory: 4 + 2 bytes (4 + 4 past 32,767 nodes in a
-    subgraph) per source and node of its subgraph, and 2 (4) per tile and junction."""
+    subgraph, negative at the source and where unreached) over its tile's subgraph and one entry more (inf, -1),
+    the rows one after another in ``dist`` / ``pred`` from ``row_start``; ``col[tile * n + j]`` is junction j's
+    index in a tile's subgraph, or the size of the subgraph (the row's last entry: inf) where j is not in it, so
+    farther than ``limit_m`` from every source of the tile. Nothing is sorted or hashed per pair: it is built in
+    about the searches' time, and a look-up is two direct reads. The same searches as :class:`NearTable`'s, so the
+    same distances and paths. Memory: 4 + 2 bytes (4 + 4 past 32,766 nodes in a subgraph) per source and node of
+    its subgraph, and 2 (4) per tile and junction."""
 
     limit_m: float
     n: int
@@ -236,10 +237,10 @@ class TileTable:
         counts = np.array([len(which) for which in groups], np.int64)
         if int(sizes @ counts) > max_entries or len(groups) * n > max_entries:
             return None
-        kind = np.int16 if sizes.max() < 1 << 15 else np.int32
-        dist, pred = np.empty(int(sizes @ counts), np.float32), np.empty(int(sizes @ counts), kind)
+        kind = np.int16 if sizes.max() < (1 << 15) - 1 else np.int32
+        dist, pred = np.empty(int((sizes + 1) @ counts), np.float32), np.empty(int((sizes + 1) @ counts), kind)
         tile, row_start = np.empty(n, np.int64), np.empty(n, np.int64)
-        col = np.full(len(groups) * n, -1, kind)
+        col = np.repeat(sizes.astype(kind), n)          # not in the tile's subgraph: the row's last entry
         at, locals_ = 0, []
         for t, (in_tile, local, sub) in enumerate(tile_subgraphs(matrix, x, y, np.arange(n), limit_m)):
             locals_.append(local)
@@ -248,23 +249,21 @@ class TileTable:
                 which = in_tile[c0:c0 + SOURCES_PER_PASS]
                 d, p = csgraph.dijkstra(sub, directed=True, indices=np.searchsorted(local, which),
                                         limit=float(limit_m), return_predecessors=True)
-                dist[at:at + d.size], pred[at:at + d.size] = d.ravel(), p.ravel()
-                tile[which], row_start[which] = t, at + np.arange(len(which)) * len(local)
-                at += d.size
+                size = d.size + len(which)
+                dist[at:at + size].reshape(len(which), -1)[:] = np.pad(d, ((0, 0), (0, 1)), constant_values=np.inf)
+                pred[at:at + size].reshape(len(which), -1)[:] = np.pad(p, ((0, 0), (0, 1)), constant_values=-1)
+                tile[which], row_start[which] = t, at + np.arange(len(which)) * (len(local) + 1)
+                at += size
         local_start = np.concatenate([[0], np.cumsum([len(local) for local in locals_])]).astype(np.int64)
         return cls(float(limit_m), n, tile * n, row_start, local_start, np.concatenate(locals_), col, dist, pred)
 
-    def _col(self, a, b) -> np.ndarray:
-        """Each junction ``b``'s index in the subgraph of ``a``'s tile (-1: not in it)."""
-        return self.col[self.tile_n[a] + b]
 
     def distances(self, a, b, limit_m: float) -> np.ndarray:
         """Road distance from junction ``a`` to ``b`` (arrays broadcast against each other; float32, inf beyond
         ``limit_m``); junction indices, not checked (the callers read them from the chains' ends)."""
-        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
-        c = self._col(a, b)
-        d = self.dist[self.row_start[a] + c]           # c = -1 reads the entry before: masked here
-        return np.where((c >= 0) & (d <= np.float64(limit_m)), d, np.float32(np.inf))
+        a = np.asarray(a, dtype=np.int64)
+        d = self.dist[self.row_start[a] + self.col[self.tile_n[a] + b]]
+        return d if limit_m >= self.limit_m else np.where(d <= np.float64(limit_m), d, np.float32(np.inf))
 
     def paths(self, a, b, limit_m: float):
         """The path from junction ``a[i]`` to ``b[i]`` as :func:`node_paths` gives it (the same searches' paths)."""
@@ -277,7 +276,7 @@ class TileTable:
             p = self.pred[row[idx] + cur].astype(np.int64)
             return np.where(p >= 0, p + first[idx], -1)
 
-        found = trace_back(np.arange(len(a)), first + np.maximum(self._col(a, b), 0), np.isfinite(dist), prev_of,
+        found = trace_back(np.arange(len(a)), first + self.col[self.tile_n[a] + b], np.isfinite(dist), prev_of,
                            names=self.local)
         return ragged_paths(len(a), found) + (dist,)
 
