@@ -474,10 +474,11 @@ class _GhostOptimizer(_Cloning, DPOptimizerFastGradientClipping):
 
 
 class _ForeachAdam(torch.optim.Adam):
-    """torch's Adam (its single-tensor algorithm, default betas and eps, no weight decay, no amsgrad) with each step's
-    per-parameter operations as ``torch._foreach_*`` calls: on the CPU each runs the same kernel on each parameter as
-    the single-tensor loop does, in the same order, so the weights are the same bit for bit, without the Python
-    loop over the parameters (7% of a clean-slate fit). Step hooks run as for any torch optimiser."""
+    """torch's Adam (its single-tensor algorithm, default betas and eps, no weight decay, no amsgrad) in a few
+    operations a step: both moments of all parameters kept as one vector each (elementwise updates, the same
+    values whatever the layout) and the parameters' update as one ``torch._foreach_addcdiv_`` (on the CPU the same
+    kernel on each parameter as the single-tensor loop's), so the weights are the same bit for bit (tested), without
+    the Python loop over the parameters (7% of a clean-slate fit). Step hooks run as for any torch optimiser."""
 
     def __init__(self, params: list, lr: float):
         super().__init__(params, lr=lr)
@@ -493,20 +494,19 @@ class _ForeachAdam(torch.optim.Adam):
     def step(self, closure=None):
         group = self.param_groups[0]
         params, (beta1, beta2), eps = group["params"], group["betas"], group["eps"]
-        if self._moments is None:
-            self._moments = tuple([torch.zeros_like(p, memory_format=torch.preserve_format) for p in params]
-                                  for _ in range(2))
+        if self._moments is None:   # both moments of all parameters as one vector each
+            self._moments = tuple(torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype,
+                                              device=params[0].device) for _ in range(2))
         exp_avg, exp_avg_sq = self._moments
-        grads = [p.grad for p in params]
+        grad = torch.cat([p.grad.reshape(-1) for p in params])
         self._steps += 1
-        torch._foreach_lerp_(exp_avg, grads, 1 - beta1)
-        torch._foreach_mul_(exp_avg_sq, beta2)
-        torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         step = float(self._steps)   # torch keeps the count in a float32 tensor and reads it as a float
         step_size = group["lr"] / (1 - beta1 ** step)
-        denom = torch._foreach_sqrt(exp_avg_sq)
-        torch._foreach_div_(denom, (1 - beta2 ** step) ** 0.5)
-        torch._foreach_add_(denom, eps)
+        denom = (exp_avg_sq.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
+        sizes = [p.numel() for p in params]
+        exp_avg, denom = ([v.view_as(p) for v, p in zip(t.split(sizes), params)] for t in (exp_avg, denom))
         torch._foreach_addcdiv_(params, exp_avg, denom, value=-step_size)
 
 
