@@ -29,7 +29,9 @@ synthesize, in both trees alternately: CPU seconds (thread time, summed over thr
 batches to buckets (``source.table._split``; a tree without a function leaves its line out), cleaning
 (``from_points``) and writing the cleaned buckets, the fine stage's statistics (its cells and step bins apart),
 every line walk, the PLD accountant's import and the first block's route tables; the wall seconds of the read
-stage (scan, routing, cleaning) and of PrivTrace's two passes; and the process's wall and CPU.
+stage (scan, routing, cleaning) and of PrivTrace's two passes; and the process's wall and CPU. ``--clean`` times
+the cleaning alone: ``from_points(private=True)`` over the buckets that ``source.table.read_points`` makes of the
+view (each tree its own), in one thread, three rounds, in a fresh process.
 """
 
 from __future__ import annotations
@@ -123,6 +125,29 @@ print(json.dumps(spent))
 """
 
 
+CLEAN_CHILD = """
+import json, os, shutil, tempfile, time
+import duckdb
+import pandas   # a release has it imported (pyarrow imports it at its first pa.array) before it cleans
+import duckmob
+import duckmob.source.table as table
+from duckmob.trajectories import from_points
+print(duckmob.__file__)
+con = duckdb.connect()
+folder = tempfile.mkdtemp()
+select = "SELECT traj_id, user_id, ts, lat, lon, NULL::BIGINT AS seq FROM '{points}'"
+buckets = list(table.read_points(con, select, folder=folder, bbox={bbox}, time_required=True))
+spent = {{}}
+for r in range(3):
+    t = time.thread_time()
+    for b in buckets:
+        from_points(b, bbox={bbox}, outside="drop", time_required=True, private=True)
+    spent[f"round {{r + 1}}"] = time.thread_time() - t
+shutil.rmtree(folder)
+print(json.dumps(spent))
+"""
+
+
 def run(code: str, root: str = ROOT) -> tuple[float, float, str]:
     """Wall seconds from start to exit of ``python -c code`` (duckmob from ``root``), its CPU seconds (user +
     system) and its last line."""
@@ -172,6 +197,7 @@ def main(argv=None) -> None:
     p.add_argument("--compare", help="root of another checkout: its synthesize runs too, after this one's")
     p.add_argument("--walks", action="store_true", help="measure the line walks' CPU seconds instead (see above)")
     p.add_argument("--stages", action="store_true", help="measure the read and clean stage and the passes instead")
+    p.add_argument("--clean", action="store_true", help="measure the cleaning of the scan's buckets instead")
     a = p.parse_args(argv)
     size = int(float(a.size))
     points = os.path.abspath(os.path.join(a.dir, f"points_{size}.parquet"))
@@ -191,6 +217,9 @@ def main(argv=None) -> None:
         return walks(WALKS_CHILD.format(points=points, bbox=BBOX), a)
     if a.stages:
         return stages(STAGES_CHILD.format(points=points, bbox=BBOX), a)
+    if a.clean:
+        return stages(CLEAN_CHILD.format(points=points, bbox=BBOX), a, "--clean", "CPU s of from_points(private=True) "
+                      "over the scan's buckets in one thread, 3 rounds, in a fresh process")
     compare = f" --compare {a.compare}" if a.compare else ""
     lines = [f"# python benchmarks/first_call.py --size {a.size} --pairs {a.pairs}{compare}: {size:,} fixes, "
              f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}",
@@ -258,15 +287,15 @@ def walks(code: str, a) -> None:
             f.write("\n".join(lines) + "\n")
 
 
-def stages(code: str, a) -> None:
-    """Rounds of the stages child in this tree and the --compare tree (alternating which goes first): each run's
-    seconds per stage, then each stage's median per tree."""
+def stages(code: str, a, flag: str = "--stages",
+           what: str = "thread CPU s per stage (wall s where named) in one fresh-process synthesize") -> None:
+    """Rounds of the stages (or clean) child in this tree and the --compare tree (alternating which goes first):
+    each run's seconds per stage, then each stage's median per tree."""
     import json
     trees = [ROOT] + ([os.path.abspath(a.compare)] if a.compare else [])
-    lines = [f"# python benchmarks/first_call.py --size {a.size} --pairs {a.pairs} --stages"
+    lines = [f"# python benchmarks/first_call.py --size {a.size} --pairs {a.pairs} {flag}"
              + (f" --compare {a.compare}" if a.compare else "") + f": {os.cpu_count()} cores, "
-             f"{time.strftime('%Y-%m-%d %H:%M')}; thread CPU s per stage (wall s where named) in one fresh-process "
-             "synthesize"]
+             f"{time.strftime('%Y-%m-%d %H:%M')}; {what}"]
     print(lines[0], flush=True)
     seen: dict = {root: [] for root in trees}
     for i in range(a.pairs):
