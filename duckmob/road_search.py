@@ -250,8 +250,8 @@ class TileTable:
                 d, p = csgraph.dijkstra(sub, directed=True, indices=np.searchsorted(local, which),
                                         limit=float(limit_m), return_predecessors=True)
                 size = d.size + len(which)
-                dist[at:at + size].reshape(len(which), -1)[:] = np.pad(d, ((0, 0), (0, 1)), constant_values=np.inf)
-                pred[at:at + size].reshape(len(which), -1)[:] = np.pad(p, ((0, 0), (0, 1)), constant_values=-1)
+                rows_d, rows_p = dist[at:at + size].reshape(len(which), -1), pred[at:at + size].reshape(len(which), -1)
+                rows_d[:, :-1], rows_d[:, -1], rows_p[:, :-1], rows_p[:, -1] = d, np.inf, p, -1
                 tile[which], row_start[which] = t, at + np.arange(len(which)) * (len(local) + 1)
                 at += size
         local_start = np.concatenate([[0], np.cumsum([len(local) for local in locals_])]).astype(np.int64)
