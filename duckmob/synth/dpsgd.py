@@ -559,9 +559,10 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
     ``row_losses(module, rows)`` returns the loss of each row (``(len(rows),)``), computed by calling
     ``module`` (the model) on those rows only. A step: one backward pass of the summed losses to the layers'
     outputs gives every row's gradient norm ``norm_i`` and, weighted by ``c_i = min(1, C_row / norm_i)``, the sum of
-    the clipped row gradients; opacus's ``DPOptimizerFastGradientClipping`` adds Gaussian noise of standard
-    deviation ``noise_multiplier * max_grad_norm`` and divides by the public ``expected_batch_size`` (all of
-    ``schedule``; ``context`` as in :func:`train`).
+    the clipped row gradients; Gaussian noise of standard deviation ``noise_multiplier * max_grad_norm`` is added
+    and the sum divided by the public ``expected_batch_size`` (all of ``schedule``; ``context`` as in
+    :func:`train`): in one process by :class:`_NoisyAdam` (opacus's ``DPOptimizerFastGradientClipping``'s draws
+    and operations, fewer calls), in workers by opacus's distributed variant.
 
     Sensitivity: a row is one trajectory, a unit a user of at most k = ``max_trajectories_per_user`` of them (the
     contribution bound, enforced by the caller). Each row is clipped to ``C_row = max_grad_norm / k``; with
