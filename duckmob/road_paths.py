@@ -14,8 +14,8 @@ junction graph (one edge per chain, 4.3 times fewer nodes there), so a road dist
 
 D by Dijkstra (scipy.sparse.csgraph) on the junction graph, searched up to a public ``limit_m`` on local subgraphs
 (:mod:`duckmob.road_search`: exact, and a search costs what the network near it holds, not the city). Every
-junction distance up to :data:`NEAR_M` is computed once per network (:class:`duckmob.road_search.NearTable`) and
-looked up after (hash look-ups, no search), which is what a release's output uses. Each segment's chain and the
+junction distance up to :data:`NEAR_M` is computed once per network (:class:`duckmob.road_search.TileTable`: the
+searches' own rows) and looked up after (two reads, no search), which is what a release's output uses. Each segment's chain and the
 offsets of its nodes are kept too, so a position's chain and offset are a look-up.
 
 **Trajectories on roads.** :func:`route` picks, for each synthetic point, one of a few candidate positions drawn

@@ -225,7 +225,7 @@ TINY_CLEANSLATE = {"w": 4, "n_time": 4, "ti_epochs": 1, "tpg_epochs": 1, "ti_hid
 @pytest.mark.parametrize("method", ["privtrace", "cleanslate"])
 def test_road_weight_changes_only_the_walk_of_a_release_and_is_stored(con, method, sf):
     """params road_weight: the same release (seeded), the same points per trajectory, every point on a road, other
-    streets taken; road_weight 0 draws exactly the rows of a release without it; a stored model keeps it."""
+    streets taken; 0.5 is the default (a release without it draws exactly its rows); a stored model keeps it."""
     import duckmob
 
     base = TINY_CLEANSLATE if method == "cleanslate" else {}
@@ -233,7 +233,7 @@ def test_road_weight_changes_only_the_walk_of_a_release_and_is_stored(con, metho
     rows = {w: duckmob.synthesize(con, "trips", 1.0, method, params={**base, "road_weight": w}, **kw)
             for w in (0.0, 0.5)}
     plain = duckmob.synthesize(con, "trips", 1.0, method, params=base, **kw)
-    assert rows[0.0].equals(plain)
+    assert rows[0.5].equals(plain)
     a, b = rows[0.0], rows[0.5]
     assert a.num_rows == b.num_rows > 200
     assert snap(sf, b.column("lat").to_numpy(), b.column("lon").to_numpy())[4].max() < 1e-3
@@ -241,19 +241,39 @@ def test_road_weight_changes_only_the_walk_of_a_release_and_is_stored(con, metho
                      a.column("lon").to_numpy() - b.column("lon").to_numpy())
     assert (moved > 1e-4).mean() > 0.05
     con.sql(f"""FROM mob_fit('trips', 'weighted_{method}', method := '{method}', eps := 1, bbox := {BOX},
-                roads := 'roads', params := {json.dumps({**base, "road_weight": 0.5}).replace('"', "'")})""").fetchall()
+                roads := 'roads', params := {json.dumps({**base, "road_weight": 0.3}).replace('"', "'")})""").fetchall()
     from duckmob.synth import store
 
     _, model = store.load(con, f"weighted_{method}")
-    assert model.config.road_weight == 0.5
+    assert model.config.road_weight == 0.3
 
 
-def test_a_config_stored_before_road_weight_reads_it_as_off():
+def test_a_model_stored_before_road_weight_reads_it_as_off(con):
+    """A new config's road_weight is 0.5; a PrivTrace or clean-slate model stored before the parameter existed (its
+    stored config lacks it) is loaded with 0, the shortest paths it walked then; one stored with it keeps it."""
+    import io
+
     from duckmob.synth.cleanslate import CleanSlateConfig
-    from duckmob.synth.privtrace import PrivTraceConfig
+    from duckmob.synth.privtrace import PrivTraceConfig, PrivTraceModel
 
-    for cls in (CleanSlateConfig, PrivTraceConfig):
-        old = {k: v for k, v in cls.parse({}).stored_dict().items() if k != "road_weight"}
-        assert cls.parse(old).road_weight == 0.0
-    assert CleanSlateConfig.restored({k: v for k, v in CleanSlateConfig.parse({}).stored_dict().items()
-                                      if k != "road_weight"}).road_weight == 0.0
+    assert CleanSlateConfig.parse({}).road_weight == PrivTraceConfig.parse({}).road_weight == 0.5
+    stored = CleanSlateConfig.parse({}).stored_dict()
+    from duckmob.synth.cleanslate import CleanSlateModel
+
+    old = CleanSlateModel.restore(dict(bbox=BOX, config={k: v for k, v in stored.items() if k != "road_weight"},
+                                       state={}, event_json="{}", info={}), CleanSlateModel.format_version,
+                                  "cleanslate")
+    assert old.config.road_weight == 0.0
+    con.sql(f"FROM mob_fit('trips', 'plain_privtrace', eps := 1, bbox := {BOX}, roads := 'roads')").fetchall()
+    from duckmob.synth import store
+
+    _, model = store.load(con, "plain_privtrace")
+    assert isinstance(model, PrivTraceModel) and model.config.road_weight == 0.5
+    z = dict(np.load(io.BytesIO(model.payload()), allow_pickle=False))
+    meta = json.loads(z["meta"].tobytes().decode())
+    for config, want in ((meta["config"], 0.5), ({k: v for k, v in meta["config"].items() if k != "road_weight"},
+                                                  0.0)):
+        z["meta"] = np.frombuffer(json.dumps({**meta, "config": config}).encode(), dtype=np.uint8)
+        buf = io.BytesIO()
+        np.savez(buf, **z)
+        assert PrivTraceModel.load(buf.getvalue(), model.format_version, "privtrace").config.road_weight == want

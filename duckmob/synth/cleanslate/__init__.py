@@ -135,10 +135,11 @@ class CleanSlateConfig(Config):
                               doc="with roads := only: share of eps (after the count) for the density of the "
                                   "road network's street pieces that places the points on the streets people use "
                                   "(0: each point to its nearest road)")
-    road_weight: float = param(0.0, float, low=0, high=0.9,
+    road_weight: float = param(0.5, float, low=0, high=0.9,
                                doc="with roads := and road_share > 0: the walk's paths cost each street its "
                                    "length times up to 1 / (1 - road_weight) as its released traffic falls "
-                                   "(road_costs.py; post-processing; 0: shortest paths)")
+                                   "(road_costs.py; post-processing; 0: shortest paths; 0.5, halfway, is not "
+                                   "tuned to a city; a model stored before it existed reads 0)")
     prior_cells: int | None = param(None, int, low=1, high=256,
                                     doc="cells per side of the end and distance histograms (null: from the noisy "
                                         "count, prior.prior_block; at most w)")
@@ -280,7 +281,7 @@ _INFO_NEEDED = ("n_noisy", "has_time")
 # Config fields added after format 2, which upgrade_format_2 sets (the older models' behaviour)
 _SINCE_FORMAT_3 = ("step_share",)
 # Config fields added later without a format change: a model stored before them reads their default (road_share
-# acts only in a fit with roads)
+# acts only in a fit with roads), but road_weight 0 (restore: the shortest paths it walked then)
 _LATER = ("road_share", "road_weight")
 
 
@@ -456,8 +457,8 @@ class CleanSlateModel(NeuralModel):
             stored = upgrade_format_1(stored)
         if version <= 2:
             stored = upgrade_format_2(stored)
-        return cls(stored["bbox"], CleanSlateConfig.restored(stored["config"]), stored["state"], stored["event_json"],
-                   stored["info"], {})
+        config = CleanSlateConfig.restored({"road_weight": 0.0, **stored["config"]})    # _LATER
+        return cls(stored["bbox"], config, stored["state"], stored["event_json"], stored["info"], {})
 
     def describe(self) -> dict[str, Any]:
         return {**self.info, **self.config.stored_dict()}

@@ -112,10 +112,12 @@ class PrivTraceConfig(PlacementConfig):
                               doc="with roads: 'pieces' releases the density of the street pieces the fixes match; "
                                   "'flows' the moves between touching pieces along each trip's matched path, "
                                   "whose marginals give the density and which weigh the routes (road_flows.py)")
-    road_weight: float = param(0.0, float, low=0, high=0.9,
+    road_weight: float = param(0.5, float, low=0, high=0.9,
                                doc="with roads: 0 joins the output's positions by shortest road paths; s > 0 by "
                                    "the cheapest, each street costing its length times up to 1 / (1 - s) as "
-                                   "its released traffic falls (road_costs.py; post-processing)")
+                                   "its released traffic falls (road_costs.py; post-processing); 0.5, halfway "
+                                   "(a quiet street costs twice its length), is not tuned to a city; a model "
+                                   "stored before it existed reads 0")
 
     @classmethod
     def parse(cls, params=None, **defaults):
@@ -312,7 +314,8 @@ class PrivTraceModel(Model):
         grid = StateGrid(z["bbox"].tolist(), int(z["K"]), int(z["depth"]), z["split"])
         return cls(grid=grid, alive=z["alive"], density=z["density"], first=z["first"], second=z["second"],
                    start=z["start"], use2=z["use2"], len_edges=z["len_edges"], len_probs=z["len_probs"],
-                   n_noisy=float(z["n_noisy"]), config=PrivTraceConfig.parse(meta["config"]), info=meta["info"],
+                   n_noisy=float(z["n_noisy"]), info=meta["info"],
+                   config=PrivTraceConfig.parse(meta["config"], road_weight=0.0),   # stored before it: off
                    fine=placement.FineStats.from_arrays(z))
 
 
