@@ -448,8 +448,7 @@ def _clean(points, bbox, outside, min_points, time_required, private,
             ts_null, seq_null = keys[2].view(bool), seq_null[order]
     del keys
     start, keep = _kept_in_order(same, ts, ts_null, seq_null, order, report, private, counted)
-    del same
-    del seq_null
+    del same, seq_null
     firsts = np.flatnonzero(start)
     counts = _drop_short(firsts, keep, report)    # points kept per trajectory; 0: dropped
     if not keep.all():
