@@ -195,13 +195,13 @@ def _units(n_rows: int, unit_of_row: np.ndarray | None):
 
 def _dp_optimizer(single: type, distributed: type, params: list, schedule: Schedule, generator: torch.Generator,
                   group) -> torch.optim.Optimizer:
-    """opacus's ``single`` optimiser around Adam, or with a ``group`` its ``distributed`` variant, which divides
-    each worker's clipped sum (plus the noise, on rank 0 only) by its ``expected_batch_size``, all-reduces (sum)
-    and divides by the number of workers: given ``batch / world`` it ends at (all clipped + noise) / ``batch``,
-    the single-process gradient."""
+    """opacus's ``single`` optimiser around Adam (:class:`_ForeachAdam`), or with a ``group`` its ``distributed``
+    variant, which divides each worker's clipped sum (plus the noise, on rank 0 only) by its ``expected_batch_size``,
+    all-reduces (sum) and divides by the number of workers: given ``batch / world`` it ends at (all clipped +
+    noise) / ``batch``, the single-process gradient."""
     batch = max(1, round(schedule.expected_batch_size))
     cls, divisor = (single, batch) if group is None else (distributed, batch / group.world)
-    return cls(torch.optim.Adam(params, lr=schedule.lr), noise_multiplier=schedule.noise_multiplier,
+    return cls(_ForeachAdam(params, schedule.lr), noise_multiplier=schedule.noise_multiplier,
                max_grad_norm=schedule.max_grad_norm, expected_batch_size=divisor, loss_reduction="mean",
                generator=generator)
 
@@ -489,6 +489,14 @@ class _ForeachAdam(torch.optim.Adam):
         # torch's own, without the wrapper that keeps TorchDynamo out of it: that wrapper imports TorchDynamo on
         # its first call (0.7 s, a tenth of a clean-slate fit), and nothing here is compiled
         torch.optim.Optimizer.add_param_group.__wrapped__(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        # torch's is wrapped like add_param_group (it would import TorchDynamo); what it does for dense gradients
+        for p in self.param_groups[0]["params"]:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.detach_().zero_()
 
     @torch.no_grad()
     def step(self, closure=None):

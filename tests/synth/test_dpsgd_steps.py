@@ -12,6 +12,10 @@ from duckmob.synth import dpsgd
 from duckmob.synth.cleanslate.transitions import Transitions, by_width
 
 
+def _torch_adam(params, lr):
+    return torch.optim.Adam(params, lr=lr)
+
+
 def _opacus_optimizer(params, schedule, generator):
     """What train_ghost used before: opacus's fast-gradient-clipping optimiser around torch's Adam."""
     return dpsgd._dp_optimizer(dpsgd._GhostOptimizer, dpsgd._DistributedGhostOptimizer, params, schedule,
@@ -52,12 +56,41 @@ def _train(sigma, ema, steps=12, users=None):
 def test_the_noisy_adam_step_equals_opacus_bit_for_bit(monkeypatch, sigma, ema, users):
     ours = _train(sigma, ema, users=users)
     monkeypatch.setattr(dpsgd, "_NoisyAdam", _opacus_optimizer)
+    monkeypatch.setattr(dpsgd, "_ForeachAdam", _torch_adam)
     theirs = _train(sigma, ema, users=users)
     assert ours.keys() == theirs.keys()
     for name in ours:
         assert torch.equal(ours[name], theirs[name]), name
     moved = _train(sigma, ema, steps=0)
     assert any(not torch.equal(ours[n], moved[n]) for n in ours if n != "log_mask")   # training changed weights
+
+
+def _train_materialised(steps=8):
+    """dpsgd.train (per-example gradients from vmap, opacus's DPOptimizer clipping them) on a small TPG."""
+    current, dest, slot, label, count = _data()
+    torch.manual_seed(0)
+    model = Transitions(6, 1, 3, 4, 8)
+    from duckmob.synth.cleanslate.transitions import loss_of_one
+
+    def row_gradients(rows):
+        idx = torch.as_tensor(rows)
+        return dpsgd.per_example_gradients(model, loss_of_one, current[idx], dest[idx], slot[idx], label[idx],
+                                           count[idx])
+
+    schedule = dpsgd.Schedule(sample_rate=0.3, steps=steps, noise_multiplier=1.2, max_grad_norm=0.05,
+                              expected_batch_size=12.4, lr=0.02, lr_final=0.1)
+    dpsgd.train(model, row_gradients, len(count), schedule,
+                dpsgd.RunContext(np.random.default_rng(7), torch.device("cpu"), progress=False))
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_the_materialised_path_with_foreach_adam_equals_torch_adam_bit_for_bit(monkeypatch):
+    ours = _train_materialised()
+    monkeypatch.setattr(dpsgd, "_ForeachAdam", _torch_adam)
+    theirs = _train_materialised()
+    for name in ours:
+        assert torch.equal(ours[name], theirs[name]), name
+    assert not torch.equal(ours["out.weight"], _train_materialised(steps=0)["out.weight"])
 
 
 def test_the_noise_has_the_planned_scale_and_the_batch_divides():
