@@ -23,3 +23,17 @@ def fitted_sample():
     c.execute(f"FROM mob_fit('trips', 'm', eps := 1.0, bbox := {GEOLIFE_BBOX}, seed := 1)").fetchall()
     yield c
     c.close()
+
+
+SF_DOWNTOWN_BBOX = [37.76, -122.45, 37.80, -122.38]
+
+
+@pytest.fixture(scope="session")
+def sf_downtown():
+    """The shipped San Francisco roads cut to the downtown box (public; read once per test session)."""
+    from duckmob.roads import Roads
+
+    c = duckmob.connect()
+    roads = Roads.of(c.sql("FROM mob_sf_roads()").to_arrow_table()).cut(SF_DOWNTOWN_BBOX)
+    c.close()
+    return roads

@@ -8,18 +8,6 @@ from duckmob import road_snap
 from duckmob.roads import Roads, count_below, points_along, snap
 from grid_roads import grid_roads
 
-BOX = [37.76, -122.45, 37.80, -122.38]
-
-
-@pytest.fixture(scope="module")
-def sf():
-    import duckmob
-
-    con = duckmob.connect()
-    roads = Roads.of(con.sql("FROM mob_sf_roads()").to_arrow_table()).cut(BOX)
-    con.close()
-    return roads
-
 
 def spread_points(roads, rng, m):
     """Points in the box, around it (the Bay), far away, on the roads, near the roads and on cell edges."""
@@ -33,13 +21,13 @@ def spread_points(roads, rng, m):
     return lat, lon
 
 
-def test_the_cells_give_the_searched_nearest_segment(sf):
+def test_the_cells_give_the_searched_nearest_segment(sf_downtown):
     """Every point's segment and t from its cell's candidates equal the k-d search's (itself equal to a projection
     onto every segment: tests/test_roads.py), ties included, on downtown San Francisco and on the cells' edges."""
-    index = sf._snap_index
+    index = sf_downtown._snap_index
     cells = index.cells
     rng = np.random.default_rng(7)
-    lat, lon = spread_points(sf, rng, 20_000)
+    lat, lon = spread_points(sf_downtown, rng, 20_000)
     qx, qy = index.plane(lat, lon)
     # points exactly on cell edges and corners
     ex = cells.x0 + cells.cell_m * rng.integers(0, cells.nx, 2000)

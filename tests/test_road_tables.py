@@ -10,18 +10,6 @@ from duckmob.road_search import NearTable, TileTable, node_distances, node_paths
 from duckmob.roads import Roads
 from grid_roads import grid_roads
 
-BOX = [37.76, -122.45, 37.80, -122.38]
-
-
-@pytest.fixture(scope="module")
-def sf():
-    import duckmob
-
-    con = duckmob.connect()
-    roads = Roads.of(con.sql("FROM mob_sf_roads()").to_arrow_table()).cut(BOX)
-    con.close()
-    return roads
-
 
 def _pairs(ch, rng, m):
     """m junction pairs, half of them near each other (a junction and one of its 40 nearest)."""
@@ -35,15 +23,15 @@ def _pairs(ch, rng, m):
 
 
 @pytest.mark.parametrize("weighted", [False, True])
-def test_the_tile_table_answers_as_the_hash_table_and_the_searches(sf, weighted):
+def test_the_tile_table_answers_as_the_hash_table_and_the_searches(sf_downtown, weighted):
     """On downtown SF's junction graph, by length and by road costs (road_weight 0.5 on a lumpy made-up density):
     every distance (float32, at the table's limit and below it, broadcast) and every path of TileTable equal
     NearTable's and those of a search from scratch (node_distances / node_paths)."""
     rng = np.random.default_rng(7)
-    ch = rp.chains_of(sf)
+    ch = rp.chains_of(sf_downtown)
     if weighted:
-        density = sf.length_m * rng.gamma(0.5, 1.0, len(sf)) * np.where(rng.random(len(sf)) < 0.1, 10.0, 1.0)
-        ch = weighted_chains(sf, density, 0.5)
+        density = sf_downtown.length_m * rng.gamma(0.5, 1.0, len(sf_downtown)) * np.where(rng.random(len(sf_downtown)) < 0.1, 10.0, 1.0)
+        ch = weighted_chains(sf_downtown, density, 0.5)
     tiles = TileTable.build(ch.matrix, ch.x, ch.y, rp.NEAR_M, 10**8)
     pairs = NearTable.build(ch.matrix, ch.x, ch.y, rp.NEAR_M)
     a, b = _pairs(ch, rng, 4000)

@@ -17,21 +17,11 @@ BOX = [37.76, -122.45, 37.80, -122.38]
 
 
 @pytest.fixture(scope="module")
-def sf():
-    import duckmob
-
-    con = duckmob.connect()
-    roads = Roads.of(con.sql("FROM mob_sf_roads()").to_arrow_table()).cut(BOX)
-    con.close()
-    return roads
-
-
-@pytest.fixture(scope="module")
-def sf_density(sf):
+def sf_density(sf_downtown):
     """A made-up released density: lumpy (a tenth of the segments carry ten times the traffic), zero on a third."""
     rng = np.random.default_rng(11)
-    d = sf.length_m * rng.gamma(0.5, 1.0, len(sf)) * np.where(rng.random(len(sf)) < 0.1, 10.0, 1.0)
-    d[rng.random(len(sf)) < 0.3] = 0.0
+    d = sf_downtown.length_m * rng.gamma(0.5, 1.0, len(sf_downtown)) * np.where(rng.random(len(sf_downtown)) < 0.1, 10.0, 1.0)
+    d[rng.random(len(sf_downtown)) < 0.3] = 0.0
     return d
 
 
@@ -61,23 +51,23 @@ def test_g_is_bounded_monotone_and_relative_to_the_mean():
             cost_factor(density, length, bad)
 
 
-def test_costs_depend_on_the_released_density_only(sf, sf_density):
+def test_costs_depend_on_the_released_density_only(sf_downtown, sf_density):
     """The chains' costs are a function of the density (up to a factor) and the strength; a chain costs its length
     times the length-weighted mean of its segments' g, at least its length."""
-    a = weighted_chains(sf, sf_density, 0.5)
-    b = weighted_chains(sf, sf_density * 3.0, 0.5)
+    a = weighted_chains(sf_downtown, sf_density, 0.5)
+    b = weighted_chains(sf_downtown, sf_density * 3.0, 0.5)
     assert np.allclose(a.cost, b.cost, rtol=1e-12, atol=0) and np.array_equal(a.edge_chain, b.edge_chain)
     assert np.allclose(a.matrix.toarray(), b.matrix.toarray(), rtol=1e-12, atol=0)
-    ch = chains_of(sf)
+    ch = chains_of(sf_downtown)
     assert a.cost.shape == ch.length.shape and (a.cost >= 1.0).all() and (a.cost <= 2.0).all()
-    g = cost_factor(sf_density, sf.length_m, 0.5)
+    g = cost_factor(sf_density, sf_downtown.length_m, 0.5)
     c = np.random.default_rng(1).integers(0, len(ch.length), 50)
     for k in c:
         on = ch.seg_chain == k
-        assert a.cost[k] == pytest.approx(np.sum(g[on] * sf.length_m[on]) / np.sum(sf.length_m[on]))
-    other = weighted_chains(sf, sf_density[::-1].copy(), 0.5)
+        assert a.cost[k] == pytest.approx(np.sum(g[on] * sf_downtown.length_m[on]) / np.sum(sf_downtown.length_m[on]))
+    other = weighted_chains(sf_downtown, sf_density[::-1].copy(), 0.5)
     assert not np.array_equal(other.cost, a.cost)
-    assert np.array_equal(weighted_chains(sf, sf_density, 0.0).cost, np.ones(len(ch.length)))
+    assert np.array_equal(weighted_chains(sf_downtown, sf_density, 0.0).cost, np.ones(len(ch.length)))
 
 
 def weighted_brute_force(roads, costs, sa, ta, sb, tb, limit):
@@ -114,27 +104,27 @@ def pairs(roads, m, spread, seed):
     return sa, ta, sb, tb
 
 
-def test_the_weighted_path_is_the_cheapest_under_the_costs(sf, sf_density):
+def test_the_weighted_path_is_the_cheapest_under_the_costs(sf_downtown, sf_density):
     """The walk's legs on costs: their cost (metres along each stretch of chain times its cost per metre) equals the
     cheapest path's by Dijkstra over every node of the weighted graph, the table's costs (up to the limit) and the
     searches' (beyond it) alike; and no leg is shorter than its shortest path."""
-    costs = weighted_chains(sf, sf_density, 0.5)
-    sa, ta, sb, tb = pairs(sf, 200, 0.002, 3)
+    costs = weighted_chains(sf_downtown, sf_density, 0.5)
+    sa, ta, sb, tb = pairs(sf_downtown, 200, 0.002, 3)
     for limit in (ROUTE_LIMIT_M, 2_500.0):
-        got = network_distance(sf, sa, ta, sb, tb, limit, costs=costs)
-        want = weighted_brute_force(sf, costs, sa, ta, sb, tb, limit)
+        got = network_distance(sf_downtown, sa, ta, sb, tb, limit, costs=costs)
+        want = weighted_brute_force(sf_downtown, costs, sa, ta, sb, tb, limit)
         assert np.array_equal(np.isfinite(got), np.isfinite(want)) and np.isfinite(got).mean() > 0.4
         assert np.allclose(got[np.isfinite(got)], want[np.isfinite(want)], rtol=1e-5, atol=1e-2)
     seg, t = np.ravel(np.column_stack([sa, sb])), np.ravel(np.column_stack([ta, tb]))
     offsets = np.arange(0, len(seg) + 1, 2)
-    point, chain, o0, o1 = leg_chains(sf, offsets, seg, t, costs=costs)
+    point, chain, o0, o1 = leg_chains(sf_downtown, offsets, seg, t, costs=costs)
     leg = point // 2
     routed = np.bincount(leg, weights=(chain < 0), minlength=len(sa)) == 0
     cost = np.bincount(leg, weights=np.abs(o1 - o0) * costs.cost[np.maximum(chain, 0)], minlength=len(sa))
     metres = np.bincount(leg, weights=np.abs(o1 - o0), minlength=len(sa))
-    cheap = np.isfinite(want := weighted_brute_force(sf, costs, sa, ta, sb, tb, ROUTE_LIMIT_M))
+    cheap = np.isfinite(want := weighted_brute_force(sf_downtown, costs, sa, ta, sb, tb, ROUTE_LIMIT_M))
     assert np.allclose(cost[cheap], want[cheap], rtol=1e-5, atol=1e-2) and routed[cheap].all()
-    shortest = network_distance(sf, sa, ta, sb, tb, 5_000)
+    shortest = network_distance(sf_downtown, sa, ta, sb, tb, 5_000)
     assert (metres[routed] >= shortest[routed] - 1e-3).all()
     assert (metres[cheap] > shortest[cheap] + 1.0).sum() > 10          # the costs chose other streets
     # a leg whose cheapest path costs more than the limit takes its shortest one (when within the limit)
@@ -142,32 +132,32 @@ def test_the_weighted_path_is_the_cheapest_under_the_costs(sf, sf_density):
     assert far.any() and np.allclose(metres[far], shortest[far], atol=1e-2)
 
 
-def test_the_walk_spaces_points_by_length_along_the_cheapest_path_on_roads(sf, sf_density):
+def test_the_walk_spaces_points_by_length_along_the_cheapest_path_on_roads(sf_downtown, sf_density):
     """Trajectories walked on costs: the same number of points, the first and last kept, every point on a road
     (within 1 m), and the points at equal steps of LENGTH along the legs' cheapest paths (each point where that
     arc length falls on the stretches of chain leg_chains gives)."""
     rng = np.random.default_rng(8)
     n_traj, per = 60, 7
-    costs = weighted_chains(sf, sf_density, 0.5)
+    costs = weighted_chains(sf_downtown, sf_density, 0.5)
     lat0, lon0 = rng.uniform(37.77, 37.79, n_traj), rng.uniform(-122.43, -122.40, n_traj)
     step = np.arange(per) * 0.0015                                  # anchors about 500 m apart
     heading = rng.uniform(0, 2 * np.pi, n_traj)
     lat = (lat0[:, None] + np.sin(heading)[:, None] * step).ravel()
     lon = (lon0[:, None] + np.cos(heading)[:, None] * step * 1.26).ravel()
-    seg, t, *_ = snap(sf, lat, lon)
+    seg, t, *_ = snap(sf_downtown, lat, lon)
     # the positions of a walk: anchors at points 0, 3 and 6, the points between keep the anchor's before them
     keep = np.tile(np.arange(per) // 3 * 3, n_traj) + np.repeat(np.arange(n_traj) * per, per)
     seg, t = seg[keep], t[keep]
     offsets = np.arange(n_traj + 1) * per
-    wl, wo = walk(sf, offsets, seg, t, costs=costs)
-    assert wl.shape == lat.shape and snap(sf, wl, wo)[4].max() < 1.0
-    plat, plon = points_along(sf, seg, t)
+    wl, wo = walk(sf_downtown, offsets, seg, t, costs=costs)
+    assert wl.shape == lat.shape and snap(sf_downtown, wl, wo)[4].max() < 1.0
+    plat, plon = points_along(sf_downtown, seg, t)
     ends = np.r_[offsets[:-1], offsets[1:] - 1]
     assert np.allclose(wl[ends], plat[ends]) and np.allclose(wo[ends], plon[ends])
-    point, chain, o0, o1 = leg_chains(sf, offsets, seg, t, costs=costs)
+    point, chain, o0, o1 = leg_chains(sf_downtown, offsets, seg, t, costs=costs)
     ok = np.bincount(point // per, weights=chain < 0, minlength=n_traj) == 0   # trajectories routed all along
     assert ok.mean() > 0.8
-    ch = chains_of(sf)
+    ch = chains_of(sf_downtown)
     for i in np.flatnonzero(ok)[:25]:
         mine = point // per == i
         length = np.abs(o1[mine] - o0[mine])
@@ -176,7 +166,7 @@ def test_the_walk_spaces_points_by_length_along_the_cheapest_path_on_roads(sf, s
         at = np.clip(np.searchsorted(cum, target, side="left") - 1, 0, len(length) - 1)
         f = np.clip((target - cum[at]) / np.maximum(length[at], 1e-12), 0, 1)
         c, a, b = chain[mine][at], o0[mine][at], o1[mine][at]
-        elat, elon = ch.point_at(sf.graph, c, a + f * (b - a))
+        elat, elon = ch.point_at(sf_downtown.graph, c, a + f * (b - a))
         got = slice(offsets[i], offsets[i + 1])
         assert np.allclose(wl[got], elat, atol=1e-7) and np.allclose(wo[got], elon, atol=1e-7)
 
@@ -223,7 +213,7 @@ TINY_CLEANSLATE = {"w": 4, "n_time": 4, "ti_epochs": 1, "tpg_epochs": 1, "ti_hid
 
 
 @pytest.mark.parametrize("method", ["privtrace", "cleanslate"])
-def test_road_weight_changes_only_the_walk_of_a_release_and_is_stored(con, method, sf):
+def test_road_weight_changes_only_the_walk_of_a_release_and_is_stored(con, method, sf_downtown):
     """params road_weight: the same release (seeded), the same points per trajectory, every point on a road, other
     streets taken; 0.5 is the default (a release without it draws exactly its rows); a stored model keeps it."""
     import duckmob
@@ -236,7 +226,7 @@ def test_road_weight_changes_only_the_walk_of_a_release_and_is_stored(con, metho
     assert rows[0.5].equals(plain)
     a, b = rows[0.0], rows[0.5]
     assert a.num_rows == b.num_rows > 200
-    assert snap(sf, b.column("lat").to_numpy(), b.column("lon").to_numpy())[4].max() < 1e-3
+    assert snap(sf_downtown, b.column("lat").to_numpy(), b.column("lon").to_numpy())[4].max() < 1e-3
     moved = np.hypot(a.column("lat").to_numpy() - b.column("lat").to_numpy(),
                      a.column("lon").to_numpy() - b.column("lon").to_numpy())
     assert (moved > 1e-4).mean() > 0.05
