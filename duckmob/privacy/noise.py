@@ -1,4 +1,5 @@
 """The one source of randomness for privacy: Laplace noise on a power-of-two grid, safe against Mironov's attack.
+(DP-SGD's Gaussian draws are here too, :func:`dp_sgd_gaussian`: opacus's floating-point ones, bit for bit.)
 
 Why not ``numpy.random.Generator.laplace``: textbook floating-point Laplace ``x + b * ln(U)`` produces outputs
 whose set of reachable doubles depends on ``x``; an observer of one output can often tell ``x`` from ``x'``
@@ -220,5 +221,20 @@ def public_generator(*key: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(k) for k in key])))
 
 
+def dp_sgd_gaussian(params, std: float, generator) -> list:
+    """The Gaussian noise of one DP-SGD step (``duckmob.synth.dpsgd``'s one-process optimiser): for each tensor of
+    ``params`` in turn, ``torch.normal(0, std)`` of its shape, device and dtype from the torch ``generator``; zeros
+    when ``std`` is 0. These are exactly the draws of opacus's ``_generate_noise`` outside its secure mode, which
+    every DP-SGD step drew before (tested bit for bit: tests/synth/test_dpsgd_steps.py). Floating-point Gaussian
+    noise, as opacus draws it (docs/threat_model.md); the accounting is the subsampled Gaussian of
+    ``duckmob.privacy.accounting.dp_sgd``."""
+    import torch
+
+    return [torch.zeros(p.shape, device=p.device, dtype=p.dtype) if std == 0 else
+            torch.normal(mean=0, std=std, size=p.shape, device=p.device, generator=generator, dtype=p.dtype)
+            for p in params]
+
+
 __all__ = ["BITS", "MAX_SCALE", "NoiseSource", "public_generator", "granularity", "epsilon_rounded", "check_scale",
-           "laplace_scale"]
+           "laplace_scale", "dp_sgd_gaussian"]
+

@@ -44,6 +44,7 @@ from torch.func import functional_call, grad, vmap
 
 from duckmob.errors import DuckmobError
 from duckmob.privacy import accounting
+from duckmob.privacy import noise as noise_source
 from duckmob.privacy.events import Event
 from duckmob.progress import steps as progress_steps
 from duckmob.trajectories import ragged_gather
@@ -541,9 +542,7 @@ class _NoisyAdam:
 
     def step(self) -> None:
         with torch.no_grad():
-            noise = [torch.zeros(p.shape, device=p.device, dtype=p.dtype) if self.std == 0 else
-                     torch.normal(mean=0, std=self.std, size=p.shape, device=p.device, generator=self.generator,
-                                  dtype=p.dtype) for p in self.params]
+            noise = noise_source.dp_sgd_gaussian(self.params, self.std, self.generator)
             grads = torch._foreach_add([p.grad for p in self.params], noise)
             torch._foreach_div_(grads, self.divisor)
         for p, g in zip(self.params, grads):
