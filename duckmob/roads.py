@@ -476,6 +476,16 @@ class Placer:
         w = weights[self.segs] * grid[6]
         self.cum = np.cumsum(w, axis=1).astype(np.float32)
         self.total = self.cum[:, -1]
+        # how far each cell's candidates reach: its k-th nearest road sample's distance (from the kernel)
+        self.reach_m = float(radius_m) * np.sqrt(-np.log(np.maximum(grid[6][:, -1], 1e-300)))
+
+    def reach(self, lat, lon) -> np.ndarray:
+        """How far from each point its candidates lie at most (metres: the distance of its cell's k-th nearest
+        road sample; a point beyond the network's extent reads the nearest edge cell). Public roads only."""
+        qx, qy = self.index.plane(np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64))
+        cx = np.clip(np.floor((qx - self.x0) / self.cell_m), 0, self.nx - 1).astype(np.int64)
+        cy = np.clip(np.floor((qy - self.y0) / self.cell_m), 0, self.ny - 1).astype(np.int64)
+        return self.reach_m[cy * self.nx + cx]
 
     def place(self, lat, lon, rng: np.random.Generator, chunk: int = 1 << 17):
         """Each point moved onto a drawn segment near it (the class docstring); ``rng`` the caller's generator.

@@ -6,12 +6,14 @@
    (PrivTrace and clean-slate with roads), a few candidates drawn near it by that density
    (:class:`duckmob.roads.Placer`), one of them chosen so that its neighbours are a short drive away
    (:func:`duckmob.road_paths.route`); without one (HRNet, its baseline, PateGail), the nearest
-   (:func:`duckmob.roads.snap`). With a density, positions are drawn only for *anchor* points, about one placement
-   radius (:data:`duckmob.roads.PLACE_RADIUS_M`, 300 m) apart along the trajectory (:func:`anchors`); the points
-   between two anchors take the earlier one's position, and the walk spaces them along the road between. Points
-   closer together than the candidates' spread would otherwise each draw their own street near them, and the
-   route would zigzag between parallel streets: on densely sampled trajectories (GeoLife, a fix every few
-   seconds) that made them about twice as long (docs/roads.md).
+   (:func:`duckmob.roads.snap`). With a density, positions are drawn only for *anchor* points, about twice the
+   candidates' reach apart along the trajectory (:func:`anchors`; the reach, :meth:`duckmob.roads.Placer.reach`,
+   averaged over the trajectory's points: about 90 m in downtown San Francisco, 170 m in central Beijing); the
+   points between two anchors take the earlier one's position, and the walk spaces them along the road between.
+   Two points closer than that draw from overlapping candidates, each its own street near them, and the route
+   would zigzag between parallel streets: on densely sampled trajectories (GeoLife, a fix every few seconds) that
+   made them about twice as long; farther apart, their candidates are disjoint, and a point dropped would only
+   cut a corner off the trajectory (docs/roads.md).
 2. **The walk.** The points move to equal steps along the road path through those positions
    (:func:`duckmob.road_paths.walk`): every point on a segment, consecutive points joined by a road, the first and
    last where they were; an area of the bbox with no road gets no point. With a released density and the model's
@@ -36,9 +38,13 @@ import numpy as np
 from duckmob.grid import BBox, haversine_m
 from duckmob.road_costs import weighted_chains
 from duckmob.road_paths import route, walk
-from duckmob.roads import PLACE_RADIUS_M, Placer, Roads, snap
+from duckmob.roads import Placer, Roads, snap
 from duckmob.synth.placement import EARTH_M_PER_DEG
 from duckmob.trajectories import Trajectories
+
+
+# anchors lie this many times the candidates' reach apart (two points closer than twice it share candidates)
+ANCHOR_REACHES = 2.0
 
 
 class OnRoads:
@@ -71,7 +77,7 @@ class OnRoads:
             # with released flows between street pieces (PrivTrace), the moves the flows favour are favoured
             link = getattr(self.model, "road_link", None)
             link = link if link is not None and len(link.piece) == len(self.roads) else None
-            keep = anchors(part.offsets, part.lat, part.lon, PLACE_RADIUS_M)
+            keep = anchors(part.offsets, part.lat, part.lon, self._anchor_spacing(part))
             kept = np.concatenate([[0], np.cumsum(keep)])  # anchors before each point, and in all
             seg, t = route(self._placer, kept[part.offsets], part.lat[keep], part.lon[keep], rng, link=link)
             last_anchor = kept[1:] - 1                     # each point takes its last anchor's position
@@ -91,6 +97,14 @@ class OnRoads:
         return Trajectories(part.offsets, part.traj_id, part.user_id, part.ts, lat, lon)
 
 
+    def _anchor_spacing(self, part) -> np.ndarray:
+        """Each trajectory's anchor spacing: :data:`ANCHOR_REACHES` times the mean reach of its points' candidates
+        (the module docstring); a function of its own points and the public roads."""
+        counts = np.diff(part.offsets)
+        traj = np.repeat(np.arange(len(counts)), counts)
+        reach = np.bincount(traj, weights=self._placer.reach(part.lat, part.lon), minlength=len(counts))
+        return ANCHOR_REACHES * reach / np.maximum(counts, 1)
+
     def _road_costs(self, weights):
         """The walk's road costs from the released density (:func:`duckmob.road_costs.weighted_chains`) when the
         model's config asks for them (``road_weight`` above 0), else None; built once per wrapped model (its
@@ -103,10 +117,10 @@ class OnRoads:
         return self._costs
 
 
-def anchors(offsets, lat, lon, spacing_m: float) -> np.ndarray:
+def anchors(offsets, lat, lon, spacing_m) -> np.ndarray:
     """Which points of the trajectories ``offsets`` (ragged) are anchors: each trajectory's first and last point,
     and each point whose distance travelled from the trajectory's start (the sum of its straight steps, in whole
-    centimetres) enters a new multiple of ``spacing_m``. So anchors lie about ``spacing_m`` apart along the
+    centimetres) enters a new multiple of ``spacing_m`` (metres: one for all, or one per trajectory). So anchors lie about ``spacing_m`` apart along the
     trajectory, and a trajectory whose steps are all longer keeps every point. Each trajectory's anchors depend on
     its own points only."""
     offsets = np.asarray(offsets, dtype=np.int64)
@@ -122,10 +136,11 @@ def anchors(offsets, lat, lon, spacing_m: float) -> np.ndarray:
     # of it (less its start's) carries nothing of the trajectories before it
     travelled = np.cumsum(np.round(step * 100.0).astype(np.int64))
     travelled -= travelled[offsets[:-1]][traj]
-    band = travelled // max(int(round(float(spacing_m) * 100.0)), 1)
+    spacing_cm = np.maximum(np.round(np.broadcast_to(np.asarray(spacing_m, np.float64), counts.shape) * 100.0), 1)
+    band = travelled // spacing_cm.astype(np.int64)[traj]
     keep[1:] = (band[1:] != band[:-1]) | ~same
     keep[offsets[1:][counts > 0] - 1] = True
     return keep
 
 
-__all__ = ["OnRoads", "anchors"]
+__all__ = ["ANCHOR_REACHES", "OnRoads", "anchors"]

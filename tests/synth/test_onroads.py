@@ -272,6 +272,34 @@ def test_anchors_lie_one_spacing_apart_along_each_trajectory_on_its_own_points()
     assert again[4:].tolist() == keep[:10].tolist()        # the trajectory before changes nothing
 
 
+def test_anchors_take_one_spacing_per_trajectory():
+    from duckmob.synth.onroads import anchors
+
+    step = 100.0 / 111_195.0
+    lat = np.r_[10.0 + step * np.arange(10), 11.0 + step * np.arange(10)]      # two trajectories, fixes 100 m apart
+    lon = np.full(len(lat), 20.0)
+    offsets = np.array([0, 10, 20])
+    both = anchors(offsets, lat, lon, np.array([150.0, 450.0]))
+    assert both[:10].tolist() == anchors(offsets[:2], lat[:10], lon[:10], 150.0).tolist()
+    assert both[10:].tolist() == anchors(np.array([0, 10]), lat[10:], lon[10:], 450.0).tolist()
+    assert both[:10].sum() == 7 and both[10:].sum() == 3   # the first, and one entering each 150 m band; 450 m: 1 + ends
+
+
+def test_placer_reach_is_where_its_candidates_lie_and_grows_where_roads_are_sparse():
+    from duckmob.grid import haversine_m
+    from duckmob.roads import Placer, points_along
+    from grid_roads import grid_roads
+
+    box = [10.0, 20.0, 10.02, 20.02]
+    dense, sparse = Roads.of(grid_roads(box, streets=11)), Roads.of(grid_roads(box, streets=4))
+    placer = Placer(dense, np.ones(len(dense)))
+    lat, lon = np.full(2000, 10.0101), np.full(2000, 20.0103)
+    reach = placer.reach(lat[:1], lon[:1])[0]
+    drawn = haversine_m(lat, lon, *points_along(dense, *placer.draw(lat, lon, np.random.default_rng(5))))
+    assert 150.0 < reach < 350.0 and drawn.max() <= reach + placer.cell_m   # measured 240 m on 220 m blocks
+    assert Placer(sparse, np.ones(len(sparse))).reach(lat[:1], lon[:1])[0] > 1.5 * reach   # measured 435 m
+
+
 def test_densely_sampled_trips_keep_their_length_on_the_roads(monkeypatch):
     # one trajectory sampled every 10 m along a street of a grid whose streets lie ~220 m apart: positions drawn for
     # every fix would pick among neighbouring streets and zigzag; drawn for anchors ~300 m apart, the walk follows
@@ -295,10 +323,10 @@ def test_densely_sampled_trips_keep_their_length_on_the_roads(monkeypatch):
             return Trajectories(np.array([0, n]), np.zeros(1, np.int64), np.zeros(1, np.int64),
                                 np.arange(n, dtype=np.int64), lat, lon.copy())
 
-    def stretch(spacing):
-        monkeypatch.setattr(onroads, "PLACE_RADIUS_M", spacing)
+    def stretch(reaches):
+        monkeypatch.setattr(onroads, "ANCHOR_REACHES", reaches)
         out = OnRoads(Dense(), roads, box).sample(1, np.random.default_rng(3))
         real = haversine_m(10.004, lon[0], 10.004, lon[-1])
         return haversine_m(out.lat[:-1], out.lon[:-1], out.lat[1:], out.lon[1:]).sum() / real
 
-    assert stretch(300.0) < 1.1 and stretch(0.01) > 3.0     # measured: 1.00 and 7.96
+    assert stretch(2.0) < 1.1 and stretch(1e-4) > 3.0       # anchors twice the reach apart, or every fix
