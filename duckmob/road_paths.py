@@ -15,8 +15,8 @@ junction graph (one edge per chain, 4.3 times fewer nodes there), so a road dist
 D by Dijkstra (scipy.sparse.csgraph) on the junction graph, searched up to a public ``limit_m`` on local subgraphs
 (:mod:`duckmob.road_search`: exact, and a search costs what the network near it holds, not the city). Every
 junction distance up to :data:`NEAR_M` is computed once per network (:class:`duckmob.road_search.TileTable`: the
-searches' own rows) and looked up after (two reads, no search), which is what a release's output uses. Each segment's chain and the
-offsets of its nodes are kept too, so a position's chain and offset are a look-up.
+searches' own rows) and looked up after (two reads, no search), which is what a release's output uses. Each
+segment's chain and the offsets of its nodes are kept too, so a position's chain and offset are a look-up.
 
 **Trajectories on roads.** :func:`route` picks, for each synthetic point, one of a few candidate positions drawn
 by a released road density so that consecutive points are a short drive apart; :func:`walk` then moves the points
@@ -59,8 +59,8 @@ class Chains:
     the symmetric junction graph (the shortest chain between two junctions); ``ends``: (n_chains, 2) junction
     indices of each chain's first and second end; ``length``: each chain's length; ``node_chain`` and
     ``node_offset``: each graph node's chain and offset on it (a junction: one of the chains it ends, and
-    offset -1, its mark); ``order_nodes`` / ``order_offset`` / ``order_start``: each chain's nodes in order of offset, first end to
-    second (ragged, ``order_start`` the n_chains + 1 bounds); ``edge_chain``: the chain of each junction-graph
+    offset -1, its mark); ``order_nodes`` / ``order_offset`` / ``order_start``: each chain's nodes in order of
+    offset, first end to second (ragged, ``order_start`` the n_chains + 1 bounds); ``edge_chain``: the chain of each junction-graph
     edge in CSR order of ``matrix``."""
 
     junction: np.ndarray

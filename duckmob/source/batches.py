@@ -227,7 +227,8 @@ def clean(buckets: Iterable[pa.Table], *, bbox, time_required: bool, unit: Priva
     cleaning pass, only for the user unit). With ``folder`` every bucket after the first is written there (the
     first too once a second exists) and read back per pass; without it they stay in memory.
     Privacy: a per-trajectory transformation and the same bounding as the in-memory path (at most k trajectories
-    per user, chosen at random: ``unit.max_trajectories_per_user``), so the sensitivities of the mechanisms downstream are unchanged."""
+    per user, chosen at random: ``unit.max_trajectories_per_user``), so the sensitivities of the mechanisms
+    downstream are unchanged."""
     kept: list = []
     ids: list[tuple[np.ndarray, np.ndarray]] = []
     for bucket, traj_user in _cleaned(buckets, bbox, time_required, folder):

@@ -120,8 +120,9 @@ class OnRoads:
 def anchors(offsets, lat, lon, spacing_m) -> np.ndarray:
     """Which points of the trajectories ``offsets`` (ragged) are anchors: each trajectory's first and last point,
     and each point whose distance travelled from the trajectory's start (the sum of its straight steps, in whole
-    centimetres) enters a new multiple of ``spacing_m`` (metres: one for all, or one per trajectory). So anchors lie about ``spacing_m`` apart along the
-    trajectory, and a trajectory whose steps are all longer keeps every point. Each trajectory's anchors depend on
+    centimetres) enters a new multiple of ``spacing_m`` (metres: one for all, or one per trajectory). So anchors
+    lie about ``spacing_m`` apart along the trajectory, and a trajectory whose steps are all longer keeps every
+    point. Each trajectory's anchors depend on
     its own points only."""
     offsets = np.asarray(offsets, dtype=np.int64)
     counts = np.diff(offsets)
