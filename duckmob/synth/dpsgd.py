@@ -196,13 +196,13 @@ def _units(n_rows: int, unit_of_row: np.ndarray | None):
 
 def _dp_optimizer(single: type, distributed: type, params: list, schedule: Schedule, generator: torch.Generator,
                   group) -> torch.optim.Optimizer:
-    """opacus's ``single`` optimiser around Adam (:class:`_ForeachAdam`), or with a ``group`` its ``distributed``
+    """opacus's ``single`` optimiser around Adam (:class:`ForeachAdam`), or with a ``group`` its ``distributed``
     variant, which divides each worker's clipped sum (plus the noise, on rank 0 only) by its ``expected_batch_size``,
     all-reduces (sum) and divides by the number of workers: given ``batch / world`` it ends at (all clipped +
     noise) / ``batch``, the single-process gradient."""
     batch = max(1, round(schedule.expected_batch_size))
     cls, divisor = (single, batch) if group is None else (distributed, batch / group.world)
-    return cls(_ForeachAdam(params, schedule.lr), noise_multiplier=schedule.noise_multiplier,
+    return cls(ForeachAdam(params, schedule.lr), noise_multiplier=schedule.noise_multiplier,
                max_grad_norm=schedule.max_grad_norm, expected_batch_size=divisor, loss_reduction="mean",
                generator=generator)
 
@@ -474,7 +474,7 @@ class _GhostOptimizer(_Cloning, DPOptimizerFastGradientClipping):
     pass
 
 
-class _ForeachAdam(torch.optim.Adam):
+class ForeachAdam(torch.optim.Adam):
     """torch's Adam (its single-tensor algorithm, default betas and eps, no weight decay, no amsgrad) in a few
     operations a step: both moments of all parameters kept as one vector each (elementwise updates, the same
     values whatever the layout) and the parameters' update as one ``torch._foreach_addcdiv_`` (on the CPU the same
@@ -521,7 +521,7 @@ class _ForeachAdam(torch.optim.Adam):
 
 class _NoisyAdam:
     """opacus's ``DPOptimizerFastGradientClipping`` (``loss_reduction="mean"``, not its secure mode) around
-    :class:`_ForeachAdam`, for one process: on entry to :meth:`step` each ``p.grad`` is the parameter's clipped sum;
+    :class:`ForeachAdam`, for one process: on entry to :meth:`step` each ``p.grad`` is the parameter's clipped sum;
     Gaussian noise of standard deviation ``noise_multiplier * max_grad_norm`` is drawn for each parameter in turn,
     exactly as opacus's ``_generate_noise`` draws it (``torch.normal`` of the parameter's shape from ``generator``;
     none at standard deviation 0), added, and the sum divided by the public expected batch (rounded, as
@@ -529,7 +529,7 @@ class _NoisyAdam:
     in a few ``torch._foreach_*`` calls (tested equal to it bit for bit)."""
 
     def __init__(self, params: list, schedule: Schedule, generator: torch.Generator):
-        self.original_optimizer = _ForeachAdam(params, schedule.lr)
+        self.original_optimizer = ForeachAdam(params, schedule.lr)
         self.param_groups = self.original_optimizer.param_groups
         self.params = params
         self.std = schedule.noise_multiplier * schedule.max_grad_norm
@@ -611,5 +611,5 @@ def train_ghost(model: torch.nn.Module, row_losses: Callable[[torch.nn.Module, n
         taps.close()   # the hooks go; ``model`` is left a plain module
 
 
-__all__ = ["train", "train_ghost", "per_example_gradients", "Schedule", "RunContext", "TrainingLog",
+__all__ = ["train", "train_ghost", "ForeachAdam", "per_example_gradients", "Schedule", "RunContext", "TrainingLog",
            "torch_generator", "cosine_lr", "StepsRun", "ran_event", "charged_as_run"]

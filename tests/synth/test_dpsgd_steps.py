@@ -56,7 +56,7 @@ def _train(sigma, ema, steps=12, users=None):
 def test_the_noisy_adam_step_equals_opacus_bit_for_bit(monkeypatch, sigma, ema, users):
     ours = _train(sigma, ema, users=users)
     monkeypatch.setattr(dpsgd, "_NoisyAdam", _opacus_optimizer)
-    monkeypatch.setattr(dpsgd, "_ForeachAdam", _torch_adam)
+    monkeypatch.setattr(dpsgd, "ForeachAdam", _torch_adam)
     theirs = _train(sigma, ema, users=users)
     assert ours.keys() == theirs.keys()
     for name in ours:
@@ -86,7 +86,7 @@ def _train_materialised(steps=8):
 
 def test_the_materialised_path_with_foreach_adam_equals_torch_adam_bit_for_bit(monkeypatch):
     ours = _train_materialised()
-    monkeypatch.setattr(dpsgd, "_ForeachAdam", _torch_adam)
+    monkeypatch.setattr(dpsgd, "ForeachAdam", _torch_adam)
     theirs = _train_materialised()
     for name in ours:
         assert torch.equal(ours[name], theirs[name]), name

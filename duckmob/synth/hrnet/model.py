@@ -95,8 +95,10 @@ def gru_states(gru: DPGRU, x: torch.Tensor) -> torch.Tensor:
 
     values = run(gates_x.detach(), b_hh.detach(), None)          # the states' values, no gradient
     prev = torch.stack([torch.zeros_like(values[0])] + values[:-1], dim=1).detach()   # h_{t-1} (B, T, hidden)
-    zero = prev @ (w_hh - fixed).T                 # zeros; its gradient is W_hh's
-    return torch.stack(run(gates_x, b_hh, zero), dim=1)
+    # zeros (the same operation on the same values, subtracted); their gradient is W_hh's and b_hh's, through one
+    # call of the layer (so ghost clipping sees it as a linear layer on (B, T, hidden): dpsgd.train_ghost)
+    zero = cell.hh(prev) - F.linear(prev, fixed, b_hh.detach())
+    return torch.stack(run(gates_x, b_hh.detach(), zero), dim=1)
 
 
 class _Sequence(nn.Module):
@@ -207,14 +209,17 @@ class HRNetModel(_Sequence):
 
     def conditional_loss(self, cells: torch.Tensor, times: torch.Tensor, targets: torch.Tensor,
                          loc_valid: torch.Tensor, time_valid: torch.Tensor) -> torch.Tensor:
-        """:meth:`forward` under the conditional loss, from the encoding's root-to-leaf paths of the input and
-        target cells only (:meth:`paths`): the same function of the parameters as with the whole tree (the
-        loss reads no other row of it), but a per-example gradient (``torch.func.vmap`` of ``grad``) then
-        runs back through a few rows per example instead of every cell of every resolution, which was most of a
-        DP-SGD step (docs/methods/hrnet.md, "Where a fit's time goes")."""
+        """:meth:`forward` under the conditional loss, from the encoding's root-to-leaf paths of the target cells
+        only (:meth:`paths`): the same function of the parameters as with the whole tree (the loss reads no other
+        row of it), but a trajectory's gradient then runs back through a few rows of the tree instead of every
+        cell of every resolution, which was most of a DP-SGD step (docs/methods/hrnet.md, "Where a fit's time
+        goes"), and each trajectory reads the tree on its own rows only (ghost clipping: dpsgd.train_ghost).
+
+        The GRU input at step j + 1 is the cell of step j, which is the target of step j up to the trajectory's
+        end: the paths of the targets serve both. After the end token the two differ (padding either way), and
+        nothing there reaches the loss: the states after the end feed only masked terms."""
         b, steps = cells.shape
-        inputs = cells[:, : steps - 1].clamp(0, self.n_cells - 1)
-        siblings, nodes = self.paths(torch.cat([inputs, targets.clamp(min=0)], dim=1))
+        siblings, nodes = self.paths(targets.clamp(min=0))
         if self.input_levels == "finest":
             loc = nodes[-1][:, : steps - 1]
         else:
@@ -222,9 +227,8 @@ class HRNetModel(_Sequence):
         start = self.start(torch.zeros(b, 1, dtype=torch.long, device=cells.device))
         h = gru_states(self.gru, self.encode_inputs(torch.cat([start, loc], dim=1), times))
         query = self.f_query(h)
-        top = self.encoding.deconvs[0](self.encoding.root.weight)          # M_1: (4, dim)
-        kids = [sib[:, steps - 1:] for sib in siblings[1:]]                 # resolution 2..d, (B, T, 4, dim)
-        nll = self.conditional_ce(query, top, kids, targets)
+        # resolution 1 (the root's 4 children, the same at every target) and 2..d: (B, T, 4, dim) each
+        nll = self.conditional_ce(query, siblings[0], siblings[1:], targets)
         return self.time_loss(h, times, time_valid) + (nll * loc_valid).sum(1)
 
     def paths(self, leaves: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -233,7 +237,7 @@ class HRNetModel(_Sequence):
         4 children of ``up_{r-1}(leaf)`` (rows ``4 up_{r-1}(leaf) + 0..3`` of ``M_r``), each computed by the
         same quad deconvolutions as :class:`HierarchicalEncoding` applied to that one parent row."""
         enc = self.encoding
-        v = enc.root.weight[0].expand(*leaves.shape, enc.dim)
+        v = enc.root(torch.zeros_like(leaves))     # the root vector at every leaf (one lookup per row: ghost norms)
         siblings, nodes = [], []
         for r, layer in enumerate(enc.deconvs, start=1):
             sib = layer.activation(layer.linear(v)).reshape(*leaves.shape, 4, enc.dim)
@@ -246,14 +250,14 @@ class HRNetModel(_Sequence):
     def conditional_ce(self, query: torch.Tensor, top: torch.Tensor, kids: list[torch.Tensor],
                        targets: torch.Tensor) -> torch.Tensor:
         """(B, T) ``-log Pr(target | prefix)`` under the coarse-to-fine factorisation (``multitask_loss =
-        'conditional'``): resolution 1 over its 4 cells (``top``: M_1, (4, dim)) + end, then at each resolution
-        r the 4 children of the true resolution r-1 cell (``kids[r-2]``: their vectors, (B, T, 4, dim)); after an
-        end target only the first term counts. Resolution d's term is scaled by ``finest_weight``.
+        'conditional'``): resolution 1 over its 4 cells (``top``: M_1, (4, dim) or (B, T, 4, dim)) + end, then at
+        each resolution r the 4 children of the true resolution r-1 cell (``kids[r-2]``: their vectors, (B, T, 4,
+        dim)); after an end target only the first term counts. Resolution d's term is scaled by ``finest_weight``.
         ``targets``: Z-order leaves, -1 for the end token."""
         qk = self.f_key_t(query)                                           # (B, T, dim)
         end = targets < 0
         leaf = targets.clamp(min=0)
-        first = torch.cat([qk @ top.T, self.end_key(query)], dim=-1)       # (B, T, 4 + 1)
+        first = torch.cat([(qk[..., None, :] * top).sum(-1), self.end_key(query)], dim=-1)   # (B, T, 4 + 1)
         head = torch.where(end, torch.full_like(leaf, 4), ancestor_targets(leaf, self.depth, 1))
         nll = F.cross_entropy(first.transpose(1, 2), head, reduction="none")
         for r in range(2, self.depth + 1):

@@ -31,6 +31,7 @@ from duckmob.privacy.unit import PrivacyUnit
 from duckmob.synth.hrnet.encoding import morton
 from duckmob.synth.hrnet.model import HRNetModel
 from duckmob.progress import steps as progress_steps
+from duckmob.synth.dpsgd import ForeachAdam
 from duckmob.synth.hrnet.train import torch_generator
 from duckmob.trajectories import CellSequences
 
@@ -101,7 +102,7 @@ def pretrain(model: HRNetModel, noisy: np.ndarray, *, iterations: int, batch: in
     model.to(device).train()
     params = (list(model.encoding.parameters()) + list(model.f_query.parameters())
               + list(model.f_key_t.parameters()) + list(temp.parameters()))
-    opt = torch.optim.Adam(params, lr=lr)
+    opt = ForeachAdam(params, lr=lr)   # torch's Adam, the same weights bit for bit, in a few calls a step
     gen = torch_generator(rng, torch.device("cpu"))
     bar = progress_steps("hrnet pre-training", iterations, progress)
     try:

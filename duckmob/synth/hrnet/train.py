@@ -29,6 +29,7 @@ from duckmob.synth import dpsgd
 # the generic DP-SGD pieces live in duckmob.synth.dpsgd (shared with other methods); re-exported for HRNet's callers
 from duckmob.synth.dpsgd import RunContext, Schedule, TrainingLog, cosine_lr, torch_generator  # noqa: F401
 from duckmob.synth.hrnet.encoding import morton
+from duckmob.synth.hrnet.model import BaselineModel, HRNetModel
 from duckmob.trajectories import NO_TIME, CellSequences
 
 
@@ -128,14 +129,38 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, schedule: Schedule,
     width = data.cells.shape[1]
     device = context.device
 
-    def row_gradients(rows: np.ndarray) -> dict[str, torch.Tensor]:
+    def batch(rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         idx = torch.as_tensor(rows, dtype=torch.long)
         lb = lengths[idx]
         t = min(int(lb.max()) + 1, width)   # the batch's padded width, not the data's
-        return per_sample_gradients(model, cells[idx, :t].to(device), times[idx, :t].to(device), lb.to(device))
+        return cells[idx, :t].to(device), times[idx, :t].to(device), lb.to(device)
+
+    if ghost_clipped(model, by_user):
+        return dpsgd.train_ghost(model, lambda module, rows: module(*batch(rows)), data.n, schedule, context)
+
+    def row_gradients(rows: np.ndarray) -> dict[str, torch.Tensor]:
+        return per_sample_gradients(model, *batch(rows))
 
     return dpsgd.train(model, row_gradients, data.n, schedule, context,
                        unit_of_row=data.user_id if by_user else None)
+
+
+def ghost_clipped(model: torch.nn.Module, by_user: bool) -> bool:
+    """Whether :func:`dp_sgd_train` clips ``model``'s per-trajectory gradients by ghost clipping
+    (:func:`duckmob.synth.dpsgd.train_ghost`: each trajectory's gradient norm from its layers' inputs and output
+    gradients, no per-example gradient materialised; the same clipped sum, noise and Adam as opacus's ``DPOptimizer``
+    up to floating-point rounding, tested) rather than from ``vmap`` per-example gradients (:func:`dpsgd.train`).
+
+    It needs every trainable layer called once per forward pass on rows that never mix: the baseline, and HRNet
+    under the conditional loss (the encoding read along each trajectory's own paths, the GRU's recurrent layer
+    called once on the states of every step: :func:`duckmob.synth.hrnet.model.gru_states`). HRNet's 'full' loss
+    reads the whole encoding tree, shared by the batch, so it keeps ``vmap``. Under the user unit (``by_user``) a
+    user's trajectories are summed before clipping, which ghost clipping of single rows does not do: ``vmap``."""
+    if by_user:
+        return False
+    if isinstance(model, HRNetModel):
+        return model.conditional
+    return isinstance(model, BaselineModel)
 
 
 def _in_worker(model: torch.nn.Module, data: TrainingData, schedule: Schedule, *, by_user: bool,
