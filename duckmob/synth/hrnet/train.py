@@ -3,14 +3,14 @@
 Privacy map of one DP-SGD run: every example (one trajectory, the privacy unit) enters a step with probability
 ``sample_rate`` (Poisson sampling, opacus's ``UniformWithReplacementSampler`` at exactly the rate given to the
 accountant); its gradient (the sum of its whole loss over steps and resolutions) is clipped to L2 norm
-``max_grad_norm`` by opacus's per-sample clipping (``DPOptimizer``, fed with exact per-example gradients from
-:func:`per_sample_gradients`), so adding or removing one trajectory moves the summed
-gradient by at most ``max_grad_norm``; Gaussian noise of standard deviation ``noise_multiplier *
+``max_grad_norm`` (by ghost clipping where :func:`ghost_clipped` allows it, else by opacus's ``DPOptimizer`` fed
+with exact per-example gradients from :func:`per_sample_gradients`: the same clipped sum, tested), so adding or
+removing one trajectory moves the summed gradient by at most ``max_grad_norm``; Gaussian noise of standard deviation ``noise_multiplier *
 max_grad_norm`` is added to the sum. ``steps`` such steps are the Poisson-subsampled Gaussian mechanism
 composed ``steps`` times: :func:`duckmob.privacy.accounting.dp_sgd(noise_multiplier, sample_rate, steps)`.
 
-The loop itself (sampling, clipping, noise, Adam, EMA) is :func:`duckmob.synth.dpsgd.train`; this module
-turns HRNet's padded arrays into per-example gradients for it.
+The loop itself (sampling, clipping, noise, Adam, EMA) is :func:`duckmob.synth.dpsgd.train` or ``train_ghost``;
+this module turns HRNet's padded arrays into per-example losses or gradients for it.
 
 Training data are numpy arrays (padded cell/time matrices), never Python objects per trajectory; each step
 gathers its batch by fancy indexing.
@@ -103,9 +103,12 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, schedule: Schedule,
     ``by_user``: the privacy unit is the user (``data.user_id``; contributions already bounded by the caller).
     Users, not trajectories, are Poisson-sampled; the per-trajectory gradients are summed per user before
     clipping, so each user's whole contribution to a step is clipped to ``max_grad_norm``.
-    Per-example gradients come from :func:`per_sample_gradients`; the batch sampler, the per-sample clipping and
-    the Gaussian noise are opacus's (``DPOptimizer`` reads the gradients from ``p.grad_sample``); their
-    randomness comes from torch generators seeded from ``context.rng``. Privacy: see the module docstring; the
+    Where :func:`ghost_clipped` says so (the default conditional loss, the baseline, the trajectory unit) each
+    trajectory's clipped gradient comes from ghost clipping (:func:`duckmob.synth.dpsgd.train_ghost`); elsewhere
+    per-example gradients come from :func:`per_sample_gradients` and opacus's ``DPOptimizer`` clips them (it reads
+    ``p.grad_sample``). Either way the clipped sum is the sum of each unit's own gradient clipped to
+    ``max_grad_norm``, and the batch sampler and the Gaussian noise are opacus's draws, from torch generators seeded
+    from ``context.rng``. Privacy: see the module docstring; the
     caller accounts ``schedule.event``. A stopped run leaves the model mid-training (no EMA swap) with fewer steps
     than planned, which the event still bounds; ``context.steps_run`` counts them in this process only (with
     ``workers`` above 1 it is set to None: all charged).
