@@ -9,7 +9,8 @@ times are all learned (nothing is copied from real trajectories at generation).
   (``input_levels='finest'``) or, the synthesizer's default, ``sum_r hiencode_r(up_r(l))`` (``'all'``, see
   :meth:`HRNetModel.input_table`).
 * Prefix encoder: opacus ``DPGRU`` (a GRU written in plain tensor operations: per-example gradients through it
-  are ordinary autograd under ``torch.func.vmap``), its equations run by :func:`gru_states`.
+  are ordinary autograd under ``torch.func.vmap``), its equations run by :func:`gru_states`, which calls each of
+  its two linear layers once per forward pass (so ghost clipping sees them: ``hrnet/train.py: ghost_clipped``).
 * Time head: ``softmax(g_time(h_i))`` over ``n_time`` slots of the day.
 * Baseline location head: ``softmax(g_POI(h_i))`` over the ``w*w`` cells plus the end token; location input
   from an embedding matrix (O(w^2) parameters).
