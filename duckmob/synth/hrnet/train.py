@@ -5,9 +5,10 @@ Privacy map of one DP-SGD run: every example (one trajectory, the privacy unit) 
 accountant); its gradient (the sum of its whole loss over steps and resolutions) is clipped to L2 norm
 ``max_grad_norm`` (by ghost clipping where :func:`ghost_clipped` allows it, else by opacus's ``DPOptimizer`` fed
 with exact per-example gradients from :func:`per_sample_gradients`: the same clipped sum, tested), so adding or
-removing one trajectory moves the summed gradient by at most ``max_grad_norm``; Gaussian noise of standard deviation ``noise_multiplier *
-max_grad_norm`` is added to the sum. ``steps`` such steps are the Poisson-subsampled Gaussian mechanism
-composed ``steps`` times: :func:`duckmob.privacy.accounting.dp_sgd(noise_multiplier, sample_rate, steps)`.
+removing one trajectory moves the summed gradient by at most ``max_grad_norm``; Gaussian noise of standard
+deviation ``noise_multiplier * max_grad_norm`` is added to the sum. ``steps`` such steps are the
+Poisson-subsampled Gaussian mechanism composed ``steps`` times: :func:`duckmob.privacy.accounting.dp_sgd(
+noise_multiplier, sample_rate, steps)`.
 
 The loop itself (sampling, clipping, noise, Adam, EMA) is :func:`duckmob.synth.dpsgd.train` or ``train_ghost``;
 this module turns HRNet's padded arrays into per-example losses or gradients for it.
@@ -108,8 +109,7 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, schedule: Schedule,
     per-example gradients come from :func:`per_sample_gradients` and opacus's ``DPOptimizer`` clips them (it reads
     ``p.grad_sample``). Either way the clipped sum is the sum of each unit's own gradient clipped to
     ``max_grad_norm``, and the batch sampler and the Gaussian noise are opacus's draws, from torch generators seeded
-    from ``context.rng``. Privacy: see the module docstring; the
-    caller accounts ``schedule.event``. A stopped run leaves the model mid-training (no EMA swap) with fewer steps
+    from ``context.rng``. Privacy: see the module docstring; the caller accounts ``schedule.event``. A stopped run leaves the model mid-training (no EMA swap) with fewer steps
     than planned, which the event still bounds; ``context.steps_run`` counts them in this process only (with
     ``workers`` above 1 it is set to None: all charged).
 
