@@ -109,9 +109,10 @@ def dp_sgd_train(model: torch.nn.Module, data: TrainingData, schedule: Schedule,
     per-example gradients come from :func:`per_sample_gradients` and opacus's ``DPOptimizer`` clips them (it reads
     ``p.grad_sample``). Either way the clipped sum is the sum of each unit's own gradient clipped to
     ``max_grad_norm``, and the batch sampler and the Gaussian noise are opacus's draws, from torch generators seeded
-    from ``context.rng``. Privacy: see the module docstring; the caller accounts ``schedule.event``. A stopped run leaves the model mid-training (no EMA swap) with fewer steps
-    than planned, which the event still bounds; ``context.steps_run`` counts them in this process only (with
-    ``workers`` above 1 it is set to None: all charged).
+    from ``context.rng``. Privacy: see the module docstring; the caller accounts ``schedule.event``. A stopped run
+    leaves the model mid-training (no EMA swap) with fewer steps than planned, which the event still bounds;
+    ``context.steps_run`` counts them in this process only (with ``workers`` above 1 it is set to None: all
+    charged).
 
     ``workers``: above 1, the same run data-parallel in that many processes
     (:func:`duckmob.synth.distributed.train_in_workers`: the same Poisson batches, noise and accounted event;
