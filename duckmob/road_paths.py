@@ -60,8 +60,8 @@ class Chains:
     indices of each chain's first and second end; ``length``: each chain's length; ``node_chain`` and
     ``node_offset``: each graph node's chain and offset on it (a junction: one of the chains it ends, and
     offset -1, its mark); ``order_nodes`` / ``order_offset`` / ``order_start``: each chain's nodes in order of
-    offset, first end to second (ragged, ``order_start`` the n_chains + 1 bounds); ``edge_chain``: the chain of each junction-graph
-    edge in CSR order of ``matrix``."""
+    offset, first end to second (ragged, ``order_start`` the n_chains + 1 bounds); ``edge_chain``: the chain of
+    each junction-graph edge in CSR order of ``matrix``."""
 
     junction: np.ndarray
     x: np.ndarray

@@ -96,7 +96,6 @@ class OnRoads:
         lat, lon = np.clip(lat, b.min_lat, b.max_lat), np.clip(lon, b.min_lon, b.max_lon)
         return Trajectories(part.offsets, part.traj_id, part.user_id, part.ts, lat, lon)
 
-
     def _anchor_spacing(self, part) -> np.ndarray:
         """Each trajectory's anchor spacing: :data:`ANCHOR_REACHES` times the mean reach of its points' candidates
         (the module docstring); a function of its own points and the public roads."""
@@ -122,8 +121,7 @@ def anchors(offsets, lat, lon, spacing_m) -> np.ndarray:
     and each point whose distance travelled from the trajectory's start (the sum of its straight steps, in whole
     centimetres) enters a new multiple of ``spacing_m`` (metres: one for all, or one per trajectory). So anchors
     lie about ``spacing_m`` apart along the trajectory, and a trajectory whose steps are all longer keeps every
-    point. Each trajectory's anchors depend on
-    its own points only."""
+    point. Each trajectory's anchors depend on its own points only."""
     offsets = np.asarray(offsets, dtype=np.int64)
     counts = np.diff(offsets)
     traj = np.repeat(np.arange(len(counts)), counts)
