@@ -483,9 +483,12 @@ class Placer:
         """How far from each point its candidates lie at most (metres: the distance of its cell's k-th nearest
         road sample; a point beyond the network's extent reads the nearest edge cell). Public roads only."""
         qx, qy = self.index.plane(np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64))
-        cx = np.clip(np.floor((qx - self.x0) / self.cell_m), 0, self.nx - 1).astype(np.int64)
-        cy = np.clip(np.floor((qy - self.y0) / self.cell_m), 0, self.ny - 1).astype(np.int64)
-        return self.reach_m[cy * self.nx + cx]
+        cx, cy = self._cell(qx, qy)
+        return self.reach_m[np.clip(cy, 0, self.ny - 1) * self.nx + np.clip(cx, 0, self.nx - 1)]
+
+    def _cell(self, qx, qy) -> tuple[np.ndarray, np.ndarray]:
+        """Column and row of each plane point's cell of the table (outside it: < 0 or past the last)."""
+        return np.floor((qx - self.x0) / self.cell_m).astype(int), np.floor((qy - self.y0) / self.cell_m).astype(int)
 
     def place(self, lat, lon, rng: np.random.Generator, chunk: int = 1 << 17):
         """Each point moved onto a drawn segment near it (the class docstring); ``rng`` the caller's generator.
@@ -502,8 +505,7 @@ class Placer:
         for start in range(0, len(lat), chunk):
             part = slice(start, start + chunk)
             qx, qy = self.index.plane(lat[part], lon[part])
-            cx = np.floor((qx - self.x0) / self.cell_m).astype(np.int64)
-            cy = np.floor((qy - self.y0) / self.cell_m).astype(np.int64)
+            cx, cy = self._cell(qx, qy)
             inside = (cx >= 0) & (cx < self.nx) & (cy >= 0) & (cy < self.ny)
             cell = np.where(inside, cy * self.nx + cx, 0)
             u = rng.random(len(qx)) * self.total[cell]

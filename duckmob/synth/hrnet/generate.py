@@ -6,8 +6,8 @@ its time slot from the time head; nothing is copied from real trajectories. The 
 each step, because the training sequences have consecutive duplicates collapsed (a property of the data
 domain, not of the data); the end token is masked at step 1 so a trajectory has at least one cell, and
 ``max_len`` cells end a trajectory. Given target lengths (drawn from the released length distribution), the end
-token is masked until a row reaches its target and the row stops there. Sampling is vectorised over trajectories (in chunks of ``chunk`` rows to bound
-memory); the loop is over steps only.
+token is masked until a row reaches its target and the row stops there. Sampling is vectorised over trajectories
+(in chunks of ``chunk`` rows to bound memory); the loop is over steps only.
 
 Points: a cell becomes a point drawn uniformly inside it; a time slot of the day becomes a time drawn uniformly
 inside the slot, on day ``base_day`` (a public date, µs since the epoch) plus as many days as the slot sequence
