@@ -478,13 +478,16 @@ def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M, costs: Chains |
     on a road, and consecutive points joined by a road, as a vehicle's fixes are. With ``costs`` (these roads'
     chains weighted by :func:`duckmob.road_costs.weighted_chains`), a leg whose cheapest path costs at most
     ``limit_m`` takes that path instead (the others their shortest); the points are still spaced by length along
-    it. A function of the positions, the public roads and ``costs`` only (post-processing)."""
+    it. A function of the positions, the public roads and ``costs`` only (post-processing), each trajectory's of its
+    own positions only, bit for bit."""
     offsets = np.asarray(offsets, dtype=np.int64)
     seg, t = np.asarray(seg, dtype=np.int64), np.asarray(t, dtype=np.float64)
     lat, lon = points_along(roads, seg, t)
     counts = np.diff(offsets)
     traj = np.repeat(np.arange(len(counts)), counts)
-    a = np.flatnonzero(traj[:-1] == traj[1:])                  # consecutive points of one trajectory
+    # consecutive points of one trajectory at two positions (a leg between equal positions is a piece of length 0:
+    # points between two anchors share the earlier one's position, 80% of the legs of dense traces)
+    a = np.flatnonzero((traj[:-1] == traj[1:]) & ((seg[:-1] != seg[1:]) | (t[:-1] != t[1:])))
     if not len(a):
         return lat, lon
     graph, ch = roads.graph, chains_of(roads)
@@ -494,20 +497,24 @@ def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M, costs: Chains |
     plen = np.abs(o1 - o0)
     jump = np.flatnonzero(chain < 0)                          # straight: the great-circle length
     plen[jump] = haversine_m(lat[pa[jump]], lon[pa[jump]], lat[pb[jump]], lon[pb[jump]])
-    # arc length along each trajectory's pieces; its points at equal steps of it
+    # arc length along each trajectory's pieces, in whole micrometres: the running sum over the block is exact
+    # integers, so each trajectory's share of it (less its start's) carries nothing of the trajectories before it;
+    # its points at equal steps of it
     piece_traj = traj[pa]
     first = np.searchsorted(piece_traj, np.arange(len(counts)))
     last = np.searchsorted(piece_traj, np.arange(len(counts)), side="right") - 1
-    cum = np.cumsum(plen)
-    start = cum - plen
-    base = np.where(first <= last, start[np.minimum(first, len(start) - 1)], 0.0)
-    total = np.bincount(piece_traj, weights=plen, minlength=len(counts))
-    k = np.arange(len(traj)) - offsets[:-1][traj]
-    target = base[traj] + k / np.maximum(counts[traj] - 1, 1) * total[traj]
-    moved = np.flatnonzero(first[traj] <= last[traj])
+    um = np.round(plen * 1e6).astype(np.int64)
+    cum = np.cumsum(um)
+    start = cum - um
+    has = first <= last
+    base = np.where(has, start[np.minimum(first, len(start) - 1)], 0)
+    total = np.where(has, cum[np.minimum(last, len(cum) - 1)], 0) - base
+    moved = np.flatnonzero(has[traj])
     mt = traj[moved]
-    at = np.clip(np.searchsorted(cum, target[moved], side="left"), first[mt], last[mt])
-    f = np.clip((target[moved] - start[at]) / np.maximum(plen[at], 1e-12), 0.0, 1.0)
+    k = moved - offsets[:-1][mt]
+    target = base[mt] + (k * total[mt]) // np.maximum(counts[mt] - 1, 1)      # exact integers
+    at = np.clip(np.searchsorted(cum, target, side="left"), first[mt], last[mt])
+    f = np.clip((target - start[at]) / np.maximum(um[at], 1), 0.0, 1.0)
     c = chain[at]
     on_lat, on_lon = ch.point_at(graph, np.maximum(c, 0), o0[at] + f * (o1[at] - o0[at]))
     straight_lat = lat[pa[at]] + f * (lat[pb[at]] - lat[pa[at]])

@@ -111,6 +111,31 @@ def test_a_walk_keeps_the_points_on_the_roads_and_joins_them_by_roads(sf):
     assert np.quantile(walked, 0.9) < 0.85 * np.quantile(placed, 0.9)
 
 
+def test_a_walked_trajectory_depends_on_its_own_positions_only(sf):
+    """Each trajectory's walked points are bit for bit the same alone as after hundreds of others in one call
+    (no running sum or rounding crosses trajectories), with positions shared by consecutive points, as points
+    between anchors share one (legs of length 0, skipped)."""
+    rng = np.random.default_rng(11)
+    n_traj = 400
+    counts = rng.integers(2, 25, n_traj)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    traj = np.repeat(np.arange(n_traj), counts)
+    k = np.arange(offsets[-1]) - offsets[:-1][traj]
+    lat0, lon0 = rng.uniform(37.765, 37.795, n_traj), rng.uniform(-122.44, -122.39, n_traj)
+    lat = lat0[traj] + 0.002 * k * np.sin(traj)
+    lon = lon0[traj] + 0.0025 * k * np.cos(traj)
+    seg, t, *_ = snap(sf, lat, lon)
+    # two points in three take the position before them, as points between anchors do
+    keep = (rng.random(len(seg)) < 0.35) | (k == 0) | (k == counts[traj] - 1)
+    last = np.maximum.accumulate(np.where(keep, np.arange(len(seg)), 0))
+    seg, t = seg[last], t[last]
+    wl, wo = walk(sf, offsets, seg, t)
+    for i in rng.choice(n_traj, 25, replace=False):
+        part = slice(offsets[i], offsets[i + 1])
+        al, ao = walk(sf, np.array([0, counts[i]]), seg[part], t[part])
+        assert np.array_equal(al, wl[part]) and np.array_equal(ao, wo[part])
+
+
 def test_points_too_far_apart_for_a_road_path_are_joined_straight_then_snapped():
     """Two separate street grids: a trajectory from one to the other has no road path; its points in between
     still end on a road (the nearest)."""
