@@ -287,6 +287,16 @@ def test_the_osm_loader_keeps_drivable_ways(tmp_path, con):
     rows = con.sql(f"FROM mob_roads_from_osm('{path}', bbox := [37.7705, -122.43, 37.79, -122.41])").fetchall()
     assert rows == SMALL_ROWS[1:2]
     assert con.sql(f"SELECT count(*) FROM mob_roads_from_osm('{path}', bbox := [1, 1, 2, 2])").fetchall() == [(0,)]
+    # another public list of classes: the footway alone, or with the drivable ones (a walking or cycling network)
+    rows = con.sql(f"FROM mob_roads_from_osm('{path}', classes := ['footway'])").fetchall()
+    assert rows == [(37.771, -122.419, 37.772, -122.419, "footway")]
+    walk = ", ".join(f"'{c}'" for c in R.DRIVABLE + ("footway",))
+    rows = con.sql(f"FROM mob_roads_from_osm('{path}', classes := [{walk}])").fetchall()
+    assert sorted(rows) == sorted(SMALL_ROWS + [(37.771, -122.419, 37.772, -122.419, "footway")])
+    for bad in ("[]", "['']", "[NULL]"):
+        with pytest.raises(Exception, match=r"mob_roads_from_osm: classes must be a non-empty list of OpenStreetMap "
+                                            r"highway values, such as \['primary'"):
+            con.sql(f"FROM mob_roads_from_osm('{path}', classes := {bad})").fetchall()
 
 
 def test_the_osm_loader_refuses_what_it_cannot_read(tmp_path, con, monkeypatch):

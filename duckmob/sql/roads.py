@@ -1,7 +1,7 @@
 """SQL layer for public road networks (roads.sql): ``FROM mob_sf_roads()`` reads the downtown San Francisco roads
 shipped inside the package (OpenStreetMap, ODbL: duckmob/data/ROADS_README.md), and ``FROM mob_roads_from_osm(path,
-bbox := [...])`` reads an OpenStreetMap extract into a roads table. Roads are public: nothing here reads a private
-table or spends budget (docs/roads.md)."""
+bbox := [...], classes := [...])`` reads an OpenStreetMap extract into a roads table. Roads are public: nothing here
+reads a private table or spends budget (docs/roads.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from importlib import resources
 
 from duckmob.sql.udf import Request, Udf, one_row
 
-FROM_OSM = Request(path="VARCHAR", bbox="DOUBLE[]")
+FROM_OSM = Request(path="VARCHAR", bbox="DOUBLE[]", classes="VARCHAR[]")
 ROAD_ROW = "STRUCT(lat1 DOUBLE, lon1 DOUBLE, lat2 DOUBLE, lon2 DOUBLE, highway VARCHAR)[]"
 
 
@@ -29,7 +29,12 @@ def _from_osm(request):
         raise DuckmobError("mob_roads_from_osm: give the path of an .osm or .osm.pbf extract")
     from duckmob import roads   # here, not at registration: it imports SciPy's spatial and sparse modules
 
-    table = roads.read_osm(r["path"], bbox=r["bbox"])
+    classes = roads.DRIVABLE if r["classes"] is None else r["classes"]
+    if not classes or any(not isinstance(c, str) or not c.strip() for c in classes):
+        from duckmob.errors import DuckmobError
+        raise DuckmobError("mob_roads_from_osm: classes must be a non-empty list of OpenStreetMap highway values, "
+                           "such as ['primary', 'residential', 'footway']; leave it out for the drivable ways")
+    table = roads.read_osm(r["path"], bbox=r["bbox"], classes=tuple(classes))
     if not table.num_rows:
         return one_row(table)
     checked = roads.Roads.of(table, name="mob_roads_from_osm").to_arrow()   # drops zero-length segments

@@ -7,8 +7,8 @@
 CREATE OR REPLACE TEMP MACRO mob_sf_roads() AS TABLE
 SELECT * FROM read_parquet(_mob_sf_roads_path());
 
--- The drivable ways (duckmob.roads.DRIVABLE) of an OpenStreetMap extract (.osm, .osm.gz, .osm.bz2; .osm.pbf with
--- pip install 'duckmob[roads]'), one row per consecutive pair of a way's nodes; with bbox, the segments with an
--- endpoint inside it.
-CREATE OR REPLACE TEMP MACRO mob_roads_from_osm(path, bbox := NULL) AS TABLE
-SELECT unnest(_mob_roads_from_osm({'path': path, 'bbox': bbox}), recursive := true);
+-- The drivable ways (duckmob.roads.DRIVABLE; classes := [...] another list of highway classes) of an OpenStreetMap
+-- extract (.osm, .osm.gz, .osm.bz2; .osm.pbf with pip install 'duckmob[roads]'), one row per consecutive pair of a
+-- way's nodes; with bbox, the segments with an endpoint inside it.
+CREATE OR REPLACE TEMP MACRO mob_roads_from_osm(path, bbox := NULL, classes := NULL) AS TABLE
+SELECT unnest(_mob_roads_from_osm({'path': path, 'bbox': bbox, 'classes': classes}), recursive := true);
