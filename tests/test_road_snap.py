@@ -52,6 +52,27 @@ def test_cells_on_a_grid_hold_only_the_nearby_streets():
     assert all(np.array_equal(a, b) for a, b in zip(index.nearest(qx, qy), index.search(qx, qy)))
 
 
+def test_coarser_cells_keep_candidates_farther_from_the_roads(sf_downtown, monkeypatch):
+    """On a network too wide for 10 m cells (here: the cells capped at 65,536), a cell keeps candidates while its
+    nearest road is within CELL_NEAR_CELLS of its sides, not 15 m, and still gives the searched answer."""
+    monkeypatch.setattr(road_snap, "MAX_CELLS", 1 << 16)
+    roads = Roads.of(sf_downtown.to_arrow())                     # a fresh index, its cells built under the cap
+    index = roads._snap_index
+    cells = index.cells
+    assert 20 < cells.cell_m < 40
+    rng = np.random.default_rng(3)
+    lat, lon = spread_points(roads, rng, 5_000)
+    qx, qy = index.plane(lat, lon)
+    first, count = cells.row(qx, qy)
+    near = snap(roads, lat, lon)[4]
+    kept = (count > 0) & (count <= road_snap.CELL_WIDTH)
+    assert kept[(near > 15) & (near < 25)].mean() > 0.8           # beyond 15 m, in the cells
+    assert not kept[near > road_snap.CELL_NEAR_CELLS * cells.cell_m + cells.cell_m].any()
+    seg, t = index.nearest(qx, qy)
+    want_seg, want_t = index.search(qx, qy)
+    assert np.array_equal(seg, want_seg) and np.array_equal(t, want_t)
+
+
 def test_an_index_searches_until_the_cells_would_have_paid():
     roads = Roads.of(grid_roads([37.70, -122.50, 37.72, -122.48], streets=6))
     index = roads._snap_index
