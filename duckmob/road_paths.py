@@ -512,7 +512,7 @@ def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M, costs: Chains |
     moved = np.flatnonzero(has[traj])
     mt = traj[moved]
     k = moved - offsets[:-1][mt]
-    target = base[mt] + (k * total[mt]) // np.maximum(counts[mt] - 1, 1)      # exact integers
+    target = base[mt] + np.floor(k / np.maximum(counts[mt] - 1, 1) * total[mt]).astype(np.int64)   # its own
     at = np.clip(np.searchsorted(cum, target, side="left"), first[mt], last[mt])
     f = np.clip((target - start[at]) / np.maximum(um[at], 1), 0.0, 1.0)
     c = chain[at]
