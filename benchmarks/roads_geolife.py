@@ -8,7 +8,7 @@ the subway are all in it: real trips that are not all on drivable roads.
 
 Roads: ``--roads PATH``, required: duckmob ships no Beijing network. PATH is an OpenStreetMap extract of central
 Beijing (``.osm``, ``.osm.gz``, ``.osm.bz2``, or ``.osm.pbf`` with ``duckmob[roads]``), read with
-``duckmob.roads.read_osm`` (``mob_roads_from_osm``'s reader) cut to the box, or a Parquet roads table of the shape
+``duckmob.road_osm.read_osm`` (``mob_roads_from_osm``'s reader) cut to the box, or a Parquet roads table of the shape
 docs/roads.md describes (``lat1, lon1, lat2, lon2``, optional ``highway``). It must be public: never derived from
 these traces. The numbers in benchmarks/results/roads_geolife*.txt were measured on a 2013 extract of central
 Beijing that is not shipped (docs/methods, "Real trajectories: GeoLife Beijing with OSM roads").
@@ -73,7 +73,7 @@ def load(con, users: int | None):
 def load_roads(con, path: str) -> None:
     """Table ``roads`` of con from ``path``: a Parquet roads table, or an OpenStreetMap extract's drivable ways with
     an endpoint in the box."""
-    from duckmob.roads import read_osm
+    from duckmob.road_osm import read_osm
 
     if path.lower().endswith(".parquet"):
         con.execute("CREATE TABLE roads AS SELECT * FROM read_parquet(?)", [os.path.abspath(path)])

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from duckmob import roads as R
+from duckmob.road_osm import DRIVABLE, read_osm
 from duckmob.errors import DuckmobError
 from duckmob.grid import EARTH_RADIUS_M
 from duckmob.sql.roads import sf_roads_path
@@ -275,12 +276,12 @@ def _write(tmp_path, name, text):
 
 def test_the_osm_loader_keeps_drivable_ways(tmp_path, con):
     path = _write(tmp_path, "small.osm", SMALL_OSM)
-    table = R.read_osm(path)
+    table = read_osm(path)
     assert [tuple(r.values()) for r in table.to_pylist()] == SMALL_ROWS + [(37.78, -122.401, 37.78, -122.401,
                                                                             "motorway_link")]
     for name in ("small.osm.gz", "small.osm.bz2"):
-        assert R.read_osm(_write(tmp_path, name, SMALL_OSM)).equals(table)
-    assert R.read_osm(path, classes=("footway",)).to_pylist() == [
+        assert read_osm(_write(tmp_path, name, SMALL_OSM)).equals(table)
+    assert read_osm(path, classes=("footway",)).to_pylist() == [
         {"lat1": 37.771, "lon1": -122.419, "lat2": 37.772, "lon2": -122.419, "highway": "footway"}]
     rows = con.sql(f"FROM mob_roads_from_osm('{path}')").fetchall()
     assert rows == SMALL_ROWS                                             # the zero-length segment dropped
@@ -290,9 +291,12 @@ def test_the_osm_loader_keeps_drivable_ways(tmp_path, con):
     # another public list of classes: the footway alone, or with the drivable ones (a walking or cycling network)
     rows = con.sql(f"FROM mob_roads_from_osm('{path}', classes := ['footway'])").fetchall()
     assert rows == [(37.771, -122.419, 37.772, -122.419, "footway")]
-    walk = ", ".join(f"'{c}'" for c in R.DRIVABLE + ("footway",))
-    rows = con.sql(f"FROM mob_roads_from_osm('{path}', classes := [{walk}])").fetchall()
+    names = ", ".join(f"'{c}'" for c in DRIVABLE + ("footway",))
+    rows = con.sql(f"FROM mob_roads_from_osm('{path}', classes := [{names}])").fetchall()
     assert sorted(rows) == sorted(SMALL_ROWS + [(37.771, -122.419, 37.772, -122.419, "footway")])
+    for bad in ((), ("",), "footway", (None,)):                        # the Python reader checks them itself
+        with pytest.raises(DuckmobError, match=r"mob_roads_from_osm: classes must be a non-empty list of "):
+            read_osm(path, classes=bad)
     for bad in ("[]", "['']", "[NULL]"):
         with pytest.raises(Exception, match=r"mob_roads_from_osm: classes must be a non-empty list of OpenStreetMap "
                                             r"highway values, such as \['primary'"):
@@ -304,14 +308,14 @@ def test_the_osm_loader_refuses_what_it_cannot_read(tmp_path, con, monkeypatch):
         con.sql(f"FROM mob_roads_from_osm('{tmp_path / 'nope.osm'}')").fetchall()
     bad = _write(tmp_path, "bad.osm", "<osm><node id='1' lat='1' lon='2'></osm>")
     with pytest.raises(DuckmobError, match="'bad.osm' is not readable OSM XML"):
-        R.read_osm(bad)
+        read_osm(bad)
     other = _write(tmp_path, "roads.csv", "lat1,lon1\n")
     with pytest.raises(DuckmobError, match="'roads.csv' is not an OpenStreetMap extract"):
-        R.read_osm(other)
+        read_osm(other)
     pbf = _write(tmp_path, "x.osm.pbf", "not a pbf")
     monkeypatch.setitem(sys.modules, "osmium", None)                  # as if the [roads] extra were not installed
     with pytest.raises(DuckmobError, match=r"reading .osm.pbf needs the osmium package: pip install 'duckmob\[roads"):
-        R.read_osm(pbf)
+        read_osm(pbf)
 
 
 def test_the_osm_loader_reads_pbf_like_xml(tmp_path):
@@ -322,11 +326,11 @@ def test_the_osm_loader_reads_pbf_like_xml(tmp_path):
     for obj in osmium.FileProcessor(xml):
         writer.add(obj)
     writer.close()
-    assert R.read_osm(pbf).equals(R.read_osm(xml))
-    assert R.read_osm(pbf, bbox=[37.7705, -122.43, 37.79, -122.41]).num_rows == 1
+    assert read_osm(pbf).equals(read_osm(xml))
+    assert read_osm(pbf, bbox=[37.7705, -122.43, 37.79, -122.41]).num_rows == 1
     bad = _write(tmp_path, "bad.osm.pbf", "garbage")
     with pytest.raises(DuckmobError, match=r"^mob_roads_from_osm: 'bad.osm.pbf' is not a readable .osm.pbf \("):
-        R.read_osm(bad)
+        read_osm(bad)
 
 
 def test_street_pieces_join_straight_continuations_within_a_cell():

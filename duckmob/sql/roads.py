@@ -28,13 +28,9 @@ def _from_osm(request):
         from duckmob.errors import DuckmobError
         raise DuckmobError("mob_roads_from_osm: give the path of an .osm or .osm.pbf extract")
     from duckmob import roads   # here, not at registration: it imports SciPy's spatial and sparse modules
+    from duckmob.road_osm import read_osm
 
-    classes = roads.DRIVABLE if r["classes"] is None else r["classes"]
-    if not classes or any(not isinstance(c, str) or not c.strip() for c in classes):
-        from duckmob.errors import DuckmobError
-        raise DuckmobError("mob_roads_from_osm: classes must be a non-empty list of OpenStreetMap highway values, "
-                           "such as ['primary', 'residential', 'footway']; leave it out for the drivable ways")
-    table = roads.read_osm(r["path"], bbox=r["bbox"], classes=tuple(classes))
+    table = read_osm(r["path"], bbox=r["bbox"], classes=r["classes"])
     if not table.num_rows:
         return one_row(table)
     checked = roads.Roads.of(table, name="mob_roads_from_osm").to_arrow()   # drops zero-length segments

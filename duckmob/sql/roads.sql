@@ -7,7 +7,7 @@
 CREATE OR REPLACE TEMP MACRO mob_sf_roads() AS TABLE
 SELECT * FROM read_parquet(_mob_sf_roads_path());
 
--- The drivable ways (duckmob.roads.DRIVABLE; classes := [...] another list of highway classes) of an OpenStreetMap
+-- The drivable ways (duckmob.road_osm.DRIVABLE; classes := [...] another list of highway classes) of an OpenStreetMap
 -- extract (.osm, .osm.gz, .osm.bz2; .osm.pbf with pip install 'duckmob[roads]'), one row per consecutive pair of a
 -- way's nodes; with bbox, the segments with an endpoint inside it.
 CREATE OR REPLACE TEMP MACRO mob_roads_from_osm(path, bbox := NULL, classes := NULL) AS TABLE
