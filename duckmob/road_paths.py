@@ -490,10 +490,8 @@ def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M, costs: Chains |
     a = np.flatnonzero((traj[:-1] == traj[1:]) & ((seg[:-1] != seg[1:]) | (t[:-1] != t[1:])))
     if not len(a):
         return lat, lon
-    graph, ch = roads.graph, chains_of(roads)
-    pc, po = ch.position(graph, seg, t)                         # each point's once, for both of its legs
-    pair, chain, o0, o1 = _leg_pieces(ch, costs, pc[a], po[a], pc[a + 1], po[a + 1], limit_m)
-    pa, pb = a[pair], a[pair] + 1
+    pa, chain, o0, o1 = _legs(roads, seg, t, a, limit_m, costs)
+    pb = pa + 1
     plen = np.abs(o1 - o0)
     jump = np.flatnonzero(chain < 0)                          # straight: the great-circle length
     plen[jump] = haversine_m(lat[pa[jump]], lon[pa[jump]], lat[pb[jump]], lon[pb[jump]])
@@ -516,7 +514,7 @@ def walk(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M, costs: Chains |
     at = np.clip(np.searchsorted(cum, target, side="left"), first[mt], last[mt])
     f = np.clip((target - start[at]) / np.maximum(um[at], 1), 0.0, 1.0)
     c = chain[at]
-    on_lat, on_lon = ch.point_at(graph, np.maximum(c, 0), o0[at] + f * (o1[at] - o0[at]))
+    on_lat, on_lon = chains_of(roads).point_at(roads.graph, np.maximum(c, 0), o0[at] + f * (o1[at] - o0[at]))
     straight_lat = lat[pa[at]] + f * (lat[pb[at]] - lat[pa[at]])
     straight_lon = lon[pa[at]] + f * (lon[pb[at]] - lon[pa[at]])
     out_lat, out_lon = lat.copy(), lon.copy()
@@ -538,9 +536,14 @@ def leg_chains(roads, offsets, seg, t, limit_m: float = ROUTE_LIMIT_M, costs: Ch
     seg, t = np.asarray(seg, dtype=np.int64), np.asarray(t, dtype=np.float64)
     counts = np.diff(offsets)
     traj = np.repeat(np.arange(len(counts)), counts)
-    a = np.flatnonzero(traj[:-1] == traj[1:])
-    graph, ch = roads.graph, chains_of(roads)
-    pc, po = ch.position(graph, seg, t)
+    return _legs(roads, seg, t, np.flatnonzero(traj[:-1] == traj[1:]), limit_m, costs)
+
+
+def _legs(roads, seg, t, a, limit_m: float, costs: Chains | None):
+    """The pieces of the legs from position ``a[i]`` to position ``a[i] + 1`` (:func:`leg_chains`' four arrays):
+    the one place both it and :func:`walk` find them."""
+    ch = chains_of(roads)
+    pc, po = ch.position(roads.graph, seg, t)                   # each position's once, for both of its legs
     pair, chain, o0, o1 = _leg_pieces(ch, costs, pc[a], po[a], pc[a + 1], po[a + 1], limit_m)
     return a[pair], chain, o0, o1
 
